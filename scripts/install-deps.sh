@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what space needs on a fresh Debian machine of this kind: host
+# packages from the Debian mirror and a static runsc built from the pinned
+# gvisor.dev/gvisor module. Idempotent: a second run only checks.
+set -euo pipefail
+
+GVISOR_VERSION="${GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}"
+TOOLS_DIR="${SPACE_TOOLS_DIR:-$(cd "$(dirname "$0")/.." && pwd)/.tools}"
+
+need_pkgs=()
+for pair in btrfs:btrfs-progs debootstrap:debootstrap nft:nftables ip:iproute2 \
+            busybox:busybox-static losetup:mount mkfs.btrfs:btrfs-progs; do
+  bin=${pair%%:*}; pkg=${pair#*:}
+  command -v "$bin" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+done
+# busybox-static specifically: the dynamic busybox cannot run inside a minimal rootfs.
+[ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || need_pkgs+=(busybox-static)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "==> installing Debian packages: ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need_pkgs[@]}" | sort -u) file >/dev/null
+fi
+
+mkdir -p "$TOOLS_DIR/bin"
+stamp="$TOOLS_DIR/bin/.runsc-$GVISOR_VERSION"
+if [ ! -x "$TOOLS_DIR/bin/runsc" ] || [ ! -f "$stamp" ]; then
+  echo "==> building runsc $GVISOR_VERSION (static, about a minute)"
+  CGO_ENABLED=0 GOBIN="$TOOLS_DIR/bin" go install "gvisor.dev/gvisor/runsc@$GVISOR_VERSION"
+  rm -f "$TOOLS_DIR"/bin/.runsc-*; touch "$stamp"
+fi
+echo "==> runsc: $("$TOOLS_DIR/bin/runsc" --version 2>/dev/null | head -1)"
