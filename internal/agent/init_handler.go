@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// initRequest is the body of POST /init. Absent fields leave the current
+// value unchanged; envVars are merged into the existing ones.
+type initRequest struct {
+	AccessToken    *string           `json:"accessToken"`
+	EnvVars        map[string]string `json:"envVars"`
+	DefaultUser    *string           `json:"defaultUser"`
+	DefaultWorkdir *string           `json:"defaultWorkdir"`
+	Hostname       *string           `json:"hostname"`
+	Entropy        *string           `json:"entropy"`   // base64 bytes for /dev/urandom
+	Timestamp      *string           `json:"timestamp"` // RFC 3339 wall clock after restore
+}
+
+const maxInitBody = 1 << 20
+
+// handleInit applies sandbox settings. It is authenticated by the CURRENT
+// token when one is set, which is how the node re-keys a sandbox after a
+// branch or restore: the new accessToken takes effect for every request
+// after this one returns.
+func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
+	if !a.settings.tokenMatches(r.Header.Get(accessTokenHeader)) {
+		writeJSONError(w, http.StatusUnauthorized, errBadToken)
+		return
+	}
+	var req initRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxInitBody))
+	if err := dec.Decode(&req); err != nil {
+		writeJSONError(w, http.StatusBadRequest, fmt.Errorf("decode init body: %w", err))
+		return
+	}
+	var entropy []byte
+	if req.Entropy != nil && *req.Entropy != "" {
+		var err error
+		if entropy, err = decodeBase64(*req.Entropy); err != nil {
+			writeJSONError(w, http.StatusBadRequest, fmt.Errorf("entropy: %w", err))
+			return
+		}
+	}
+	var clock time.Time
+	if req.Timestamp != nil && *req.Timestamp != "" {
+		var err error
+		if clock, err = time.Parse(time.RFC3339Nano, *req.Timestamp); err != nil {
+			writeJSONError(w, http.StatusBadRequest, fmt.Errorf("timestamp: %w", err))
+			return
+		}
+	}
+
+	a.settings.apply(req)
+	if a.cfg.ApplySystemSettings {
+		a.applySystemSettings(req.Hostname, entropy, clock)
+	}
+	a.log.Info("init applied", "token_changed", req.AccessToken != nil, "env_vars", len(req.EnvVars))
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *settings) apply(req initRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.AccessToken != nil {
+		s.accessToken = *req.AccessToken
+	}
+	for k, v := range req.EnvVars {
+		s.envVars[k] = v
+	}
+	if req.DefaultUser != nil && *req.DefaultUser != "" {
+		s.defaultUser = *req.DefaultUser
+	}
+	if req.DefaultWorkdir != nil && *req.DefaultWorkdir != "" {
+		s.defaultWorkdir = *req.DefaultWorkdir
+	}
+}
+
+// applySystemSettings is best effort: gVisor may refuse some of it (EPERM),
+// and none of it is worth failing the re-key for.
+func (a *Agent) applySystemSettings(hostname *string, entropy []byte, clock time.Time) {
+	if hostname != nil && *hostname != "" {
+		if err := unix.Sethostname([]byte(*hostname)); err != nil && !errors.Is(err, unix.EPERM) {
+			a.log.Warn("set hostname", "err", err)
+		}
+	}
+	if len(entropy) > 0 {
+		if f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0); err == nil {
+			_, _ = f.Write(entropy)
+			_ = f.Close()
+		}
+	}
+	// A restored snapshot resumes with the clock of the moment it was taken.
+	if !clock.IsZero() && clock.After(time.Now()) {
+		ts := unix.NsecToTimespec(clock.UnixNano())
+		if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil && !errors.Is(err, unix.EPERM) {
+			a.log.Warn("set clock", "err", err)
+		}
+	}
+}
+
+func decodeBase64(s string) ([]byte, error) {
+	if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+		return b, nil
+	}
+	b, err := base64.RawStdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("invalid base64: %w", err)
+	}
+	return b, nil
+}
