@@ -1,0 +1,235 @@
+// Package network owns the per-sandbox network plumbing of a node: the
+// network namespace a sandbox runs in, the gateway namespace in front of it,
+// and the private channel the node uses to reach the agent inside.
+//
+// Every sandbox sees the same inside address (SandboxAddr) and gateway
+// (GatewayAddr). Its own namespace makes that legal, and it means a
+// checkpoint taken in one slot restores unchanged into any other slot, which
+// is what suspend, restore and branch rely on. The node reaches the agent by
+// dialing SandboxAddr from inside the slot's gateway namespace; nothing in
+// the host's own namespace is routed to a sandbox, so a sandbox cannot reach
+// host services through this channel.
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Addresses every slot uses; see the package comment for why they are fixed.
+const (
+	SandboxAddr = "169.254.0.21"
+	GatewayAddr = "169.254.0.22"
+	prefixLen   = 30
+
+	sandboxLink = "eth0"
+	gatewayLink = "veth0"
+
+	// nsPrefix marks the namespaces this package owns.
+	nsPrefix = "space-"
+	nsDir    = "/var/run/netns"
+)
+
+// Slot is the network of one sandbox: two named namespaces joined by a veth
+// pair. Names are derived from the owner's name, so a restarted node finds
+// the slot of a sandbox it re-adopts without any stored state.
+type Slot struct {
+	Name      string
+	SandboxNS string
+	GatewayNS string
+}
+
+// SlotFor returns the slot that belongs to name, whether or not it exists.
+func SlotFor(name string) *Slot {
+	return &Slot{
+		Name:      name,
+		SandboxNS: nsPrefix + name,
+		GatewayNS: nsPrefix + name + "-gw",
+	}
+}
+
+// NetNSPath is the path handed to the runtime as the sandbox's network namespace.
+func (s *Slot) NetNSPath() string { return nsDir + "/" + s.SandboxNS }
+
+// Exists reports whether both namespaces of the slot are present.
+func (s *Slot) Exists() bool {
+	for _, ns := range []string{s.SandboxNS, s.GatewayNS} {
+		if _, err := os.Stat(nsDir + "/" + ns); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Create builds the slot's namespaces and veth pair. A half-built slot left by
+// a crash is removed first.
+func Create(name string) (*Slot, error) {
+	s := SlotFor(name)
+	if err := s.Destroy(); err != nil {
+		return nil, err
+	}
+	if err := s.create(); err != nil {
+		_ = s.Destroy()
+		return nil, fmt.Errorf("create network slot %s: %w", name, err)
+	}
+	return s, nil
+}
+
+func (s *Slot) create() error {
+	sbx, err := newNamedNS(s.SandboxNS)
+	if err != nil {
+		return err
+	}
+	defer sbx.Close()
+	gw, err := newNamedNS(s.GatewayNS)
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+
+	gwHandle, err := netlink.NewHandleAt(gw)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", s.GatewayNS, err)
+	}
+	defer gwHandle.Close()
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: gatewayLink},
+		PeerName:      sandboxLink,
+		PeerNamespace: netlink.NsFd(int(sbx)),
+	}
+	if err := gwHandle.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth pair: %w", err)
+	}
+	if err := configureLink(gwHandle, gatewayLink, GatewayAddr, ""); err != nil {
+		return err
+	}
+	if err := upLink(gwHandle, "lo"); err != nil {
+		return err
+	}
+	return s.Prepare()
+}
+
+// Prepare (re)applies the sandbox side's address and default route. gVisor
+// moves them into its own network stack and strips them from the host
+// interface when a sandbox starts, so this must run before every start or
+// restore in the slot.
+func (s *Slot) Prepare() error {
+	sbx, err := netns.GetFromName(s.SandboxNS)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", s.SandboxNS, err)
+	}
+	defer sbx.Close()
+	h, err := netlink.NewHandleAt(sbx)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", s.SandboxNS, err)
+	}
+	defer h.Close()
+	if err := upLink(h, "lo"); err != nil {
+		return err
+	}
+	return configureLink(h, sandboxLink, SandboxAddr, GatewayAddr)
+}
+
+func configureLink(h *netlink.Handle, name, addr, via string) error {
+	link, err := h.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("find link %s: %w", name, err)
+	}
+	ipnet := &net.IPNet{IP: net.ParseIP(addr), Mask: net.CIDRMask(prefixLen, 32)}
+	if err := h.AddrReplace(link, &netlink.Addr{IPNet: ipnet}); err != nil {
+		return fmt.Errorf("address %s on %s: %w", addr, name, err)
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return fmt.Errorf("bring up %s: %w", name, err)
+	}
+	if via == "" {
+		return nil
+	}
+	route := &netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.ParseIP(via)}
+	if err := h.RouteReplace(route); err != nil {
+		return fmt.Errorf("default route via %s: %w", via, err)
+	}
+	return nil
+}
+
+func upLink(h *netlink.Handle, name string) error {
+	link, err := h.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("find link %s: %w", name, err)
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return fmt.Errorf("bring up %s: %w", name, err)
+	}
+	return nil
+}
+
+// Destroy removes both namespaces (and with them the veth pair). Removing a
+// slot that does not exist is not an error.
+func (s *Slot) Destroy() error {
+	var errs []error
+	for _, ns := range []string{s.SandboxNS, s.GatewayNS} {
+		if err := netns.DeleteNamed(ns); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("delete netns %s: %w", ns, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DialContext connects to addr ("host:port", normally SandboxAddr and the
+// agent port) from inside the slot's gateway namespace. The socket keeps that
+// namespace for its whole life, whatever thread later uses it.
+func (s *Slot) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	gw, err := netns.GetFromName(s.GatewayNS)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", s.GatewayNS, err)
+	}
+	defer gw.Close()
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// The thread is never unlocked: after Setns it belongs to another
+		// namespace, so it must die with this goroutine rather than return
+		// to the scheduler's pool.
+		runtime.LockOSThread()
+		if err := netns.Set(gw); err != nil {
+			done <- result{err: fmt.Errorf("enter %s: %w", s.GatewayNS, err)}
+			return
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, network, addr)
+		done <- result{conn, err}
+	}()
+	r := <-done
+	return r.conn, r.err
+}
+
+// newNamedNS creates a persistent named network namespace.
+func newNamedNS(name string) (netns.NsHandle, error) {
+	type result struct {
+		h   netns.NsHandle
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// NewNamed switches the calling thread into the new namespace; the
+		// locked thread is discarded when this goroutine ends.
+		runtime.LockOSThread()
+		h, err := netns.NewNamed(name)
+		done <- result{h, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		return 0, fmt.Errorf("create netns %s: %w", name, r.err)
+	}
+	return r.h, nil
+}

@@ -1,0 +1,99 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/space-platform/space/internal/runtime"
+)
+
+// capabilities of the first process. They are those of an unprivileged
+// container's root: enough for the agent to start processes as other users,
+// chown files and bind low ports, all inside gVisor's kernel.
+var capabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+	"CAP_SYS_ADMIN",
+}
+
+const cpuPeriod = 100000
+
+// writeBundle writes the OCI bundle (config.json) for spec.
+func (r *Runtime) writeBundle(spec runtime.Spec) error {
+	dir := r.bundleDir(spec.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("bundle for %s: %w", spec.ID, err)
+	}
+	data, err := json.MarshalIndent(ociSpec(spec), "", " ")
+	if err != nil {
+		return fmt.Errorf("bundle for %s: %w", spec.ID, err)
+	}
+	tmp := filepath.Join(dir, "config.json.tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("bundle for %s: %w", spec.ID, err)
+	}
+	return os.Rename(tmp, filepath.Join(dir, "config.json"))
+}
+
+func ociSpec(spec runtime.Spec) *specs.Spec {
+	caps := &specs.LinuxCapabilities{
+		Bounding: capabilities, Effective: capabilities, Permitted: capabilities,
+	}
+	resources := &specs.LinuxResources{}
+	if spec.Limits.MemoryMB > 0 {
+		limit := int64(spec.Limits.MemoryMB) << 20
+		resources.Memory = &specs.LinuxMemory{Limit: &limit}
+	}
+	if spec.Limits.VCPUs > 0 {
+		quota := int64(spec.Limits.VCPUs) * cpuPeriod
+		period := uint64(cpuPeriod)
+		resources.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	if spec.Limits.Pids > 0 {
+		resources.Pids = &specs.LinuxPids{Limit: int64(spec.Limits.Pids)}
+	}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+	}
+	if spec.AgentDir != "" {
+		mounts = append(mounts, specs.Mount{
+			Destination: runtime.AgentMountPoint, Type: "bind", Source: spec.AgentDir,
+			Options: []string{"rbind", "ro"},
+		})
+	}
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			User:            specs.User{UID: 0, GID: 0},
+			Args:            spec.Args,
+			Env:             spec.Env,
+			Cwd:             "/",
+			Capabilities:    caps,
+			NoNewPrivileges: false,
+			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+		},
+		Root:     &specs.Root{Path: spec.RootfsPath},
+		Hostname: spec.Hostname,
+		Mounts:   mounts,
+		Linux: &specs.Linux{
+			CgroupsPath: "/space/" + spec.ID,
+			Resources:   resources,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.NetworkNamespace, Path: spec.NetNSPath},
+			},
+		},
+	}
+}

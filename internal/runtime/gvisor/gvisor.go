@@ -1,0 +1,275 @@
+// Package gvisor runs sandboxes under gVisor's runsc: a user-space kernel, so
+// code in a sandbox never talks to the host kernel directly. It drives the
+// runsc command line (one invocation per lifecycle step) and keeps each
+// sandbox's OCI bundle under its state directory.
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/runtime"
+)
+
+// AgentPort is the TCP port the agent listens on inside every sandbox.
+const AgentPort = 49983
+
+// Config configures the runsc backend.
+type Config struct {
+	// RunscPath is the runsc binary (built statically; see scripts/install-deps.sh).
+	RunscPath string
+	// StateDir holds runsc's state (--root) and the sandboxes' bundles.
+	StateDir string
+	// Platform is runsc's --platform; systrap works everywhere this runs.
+	Platform string
+	// ExtraFlags are passed to every runsc invocation (e.g. --debug).
+	ExtraFlags []string
+}
+
+// Runtime is the gVisor backend.
+type Runtime struct {
+	cfg Config
+}
+
+// New checks that runsc runs and prepares the state directory.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Platform == "" {
+		cfg.Platform = "systrap"
+	}
+	if cfg.RunscPath == "" {
+		return nil, errors.New("gvisor: no runsc path configured")
+	}
+	if out, err := exec.Command(cfg.RunscPath, "--version").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("gvisor: %s --version: %v: %s", cfg.RunscPath, err, bytes.TrimSpace(out))
+	}
+	for _, dir := range []string{cfg.rootDir(), cfg.bundlesDir()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	return &Runtime{cfg: cfg}, nil
+}
+
+func (c Config) rootDir() string    { return filepath.Join(c.StateDir, "runsc") }
+func (c Config) bundlesDir() string { return filepath.Join(c.StateDir, "bundles") }
+
+func (r *Runtime) bundleDir(id string) string { return filepath.Join(r.cfg.bundlesDir(), id) }
+
+// ConsoleLog is where the sandbox's first process writes stdout and stderr.
+func (r *Runtime) ConsoleLog(id string) string {
+	return filepath.Join(r.bundleDir(id), "console.log")
+}
+
+// globalFlags are the flags every runsc invocation shares. --overlay2=none
+// sends root filesystem writes through the gofer to the host volume, so they
+// are durable and not held in sandbox memory.
+func (r *Runtime) globalFlags() []string {
+	flags := []string{
+		"--root", r.cfg.rootDir(),
+		"--platform", r.cfg.Platform,
+		"--network", "sandbox",
+		"--overlay2", "none",
+		"--cpu-num-from-quota",
+		"--host-uds", "none",
+	}
+	return append(flags, r.cfg.ExtraFlags...)
+}
+
+func (r *Runtime) runsc(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.cfg.RunscPath, append(r.globalFlags(), args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLines(stderr.String(), 5))
+	}
+	return out, nil
+}
+
+// Start creates and starts a sandbox from spec.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) error {
+	if err := r.writeBundle(spec); err != nil {
+		return err
+	}
+	return r.launch(ctx, spec.ID, "run", "--detach", "--bundle", r.bundleDir(spec.ID), spec.ID)
+}
+
+// Restore starts a sandbox from a checkpoint image instead of booting it.
+// The bundle may differ from the one checkpointed (another root volume, for
+// a branch); the image carries memory and process state.
+func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, imageDir string) error {
+	if err := r.writeBundle(spec); err != nil {
+		return err
+	}
+	return r.launch(ctx, spec.ID, "restore", "--detach", "--bundle", r.bundleDir(spec.ID), "--image-path", imageDir, spec.ID)
+}
+
+// launch runs a detaching runsc command. The sandbox inherits its stdio, so
+// both go to the sandbox's console log: a pipe would be held open by the
+// sandbox and never reach EOF.
+func (r *Runtime) launch(ctx context.Context, id string, args ...string) error {
+	logPath := r.ConsoleLog(id)
+	console, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open console log of %s: %w", id, err)
+	}
+	defer console.Close()
+	before, _ := console.Seek(0, io.SeekEnd)
+	cmd := exec.CommandContext(ctx, r.cfg.RunscPath, append(r.globalFlags(), args...)...)
+	cmd.Stdout = console
+	cmd.Stderr = console
+	if err := cmd.Run(); err != nil {
+		out, _ := os.ReadFile(logPath)
+		if int64(len(out)) >= before {
+			out = out[before:]
+		}
+		_ = r.Destroy(context.WithoutCancel(ctx), id)
+		return fmt.Errorf("runsc %s %s: %w: %s", args[0], id, err, lastLines(string(out), 5))
+	}
+	return nil
+}
+
+// Checkpoint saves the sandbox's memory and process state into imageDir. With
+// leaveRunning the sandbox continues afterwards (snapshots); otherwise it
+// stops (suspend).
+func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error {
+	if err := os.MkdirAll(imageDir, 0o700); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", id, err)
+	}
+	args := []string{"checkpoint", "--image-path", imageDir}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	_, err := r.runsc(ctx, append(args, id)...)
+	return err
+}
+
+// Pause freezes every process of the sandbox; memory stays resident.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	_, err := r.runsc(ctx, "pause", id)
+	return err
+}
+
+// Resume thaws a paused sandbox.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	_, err := r.runsc(ctx, "resume", id)
+	return err
+}
+
+// Destroy kills the sandbox and removes its runsc state, cgroup and bundle.
+// Destroying a sandbox that does not exist is not an error.
+func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	if _, err := r.State(ctx, id); err == nil {
+		if _, err := r.runsc(ctx, "delete", "--force", id); err != nil {
+			if _, stateErr := r.State(ctx, id); !errors.Is(stateErr, runtime.ErrNotFound) {
+				return fmt.Errorf("destroy %s: %w", id, err)
+			}
+		}
+	}
+	if err := os.RemoveAll(r.bundleDir(id)); err != nil {
+		return fmt.Errorf("destroy %s: remove bundle: %w", id, err)
+	}
+	return nil
+}
+
+// State reports the sandbox's status, or runtime.ErrNotFound.
+func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
+	out, err := r.runsc(ctx, "state", id)
+	if err != nil {
+		if strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "not found") {
+			return runtime.State{}, fmt.Errorf("%s: %w", id, runtime.ErrNotFound)
+		}
+		return runtime.State{}, err
+	}
+	var st struct {
+		Status string `json:"status"`
+		PID    int    `json:"pid"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return runtime.State{}, fmt.Errorf("parse runsc state of %s: %w", id, err)
+	}
+	return runtime.State{Status: runtime.Status(st.Status), PID: st.PID}, nil
+}
+
+// List returns the ids of every sandbox runsc has state for.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	out, err := r.runsc(ctx, "list", "--quiet")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// Stats reads the sandbox's resource usage.
+func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	out, err := r.runsc(ctx, "events", "--stats", id)
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	var ev struct {
+		Data struct {
+			CPU struct {
+				Usage struct {
+					Total uint64 `json:"total"`
+				} `json:"usage"`
+			} `json:"cpu"`
+			Memory struct {
+				Usage struct {
+					Usage uint64 `json:"usage"`
+				} `json:"usage"`
+			} `json:"memory"`
+			Pids struct {
+				Current uint64 `json:"current"`
+			} `json:"pids"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(out, &ev); err != nil {
+		return runtime.Stats{}, fmt.Errorf("parse runsc stats of %s: %w", id, err)
+	}
+	return runtime.Stats{
+		CPUNanos:    ev.Data.CPU.Usage.Total,
+		MemoryBytes: ev.Data.Memory.Usage.Usage,
+		Pids:        ev.Data.Pids.Current,
+	}, nil
+}
+
+// DialAgent opens a connection to the agent inside the sandbox, through the
+// sandbox's network slot (see package network).
+func (r *Runtime) DialAgent(ctx context.Context, id string) (net.Conn, error) {
+	return network.SlotFor(id).DialContext(ctx, "tcp", net.JoinHostPort(network.SandboxAddr, strconv.Itoa(AgentPort)))
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// waitStopped polls until runsc reports the sandbox stopped or gone.
+func (r *Runtime) waitStopped(ctx context.Context, id string) error {
+	for {
+		st, err := r.State(ctx, id)
+		if errors.Is(err, runtime.ErrNotFound) || (err == nil && st.Status == runtime.StatusStopped) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
