@@ -1,0 +1,331 @@
+// Package controlplane decides what happens to sandboxes: it validates
+// requests, places them on the node, drives every sandbox through one state
+// machine (state.go), persists each transition before acting on it, enforces
+// lifetimes, and recovers after a restart.
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/space-platform/space/internal/metrics"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/store"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+const (
+	sandboxBucket = "sandboxes"
+	eventBucket   = "sandbox_events"
+)
+
+// Node is the node service as the control plane uses it.
+type Node interface {
+	Create(ctx context.Context, spec node.CreateSpec) error
+	Destroy(ctx context.Context, id string) error
+	Sandbox(id string) (*node.Sandbox, error)
+	Adopt(ctx context.Context, id, accessToken string) (bool, error)
+	Sweep(ctx context.Context, keep func(id string) bool) error
+}
+
+// Templates resolves the template a sandbox is created from.
+type Templates interface {
+	// Resolve returns the template's node-level description and its name.
+	// It returns an error wrapping ErrUnknownTemplate or ErrTemplateNotReady.
+	Resolve(nameOrID string) (node.TemplateSpec, string, error)
+}
+
+// Errors the API maps to status codes.
+var (
+	ErrNotFound         = errors.New("not found")
+	ErrUnknownTemplate  = errors.New("template not found")
+	ErrTemplateNotReady = errors.New("template is not ready")
+	ErrInvalid          = errors.New("invalid request")
+	ErrCapacity         = errors.New("node capacity exceeded")
+)
+
+// Capacity is what the node offers in total.
+type Capacity struct {
+	VCPUs    int
+	MemoryMB int
+	DiskMB   int
+	// MemoryOvercommit allows the sum of sandbox memory limits to exceed
+	// MemoryMB by this factor; idle sandboxes use far less than their limit.
+	MemoryOvercommit float64
+}
+
+// Defaults fill in what a create request leaves out.
+type Defaults struct {
+	Template string
+	VCPUs    int
+	MemoryMB int
+	DiskMB   int
+	Pids     int
+	TimeoutS int
+	// Retention is how long a stopped or failed sandbox stays visible.
+	Retention time.Duration
+}
+
+// Config wires a control plane.
+type Config struct {
+	Store     *store.Store
+	Node      Node
+	Templates Templates
+	Capacity  Capacity
+	Defaults  Defaults
+	Logger    *slog.Logger
+	Metrics   *metrics.Registry
+}
+
+// ControlPlane is the single authority over sandbox state.
+type ControlPlane struct {
+	cfg Config
+	log *slog.Logger
+
+	createLatency *metrics.Histogram
+
+	mu        sync.Mutex
+	sandboxes map[string]*record
+	changed   chan struct{} // closed and replaced on every state change
+}
+
+// record is the persisted sandbox plus its in-memory lock.
+type record struct {
+	Sandbox
+	lock sync.Mutex // serialises lifecycle operations on this sandbox
+	// cancelStart aborts a start in progress (guarded by ControlPlane.mu),
+	// so a delete does not wait for a slow ready check.
+	cancelStart context.CancelFunc
+}
+
+// Sandbox is the control plane's durable view of one sandbox.
+type Sandbox struct {
+	ID          string            `json:"id"`
+	Template    string            `json:"template"`
+	TemplateID  string            `json:"template_id"`
+	State       string            `json:"state"`
+	Reason      string            `json:"reason,omitempty"`
+	VCPUs       int               `json:"vcpus"`
+	MemoryMB    int               `json:"memory_mb"`
+	DiskMB      int               `json:"disk_mb"`
+	Env         map[string]string `json:"env,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	AccessToken string            `json:"access_token"`
+	CreatedAt   time.Time         `json:"created_at"`
+	StartedAt   *time.Time        `json:"started_at,omitempty"`
+	ExpiresAt   time.Time         `json:"expires_at"`
+	EndedAt     *time.Time        `json:"ended_at,omitempty"`
+}
+
+// API returns the public view of a sandbox.
+func (s *Sandbox) API() apiv1.Sandbox {
+	return apiv1.Sandbox{
+		ID: s.ID, Template: s.Template, TemplateID: s.TemplateID, State: s.State, Reason: s.Reason,
+		VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, Env: s.Env, Metadata: s.Metadata,
+		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, AccessToken: s.AccessToken,
+	}
+}
+
+// New builds a control plane; call Recover before serving requests.
+func New(cfg Config) *ControlPlane {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewRegistry()
+	}
+	cp := &ControlPlane{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		sandboxes: map[string]*record{},
+		changed:   make(chan struct{}),
+	}
+	cp.createLatency = cfg.Metrics.Histogram("space_sandbox_create_seconds",
+		"Time from create request to running.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})
+	cfg.Metrics.GaugeFunc("space_sandboxes", "Sandboxes by state.", "state", cp.countByState)
+	return cp
+}
+
+func (cp *ControlPlane) countByState() map[string]float64 {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	out := map[string]float64{}
+	for _, s := range []string{apiv1.StateStarting, apiv1.StateRunning, apiv1.StatePaused, apiv1.StateSuspended, apiv1.StateStopped, apiv1.StateFailed} {
+		out[s] = 0
+	}
+	for _, r := range cp.sandboxes {
+		out[r.State]++
+	}
+	return out
+}
+
+// newID returns 20 characters of [a-z0-9], E2B's sandbox id format: safe in
+// host names, where host routing splits on '-' and '.'.
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+func newToken() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%x", b)
+}
+
+// lookup returns the record for id.
+func (cp *ControlPlane) lookup(id string) (*record, error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	r, ok := cp.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
+	}
+	return r, nil
+}
+
+// snapshot copies a record's public fields under the control plane lock.
+func (cp *ControlPlane) snapshot(r *record) Sandbox {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return r.Sandbox
+}
+
+// update changes a record, persists it, and wakes waiters. The change is
+// durable before anything acts on it.
+func (cp *ControlPlane) update(r *record, fn func(s *Sandbox)) error {
+	cp.mu.Lock()
+	next := r.Sandbox
+	fn(&next)
+	cp.mu.Unlock()
+	if err := cp.cfg.Store.Put(sandboxBucket, next.ID, next); err != nil {
+		return fmt.Errorf("persist sandbox %s: %w", next.ID, err)
+	}
+	cp.mu.Lock()
+	r.Sandbox = next
+	close(cp.changed)
+	cp.changed = make(chan struct{})
+	cp.mu.Unlock()
+	return nil
+}
+
+// setState moves a sandbox along the state machine and records the event.
+func (cp *ControlPlane) setState(r *record, to, reason string) error {
+	from := cp.snapshot(r).State
+	if from != to && !canMove(from, to) {
+		return fmt.Errorf("sandbox %s: illegal transition %s → %s", r.ID, from, to)
+	}
+	err := cp.update(r, func(s *Sandbox) {
+		s.State = to
+		s.Reason = reason
+		now := time.Now().UTC()
+		if to == apiv1.StateRunning && s.StartedAt == nil {
+			s.StartedAt = &now
+		}
+		if terminal(to) {
+			s.EndedAt = &now
+		}
+	})
+	if err != nil {
+		return err
+	}
+	cp.recordEvent(r.ID, Event{Time: time.Now().UTC(), Type: "state", From: from, To: to, Message: reason})
+	return nil
+}
+
+// Get returns one sandbox.
+func (cp *ControlPlane) Get(id string) (Sandbox, error) {
+	r, err := cp.lookup(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return cp.snapshot(r), nil
+}
+
+// Filter selects sandboxes in List.
+type Filter struct {
+	State    string
+	Metadata map[string]string
+}
+
+// List returns the sandboxes matching f, oldest first.
+func (cp *ControlPlane) List(f Filter) []Sandbox {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var out []Sandbox
+	for _, r := range cp.sandboxes {
+		if f.State != "" && r.State != f.State {
+			continue
+		}
+		match := true
+		for k, v := range f.Metadata {
+			if r.Metadata[k] != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, r.Sandbox)
+		}
+	}
+	sortByCreation(out)
+	return out
+}
+
+// InUse reports whether a live sandbox uses the template with this id.
+func (cp *ControlPlane) InUse(templateID string) bool { return cp.CountUsing(templateID) > 0 }
+
+// Wait blocks until the sandbox reaches state, ends in another terminal
+// state (StateError), or ctx ends.
+func (cp *ControlPlane) Wait(ctx context.Context, id, state string) (Sandbox, error) {
+	for {
+		cp.mu.Lock()
+		r, ok := cp.sandboxes[id]
+		changed := cp.changed
+		var s Sandbox
+		if ok {
+			s = r.Sandbox
+		}
+		cp.mu.Unlock()
+		if !ok {
+			return Sandbox{}, fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
+		}
+		if s.State == state {
+			return s, nil
+		}
+		if terminal(s.State) {
+			msg := "wait for " + state
+			if s.Reason != "" {
+				msg += " (" + s.Reason + ")"
+			}
+			return s, &StateError{ID: id, State: s.State, Want: msg}
+		}
+		select {
+		case <-ctx.Done():
+			return s, ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// CountUsing counts the live sandboxes created from the template with this id.
+func (cp *ControlPlane) CountUsing(templateID string) int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	n := 0
+	for _, r := range cp.sandboxes {
+		if r.TemplateID == templateID && !terminal(r.State) {
+			n++
+		}
+	}
+	return n
+}

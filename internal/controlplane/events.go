@@ -1,0 +1,43 @@
+package controlplane
+
+import (
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// Event is one recorded thing that happened to a sandbox.
+type Event = apiv1.SandboxEvent
+
+// maxEvents bounds the events kept per sandbox; older ones are dropped.
+const maxEvents = 500
+
+// recordEvent appends an event to the sandbox's durable history.
+func (cp *ControlPlane) recordEvent(id string, ev Event) {
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var events []Event
+	_ = cp.cfg.Store.Get(eventBucket, id, &events)
+	events = append(events, ev)
+	if len(events) > maxEvents {
+		events = events[len(events)-maxEvents:]
+	}
+	if err := cp.cfg.Store.Put(eventBucket, id, events); err != nil {
+		cp.log.Error("record event", "sandbox", id, "err", err)
+	}
+}
+
+// Events returns the sandbox's recorded events, oldest first.
+func (cp *ControlPlane) Events(id string) ([]Event, error) {
+	if _, err := cp.lookup(id); err != nil {
+		return nil, err
+	}
+	var events []Event
+	if err := cp.cfg.Store.Get(eventBucket, id, &events); err != nil {
+		return []Event{}, nil
+	}
+	return events, nil
+}

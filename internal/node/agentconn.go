@@ -1,0 +1,139 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/space-platform/space/internal/agent/gen/filesystempb/filesystempbconnect"
+	"github.com/space-platform/space/internal/agent/gen/processpb/processpbconnect"
+)
+
+// agentBaseURL is a placeholder host: every request is dialed through the
+// sandbox's own channel, never resolved.
+const agentBaseURL = "http://agent"
+
+// agentDialTimeout bounds one connection attempt to an agent.
+const agentDialTimeout = time.Second
+
+// AgentConn is the node's persistent channel to one sandbox's agent: a single
+// HTTP/2 (cleartext) connection multiplexing every call. When the connection
+// breaks (a checkpoint, a restore) the next call dials again.
+type AgentConn struct {
+	token     atomic.Pointer[string]
+	transport *http2.Transport
+	http      *http.Client
+	Process   processpbconnect.ProcessClient
+	FS        filesystempbconnect.FilesystemClient
+}
+
+// dialFunc opens a raw connection to the agent.
+type dialFunc func(ctx context.Context) (net.Conn, error)
+
+func newAgentConn(dial dialFunc, token string) *AgentConn {
+	t := &http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
+			// The transport shares one dial among waiting requests and may
+			// not bound it; an unanswered SYN (the sandbox's network stack
+			// not up yet) would otherwise stall every call for minutes.
+			ctx, cancel := context.WithTimeout(ctx, agentDialTimeout)
+			defer cancel()
+			return dial(ctx)
+		},
+		// A restored or frozen sandbox silently keeps the old connection;
+		// pings notice it so calls redial instead of hanging.
+		ReadIdleTimeout: 15 * time.Second,
+		PingTimeout:     5 * time.Second,
+	}
+	a := &AgentConn{transport: t}
+	a.token.Store(&token)
+	a.http = &http.Client{Transport: tokenTransport{a}}
+	a.Process = processpbconnect.NewProcessClient(a.http, agentBaseURL)
+	a.FS = filesystempbconnect.NewFilesystemClient(a.http, agentBaseURL)
+	return a
+}
+
+// tokenTransport adds the sandbox's access token to every request.
+type tokenTransport struct{ a *AgentConn }
+
+func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if token := *t.a.token.Load(); token != "" && req.Header.Get("X-Access-Token") == "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("X-Access-Token", token)
+	}
+	return t.a.transport.RoundTrip(req)
+}
+
+// Close drops the connection.
+func (a *AgentConn) Close() { a.transport.CloseIdleConnections() }
+
+// Do sends a plain HTTP request (the /files, /init and /health endpoints).
+func (a *AgentConn) Do(req *http.Request) (*http.Response, error) { return a.http.Do(req) }
+
+// waitHealthy polls /health until the agent answers or ctx ends. Early dials
+// fail while the sandbox's network stack comes up.
+func (a *AgentConn) waitHealthy(ctx context.Context) error {
+	var lastErr error
+	for delay := 2 * time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		attempt, cancel := context.WithTimeout(ctx, time.Second)
+		req, _ := http.NewRequestWithContext(attempt, http.MethodGet, agentBaseURL+"/health", nil)
+		resp, err := a.http.Do(req)
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode < 300 {
+				return nil
+			}
+			err = fmt.Errorf("health: status %d", resp.StatusCode)
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent did not become healthy: %w (last error: %v)", ctx.Err(), lastErr)
+		case <-time.After(delay):
+		}
+	}
+}
+
+// agentInit is the body of the agent's POST /init.
+type agentInit struct {
+	AccessToken    string            `json:"accessToken"`
+	EnvVars        map[string]string `json:"envVars,omitempty"`
+	DefaultUser    string            `json:"defaultUser,omitempty"`
+	DefaultWorkdir string            `json:"defaultWorkdir,omitempty"`
+	Hostname       string            `json:"hostname,omitempty"`
+	Entropy        []byte            `json:"entropy,omitempty"`
+	Timestamp      time.Time         `json:"timestamp"`
+}
+
+// init gives the agent its identity. It authenticates with the current token
+// and switches the connection to the new one.
+func (a *AgentConn) init(ctx context.Context, in agentInit) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/init", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("agent init: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("agent init: status %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	a.token.Store(&in.AccessToken)
+	return nil
+}

@@ -1,0 +1,92 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/space-platform/space/internal/agent/gen/processpb"
+)
+
+// ExecSpec is a one-shot command.
+type ExecSpec struct {
+	Cmd     []string
+	Env     map[string]string
+	Cwd     string
+	User    string
+	Timeout time.Duration
+}
+
+// ExecResult is what a one-shot command produced.
+type ExecResult struct {
+	Stdout, Stderr []byte
+	ExitCode       int
+}
+
+// ErrExecTimeout is returned when a one-shot command outlives its timeout;
+// the agent kills it.
+var ErrExecTimeout = errors.New("command timed out")
+
+// Exec runs a command to completion and returns its output. The timeout is
+// sent to the agent as the process's lifetime.
+func (sb *Sandbox) Exec(ctx context.Context, spec ExecSpec) (*ExecResult, error) {
+	if len(spec.Cmd) == 0 {
+		return nil, errors.New("empty command")
+	}
+	if spec.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, spec.Timeout)
+		defer cancel()
+	}
+	req := &processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: spec.Cmd[0], Args: spec.Cmd[1:], Envs: spec.Env},
+	}
+	if spec.Cwd != "" {
+		req.Process.Cwd = &spec.Cwd
+	}
+	creq := connect.NewRequest(req)
+	setUser(creq.Header(), spec.User)
+	stream, err := sb.Agent.Process.Start(ctx, creq)
+	if err != nil {
+		return nil, fmt.Errorf("exec %q: %w", spec.Cmd[0], err)
+	}
+	defer stream.Close()
+	var res ExecResult
+	var stdout, stderr bytes.Buffer
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if d := ev.GetData(); d != nil {
+			stdout.Write(d.GetStdout())
+			stderr.Write(d.GetStderr())
+		}
+		if e := ev.GetEnd(); e != nil {
+			res.ExitCode = int(e.GetExitCode())
+			res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
+			if res.ExitCode == 0 && !e.GetExited() && e.GetError() != "" {
+				return nil, fmt.Errorf("exec %q: %s", spec.Cmd[0], e.GetError())
+			}
+			return &res, nil
+		}
+	}
+	err = stream.Err()
+	if connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return nil, fmt.Errorf("exec %q: %w", spec.Cmd[0], ErrExecTimeout)
+	}
+	if err == nil {
+		err = errors.New("stream ended without an exit status")
+	}
+	return nil, fmt.Errorf("exec %q: %w", spec.Cmd[0], err)
+}
+
+// setUser selects the user a request runs as, the way E2B's SDKs do.
+func setUser(h http.Header, user string) {
+	if user != "" {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	}
+}

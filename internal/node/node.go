@@ -1,0 +1,148 @@
+// Package node runs sandboxes on one machine: it prepares each sandbox's
+// root volume and network slot, starts it on a runtime backend, keeps the
+// channel to the agent inside, and records command sessions. It holds no
+// durable state of its own; the control plane decides and remembers.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/space-platform/space/internal/runtime"
+)
+
+// Runtime is the sandbox backend the node drives (gVisor today).
+type Runtime interface {
+	Start(ctx context.Context, spec runtime.Spec) error
+	Restore(ctx context.Context, spec runtime.Spec, imageDir string) error
+	Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	Destroy(ctx context.Context, id string) error
+	State(ctx context.Context, id string) (runtime.State, error)
+	List(ctx context.Context) ([]string, error)
+	Stats(ctx context.Context, id string) (runtime.Stats, error)
+	DialAgent(ctx context.Context, id string) (net.Conn, error)
+}
+
+// Volumes is the copy-on-write storage the node takes root filesystems from.
+type Volumes interface {
+	Snapshot(src, dst string, readOnly bool) (string, error)
+	Delete(name string) error
+	SetLimit(name string, bytes int64) error
+	Path(name string) string
+	List(prefix string) ([]string, error)
+	Exists(name string) bool
+}
+
+// Config wires a node.
+type Config struct {
+	Runtime Runtime
+	Volumes Volumes
+	// AgentBinary is the static agent executable; it is copied into
+	// StateDir and mounted read-only into every sandbox.
+	AgentBinary string
+	StateDir    string
+	// SessionOutputLimit bounds each session's journal (bytes).
+	SessionOutputLimit int64
+	Logger             *slog.Logger
+}
+
+// Node is the node service.
+type Node struct {
+	cfg      Config
+	agentDir string
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	sandboxes map[string]*Sandbox
+}
+
+// agentName is the agent's file name inside runtime.AgentMountPoint.
+const agentName = "space-agent"
+
+// New prepares the node's state directory and agent copy.
+func New(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.SessionOutputLimit <= 0 {
+		cfg.SessionOutputLimit = 8 << 20
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, sandboxes: map[string]*Sandbox{}}
+	n.agentDir = filepath.Join(cfg.StateDir, "agent")
+	if err := installAgent(cfg.AgentBinary, n.agentDir); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// installAgent copies the agent binary next to the node's state so that a
+// rebuild of the source tree never changes what running sandboxes mount.
+func installAgent(src, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(dir, ".agent-*")
+	if err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return fmt.Errorf("install agent: %w", err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return fmt.Errorf("install agent: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, agentName))
+}
+
+// ErrNoSandbox is returned for a sandbox this node does not run.
+var ErrNoSandbox = errors.New("sandbox not running on this node")
+
+// Sandbox returns the node's handle of a running sandbox.
+func (n *Node) Sandbox(id string) (*Sandbox, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sb, ok := n.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", id, ErrNoSandbox)
+	}
+	return sb, nil
+}
+
+// Stats reads a sandbox's resource usage from its runtime.
+func (n *Node) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	return n.cfg.Runtime.Stats(ctx, id)
+}
+
+func (n *Node) register(sb *Sandbox) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.sandboxes[sb.ID] = sb
+}
+
+func (n *Node) unregister(id string) *Sandbox {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sb := n.sandboxes[id]
+	delete(n.sandboxes, id)
+	return sb
+}

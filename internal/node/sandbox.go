@@ -1,0 +1,261 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/runtime"
+)
+
+// TemplateSpec is what the node needs to know of a template.
+type TemplateSpec struct {
+	ID           string
+	RootfsVolume string
+	Env          map[string]string
+	User         string
+	Workdir      string
+	// Start is a long-running command started in every new sandbox and
+	// Ready a check that must exit 0 before the sandbox counts as running.
+	Start string
+	Ready string
+}
+
+// CreateSpec is one sandbox to start.
+type CreateSpec struct {
+	ID          string
+	Template    TemplateSpec
+	Limits      runtime.Limits
+	DiskMB      int
+	Env         map[string]string
+	AccessToken string
+}
+
+// Sandbox is the node's handle of one running sandbox.
+type Sandbox struct {
+	ID    string
+	Agent *AgentConn
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	node     *Node
+}
+
+// How long a new sandbox's agent and ready check may take.
+const (
+	agentStartTimeout = 30 * time.Second
+	readyTimeout      = 2 * time.Minute
+	agentPath         = runtime.AgentMountPoint + "/" + agentName
+)
+
+func volumeName(id string) string { return path.Join("sandboxes", id) }
+
+// Create starts a sandbox: a copy-on-write snapshot of the template's root,
+// a network slot, the runtime, then the agent's identity. On failure
+// everything already made is released again.
+func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
+	defer func() {
+		if err != nil {
+			if cerr := n.release(context.WithoutCancel(ctx), spec.ID); cerr != nil {
+				n.log.Error("cleanup after failed create", "sandbox", spec.ID, "err", cerr)
+			}
+		}
+	}()
+	vol := volumeName(spec.ID)
+	if _, err := n.cfg.Volumes.Snapshot(spec.Template.RootfsVolume, vol, false); err != nil {
+		return fmt.Errorf("root volume: %w", err)
+	}
+	if spec.DiskMB > 0 {
+		if err := n.cfg.Volumes.SetLimit(vol, int64(spec.DiskMB)<<20); err != nil {
+			return fmt.Errorf("disk limit: %w", err)
+		}
+	}
+	slot, err := network.Create(spec.ID)
+	if err != nil {
+		return err
+	}
+	bootToken := randomHex(32)
+	rs := runtime.Spec{
+		ID:         spec.ID,
+		RootfsPath: n.cfg.Volumes.Path(vol),
+		NetNSPath:  slot.NetNSPath(),
+		AgentDir:   n.agentDir,
+		Args:       []string{agentPath},
+		Env: []string{
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"SPACE_AGENT_TOKEN=" + bootToken,
+		},
+		Hostname: spec.ID,
+		Limits:   spec.Limits,
+	}
+	if err := n.cfg.Runtime.Start(ctx, rs); err != nil {
+		return err
+	}
+	sb := n.newSandbox(spec.ID, bootToken)
+	startCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
+	defer cancel()
+	if err := sb.Agent.waitHealthy(startCtx); err != nil {
+		return err
+	}
+	env := map[string]string{}
+	for k, v := range spec.Template.Env {
+		env[k] = v
+	}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	entropy := make([]byte, 64)
+	_, _ = rand.Read(entropy)
+	if err := sb.Agent.init(startCtx, agentInit{
+		AccessToken:    spec.AccessToken,
+		EnvVars:        env,
+		DefaultUser:    spec.Template.User,
+		DefaultWorkdir: spec.Template.Workdir,
+		Hostname:       spec.ID,
+		Entropy:        entropy,
+		Timestamp:      time.Now().UTC(),
+	}); err != nil {
+		return err
+	}
+	n.register(sb)
+	if err := sb.startTemplateCommand(ctx, spec.Template); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (n *Node) newSandbox(id, token string) *Sandbox {
+	return &Sandbox{
+		ID:       id,
+		Agent:    newAgentConn(func(ctx context.Context) (net.Conn, error) { return n.cfg.Runtime.DialAgent(ctx, id) }, token),
+		sessions: map[string]*Session{},
+		node:     n,
+	}
+}
+
+// startTemplateCommand runs the template's start command as a session and
+// waits for its ready check.
+func (sb *Sandbox) startTemplateCommand(ctx context.Context, t TemplateSpec) error {
+	if t.Start != "" {
+		if _, err := sb.StartSession(ctx, SessionSpec{Cmd: []string{"/bin/sh", "-c", t.Start}, Tag: "start"}); err != nil {
+			return fmt.Errorf("template start command: %w", err)
+		}
+	}
+	if t.Ready == "" {
+		return nil
+	}
+	readyCtx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		res, err := sb.Exec(readyCtx, ExecSpec{Cmd: []string{"/bin/sh", "-c", t.Ready}, Timeout: 10 * time.Second})
+		if err == nil && res.ExitCode == 0 {
+			return nil
+		}
+		select {
+		case <-readyCtx.Done():
+			return fmt.Errorf("ready check %q did not pass within %s", t.Ready, readyTimeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Adopt takes over a sandbox whose runtime survived a restart of the node.
+// It reports false if the sandbox is not running any more.
+func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) {
+	st, err := n.cfg.Runtime.State(ctx, id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if st.Status != runtime.StatusRunning && st.Status != runtime.StatusPaused {
+		return false, nil
+	}
+	sb := n.newSandbox(id, accessToken)
+	if st.Status == runtime.StatusRunning {
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := sb.Agent.waitHealthy(hctx); err != nil {
+			return false, nil
+		}
+	}
+	n.register(sb)
+	return true, nil
+}
+
+// Destroy stops a sandbox and releases everything it held: processes,
+// network slot, root volume, runtime state. Destroying a sandbox that is
+// already gone is not an error.
+func (n *Node) Destroy(ctx context.Context, id string) error {
+	return n.release(ctx, id)
+}
+
+func (n *Node) release(ctx context.Context, id string) error {
+	if sb := n.unregister(id); sb != nil {
+		sb.closeSessions("sandbox stopped")
+		sb.Agent.Close()
+	}
+	var errs []error
+	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := network.SlotFor(id).Destroy(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := n.cfg.Volumes.Delete(volumeName(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("release %s: %w", id, err)
+	}
+	return nil
+}
+
+// Sweep removes runtime sandboxes, network slots and volumes that belong to
+// no sandbox in keep: leftovers of a crash between steps. Candidates come
+// from this installation's runtime state and volumes only; network
+// namespaces are host-wide and may belong to another installation. A slot
+// can not outlive both, since Create makes the volume first and release
+// removes it last.
+func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
+	ids := map[string]bool{}
+	running, err := n.cfg.Runtime.List(ctx)
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	for _, id := range running {
+		ids[id] = true
+	}
+	vols, err := n.cfg.Volumes.List("sandboxes")
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	for _, v := range vols {
+		ids[path.Base(v)] = true
+	}
+	var errs []error
+	for id := range ids {
+		if keep(id) {
+			continue
+		}
+		n.log.Info("removing orphaned sandbox resources", "sandbox", id)
+		if err := n.release(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n/2)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

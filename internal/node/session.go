@@ -1,0 +1,281 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/space-platform/space/internal/agent/gen/processpb"
+)
+
+// SessionSpec is a command to start as a session.
+type SessionSpec struct {
+	Cmd   []string
+	Env   map[string]string
+	Cwd   string
+	User  string
+	TTY   bool
+	Cols  uint32
+	Rows  uint32
+	Stdin bool
+	Tag   string
+}
+
+// Session is one command whose lifetime is independent of any client: the
+// node follows its output into a journal that clients read by offset.
+type Session struct {
+	ID        string
+	PID       uint32
+	Spec      SessionSpec
+	StartedAt time.Time
+	Journal   *Journal
+
+	mu      sync.Mutex
+	endedAt time.Time
+	cancel  context.CancelFunc
+}
+
+// EndedAt is when the process ended (zero while it runs).
+func (s *Session) EndedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endedAt
+}
+
+// ErrNoSession is returned for an unknown session id.
+var ErrNoSession = errors.New("session not found")
+
+// StartSession starts a command and follows its output until it ends.
+func (sb *Sandbox) StartSession(ctx context.Context, spec SessionSpec) (*Session, error) {
+	if len(spec.Cmd) == 0 {
+		return nil, errors.New("empty command")
+	}
+	req := &processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: spec.Cmd[0], Args: spec.Cmd[1:], Envs: spec.Env},
+		Stdin:   &spec.Stdin,
+	}
+	if spec.Cwd != "" {
+		req.Process.Cwd = &spec.Cwd
+	}
+	if spec.Tag != "" {
+		req.Tag = &spec.Tag
+	}
+	if spec.TTY {
+		cols, rows := spec.Cols, spec.Rows
+		if cols == 0 || rows == 0 {
+			cols, rows = 80, 24
+		}
+		req.Pty = &processpb.PTY{Size: &processpb.PTY_Size{Cols: cols, Rows: rows}}
+	}
+	// The stream outlives the request that started it.
+	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	creq := connect.NewRequest(req)
+	setUser(creq.Header(), spec.User)
+	stream, err := sb.Agent.Process.Start(streamCtx, creq)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("start %q: %w", spec.Cmd[0], err)
+	}
+	pid, err := firstPID(stream)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("start %q: %w", spec.Cmd[0], err)
+	}
+	s := &Session{
+		ID:        "s" + strconv.FormatUint(uint64(pid), 10) + "-" + randomHex(8),
+		PID:       pid,
+		Spec:      spec,
+		StartedAt: time.Now().UTC(),
+		Journal:   NewJournal(sb.node.cfg.SessionOutputLimit),
+		cancel:    cancel,
+	}
+	sb.mu.Lock()
+	sb.sessions[s.ID] = s
+	sb.mu.Unlock()
+	go sb.follow(streamCtx, s, stream)
+	return s, nil
+}
+
+// startStream is what Start and Connect both return.
+type eventStream interface {
+	Receive() bool
+	Err() error
+	Close() error
+}
+
+type startStream interface {
+	eventStream
+	Msg() *processpb.StartResponse
+}
+
+func firstPID(stream startStream) (uint32, error) {
+	for stream.Receive() {
+		if st := stream.Msg().GetEvent().GetStart(); st != nil {
+			return st.GetPid(), nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("agent closed the stream before the process started")
+}
+
+// follow copies the process's events into the journal. When the connection
+// to the agent breaks, it reconnects by pid from the last offset it holds,
+// so no byte is lost.
+func (sb *Sandbox) follow(ctx context.Context, s *Session, first *connect.ServerStreamForClient[processpb.StartResponse]) {
+	done := consume(first, func() *processpb.ProcessEvent { return first.Msg().GetEvent() }, s)
+	first.Close()
+	for attempt := 0; !done; attempt++ {
+		if ctx.Err() != nil {
+			s.finish(End{ExitCode: -1, Error: "session closed"})
+			return
+		}
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				continue
+			case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second)):
+			}
+		}
+		next, _, _ := s.Journal.Status()
+		req := connect.NewRequest(&processpb.ConnectRequest{
+			Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: s.PID}},
+		})
+		req.Header().Set("X-Space-Output-Offset", strconv.FormatInt(next, 10))
+		stream, err := sb.Agent.Process.Connect(ctx, req)
+		if err != nil {
+			if connect.CodeOf(err) == connect.CodeNotFound {
+				s.finish(End{ExitCode: -1, Error: "process lost: " + err.Error()})
+				return
+			}
+			continue
+		}
+		done = consume(stream, func() *processpb.ProcessEvent { return stream.Msg().GetEvent() }, s)
+		stream.Close()
+	}
+}
+
+// consume reads one stream until it ends; it reports whether the process ended.
+func consume(stream eventStream, event func() *processpb.ProcessEvent, s *Session) bool {
+	for stream.Receive() {
+		ev := event()
+		if d := ev.GetData(); d != nil {
+			switch {
+			case d.GetStdout() != nil:
+				s.Journal.Append(Stdout, d.GetStdout())
+			case d.GetStderr() != nil:
+				s.Journal.Append(Stderr, d.GetStderr())
+			case d.GetPty() != nil:
+				s.Journal.Append(PTY, d.GetPty())
+			}
+		}
+		if e := ev.GetEnd(); e != nil {
+			s.finish(End{ExitCode: int(e.GetExitCode()), Error: e.GetError()})
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Session) finish(e End) {
+	s.mu.Lock()
+	if s.endedAt.IsZero() {
+		s.endedAt = time.Now().UTC()
+	}
+	s.mu.Unlock()
+	s.Journal.Finish(e)
+}
+
+// Session returns one session.
+func (sb *Sandbox) Session(id string) (*Session, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	s, ok := sb.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", id, ErrNoSession)
+	}
+	return s, nil
+}
+
+// Sessions lists the sandbox's sessions, oldest first.
+func (sb *Sandbox) Sessions() []*Session {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	out := make([]*Session, 0, len(sb.sessions))
+	for _, s := range sb.sessions {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
+	return out
+}
+
+func (sb *Sandbox) closeSessions(reason string) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	for _, s := range sb.sessions {
+		s.cancel()
+		s.finish(End{ExitCode: -1, Error: reason})
+	}
+}
+
+func selector(s *Session) *processpb.ProcessSelector {
+	return &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: s.PID}}
+}
+
+// WriteStdin sends input to the session's process (its terminal for TTY
+// sessions).
+func (sb *Sandbox) WriteStdin(ctx context.Context, s *Session, data []byte) error {
+	in := &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: data}}
+	if s.Spec.TTY {
+		in = &processpb.ProcessInput{Input: &processpb.ProcessInput_Pty{Pty: data}}
+	}
+	_, err := sb.Agent.Process.SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{Process: selector(s), Input: in}))
+	if err != nil {
+		return fmt.Errorf("stdin of session %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// CloseStdin gives the process end-of-file on stdin.
+func (sb *Sandbox) CloseStdin(ctx context.Context, s *Session) error {
+	if s.Spec.TTY {
+		return sb.WriteStdin(ctx, s, []byte{4}) // Ctrl-D
+	}
+	_, err := sb.Agent.Process.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: selector(s)}))
+	if err != nil {
+		return fmt.Errorf("close stdin of session %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// Signal sends a signal (by number) to the session's process group.
+func (sb *Sandbox) Signal(ctx context.Context, s *Session, signal int) error {
+	_, err := sb.Agent.Process.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{
+		Process: selector(s), Signal: processpb.Signal(signal),
+	}))
+	if err != nil {
+		return fmt.Errorf("signal session %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// Resize changes the session's terminal size.
+func (sb *Sandbox) Resize(ctx context.Context, s *Session, cols, rows uint32) error {
+	if !s.Spec.TTY {
+		return errors.New("session has no terminal")
+	}
+	_, err := sb.Agent.Process.Update(ctx, connect.NewRequest(&processpb.UpdateRequest{
+		Process: selector(s), Pty: &processpb.PTY{Size: &processpb.PTY_Size{Cols: cols, Rows: rows}},
+	}))
+	if err != nil {
+		return fmt.Errorf("resize session %s: %w", s.ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+// Package apiv1 holds the wire types of the space HTTP API v1: the JSON
+// bodies the server sends and accepts. The server (internal/api) and the Go
+// client (pkg/client) share them so the two cannot drift apart.
+package apiv1
+
+import "time"
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// Sandbox states. The lifecycle issue adds pausing/paused/suspending/...;
+// clients must treat unknown states as opaque strings.
+const (
+	StateStarting     = "starting"
+	StateRunning      = "running"
+	StatePausing      = "pausing"
+	StatePaused       = "paused"
+	StateSuspending   = "suspending"
+	StateSuspended    = "suspended"
+	StateResuming     = "resuming"
+	StateSnapshotting = "snapshotting"
+	StateStopping     = "stopping"
+	StateStopped      = "stopped"
+	StateFailed       = "failed"
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Template string            `json:"template"`
+	VCPUs    int               `json:"vcpus,omitempty"`
+	MemoryMB int               `json:"memory_mb,omitempty"`
+	DiskMB   int               `json:"disk_mb,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// TimeoutS is the lifetime in seconds from now; 0 means the server
+	// default (300). It is extended by POST /v1/sandboxes/{id}/timeout.
+	TimeoutS int `json:"timeout_s,omitempty"`
+}
+
+// Sandbox is the public view of one sandbox.
+type Sandbox struct {
+	ID          string            `json:"id"`
+	Template    string            `json:"template"`
+	TemplateID  string            `json:"template_id,omitempty"`
+	State       string            `json:"state"`
+	Reason      string            `json:"reason,omitempty"`
+	VCPUs       int               `json:"vcpus"`
+	MemoryMB    int               `json:"memory_mb"`
+	DiskMB      int               `json:"disk_mb"`
+	Env         map[string]string `json:"env,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	StartedAt   *time.Time        `json:"started_at,omitempty"`
+	ExpiresAt   time.Time         `json:"expires_at"`
+	AccessToken string            `json:"access_token,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
+type SetTimeoutRequest struct {
+	TimeoutS int `json:"timeout_s"`
+}
+
+// CreateSessionRequest is the body of POST /v1/sandboxes/{id}/sessions.
+type CreateSessionRequest struct {
+	Cmd  []string          `json:"cmd"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+	User string            `json:"user,omitempty"`
+	TTY  bool              `json:"tty,omitempty"`
+	// Stdin keeps the process's stdin open for POST .../stdin.
+	Stdin bool   `json:"stdin,omitempty"`
+	Cols  uint32 `json:"cols,omitempty"`
+	Rows  uint32 `json:"rows,omitempty"`
+	// Tag names the session so it can be found again (optional).
+	Tag string `json:"tag,omitempty"`
+}
+
+// Session states.
+const (
+	SessionRunning = "running"
+	SessionExited  = "exited"
+)
+
+// Session describes one command session.
+type Session struct {
+	ID        string     `json:"id"`
+	PID       uint32     `json:"pid"`
+	Cmd       []string   `json:"cmd"`
+	Tag       string     `json:"tag,omitempty"`
+	TTY       bool       `json:"tty"`
+	State     string     `json:"state"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	Error     string     `json:"error,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	// OutputBytes is the offset one past the last byte of output recorded.
+	OutputBytes int64 `json:"output_bytes"`
+	// DroppedBytes counts output bytes dropped from the front of the journal.
+	DroppedBytes int64 `json:"dropped_bytes"`
+}
+
+// SessionList is the body of GET /v1/sandboxes/{id}/sessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// Attach stream (GET .../sessions/{sid}/attach) is text/event-stream with
+// these event names. Every event's id: is the output offset after it.
+const (
+	EventStdout    = "stdout"
+	EventStderr    = "stderr"
+	EventPTY       = "pty" // TTY sessions: merged terminal output
+	EventExit      = "exit"
+	EventTruncated = "truncated"
+)
+
+// OutputChunk is the data of a stdout/stderr/pty event. Exactly one of Text
+// (valid UTF-8) or Base64 is set.
+type OutputChunk struct {
+	Text   string `json:"text,omitempty"`
+	Base64 string `json:"base64,omitempty"`
+}
+
+// ExitEvent is the data of an exit event.
+type ExitEvent struct {
+	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+}
+
+// TruncatedEvent is sent when the client asked for output that was dropped
+// because the journal is bounded; From is the first offset still held.
+type TruncatedEvent struct {
+	Requested int64 `json:"requested"`
+	From      int64 `json:"from"`
+}
+
+// SignalRequest is the body of POST .../sessions/{sid}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"` // "SIGTERM", "TERM", "9", ...
+}
+
+// ResizeRequest is the body of POST .../sessions/{sid}/resize.
+type ResizeRequest struct {
+	Cols uint32 `json:"cols"`
+	Rows uint32 `json:"rows"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
+type ExecRequest struct {
+	Cmd      []string          `json:"cmd"`
+	Env      map[string]string `json:"env,omitempty"`
+	Cwd      string            `json:"cwd,omitempty"`
+	User     string            `json:"user,omitempty"`
+	TimeoutS int               `json:"timeout_s,omitempty"`
+}
+
+// ExecResult is the response of POST /v1/sandboxes/{id}/exec.
+type ExecResult struct {
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// FileEntry is one entry of a directory listing (GET .../files on a dir).
+type FileEntry struct {
+	Name          string    `json:"name"`
+	Path          string    `json:"path"`
+	Type          string    `json:"type"` // file | dir | symlink
+	Size          int64     `json:"size"`
+	Mode          uint32    `json:"mode"`
+	Owner         string    `json:"owner,omitempty"`
+	Group         string    `json:"group,omitempty"`
+	ModifiedAt    time.Time `json:"modified_at"`
+	SymlinkTarget string    `json:"symlink_target,omitempty"`
+}
+
+// FileList is the JSON body returned for a directory.
+type FileList struct {
+	Path    string      `json:"path"`
+	Entries []FileEntry `json:"entries"`
+}
+
+// MkdirRequest is the body of POST .../files/mkdir.
+type MkdirRequest struct {
+	Path string `json:"path"`
+}
+
+// MoveRequest is the body of POST .../files/move.
+type MoveRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Template build states.
+const (
+	TemplateBuilding = "building"
+	TemplateReady    = "ready"
+	TemplateFailed   = "failed"
+)
+
+// Template describes a built (or building) template.
+type Template struct {
+	Name      string     `json:"name"`
+	ID        string     `json:"id"` // content hash of the resolved recipe
+	State     string     `json:"state"`
+	Reason    string     `json:"reason,omitempty"`
+	From      string     `json:"from"`
+	SizeBytes int64      `json:"size_bytes,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	ReadyAt   *time.Time `json:"ready_at,omitempty"`
+	// Logs is the build log so far (GET /v1/templates/{name}); ?logs_from=N
+	// returns lines from index N.
+	Logs []string `json:"logs,omitempty"`
+	// Sandboxes counts sandboxes using this template.
+	Sandboxes int `json:"sandboxes"`
+}
+
+// TemplateList is the body of GET /v1/templates.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// CreateTemplateRequest is the body of POST /v1/templates: a recipe, either
+// as JSON fields or as the raw YAML text in Recipe.
+type CreateTemplateRequest struct {
+	Name   string `json:"name,omitempty"`
+	Recipe string `json:"recipe"`
+}
+
+// APIKey describes one API key; Key is only set when it is created.
+type APIKey struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Prefix    string    `json:"prefix"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
+	Key       string    `json:"key,omitempty"`
+}
+
+// CreateKeyRequest is the body of POST /v1/keys.
+type CreateKeyRequest struct {
+	Name string `json:"name"`
+}
+
+// KeyList is the body of GET /v1/keys.
+type KeyList struct {
+	Keys []APIKey `json:"keys"`
+}
