@@ -1,0 +1,205 @@
+package storage
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// subvolumeRootInode is the inode number of every btrfs subvolume's root
+// directory (BTRFS_FIRST_FREE_OBJECTID); it is how a subvolume is told
+// apart from a plain directory without an ioctl.
+const subvolumeRootInode = 256
+
+// btrfsBackend drives subvolumes through the btrfs CLI: slower than raw
+// ioctls by a fork, but its error messages are the ones operators know.
+type btrfsBackend struct {
+	root   string
+	quotas bool
+	logf   func(string, ...any)
+}
+
+func newBtrfsBackend(ctx context.Context, root string, logf func(string, ...any)) *btrfsBackend {
+	b := &btrfsBackend{root: root, logf: logf}
+	if _, err := run(ctx, "btrfs", "quota", "enable", root); err != nil {
+		logf("storage: WARNING: cannot enable btrfs quotas (%v); sandbox disk limits will not be enforced", err)
+		return b
+	}
+	b.quotas = true
+	// Enabling starts a rescan; usage numbers are wrong until it ends.
+	if _, err := run(ctx, "btrfs", "quota", "rescan", "-W", root); err != nil {
+		logf("storage: waiting for quota rescan: %v", err)
+	}
+	// Qgroups of subvolumes deleted before a crash linger; drop them.
+	if _, err := run(ctx, "btrfs", "qgroup", "clear-stale", root); err != nil {
+		logf("storage: clearing stale qgroups: %v", err)
+	}
+	return b
+}
+
+func (b *btrfsBackend) kind() string { return KindBtrfs }
+
+func (b *btrfsBackend) create(p string) error {
+	_, err := run(context.Background(), "btrfs", "subvolume", "create", p)
+	return err
+}
+
+func (b *btrfsBackend) snapshot(src, dst string, readOnly bool) error {
+	args := []string{"subvolume", "snapshot"}
+	if readOnly {
+		args = append(args, "-r")
+	}
+	_, err := run(context.Background(), "btrfs", append(args, src, dst)...)
+	return err
+}
+
+func (b *btrfsBackend) setReadOnly(p string, ro bool) error {
+	// -f: clearing ro on a received snapshot otherwise asks for consent.
+	_, err := run(context.Background(), "btrfs", "property", "set", "-f", "-ts", p, "ro", strconv.FormatBool(ro))
+	return err
+}
+
+func (b *btrfsBackend) remove(p string) error {
+	if isSubvolume(p) {
+		return b.removeSubvolume(p)
+	}
+	// A plain directory (e.g. sandboxes/<id>): delete the subvolumes in it,
+	// then the rest.
+	nested, err := nestedSubvolumes(p)
+	if err != nil {
+		return err
+	}
+	for _, sv := range nested {
+		if err := b.removeSubvolume(sv); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(p)
+}
+
+// removeSubvolume deletes a subvolume; when that fails because it holds
+// nested subvolumes (ENOTEMPTY) or is read-only with nested ones, it makes
+// it writable, deletes the nested ones depth-first and retries.
+func (b *btrfsBackend) removeSubvolume(p string) error {
+	ctx := context.Background()
+	id, idErr := rootID(ctx, p)
+	if _, err := run(ctx, "btrfs", "subvolume", "delete", p); err != nil {
+		nested, werr := nestedSubvolumes(p)
+		if werr != nil || len(nested) == 0 {
+			return err
+		}
+		if err := b.setReadOnly(p, false); err != nil {
+			return err
+		}
+		for _, sv := range nested {
+			if err := b.removeSubvolume(sv); err != nil {
+				return err
+			}
+		}
+		if _, err := run(ctx, "btrfs", "subvolume", "delete", p); err != nil {
+			return err
+		}
+	}
+	if b.quotas && idErr == nil {
+		// Best effort: the kernel refuses while the cleaner still drops the
+		// tree (newer kernels then remove it themselves); clear-stale at the
+		// next Open catches the rest.
+		_, _ = run(ctx, "btrfs", "qgroup", "destroy", "0/"+strconv.FormatUint(id, 10), b.root)
+	}
+	return nil
+}
+
+func (b *btrfsBackend) setLimit(p string, bytes int64) error {
+	if !b.quotas {
+		return ErrNoLimits
+	}
+	if !isSubvolume(p) {
+		return fmt.Errorf("%s is not a volume", p)
+	}
+	size := "none"
+	if bytes > 0 {
+		size = strconv.FormatInt(bytes, 10)
+	}
+	_, err := run(context.Background(), "btrfs", "qgroup", "limit", size, p)
+	return err
+}
+
+func (b *btrfsBackend) usage(p string) (int64, error) {
+	if !b.quotas || !isSubvolume(p) {
+		return duBytes(p)
+	}
+	ctx := context.Background()
+	id, err := rootID(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	// --sync commits first: qgroup numbers only move at transaction commit.
+	out, err := run(ctx, "btrfs", "qgroup", "show", "--raw", "--sync", "-f", p)
+	if err != nil {
+		return 0, err
+	}
+	want := "0/" + strconv.FormatUint(id, 10)
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 3 && fields[0] == want {
+			return strconv.ParseInt(fields[1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("qgroup %s not found in btrfs qgroup show output", want)
+}
+
+// rootID returns the subvolume (tree) id containing p.
+func rootID(ctx context.Context, p string) (uint64, error) {
+	out, err := run(ctx, "btrfs", "inspect-internal", "rootid", p)
+	if err != nil {
+		return 0, err
+	}
+	id, err := strconv.ParseUint(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse rootid of %s: %w", p, err)
+	}
+	return id, nil
+}
+
+func isSubvolume(p string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		return false
+	}
+	return st.Mode&syscall.S_IFMT == syscall.S_IFDIR && st.Ino == subvolumeRootInode
+}
+
+// nestedSubvolumes returns the outermost subvolumes strictly below dir
+// (their own nested ones are handled when they are removed).
+func nestedSubvolumes(dir string) ([]string, error) {
+	var found []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if p == dir || !d.IsDir() {
+			return nil
+		}
+		if isSubvolume(p) {
+			found = append(found, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find nested volumes in %s: %w", dir, err)
+	}
+	return found, nil
+}

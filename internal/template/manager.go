@@ -1,0 +1,432 @@
+package template
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/space-platform/space/internal/storage"
+)
+
+// Template states.
+const (
+	StateBuilding = "building"
+	StateReady    = "ready"
+	StateFailed   = "failed"
+)
+
+// Errors callers branch on; returned wrapped.
+var (
+	ErrNotFound    = errors.New("template not found")
+	ErrInUse       = errors.New("template in use")
+	ErrBuildFailed = errors.New("template build failed")
+)
+
+// Template is the catalog record of one built (or building) template
+// version. Records are immutable once ready; a changed recipe is a new ID.
+type Template struct {
+	Name         string            `json:"name"`
+	ID           string            `json:"id"`
+	From         string            `json:"from"`
+	ParentID     string            `json:"parent_id,omitempty"`
+	State        string            `json:"state"`
+	Reason       string            `json:"reason,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	User         string            `json:"user,omitempty"`
+	Workdir      string            `json:"workdir,omitempty"`
+	Start        string            `json:"start,omitempty"`
+	Ready        string            `json:"ready,omitempty"`
+	RootfsVolume string            `json:"rootfs_volume"`
+	SizeBytes    int64             `json:"size_bytes,omitempty"`
+	CreatedAt    time.Time         `json:"created_at"`
+	ReadyAt      *time.Time        `json:"ready_at,omitempty"`
+}
+
+// RootfsPath is where the template's read-only rootfs lives on the host.
+func (t *Template) RootfsPath(pool *storage.Pool) string {
+	return pool.Path(t.RootfsVolume)
+}
+
+func (t *Template) clone() *Template {
+	c := *t
+	c.Env = maps.Clone(t.Env)
+	if t.ReadyAt != nil {
+		at := *t.ReadyAt
+		c.ReadyAt = &at
+	}
+	return &c
+}
+
+// Config configures a Manager.
+type Config struct {
+	// DataDir holds the catalog (<DataDir>/templates) and download caches
+	// (<DataDir>/cache).
+	DataDir string
+	// Volumes stores the rootfs volumes.
+	Volumes *storage.Pool
+	// DebianMirror is used by debootstrap; default http://deb.debian.org/debian.
+	DebianMirror string
+	// Logf receives build events; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Manager is the template catalog and builder. It is safe for concurrent
+// use.
+type Manager struct {
+	cfg     Config
+	store   *store
+	ctx     context.Context // cancelled by Close; parent of Submit builds
+	cancel  context.CancelFunc
+	running sync.WaitGroup
+
+	mu      sync.Mutex
+	records map[string]*Template // by ID
+	names   map[string]string    // name -> latest ID
+	builds  map[string]*build    // in flight, by ID
+
+	// aptMu serializes debootstrap and apt-get runs, which share caches.
+	aptMu sync.Mutex
+}
+
+// NewManager loads the catalog. Builds a crash interrupted are marked
+// failed and their partial volumes deleted; ready templates whose volume
+// has disappeared are marked failed so the next Submit rebuilds them.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.DataDir == "" || cfg.Volumes == nil {
+		return nil, errors.New("template: Config.DataDir and Config.Volumes are required")
+	}
+	if cfg.DebianMirror == "" {
+		cfg.DebianMirror = "http://deb.debian.org/debian"
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	st, err := openStore(filepath.Join(cfg.DataDir, "templates"))
+	if err != nil {
+		return nil, err
+	}
+	records, names, err := st.load()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Manager{cfg: cfg, store: st, ctx: ctx, cancel: cancel,
+		records: records, names: names, builds: map[string]*build{}}
+	if err := m.recover(); err != nil {
+		cancel()
+		return nil, err
+	}
+	return m, nil
+}
+
+// recover reconciles the catalog with the volumes after a restart.
+func (m *Manager) recover() error {
+	for id, t := range m.records {
+		switch {
+		case t.State == StateBuilding:
+			m.cfg.Logf("template %s (%s): build interrupted by restart", t.Name, id)
+			for _, vol := range []string{workVolume(id), rootfsVolume(id)} {
+				if err := m.cfg.Volumes.Delete(vol); err != nil {
+					m.cfg.Logf("template %s: delete partial volume %s: %v", id, vol, err)
+				}
+			}
+			t.State, t.Reason = StateFailed, "interrupted by restart"
+			appendLogLine(m.store.logPath(id), "build failed: interrupted by restart")
+		case t.State == StateReady && !m.cfg.Volumes.Exists(t.RootfsVolume):
+			m.cfg.Logf("template %s (%s): rootfs volume %s is missing; it will be rebuilt on next submit", t.Name, id, t.RootfsVolume)
+			t.State, t.Reason, t.ReadyAt = StateFailed, "rootfs volume missing", nil
+		default:
+			continue
+		}
+		if err := m.store.saveRecord(t); err != nil {
+			return err
+		}
+	}
+	// Work volumes without a building record (e.g. the record was never
+	// written) are garbage too.
+	vols, err := m.cfg.Volumes.List("templates")
+	if err != nil {
+		return err
+	}
+	for _, v := range vols {
+		if strings.HasSuffix(v, workSuffix) {
+			if err := m.cfg.Volumes.Delete(v); err != nil {
+				m.cfg.Logf("template: delete stale work volume %s: %v", v, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Close cancels running builds (they end as failed) and waits for them.
+func (m *Manager) Close() error {
+	m.cancel()
+	m.running.Wait()
+	return nil
+}
+
+const workSuffix = ".build"
+
+func rootfsVolume(id string) string { return "templates/" + id }
+func workVolume(id string) string   { return "templates/" + id + workSuffix }
+
+// Submit validates the recipe, computes its ID and starts building it in
+// the background. It returns the record: ready when this recipe was built
+// before, otherwise building. Concurrent submits of one ID share a build.
+// name may be empty when the recipe names itself.
+func (m *Manager) Submit(name string, r *Recipe, baseDir string) (*Template, error) {
+	p, err := m.plan(name, r, baseDir)
+	if err != nil {
+		return nil, err
+	}
+	t, _, err := m.startOrJoin(m.ctx, p)
+	return t, err
+}
+
+// Build is the synchronous Submit: it builds (or joins the build of, or
+// returns the already built) template and writes progress and step output
+// to progress (which may be nil).
+func (m *Manager) Build(ctx context.Context, name string, r *Recipe, baseDir string, progress io.Writer) (*Template, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	p, err := m.plan(name, r, baseDir)
+	if err != nil {
+		return nil, err
+	}
+	t, b, err := m.startOrJoin(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		fmt.Fprintf(progress, "template %s is up to date (id %s)\n", p.name, t.ID)
+		return t, nil
+	}
+	if err := b.log.follow(ctx, 0, func(line string) { fmt.Fprintln(progress, line) }); err != nil {
+		return nil, err
+	}
+	return m.result(t.ID)
+}
+
+// startOrJoin returns the existing ready record (b == nil), joins a build
+// in flight, or records a new build and starts it.
+func (m *Manager) startOrJoin(ctx context.Context, p *buildPlan) (*Template, *build, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.setName(p.name, p.id); err != nil {
+		return nil, nil, err
+	}
+	if b, ok := m.builds[p.id]; ok {
+		return m.records[p.id].clone(), b, nil
+	}
+	if t, ok := m.records[p.id]; ok && t.State == StateReady && m.cfg.Volumes.Exists(t.RootfsVolume) {
+		return t.clone(), nil, nil
+	}
+	t := p.record()
+	if err := m.store.saveRecord(t); err != nil {
+		return nil, nil, err
+	}
+	logFile, err := m.store.createLog(p.id)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.records[p.id] = t
+	b := &build{log: newBuildLog(logFile), done: make(chan struct{})}
+	m.builds[p.id] = b
+	m.running.Add(1)
+	go m.runBuild(ctx, p, b)
+	return t.clone(), b, nil
+}
+
+// setName points name at id and persists the mapping. Caller holds m.mu.
+func (m *Manager) setName(name, id string) error {
+	if m.names[name] == id {
+		return nil
+	}
+	m.names[name] = id
+	return m.store.saveNames(m.names)
+}
+
+// result returns the record of a finished build, or its failure.
+func (m *Manager) result(id string) (*Template, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.records[id]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	if t.State == StateFailed {
+		return t.clone(), fmt.Errorf("template %s (%s): %w: %s", t.Name, id, ErrBuildFailed, t.Reason)
+	}
+	return t.clone(), nil
+}
+
+// resolveID maps a name or ID to an ID. Caller holds m.mu.
+func (m *Manager) resolveID(nameOrID string) (string, bool) {
+	if id, ok := m.names[nameOrID]; ok {
+		return id, true
+	}
+	if _, ok := m.records[nameOrID]; ok {
+		return nameOrID, true
+	}
+	return "", false
+}
+
+// Get returns the latest template of a name, or the template with an ID.
+// A record found by name carries that name.
+func (m *Manager) Get(nameOrID string) (*Template, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id, ok := m.resolveID(nameOrID)
+	if !ok {
+		return nil, fmt.Errorf("template %q: %w", nameOrID, ErrNotFound)
+	}
+	t := m.records[id].clone()
+	if m.names[nameOrID] == id {
+		t.Name = nameOrID
+	}
+	return t, nil
+}
+
+// List returns the latest template of every name, sorted by name. Older
+// versions stay reachable by ID through Get.
+func (m *Manager) List() []*Template {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*Template, 0, len(m.names))
+	for name, id := range m.names {
+		if t, ok := m.records[id]; ok {
+			c := t.clone()
+			c.Name = name
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Logs returns the build log lines from index from on, and whether the
+// build has finished (no more lines will come).
+func (m *Manager) Logs(nameOrID string, from int) ([]string, bool, error) {
+	m.mu.Lock()
+	id, ok := m.resolveID(nameOrID)
+	b := m.builds[id]
+	m.mu.Unlock()
+	if !ok {
+		return nil, false, fmt.Errorf("template %q: %w", nameOrID, ErrNotFound)
+	}
+	if b != nil {
+		lines, done := b.log.since(from)
+		return lines, done, nil
+	}
+	lines, err := readLogLines(m.store.logPath(id))
+	if err != nil {
+		return nil, true, err
+	}
+	if from < 0 {
+		from = 0
+	}
+	if from >= len(lines) {
+		return nil, true, nil
+	}
+	return lines[from:], true, nil
+}
+
+// Wait blocks until the template's build finishes and returns it; a failed
+// build is an error wrapping ErrBuildFailed.
+func (m *Manager) Wait(ctx context.Context, nameOrID string) (*Template, error) {
+	m.mu.Lock()
+	id, ok := m.resolveID(nameOrID)
+	b := m.builds[id]
+	m.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("template %q: %w", nameOrID, ErrNotFound)
+	}
+	if b != nil {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	t, err := m.result(id)
+	if t != nil && nameOrID != id {
+		t.Name = nameOrID
+	}
+	return t, err
+}
+
+// Delete removes a template version and its rootfs volume.
+//
+// By ID it removes that version and every name pointing at it. By name it
+// removes the name, the version the name points at (unless another name
+// points there too) and older versions built under that name that no name
+// points at and that are not in use.
+//
+// It refuses with ErrInUse while the version is building or inUse(id)
+// reports sandboxes using it (inUse may be nil). Templates built from it
+// are full snapshots and stay valid.
+func (m *Manager) Delete(nameOrID string, inUse func(id string) bool) error {
+	if inUse == nil {
+		inUse = func(string) bool { return false }
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id, ok := m.resolveID(nameOrID)
+	if !ok {
+		return fmt.Errorf("template %q: %w", nameOrID, ErrNotFound)
+	}
+	if _, building := m.builds[id]; building {
+		return fmt.Errorf("template %q is still building: %w", nameOrID, ErrInUse)
+	}
+	if inUse(id) {
+		return fmt.Errorf("template %q (%s) is used by sandboxes: %w", nameOrID, id, ErrInUse)
+	}
+	victims := []string{id}
+	if m.names[nameOrID] == id {
+		// By name: drop the name; the version goes unless another name
+		// still points at it. Older versions of the name go too when
+		// nothing refers to them.
+		delete(m.names, nameOrID)
+		pointed := map[string]bool{}
+		for _, other := range m.names {
+			pointed[other] = true
+		}
+		victims = nil
+		if !pointed[id] {
+			victims = append(victims, id)
+		}
+		for oid, t := range m.records {
+			_, building := m.builds[oid]
+			if oid != id && t.Name == nameOrID && !pointed[oid] && !building && !inUse(oid) {
+				victims = append(victims, oid)
+			}
+		}
+	} else {
+		for name, nid := range m.names {
+			if nid == id {
+				delete(m.names, name)
+			}
+		}
+	}
+	if err := m.store.saveNames(m.names); err != nil {
+		return err
+	}
+	for _, vid := range victims {
+		if err := m.cfg.Volumes.Delete(rootfsVolume(vid)); err != nil {
+			return err
+		}
+		if err := m.store.removeRecord(vid); err != nil {
+			return err
+		}
+		delete(m.records, vid)
+	}
+	return nil
+}

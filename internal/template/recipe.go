@@ -1,0 +1,230 @@
+// Package template turns recipes into immutable, content-versioned template
+// root filesystems.
+//
+// A recipe (YAML) names a base (minimal busybox, a Debian suite via
+// debootstrap, an OCI image, or another template), then apt packages, shell
+// steps, files and process defaults. Its canonical resolved form hashes to
+// the template ID; the built rootfs is the read-only volume templates/<id>,
+// so the same recipe never builds twice and a built template never changes.
+//
+// Recipes are operator-trusted: run steps and package installs execute as
+// root in a chroot of the work rootfs on the host (with private mount, PID
+// and UTS namespaces, and the host network for downloads), not in a
+// sandbox.
+package template
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Recipe is the parsed form of a template recipe file.
+type Recipe struct {
+	// Name is the template name; the API/CLI may supply it instead.
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
+	// From is the base: "minimal", "debian:<suite>", "oci-archive:<tar>",
+	// "oci-layout:<dir>" or "template:<name>".
+	From string `yaml:"from" json:"from"`
+	// Packages are apt packages (Debian-based bases only).
+	Packages []string `yaml:"packages,omitempty" json:"packages,omitempty"`
+	// Run are shell steps run in order with /bin/sh -c, as root, in /.
+	Run []string `yaml:"run,omitempty" json:"run,omitempty"`
+	// Env is the default environment of sandbox processes; run steps see it
+	// too. It is merged over the base's.
+	Env map[string]string `yaml:"env,omitempty" json:"env,omitempty"`
+	// User is the default user of sandbox processes; it must exist in the
+	// rootfs (the base or a run step creates it).
+	User string `yaml:"user,omitempty" json:"user,omitempty"`
+	// Workdir is the default working directory of sandbox processes.
+	Workdir string `yaml:"workdir,omitempty" json:"workdir,omitempty"`
+	// Files are copied from the host into the rootfs after the run steps.
+	Files []FileCopy `yaml:"files,omitempty" json:"files,omitempty"`
+	// Start is an optional long-running command started in each sandbox.
+	Start string `yaml:"start,omitempty" json:"start,omitempty"`
+	// Ready is an optional check command; exit status 0 means ready.
+	Ready string `yaml:"ready,omitempty" json:"ready,omitempty"`
+}
+
+// FileCopy copies a host file or directory into the rootfs.
+type FileCopy struct {
+	// Src is a host path, relative to the recipe file's directory.
+	Src string `yaml:"src" json:"src"`
+	// Dest is an absolute path in the rootfs.
+	Dest string `yaml:"dest" json:"dest"`
+	// Mode optionally overrides the permission bits (octal, e.g. "0755");
+	// for a directory it applies to the directory itself.
+	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"`
+}
+
+// Kinds of base, the part of From before the colon.
+const (
+	FromMinimal    = "minimal"
+	FromDebian     = "debian"
+	FromOCIArchive = "oci-archive"
+	FromOCILayout  = "oci-layout"
+	FromTemplate   = "template"
+)
+
+// Base is a parsed From value.
+type Base struct {
+	Kind string // one of the From* constants
+	Arg  string // suite, path or template name; empty for minimal
+}
+
+var (
+	namePattern    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	suitePattern   = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	packagePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]*(:[a-z0-9-]+)?(=[A-Za-z0-9.+~:-]+)?$`)
+	envKeyPattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	userPattern    = regexp.MustCompile(`^([a-z_][a-z0-9_-]*\$?|[0-9]+)(:([a-z_][a-z0-9_-]*|[0-9]+))?$`)
+)
+
+// ValidName reports whether s is usable as a template name: lowercase
+// letters, digits, '.', '_' and '-', starting with a letter or digit, at
+// most 63 characters.
+func ValidName(s string) error {
+	if !namePattern.MatchString(s) {
+		return fmt.Errorf("invalid template name %q: use lowercase letters, digits, '.', '_' and '-' (at most 63, starting with a letter or digit)", s)
+	}
+	return nil
+}
+
+// ParseRecipe parses and validates recipe YAML. Unknown fields are errors,
+// so a typo cannot silently drop a step.
+func ParseRecipe(data []byte) (*Recipe, error) {
+	var r Recipe
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&r); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("recipe: empty document")
+		}
+		return nil, fmt.Errorf("recipe: %s", cleanYAMLError(err))
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// cleanYAMLError rewrites yaml.v3's Go-flavoured messages ("field fom not
+// found in type template.Recipe") into recipe terms.
+func cleanYAMLError(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.TrimPrefix(msg, "unmarshal errors:\n")
+	var lines []string
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		if i := strings.Index(l, " not found in type "); i >= 0 {
+			l = strings.Replace(l[:i], "field ", "unknown field ", 1)
+		}
+		l = strings.ReplaceAll(l, "template.Recipe", "recipe")
+		l = strings.ReplaceAll(l, "template.FileCopy", "file entry")
+		l = strings.ReplaceAll(l, "!!seq", "a list")
+		l = strings.ReplaceAll(l, "!!map", "a mapping")
+		l = strings.ReplaceAll(l, "!!str", "a string")
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, "; ")
+}
+
+// Validate checks every field and names the bad one in its error.
+func (r *Recipe) Validate() error {
+	if r.Name != "" {
+		if err := ValidName(r.Name); err != nil {
+			return fmt.Errorf("recipe: name: %w", err)
+		}
+	}
+	base, err := ParseFrom(r.From)
+	if err != nil {
+		return fmt.Errorf("recipe: from: %w", err)
+	}
+	for i, p := range r.Packages {
+		if !packagePattern.MatchString(p) {
+			return fmt.Errorf("recipe: packages[%d]: invalid Debian package name %q", i, p)
+		}
+	}
+	if len(r.Packages) > 0 && base.Kind == FromMinimal {
+		return errors.New("recipe: packages: apt packages need a Debian-based base (from: debian:<suite>, or an image or template that has apt-get); minimal has none")
+	}
+	for i, step := range r.Run {
+		if strings.TrimSpace(step) == "" {
+			return fmt.Errorf("recipe: run[%d]: empty step", i)
+		}
+	}
+	for k := range r.Env {
+		if !envKeyPattern.MatchString(k) {
+			return fmt.Errorf("recipe: env: invalid variable name %q", k)
+		}
+	}
+	if r.User != "" && !userPattern.MatchString(r.User) {
+		return fmt.Errorf("recipe: user: invalid user %q (want a name, uid or user:group)", r.User)
+	}
+	if r.Workdir != "" && !path.IsAbs(r.Workdir) {
+		return fmt.Errorf("recipe: workdir: %q is not an absolute path", r.Workdir)
+	}
+	for i, f := range r.Files {
+		if f.Src == "" {
+			return fmt.Errorf("recipe: files[%d].src: required", i)
+		}
+		if !path.IsAbs(f.Dest) {
+			return fmt.Errorf("recipe: files[%d].dest: %q is not an absolute path", i, f.Dest)
+		}
+		if path.Clean(f.Dest) == "/" {
+			return fmt.Errorf("recipe: files[%d].dest: cannot replace /", i)
+		}
+		if f.Mode != "" {
+			if _, err := parseMode(f.Mode); err != nil {
+				return fmt.Errorf("recipe: files[%d].mode: %w", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ParseFrom parses a recipe's from field.
+func ParseFrom(from string) (Base, error) {
+	if from == "" {
+		return Base{}, errors.New("required (minimal, debian:<suite>, oci-archive:<tar>, oci-layout:<dir> or template:<name>)")
+	}
+	if from == FromMinimal {
+		return Base{Kind: FromMinimal}, nil
+	}
+	kind, arg, ok := strings.Cut(from, ":")
+	if !ok || arg == "" {
+		return Base{}, fmt.Errorf("unknown base %q (want minimal, debian:<suite>, oci-archive:<tar>, oci-layout:<dir> or template:<name>)", from)
+	}
+	switch kind {
+	case FromDebian:
+		if !suitePattern.MatchString(arg) {
+			return Base{}, fmt.Errorf("invalid Debian suite %q", arg)
+		}
+	case FromOCIArchive, FromOCILayout:
+	case FromTemplate:
+		if err := ValidName(arg); err != nil && !idPattern.MatchString(arg) {
+			return Base{}, err
+		}
+	default:
+		return Base{}, fmt.Errorf("unknown base kind %q in %q (want minimal, debian, oci-archive, oci-layout or template)", kind, from)
+	}
+	return Base{Kind: kind, Arg: arg}, nil
+}
+
+func parseMode(s string) (uint32, error) {
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v > 0o7777 {
+		return 0, fmt.Errorf("invalid octal mode %q", s)
+	}
+	return uint32(v), nil
+}

@@ -1,0 +1,275 @@
+package template
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Whiteout markers of the OCI image layer format.
+const (
+	whiteoutPrefix = ".wh."
+	whiteoutOpaque = ".wh..wh..opq"
+)
+
+// unpackImage applies the image's layers, bottom first, onto rootfs.
+func unpackImage(img *ociImage, rootfs string, logLine func(string)) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for i, layer := range img.layers {
+		logLine(fmt.Sprintf("layer %d/%d: %s", i+1, len(img.layers), layer))
+		rc, err := img.src.open(layer)
+		if err != nil {
+			return fmt.Errorf("layer %s: %w", layer, err)
+		}
+		err = applyLayer(root, rc, logLine)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("layer %s: %w", layer, err)
+		}
+	}
+	return nil
+}
+
+// applyLayer extracts one (possibly gzipped) layer tar. Every path goes
+// through os.Root, so neither ".." nor a symlink (planted by this or an
+// earlier layer) can make it write outside the rootfs: such entries fail
+// the build.
+func applyLayer(root *os.Root, r io.Reader, logLine func(string)) error {
+	br := bufio.NewReader(r)
+	magic, _ := br.Peek(4)
+	var tr *tar.Reader
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return fmt.Errorf("gunzip: %w", err)
+		}
+		defer gz.Close()
+		tr = tar.NewReader(gz)
+	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return errors.New("zstd-compressed layers are not supported; re-export the image with gzip or uncompressed layers")
+	default:
+		tr = tar.NewReader(br)
+	}
+
+	// Paths this layer itself provides: an opaque marker hides only what
+	// lower layers put in the directory.
+	provided := map[string]bool{}
+	var opaqueDirs []string
+	skipped := 0
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read tar: %w", err)
+		}
+		name, err := cleanEntryName(hdr.Name)
+		if err != nil {
+			return err
+		}
+		if name == "." {
+			continue
+		}
+		dir, base := path.Split(name)
+		dir = strings.TrimSuffix(dir, "/")
+		if dir == "" {
+			dir = "."
+		}
+		switch {
+		case base == whiteoutOpaque:
+			opaqueDirs = append(opaqueDirs, dir)
+			continue
+		case strings.HasPrefix(base, whiteoutPrefix):
+			target := path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix))
+			if err := root.RemoveAll(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("whiteout %s: %w", target, err)
+			}
+			continue
+		}
+		for p := name; p != "." && p != "/"; p = path.Dir(p) {
+			provided[p] = true
+		}
+		ok, err := extractEntry(root, tr, hdr, name)
+		if err != nil {
+			return fmt.Errorf("extract %s: %w", name, err)
+		}
+		if !ok {
+			skipped++
+		}
+	}
+	for _, dir := range opaqueDirs {
+		if err := clearOpaque(root, dir, provided); err != nil {
+			return fmt.Errorf("opaque directory %s: %w", dir, err)
+		}
+	}
+	if skipped > 0 {
+		logLine(fmt.Sprintf("skipped %d entries of unsupported types", skipped))
+	}
+	return nil
+}
+
+// cleanEntryName makes a tar name relative to the rootfs and refuses ones
+// that climb out of it.
+func cleanEntryName(name string) (string, error) {
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("refusing tar entry %q: escapes the rootfs", name)
+		}
+	}
+	clean := path.Clean("/" + name)
+	if clean == "/" {
+		return ".", nil
+	}
+	return strings.TrimPrefix(clean, "/"), nil
+}
+
+// extractEntry writes one tar entry; it reports false for entry types it
+// skips.
+func extractEntry(root *os.Root, tr *tar.Reader, hdr *tar.Header, name string) (bool, error) {
+	if parent := path.Dir(name); parent != "." {
+		if err := root.MkdirAll(parent, 0o755); err != nil {
+			return false, err
+		}
+	}
+	existing, statErr := root.Lstat(name)
+	exists := statErr == nil
+	// Anything but a directory over a directory replaces what was there.
+	if exists && !(hdr.Typeflag == tar.TypeDir && existing.IsDir()) {
+		if err := root.RemoveAll(name); err != nil {
+			return false, err
+		}
+	}
+	mode := hdr.FileInfo().Mode()
+	perm := mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if !exists || !existing.IsDir() {
+			if err := root.Mkdir(name, 0o700); err != nil {
+				return false, err
+			}
+		}
+	case tar.TypeReg, tar.TypeRegA:
+		f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return false, err
+		}
+		if _, err := io.Copy(f, tr); err != nil {
+			f.Close()
+			return false, err
+		}
+		setXattrs(f, hdr)
+		if err := f.Close(); err != nil {
+			return false, err
+		}
+	case tar.TypeSymlink:
+		if err := root.Symlink(hdr.Linkname, name); err != nil {
+			return false, err
+		}
+		return true, root.Lchown(name, hdr.Uid, hdr.Gid)
+	case tar.TypeLink:
+		target, err := cleanEntryName(hdr.Linkname)
+		if err != nil {
+			return false, err
+		}
+		// A hard link shares the target's inode and so its metadata.
+		return true, root.Link(target, name)
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		if err := mknodIn(root, name, hdr); err != nil {
+			return false, err
+		}
+	default:
+		return false, nil
+	}
+	// chown before chmod: chown clears setuid/setgid bits.
+	if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
+		return false, err
+	}
+	if err := root.Chmod(name, perm); err != nil {
+		return false, err
+	}
+	if hdr.Typeflag != tar.TypeDir {
+		// Directory times would be disturbed by later entries anyway.
+		_ = root.Chtimes(name, hdr.AccessTime, hdr.ModTime)
+	}
+	return true, nil
+}
+
+// mknodIn creates a device node or FIFO relative to its parent directory
+// opened through the root, so the node cannot land outside it.
+func mknodIn(root *os.Root, name string, hdr *tar.Header) error {
+	parent, err := root.Open(path.Dir(name))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	var kind uint32
+	switch hdr.Typeflag {
+	case tar.TypeChar:
+		kind = unix.S_IFCHR
+	case tar.TypeBlock:
+		kind = unix.S_IFBLK
+	default:
+		kind = unix.S_IFIFO
+	}
+	dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
+	return unix.Mknodat(int(parent.Fd()), path.Base(name), kind|0o600, int(dev))
+}
+
+// setXattrs restores extended attributes such as security.capability
+// (e.g. ping's cap_net_raw); best effort, as the filesystem may refuse
+// some namespaces.
+func setXattrs(f *os.File, hdr *tar.Header) {
+	for k, v := range hdr.PAXRecords {
+		if name, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok {
+			_ = unix.Fsetxattr(int(f.Fd()), name, []byte(v), 0)
+		}
+	}
+}
+
+// clearOpaque removes everything under dir that this layer did not itself
+// provide, i.e. all content of lower layers.
+func clearOpaque(root *os.Root, dir string, provided map[string]bool) error {
+	f, err := root.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	entries, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		p := path.Join(dir, e.Name())
+		if !provided[p] {
+			if err := root.RemoveAll(p); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.IsDir() {
+			if err := clearOpaque(root, p, provided); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
