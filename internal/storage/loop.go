@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -116,7 +117,24 @@ func (p *Pool) unmountImage() error {
 			}
 		}
 	}
-	return nil
+	return waitDetached(ctx, p.imagePath, 5*time.Second)
+}
+
+// waitDetached waits until no loop device is backed by image. Detaching is
+// asynchronous in the kernel (autoclear releases the device after the last
+// close), so a caller that re-attaches or checks at once could see it.
+func waitDetached(ctx context.Context, image string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		devs, err := loopDevicesFor(ctx, image)
+		if err != nil || len(devs) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("loop devices %v of %s still attached after %s", devs, image, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // loopDevicesFor lists loop devices whose backing file is image.
