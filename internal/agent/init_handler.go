@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -91,6 +93,9 @@ func (a *Agent) applySystemSettings(hostname *string, entropy []byte, clock time
 		if err := unix.Sethostname([]byte(*hostname)); err != nil && !errors.Is(err, unix.EPERM) {
 			a.log.Warn("set hostname", "err", err)
 		}
+		if err := mapHostname(filepath.Join(a.cfg.RootDir, "etc", "hosts"), *hostname); err != nil {
+			a.log.Warn("map hostname in /etc/hosts", "err", err)
+		}
 	}
 	if len(entropy) > 0 {
 		if f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0); err == nil {
@@ -116,4 +121,28 @@ func decodeBase64(s string) ([]byte, error) {
 		return nil, fmt.Errorf("invalid base64: %w", err)
 	}
 	return b, nil
+}
+
+// hostsMarker tags the /etc/hosts line the agent owns.
+const hostsMarker = "# space: this sandbox"
+
+// mapHostname makes the sandbox's own name resolve (sudo and many tools
+// look it up), replacing the line an earlier identity left.
+func mapHostname(path, hostname string) error {
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var lines []string
+	for _, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+		if line != "" && !strings.HasSuffix(line, hostsMarker) {
+			lines = append(lines, line)
+		}
+	}
+	lines = append(lines, "127.0.1.1\t"+hostname+" "+hostsMarker)
+	tmp := path + ".space-tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
