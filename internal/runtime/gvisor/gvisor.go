@@ -74,7 +74,9 @@ func (r *Runtime) ConsoleLog(id string) string {
 
 // globalFlags are the flags every runsc invocation shares. --overlay2=none
 // sends root filesystem writes through the gofer to the host volume, so they
-// are durable and not held in sandbox memory.
+// are durable and not held in sandbox memory. --allow-suid lets sudo work
+// inside the sandbox (the E2B convention); it elevates only within gVisor's
+// kernel.
 func (r *Runtime) globalFlags() []string {
 	flags := []string{
 		"--root", r.cfg.rootDir(),
@@ -83,6 +85,7 @@ func (r *Runtime) globalFlags() []string {
 		"--overlay2", "none",
 		"--cpu-num-from-quota",
 		"--host-uds", "none",
+		"--allow-suid",
 	}
 	return append(flags, r.cfg.ExtraFlags...)
 }
