@@ -40,7 +40,12 @@ func newBtrfsBackend(ctx context.Context, root string, logf func(string, ...any)
 	}
 	// Qgroups of subvolumes deleted before a crash linger; drop them.
 	if _, err := run(ctx, "btrfs", "qgroup", "clear-stale", root); err != nil {
-		logf("storage: clearing stale qgroups: %v", err)
+		if busy := strings.Count(err.Error(), "Device or resource busy"); busy > 0 {
+			// The kernel's cleaner still drops those subvolumes' trees.
+			logf("storage: %d stale qgroups are still being cleaned; a later start drops them", busy)
+		} else {
+			logf("storage: clearing stale qgroups: %v", err)
+		}
 	}
 	return b
 }
