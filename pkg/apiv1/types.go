@@ -38,6 +38,31 @@ type CreateSandboxRequest struct {
 	// TimeoutS is the lifetime in seconds from now; 0 means the server
 	// default (300). It is extended by POST /v1/sandboxes/{id}/timeout.
 	TimeoutS int `json:"timeout_s,omitempty"`
+	// OnTimeout is what happens when the timeout passes: "kill" (default)
+	// or "suspend".
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// AutoResume resumes a suspended sandbox on any call addressed to it
+	// (default true).
+	AutoResume *bool `json:"auto_resume,omitempty"`
+	// IdleSuspendS suspends a sandbox after this long without activity
+	// (default 21600, 6 h; -1 disables).
+	IdleSuspendS int `json:"idle_suspend_s,omitempty"`
+	// SnapshotIntervalS takes a rolling snapshot this often (0: never);
+	// SnapshotRetentionS is how long they are kept (default 7 days).
+	SnapshotIntervalS  int `json:"snapshot_interval_s,omitempty"`
+	SnapshotRetentionS int `json:"snapshot_retention_s,omitempty"`
+	// Snapshot starts the sandbox from a snapshot ("<sandbox>/<name>" or a
+	// snapshot id) instead of a template.
+	Snapshot string `json:"snapshot,omitempty"`
+}
+
+// Lifecycle is a sandbox's lifetime settings.
+type Lifecycle struct {
+	AutoResume         bool   `json:"auto_resume"`
+	OnTimeout          string `json:"on_timeout"`
+	IdleSuspendS       int    `json:"idle_suspend_s"`
+	SnapshotIntervalS  int    `json:"snapshot_interval_s,omitempty"`
+	SnapshotRetentionS int    `json:"snapshot_retention_s,omitempty"`
 }
 
 // Sandbox is the public view of one sandbox.
@@ -56,6 +81,15 @@ type Sandbox struct {
 	StartedAt   *time.Time        `json:"started_at,omitempty"`
 	ExpiresAt   time.Time         `json:"expires_at"`
 	AccessToken string            `json:"access_token,omitempty"`
+	Lifecycle   Lifecycle         `json:"lifecycle"`
+	SuspendedAt *time.Time        `json:"suspended_at,omitempty"`
+	// BranchOf is the sandbox this one was branched from; Snapshot the
+	// snapshot it was started from.
+	BranchOf string `json:"branch_of,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"`
+	// Recovered is set when the host lost the sandbox's memory and it was
+	// brought back from its last durable state.
+	Recovered string `json:"recovered,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -1,0 +1,116 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// ErrIsDirectory is returned (wrapped) by ReadFile when the path is a directory.
+var ErrIsDirectory = errors.New("is a directory")
+
+// ErrNotDirectory is returned (wrapped) by ListDir when the path is a file.
+var ErrNotDirectory = errors.New("not a directory")
+
+// ReadFile opens a file inside the sandbox. The caller must close the
+// returned reader; its bytes stream from the server as they are read.
+func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	resp, err := c.getFiles(ctx, id, path, 0)
+	if err != nil {
+		return nil, err
+	}
+	if isJSON(resp) {
+		resp.Body.Close()
+		return nil, fmt.Errorf("read %s: %w", path, ErrIsDirectory)
+	}
+	return resp.Body, nil
+}
+
+// ListDir lists a directory inside the sandbox down to depth levels (0
+// leaves the choice to the server, which lists one level).
+func (c *Client) ListDir(ctx context.Context, id, path string, depth int) (*apiv1.FileList, error) {
+	resp, err := c.getFiles(ctx, id, path, depth)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if !isJSON(resp) {
+		return nil, fmt.Errorf("list %s: %w", path, ErrNotDirectory)
+	}
+	var list apiv1.FileList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, fmt.Errorf("decode listing of %s: %w", path, err)
+	}
+	return &list, nil
+}
+
+func (c *Client) getFiles(ctx context.Context, id, path string, depth int) (*http.Response, error) {
+	query := url.Values{"path": {path}}
+	if depth > 0 {
+		query.Set("depth", strconv.Itoa(depth))
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, sandboxPath(id, "files"), query, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.send(req)
+}
+
+// isJSON tells a directory listing from file content: the server marks
+// listings application/json and file bytes application/octet-stream.
+func isJSON(resp *http.Response) bool {
+	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mediaType == "application/json"
+}
+
+// WriteFile creates or replaces a file inside the sandbox with the bytes of
+// content, creating missing parent directories. The file is durable when
+// WriteFile returns.
+func (c *Client) WriteFile(ctx context.Context, id, path string, content io.Reader) (*apiv1.FileEntry, error) {
+	req, err := c.newRequest(ctx, http.MethodPut, sandboxPath(id, "files"), url.Values{"path": {path}}, content)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var entry apiv1.FileEntry
+	if err := decodeBody(resp, &entry); err != nil {
+		return nil, err
+	}
+	return &entry, nil
+}
+
+// RemoveFile deletes a file or directory inside the sandbox.
+func (c *Client) RemoveFile(ctx context.Context, id, path string) error {
+	return c.doJSON(ctx, http.MethodDelete, sandboxPath(id, "files"), url.Values{"path": {path}}, nil, nil)
+}
+
+// Mkdir creates a directory (and its parents) inside the sandbox.
+func (c *Client) Mkdir(ctx context.Context, id, path string) (*apiv1.FileEntry, error) {
+	var entry apiv1.FileEntry
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "files", "mkdir"), nil, apiv1.MkdirRequest{Path: path}, &entry); err != nil {
+		return nil, err
+	}
+	return &entry, nil
+}
+
+// Move renames a file or directory inside the sandbox.
+func (c *Client) Move(ctx context.Context, id, from, to string) (*apiv1.FileEntry, error) {
+	var entry apiv1.FileEntry
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "files", "move"), nil, apiv1.MoveRequest{From: from, To: to}, &entry); err != nil {
+		return nil, err
+	}
+	return &entry, nil
+}
