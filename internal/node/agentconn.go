@@ -56,7 +56,7 @@ func newAgentConn(dial dialFunc, token string) *AgentConn {
 		PingTimeout:     5 * time.Second,
 	}
 	a := &AgentConn{transport: t}
-	a.token.Store(&token)
+	a.setToken(token)
 	a.http = &http.Client{Transport: tokenTransport{a}}
 	a.Process = processpbconnect.NewProcessClient(a.http, agentBaseURL)
 	a.FS = filesystempbconnect.NewFilesystemClient(a.http, agentBaseURL)
@@ -73,6 +73,9 @@ func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return t.a.transport.RoundTrip(req)
 }
+
+// setToken switches the token sent with every request.
+func (a *AgentConn) setToken(token string) { a.token.Store(&token) }
 
 // Close drops the connection.
 func (a *AgentConn) Close() { a.transport.CloseIdleConnections() }
@@ -134,6 +137,6 @@ func (a *AgentConn) init(ctx context.Context, in agentInit) error {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("agent init: status %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 	}
-	a.token.Store(&in.AccessToken)
+	a.setToken(in.AccessToken)
 	return nil
 }

@@ -80,6 +80,22 @@ func (j *Journal) Append(s Stream, data []byte) {
 	j.notify()
 }
 
+// Skip moves the journal forward to offset: output before it was lost
+// upstream. Readers see it as dropped. Offsets at or below the current end
+// change nothing.
+func (j *Journal) Skip(offset int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if offset <= j.next {
+		return
+	}
+	j.next = offset
+	if len(j.chunks) == 0 {
+		j.first = offset
+	}
+	j.notify()
+}
+
 // Finish records the end of the process; no output follows it.
 func (j *Journal) Finish(e End) {
 	j.mu.Lock()
@@ -138,6 +154,11 @@ func (j *Journal) Follow(ctx context.Context, offset int64, dropped func(request
 			offset = first
 		}
 		for _, c := range chunks {
+			if c.Offset > offset { // a gap left by Skip
+				if err := dropped(offset, c.Offset); err != nil {
+					return nil, err
+				}
+			}
 			if err := fn(c); err != nil {
 				return nil, err
 			}

@@ -52,7 +52,10 @@ type Config struct {
 	StateDir    string
 	// SessionOutputLimit bounds each session's journal (bytes).
 	SessionOutputLimit int64
-	Logger             *slog.Logger
+	// OnActivity is told when a sandbox's processes produce output, which
+	// counts as activity for idle suspend.
+	OnActivity func(id string)
+	Logger     *slog.Logger
 }
 
 // Node is the node service.
@@ -131,6 +134,12 @@ func (n *Node) Sandbox(id string) (*Sandbox, error) {
 // Stats reads a sandbox's resource usage from its runtime.
 func (n *Node) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return n.cfg.Runtime.Stats(ctx, id)
+}
+
+func (n *Node) activity(id string) {
+	if n.cfg.OnActivity != nil {
+		n.cfg.OnActivity(id)
+	}
 }
 
 func (n *Node) register(sb *Sandbox) {

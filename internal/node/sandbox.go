@@ -77,6 +77,12 @@ func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
 			return fmt.Errorf("disk limit: %w", err)
 		}
 	}
+	return n.boot(ctx, spec)
+}
+
+// boot starts the runtime on the sandbox's existing root volume and gives
+// the agent its identity.
+func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 	slot, err := network.Create(spec.ID)
 	if err != nil {
 		return err
@@ -84,7 +90,7 @@ func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
 	bootToken := randomHex(32)
 	rs := runtime.Spec{
 		ID:         spec.ID,
-		RootfsPath: n.cfg.Volumes.Path(vol),
+		RootfsPath: n.cfg.Volumes.Path(volumeName(spec.ID)),
 		NetNSPath:  slot.NetNSPath(),
 		AgentDir:   n.agentDir,
 		Args:       []string{agentPath},
@@ -125,16 +131,14 @@ func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
 		return err
 	}
 	n.register(sb)
-	if err := sb.startTemplateCommand(ctx, spec.Template); err != nil {
-		return err
-	}
-	return nil
+	return sb.startTemplateCommand(ctx, spec.Template)
 }
 
 func (n *Node) newSandbox(id, token string) *Sandbox {
+	dial := func(ctx context.Context) (net.Conn, error) { return n.cfg.Runtime.DialAgent(ctx, id) }
 	return &Sandbox{
 		ID:       id,
-		Agent:    newAgentConn(func(ctx context.Context) (net.Conn, error) { return n.cfg.Runtime.DialAgent(ctx, id) }, token),
+		Agent:    newAgentConn(dial, token),
 		sessions: map[string]*Session{},
 		node:     n,
 	}

@@ -36,9 +36,10 @@ type Session struct {
 	StartedAt time.Time
 	Journal   *Journal
 
-	mu      sync.Mutex
-	endedAt time.Time
-	cancel  context.CancelFunc
+	mu       sync.Mutex
+	endedAt  time.Time
+	cancel   context.CancelFunc
+	onOutput func()
 }
 
 // EndedAt is when the process ended (zero while it runs).
@@ -87,19 +88,64 @@ func (sb *Sandbox) StartSession(ctx context.Context, spec SessionSpec) (*Session
 		cancel()
 		return nil, fmt.Errorf("start %q: %w", spec.Cmd[0], err)
 	}
+	s := sb.addSession(pid, spec, cancel)
+	go sb.follow(streamCtx, s, stream)
+	return s, nil
+}
+
+// sessionID names the session of a process. It is derived from the pid so
+// that a restarted node, or a sandbox restored from an image, finds the same
+// sessions again through the agent's process list.
+func sessionID(pid uint32) string { return "s" + strconv.FormatUint(uint64(pid), 10) }
+
+func (sb *Sandbox) addSession(pid uint32, spec SessionSpec, cancel context.CancelFunc) *Session {
 	s := &Session{
-		ID:        "s" + strconv.FormatUint(uint64(pid), 10) + "-" + randomHex(8),
+		ID:        sessionID(pid),
 		PID:       pid,
 		Spec:      spec,
 		StartedAt: time.Now().UTC(),
 		Journal:   NewJournal(sb.node.cfg.SessionOutputLimit),
 		cancel:    cancel,
+		onOutput:  func() { sb.node.activity(sb.ID) },
 	}
 	sb.mu.Lock()
+	if old, ok := sb.sessions[s.ID]; ok {
+		old.cancel()
+	}
 	sb.sessions[s.ID] = s
 	sb.mu.Unlock()
-	go sb.follow(streamCtx, s, stream)
-	return s, nil
+	return s
+}
+
+// adoptProcesses creates sessions for processes the agent runs that the node
+// does not follow yet (after a node restart or a restore), and follows them
+// from the oldest output the agent still holds.
+func (sb *Sandbox) adoptProcesses(ctx context.Context) {
+	resp, err := sb.Agent.Process.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+	if err != nil {
+		sb.node.log.Warn("list processes to adopt", "sandbox", sb.ID, "err", err)
+		return
+	}
+	for _, p := range resp.Msg.GetProcesses() {
+		sb.mu.Lock()
+		_, known := sb.sessions[sessionID(p.GetPid())]
+		sb.mu.Unlock()
+		if known {
+			continue
+		}
+		spec := SessionSpec{Cmd: append([]string{p.GetConfig().GetCmd()}, p.GetConfig().GetArgs()...), Tag: p.GetTag()}
+		streamCtx, cancel := context.WithCancel(context.Background())
+		s := sb.addSession(p.GetPid(), spec, cancel)
+		go sb.follow(streamCtx, s, nil)
+	}
+}
+
+// dropSessions ends every session; their processes are gone (a rollback).
+func (sb *Sandbox) dropSessions(reason string) {
+	sb.closeSessions(reason)
+	sb.mu.Lock()
+	sb.sessions = map[string]*Session{}
+	sb.mu.Unlock()
 }
 
 // startStream is what Start and Connect both return.
@@ -130,8 +176,11 @@ func firstPID(stream startStream) (uint32, error) {
 // to the agent breaks, it reconnects by pid from the last offset it holds,
 // so no byte is lost.
 func (sb *Sandbox) follow(ctx context.Context, s *Session, first *connect.ServerStreamForClient[processpb.StartResponse]) {
-	done := consume(first, func() *processpb.ProcessEvent { return first.Msg().GetEvent() }, s)
-	first.Close()
+	done := false
+	if first != nil {
+		done = consume(first, func() *processpb.ProcessEvent { return first.Msg().GetEvent() }, s)
+		first.Close()
+	}
 	for attempt := 0; !done; attempt++ {
 		if ctx.Err() != nil {
 			s.finish(End{ExitCode: -1, Error: "session closed"})
@@ -157,6 +206,12 @@ func (sb *Sandbox) follow(ctx context.Context, s *Session, first *connect.Server
 			}
 			continue
 		}
+		// The agent says where its replay starts; past what we asked for
+		// means it no longer holds the bytes in between.
+		if from, err := strconv.ParseInt(stream.ResponseHeader().Get("X-Space-Output-Offset"), 10, 64); err == nil {
+			s.Journal.Skip(from)
+		}
+		attempt = 0
 		done = consume(stream, func() *processpb.ProcessEvent { return stream.Msg().GetEvent() }, s)
 		stream.Close()
 	}
@@ -167,6 +222,9 @@ func consume(stream eventStream, event func() *processpb.ProcessEvent, s *Sessio
 	for stream.Receive() {
 		ev := event()
 		if d := ev.GetData(); d != nil {
+			if s.onOutput != nil {
+				s.onOutput()
+			}
 			switch {
 			case d.GetStdout() != nil:
 				s.Journal.Append(Stdout, d.GetStdout())

@@ -1,0 +1,283 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/runtime"
+)
+
+// completeMarker is written into a checkpoint image directory once the
+// image is whole, so recovery can tell a finished image from a torn one.
+const completeMarker = "space-complete"
+
+// ImageComplete reports whether dir holds a finished checkpoint image.
+func ImageComplete(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, completeMarker))
+	return err == nil
+}
+
+func markComplete(dir string) error {
+	f, err := os.Create(filepath.Join(dir, completeMarker))
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Pause freezes every process of the sandbox; its memory stays resident.
+func (n *Node) Pause(ctx context.Context, id string) error {
+	if err := n.cfg.Runtime.Pause(ctx, id); err != nil {
+		return fmt.Errorf("pause %s: %w", id, err)
+	}
+	return nil
+}
+
+// Resume thaws a paused sandbox.
+func (n *Node) Resume(ctx context.Context, id string) error {
+	if err := n.cfg.Runtime.Resume(ctx, id); err != nil {
+		return fmt.Errorf("resume %s: %w", id, err)
+	}
+	return nil
+}
+
+// Paused reports whether the runtime holds the sandbox frozen.
+func (n *Node) Paused(ctx context.Context, id string) bool {
+	st, err := n.cfg.Runtime.State(ctx, id)
+	return err == nil && st.Status == runtime.StatusPaused
+}
+
+// Suspend saves the sandbox's memory and process state to imageDir and
+// releases its CPU, memory and network slot. The root volume stays on disk;
+// together with the image it is the sandbox's durable state. The node keeps
+// its sessions, which continue after ResumeFrom.
+func (n *Node) Suspend(ctx context.Context, id, imageDir string) error {
+	rt := n.cfg.Runtime
+	wasPaused := n.Paused(ctx, id)
+	if !wasPaused {
+		// Freeze first so the image and the volume describe one instant.
+		if err := rt.Pause(ctx, id); err != nil {
+			return fmt.Errorf("suspend %s: %w", id, err)
+		}
+	}
+	if err := os.RemoveAll(imageDir); err != nil {
+		return fmt.Errorf("suspend %s: %w", id, err)
+	}
+	if err := rt.Checkpoint(ctx, id, imageDir, false); err != nil {
+		if !wasPaused {
+			_ = rt.Resume(context.WithoutCancel(ctx), id)
+		}
+		return fmt.Errorf("suspend %s: %w", id, err)
+	}
+	if err := markComplete(imageDir); err != nil {
+		return fmt.Errorf("suspend %s: %w", id, err)
+	}
+	n.releaseRuntime(ctx, id)
+	return nil
+}
+
+// releaseRuntime stops the runtime and removes the slot but keeps the
+// volume and the node's handle (with its sessions).
+func (n *Node) releaseRuntime(ctx context.Context, id string) {
+	if sb, err := n.Sandbox(id); err == nil {
+		sb.Agent.Close()
+	}
+	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
+		n.log.Warn("release runtime", "sandbox", id, "err", err)
+	}
+	if err := network.SlotFor(id).Destroy(); err != nil {
+		n.log.Warn("release network slot", "sandbox", id, "err", err)
+	}
+}
+
+// Capture records the running sandbox's filesystem as the read-only volume
+// volume and its memory as a checkpoint image in imageDir, both taken while
+// the sandbox is frozen, and lets it continue. It is the first half of a
+// snapshot or a branch.
+func (n *Node) Capture(ctx context.Context, id, volume, imageDir string) error {
+	rt := n.cfg.Runtime
+	wasPaused := n.Paused(ctx, id)
+	if !wasPaused {
+		if err := rt.Pause(ctx, id); err != nil {
+			return fmt.Errorf("capture %s: %w", id, err)
+		}
+		defer func() {
+			if err := rt.Resume(context.WithoutCancel(ctx), id); err != nil {
+				n.log.Error("resume after capture", "sandbox", id, "err", err)
+			}
+		}()
+	}
+	if _, err := n.cfg.Volumes.Snapshot(volumeName(id), volume, true); err != nil {
+		return fmt.Errorf("capture %s: filesystem: %w", id, err)
+	}
+	if err := os.RemoveAll(imageDir); err != nil {
+		return fmt.Errorf("capture %s: %w", id, err)
+	}
+	if err := rt.Checkpoint(ctx, id, imageDir, true); err != nil {
+		_ = n.cfg.Volumes.Delete(volume)
+		return fmt.Errorf("capture %s: memory: %w", id, err)
+	}
+	if err := markComplete(imageDir); err != nil {
+		return fmt.Errorf("capture %s: %w", id, err)
+	}
+	return nil
+}
+
+// Identity is what makes a restored copy a sandbox of its own.
+type Identity struct {
+	AccessToken string
+	Env         map[string]string
+	// Info is written to /run/space/identity.json inside the sandbox, so
+	// processes that were restored can tell (and watch) who they are now.
+	Info map[string]string
+}
+
+// RestoreSpec describes a sandbox to bring back from a checkpoint image.
+type RestoreSpec struct {
+	ID       string
+	ImageDir string
+	// FromVolume, when set, replaces the sandbox's root volume with a
+	// writable snapshot of this (captured) volume first.
+	FromVolume string
+	Limits     runtime.Limits
+	DiskMB     int
+	// AccessToken is the token the agent in the image holds.
+	AccessToken string
+	// NewIdentity re-keys the restored agent: a branch, or a new sandbox
+	// started from a snapshot. Nil keeps the identity (resume, rollback).
+	NewIdentity *Identity
+}
+
+// ResumeFrom restores a sandbox from a checkpoint image. Processes continue
+// where they were; the node reconnects to them and to their sessions.
+func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
+	vol := volumeName(spec.ID)
+	if spec.FromVolume != "" {
+		if err := n.cfg.Volumes.Delete(vol); err != nil {
+			return fmt.Errorf("restore %s: %w", spec.ID, err)
+		}
+		if _, err := n.cfg.Volumes.Snapshot(spec.FromVolume, vol, false); err != nil {
+			return fmt.Errorf("restore %s: root volume: %w", spec.ID, err)
+		}
+		if spec.DiskMB > 0 {
+			if err := n.cfg.Volumes.SetLimit(vol, int64(spec.DiskMB)<<20); err != nil {
+				return fmt.Errorf("restore %s: disk limit: %w", spec.ID, err)
+			}
+		}
+	}
+	if !n.cfg.Volumes.Exists(vol) {
+		return fmt.Errorf("restore %s: root volume is missing", spec.ID)
+	}
+	slot := network.SlotFor(spec.ID)
+	if !slot.Exists() {
+		if slot, err = network.Create(spec.ID); err != nil {
+			return err
+		}
+	} else if err := slot.Prepare(); err != nil {
+		return err
+	}
+	rs := runtime.Spec{
+		ID: spec.ID, RootfsPath: n.cfg.Volumes.Path(vol), NetNSPath: slot.NetNSPath(),
+		AgentDir: n.agentDir, Args: []string{agentPath}, Hostname: spec.ID, Limits: spec.Limits,
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+	}
+	if err := n.cfg.Runtime.Restore(ctx, rs, spec.ImageDir); err != nil {
+		_ = slot.Destroy()
+		return err
+	}
+	sb, err := n.Sandbox(spec.ID)
+	if err != nil {
+		sb = n.newSandbox(spec.ID, spec.AccessToken)
+	} else {
+		sb.Agent.setToken(spec.AccessToken)
+		sb.Agent.Close()
+	}
+	readyCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
+	defer cancel()
+	if err := sb.Agent.waitHealthy(readyCtx); err != nil {
+		n.releaseRuntime(ctx, spec.ID)
+		return fmt.Errorf("restore %s: %w", spec.ID, err)
+	}
+	if id := spec.NewIdentity; id != nil {
+		if err := sb.rekey(readyCtx, *id); err != nil {
+			n.releaseRuntime(ctx, spec.ID)
+			return fmt.Errorf("restore %s: %w", spec.ID, err)
+		}
+	} else if err := sb.reseed(readyCtx); err != nil {
+		n.log.Warn("reseed after restore", "sandbox", spec.ID, "err", err)
+	}
+	n.register(sb)
+	sb.adoptProcesses(ctx)
+	return nil
+}
+
+// rekey gives a restored copy its own token, entropy, hostname and identity
+// file.
+func (sb *Sandbox) rekey(ctx context.Context, id Identity) error {
+	entropy := make([]byte, 64)
+	_, _ = rand.Read(entropy)
+	if err := sb.Agent.init(ctx, agentInit{
+		AccessToken: id.AccessToken, EnvVars: id.Env, Hostname: sb.ID,
+		Entropy: entropy, Timestamp: time.Now().UTC(),
+	}); err != nil {
+		return err
+	}
+	return sb.writeIdentity(ctx, id.Info)
+}
+
+// reseed gives a sandbox restored in place fresh entropy and the current time.
+func (sb *Sandbox) reseed(ctx context.Context) error {
+	entropy := make([]byte, 64)
+	_, _ = rand.Read(entropy)
+	token := *sb.Agent.token.Load()
+	return sb.Agent.init(ctx, agentInit{AccessToken: token, Entropy: entropy, Timestamp: time.Now().UTC()})
+}
+
+// identityPath is where a sandbox learns that it was restored as a new copy.
+const identityPath = "/run/space/identity.json"
+
+func (sb *Sandbox) writeIdentity(ctx context.Context, info map[string]string) error {
+	data, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return err
+	}
+	return sb.WriteFile(ctx, identityPath, "root", strings.NewReader(string(data)+"\n"))
+}
+
+// ErrImageMissing is returned when a checkpoint image is absent or torn.
+var ErrImageMissing = errors.New("checkpoint image missing or incomplete")
+
+// BootFromDisk starts a sandbox again on its existing root volume, without
+// memory: what remains of a running sandbox after the host went down.
+func (n *Node) BootFromDisk(ctx context.Context, spec CreateSpec) error {
+	vol := volumeName(spec.ID)
+	if !n.cfg.Volumes.Exists(vol) {
+		return fmt.Errorf("boot %s from disk: root volume is missing", spec.ID)
+	}
+	_ = n.cfg.Runtime.Destroy(ctx, spec.ID)
+	return n.boot(ctx, spec)
+}
