@@ -120,6 +120,30 @@ type Sandbox struct {
 	StartedAt   *time.Time        `json:"started_at,omitempty"`
 	ExpiresAt   time.Time         `json:"expires_at"`
 	EndedAt     *time.Time        `json:"ended_at,omitempty"`
+
+	Lifecycle Lifecycle `json:"lifecycle"`
+	// SuspendedAt is when the sandbox was last suspended; its image is
+	// ImageDir.
+	SuspendedAt *time.Time `json:"suspended_at,omitempty"`
+	ImageDir    string     `json:"image_dir,omitempty"`
+	// BranchOf and Snapshot say where a sandbox was restored from.
+	BranchOf string `json:"branch_of,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"`
+	// Recovered says how the sandbox came back after the host lost it.
+	Recovered string `json:"recovered,omitempty"`
+	// LastSnapshotAt drives rolling snapshots.
+	LastSnapshotAt *time.Time `json:"last_snapshot_at,omitempty"`
+}
+
+// Lifecycle holds a sandbox's lifetime settings.
+type Lifecycle struct {
+	AutoResume   bool   `json:"auto_resume"`
+	OnTimeout    string `json:"on_timeout"`
+	IdleSuspendS int    `json:"idle_suspend_s"`
+	// SnapshotIntervalS takes a rolling snapshot every so often (0: never);
+	// they are kept SnapshotRetentionS.
+	SnapshotIntervalS  int `json:"snapshot_interval_s,omitempty"`
+	SnapshotRetentionS int `json:"snapshot_retention_s,omitempty"`
 }
 
 // API returns the public view of a sandbox.
@@ -128,6 +152,11 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		ID: s.ID, Template: s.Template, TemplateID: s.TemplateID, State: s.State, Reason: s.Reason,
 		VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, Env: s.Env, Metadata: s.Metadata,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, AccessToken: s.AccessToken,
+		SuspendedAt: s.SuspendedAt, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
+		Lifecycle: apiv1.Lifecycle{
+			AutoResume: s.Lifecycle.AutoResume, OnTimeout: s.Lifecycle.OnTimeout, IdleSuspendS: s.Lifecycle.IdleSuspendS,
+			SnapshotIntervalS: s.Lifecycle.SnapshotIntervalS, SnapshotRetentionS: s.Lifecycle.SnapshotRetentionS,
+		},
 	}
 }
 
