@@ -1,0 +1,261 @@
+// Package api serves space's native HTTP API v1: JSON requests and
+// responses, server-sent events for output streams, API-key authentication,
+// and one error shape ({"code","message"}) for every failure.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/metrics"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// Templates is the template catalog as the API uses it.
+type Templates interface {
+	Submit(name string, recipeYAML []byte) (apiv1.Template, error)
+	Get(name string) (apiv1.Template, error)
+	List() []apiv1.Template
+	Logs(name string, from int) (lines []string, done bool, err error)
+	Delete(name string) error
+}
+
+// Config wires the API.
+type Config struct {
+	ControlPlane *controlplane.ControlPlane
+	Templates    Templates
+	Keys         *auth.Keys
+	Metrics      *metrics.Registry
+	Logger       *slog.Logger
+	// MaxJSONBody bounds JSON request bodies; MaxFileBody bounds uploads.
+	MaxJSONBody int64
+	MaxFileBody int64
+}
+
+// Server is the HTTP handler of the API.
+type Server struct {
+	cfg      Config
+	cp       *controlplane.ControlPlane
+	log      *slog.Logger
+	mux      *http.ServeMux
+	sessions *metrics.Counter
+}
+
+// Routes lists every route the API serves as "METHOD /path"; the OpenAPI
+// document is checked against it.
+var Routes []string
+
+// New builds the API handler.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxJSONBody == 0 {
+		cfg.MaxJSONBody = 1 << 20
+	}
+	if cfg.MaxFileBody == 0 {
+		cfg.MaxFileBody = 1 << 30
+	}
+	s := &Server{cfg: cfg, cp: cfg.ControlPlane, log: cfg.Logger, mux: http.NewServeMux()}
+	s.sessions = cfg.Metrics.Counter("space_sessions_started_total", "Command sessions started.")
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	Routes = Routes[:0]
+	open := func(pattern string, h http.HandlerFunc) {
+		Routes = append(Routes, pattern)
+		s.mux.HandleFunc(pattern, h)
+	}
+	authed := func(pattern string, h http.HandlerFunc) { open(pattern, s.requireKey(false, h)) }
+	admin := func(pattern string, h http.HandlerFunc) { open(pattern, s.requireKey(true, h)) }
+
+	open("GET /healthz", s.healthz)
+	open("GET /metrics", s.metrics)
+
+	authed("POST /v1/sandboxes", s.createSandbox)
+	authed("GET /v1/sandboxes", s.listSandboxes)
+	authed("GET /v1/sandboxes/{id}", s.getSandbox)
+	authed("GET /v1/sandboxes/{id}/wait", s.waitSandbox)
+	authed("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
+	authed("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
+	authed("GET /v1/sandboxes/{id}/events", s.sandboxEvents)
+
+	authed("POST /v1/sandboxes/{id}/sessions", s.createSession)
+	authed("GET /v1/sandboxes/{id}/sessions", s.listSessions)
+	authed("GET /v1/sandboxes/{id}/sessions/{sid}", s.getSession)
+	authed("GET /v1/sandboxes/{id}/sessions/{sid}/attach", s.attachSession)
+	authed("POST /v1/sandboxes/{id}/sessions/{sid}/stdin", s.sessionStdin)
+	authed("POST /v1/sandboxes/{id}/sessions/{sid}/signal", s.sessionSignal)
+	authed("POST /v1/sandboxes/{id}/sessions/{sid}/resize", s.sessionResize)
+	authed("POST /v1/sandboxes/{id}/exec", s.exec)
+
+	authed("GET /v1/sandboxes/{id}/files", s.readFiles)
+	authed("PUT /v1/sandboxes/{id}/files", s.writeFile)
+	authed("DELETE /v1/sandboxes/{id}/files", s.removeFile)
+	authed("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
+	authed("POST /v1/sandboxes/{id}/files/move", s.move)
+
+	authed("POST /v1/templates", s.createTemplate)
+	authed("GET /v1/templates", s.listTemplates)
+	authed("GET /v1/templates/{name}", s.getTemplate)
+	authed("GET /v1/templates/{name}/logs", s.templateLogs)
+	authed("DELETE /v1/templates/{name}", s.deleteTemplate)
+
+	admin("POST /v1/keys", s.createKey)
+	admin("GET /v1/keys", s.listKeys)
+	admin("DELETE /v1/keys/{id}", s.revokeKey)
+}
+
+// ServeHTTP serves the API; unknown routes get a JSON 404 (or 405).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		// The mux's own 404/405 answers are plain text; give them our shape.
+		rec := &statusRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		// The mux may also answer with a redirect to a cleaned path
+		// ("//" in an id position); an API has no such routes.
+		status := http.StatusNotFound
+		if rec.status == http.StatusMethodNotAllowed {
+			status = rec.status
+		}
+		msg := "no route for " + r.Method + " " + r.URL.Path
+		if status == http.StatusMethodNotAllowed {
+			msg = fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path)
+		}
+		writeError(w, status, msg)
+		return
+	}
+	s.mux.ServeHTTP(w, r) // sets the path values that Handler does not
+}
+
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *statusRecorder) WriteHeader(status int)      { r.status = status }
+
+type keyContext struct{}
+
+// requireKey checks the API key (Bearer or X-API-Key).
+func (s *Server) requireKey(admin bool, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		secret := r.Header.Get("X-API-Key")
+		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && secret == "" {
+			secret = strings.TrimSpace(bearer)
+		}
+		if secret == "" {
+			writeError(w, http.StatusUnauthorized, "missing API key: send Authorization: Bearer <key> or X-API-Key")
+			return
+		}
+		key, err := s.cfg.Keys.Check(secret)
+		if err != nil {
+			writeError(w, http.StatusUnauthorized, "invalid API key")
+			return
+		}
+		if admin && !key.Admin {
+			writeError(w, http.StatusForbidden, "this operation needs an admin key")
+			return
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), keyContext{}, key)))
+	}
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	s.cfg.Metrics.WriteText(w)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiv1.Error{Code: status, Message: msg})
+}
+
+// readJSON decodes a bounded JSON body into v, rejecting unknown fields and
+// trailing data so that typos are reported rather than ignored.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
+		case errors.Is(err, io.EOF):
+			writeError(w, http.StatusBadRequest, "request body is empty; expected a JSON object")
+		default:
+			writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		}
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "malformed JSON body: unexpected data after the JSON object")
+		return false
+	}
+	return true
+}
+
+// fail maps an error from the layers below to a status and writes it.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	var stateErr *controlplane.StateError
+	var fileErr *node.FileError
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &stateErr):
+		writeError(w, http.StatusConflict, stateErr.Error())
+	case errors.As(err, &fileErr):
+		writeError(w, fileErr.Status, fileErr.Message)
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
+	case errors.Is(err, controlplane.ErrNotFound), errors.Is(err, controlplane.ErrUnknownTemplate),
+		errors.Is(err, node.ErrNoSession), errors.Is(err, ErrTemplateNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, controlplane.ErrInvalid), errors.Is(err, ErrBadRecipe):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, controlplane.ErrCapacity):
+		writeError(w, http.StatusUnprocessableEntity, err.Error())
+	case errors.Is(err, controlplane.ErrTemplateNotReady), errors.Is(err, ErrTemplateInUse):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, node.ErrExecTimeout):
+		writeError(w, http.StatusGatewayTimeout, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusRequestTimeout, err.Error())
+	default:
+		s.log.Error("request failed", "err", err)
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// Errors a Templates implementation returns (wrapped).
+var (
+	ErrTemplateNotFound = errors.New("template not found")
+	ErrTemplateInUse    = errors.New("template is in use")
+	ErrBadRecipe        = errors.New("invalid recipe")
+)

@@ -1,0 +1,292 @@
+package api
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// sessionTarget resolves {id} and {sid} of a session route.
+func (s *Server) sessionTarget(w http.ResponseWriter, r *http.Request) (*node.Sandbox, *node.Session, bool) {
+	sb, err := s.cp.Running(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return nil, nil, false
+	}
+	sess, err := sb.Session(r.PathValue("sid"))
+	if err != nil {
+		s.fail(w, err)
+		return nil, nil, false
+	}
+	return sb, sess, true
+}
+
+func sessionView(sess *node.Session) apiv1.Session {
+	next, first, end := sess.Journal.Status()
+	v := apiv1.Session{
+		ID: sess.ID, PID: sess.PID, Cmd: sess.Spec.Cmd, Tag: sess.Spec.Tag, TTY: sess.Spec.TTY,
+		State: apiv1.SessionRunning, StartedAt: sess.StartedAt, OutputBytes: next, DroppedBytes: first,
+	}
+	if end != nil {
+		code := end.ExitCode
+		ended := sess.EndedAt()
+		v.State, v.ExitCode, v.Error, v.EndedAt = apiv1.SessionExited, &code, end.Error, &ended
+	}
+	return v
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateSessionRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		writeError(w, http.StatusBadRequest, "cmd must name a program: [\"program\", \"arg\", ...]")
+		return
+	}
+	sb, err := s.cp.Running(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	sess, err := sb.StartSession(r.Context(), node.SessionSpec{
+		Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TTY: req.TTY,
+		Cols: req.Cols, Rows: req.Rows, Stdin: req.Stdin, Tag: req.Tag,
+	})
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.sessions.Inc()
+	writeJSON(w, http.StatusCreated, sessionView(sess))
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.cp.Running(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := apiv1.SessionList{Sessions: []apiv1.Session{}}
+	for _, sess := range sb.Sessions() {
+		out.Sessions = append(out.Sessions, sessionView(sess))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	if _, sess, ok := s.sessionTarget(w, r); ok {
+		writeJSON(w, http.StatusOK, sessionView(sess))
+	}
+}
+
+// keepaliveInterval keeps proxies from closing an idle attach stream.
+const keepaliveInterval = 15 * time.Second
+
+// attachSession streams the session's output as server-sent events. Each
+// event's id is the output offset after it, so a client that reconnects
+// with Last-Event-ID (or ?from=) gets exactly the bytes it missed.
+func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
+	_, sess, ok := s.sessionTarget(w, r)
+	if !ok {
+		return
+	}
+	from := int64(0)
+	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("from")} {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "the resume offset (Last-Event-ID or from) must be a non-negative integer")
+			return
+		}
+		from = n
+	}
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	flush()
+
+	ctx := r.Context()
+	stopKeepalive := make(chan struct{})
+	defer close(stopKeepalive)
+	var writeMu = make(chan struct{}, 1)
+	writeMu <- struct{}{}
+	write := func(f func()) {
+		<-writeMu
+		f()
+		flush()
+		writeMu <- struct{}{}
+	}
+	go func() {
+		t := time.NewTicker(keepaliveInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopKeepalive:
+				return
+			case <-t.C:
+				write(func() { _, _ = io.WriteString(w, ": keepalive\n\n") })
+			}
+		}
+	}()
+
+	end, err := sess.Journal.Follow(ctx, from,
+		func(requested, first int64) error {
+			write(func() {
+				writeEvent(w, apiv1.EventTruncated, first, apiv1.TruncatedEvent{Requested: requested, From: first})
+			})
+			return nil
+		},
+		func(c node.Chunk) error {
+			var chunk apiv1.OutputChunk
+			if utf8.Valid(c.Data) {
+				chunk.Text = string(c.Data)
+			} else {
+				chunk.Base64 = base64.StdEncoding.EncodeToString(c.Data)
+			}
+			write(func() { writeEvent(w, c.Stream.String(), c.Offset+int64(len(c.Data)), chunk) })
+			return nil
+		})
+	if err != nil {
+		return // client went away
+	}
+	next, _, _ := sess.Journal.Status()
+	write(func() {
+		writeEvent(w, apiv1.EventExit, next, apiv1.ExitEvent{ExitCode: end.ExitCode, Error: end.Error})
+	})
+}
+
+func writeEvent(w io.Writer, event string, id int64, data any) {
+	b, _ := json.Marshal(data)
+	fmt.Fprintf(w, "event: %s\nid: %d\ndata: %s\n\n", event, id, b)
+}
+
+func (s *Server) sessionStdin(w http.ResponseWriter, r *http.Request) {
+	sb, sess, ok := s.sessionTarget(w, r)
+	if !ok {
+		return
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBody))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if len(data) > 0 {
+		if err := sb.WriteStdin(r.Context(), sess, data); err != nil {
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
+	}
+	if closeStdin, _ := strconv.ParseBool(r.URL.Query().Get("close")); closeStdin {
+		if err := sb.CloseStdin(r.Context(), sess); err != nil {
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// signalNumber accepts "SIGTERM", "TERM", "term" or "15".
+func signalNumber(name string) (int, bool) {
+	if n, err := strconv.Atoi(name); err == nil {
+		return n, n > 0 && n < 65
+	}
+	name = strings.ToUpper(strings.TrimPrefix(strings.ToUpper(name), "SIG"))
+	signals := map[string]syscall.Signal{
+		"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "KILL": syscall.SIGKILL,
+		"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "TERM": syscall.SIGTERM, "STOP": syscall.SIGSTOP,
+		"CONT": syscall.SIGCONT, "WINCH": syscall.SIGWINCH, "ALRM": syscall.SIGALRM, "PIPE": syscall.SIGPIPE,
+	}
+	sig, ok := signals[name]
+	return int(sig), ok
+}
+
+func (s *Server) sessionSignal(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.SignalRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	sig, ok := signalNumber(req.Signal)
+	if !ok {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown signal %q", req.Signal))
+		return
+	}
+	sb, sess, ok := s.sessionTarget(w, r)
+	if !ok {
+		return
+	}
+	if err := sb.Signal(r.Context(), sess, sig); err != nil {
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) sessionResize(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.ResizeRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	if req.Cols == 0 || req.Rows == 0 || req.Cols > 10000 || req.Rows > 10000 {
+		writeError(w, http.StatusBadRequest, "cols and rows must be between 1 and 10000")
+		return
+	}
+	sb, sess, ok := s.sessionTarget(w, r)
+	if !ok {
+		return
+	}
+	if err := sb.Resize(r.Context(), sess, req.Cols, req.Rows); err != nil {
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.ExecRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		writeError(w, http.StatusBadRequest, "cmd must name a program: [\"program\", \"arg\", ...]")
+		return
+	}
+	if req.TimeoutS < 0 {
+		writeError(w, http.StatusBadRequest, "timeout_s must not be negative")
+		return
+	}
+	sb, err := s.cp.Running(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	timeout := 60 * time.Second
+	if req.TimeoutS > 0 {
+		timeout = time.Duration(req.TimeoutS) * time.Second
+	}
+	res, err := sb.Exec(r.Context(), node.ExecSpec{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, Timeout: timeout})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.ExecResult{Stdout: string(res.Stdout), Stderr: string(res.Stderr), ExitCode: res.ExitCode})
+}

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/space-platform/space/internal/server"
+)
+
+func runServe(ctx context.Context, args []string) error {
+	cfg := server.DefaultConfig()
+	fs := newFlagSet("space serve [flags]", `
+Run the space server: control plane, node service and HTTP API in one
+process, with embedded state under --data-dir. Sandboxes keep running when
+the server stops; a restarted server adopts them.`)
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where state, volumes and templates live")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the HTTP API")
+	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default: found next to space, in .tools/bin or on PATH)")
+	fs.StringVar(&cfg.AgentPath, "agent", "", "space-agent binary (default: found next to space or in .tools/bin)")
+	fs.StringVar(&cfg.Platform, "platform", cfg.Platform, "gVisor platform (systrap, ptrace, kvm)")
+	templates := fs.String("build-templates", strings.Join(cfg.BuildTemplates, ","), "built-in templates to build at start when missing (comma-separated; empty for none)")
+	fs.IntVar(&cfg.Defaults.TimeoutS, "default-timeout-s", cfg.Defaults.TimeoutS, "lifetime of a sandbox whose create request names none")
+	fs.StringVar(&cfg.Defaults.Template, "default-template", cfg.Defaults.Template, "template of a create request that names none")
+	fs.DurationVar(&cfg.Defaults.Retention, "retention", cfg.Defaults.Retention, "how long stopped and failed sandboxes stay visible")
+	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", cfg.MemoryOvercommit, "sum of sandbox memory limits allowed, as a multiple of host memory (0: unlimited)")
+	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
+	if err := parseNoArgs(fs, args, "serve"); err != nil {
+		return err
+	}
+	cfg.BuildTemplates = nil
+	for _, t := range strings.Split(*templates, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			cfg.BuildTemplates = append(cfg.BuildTemplates, t)
+		}
+	}
+	cfg.VolumeImageBytes = *imageGiB << 30
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("space serve must run as root: it manages namespaces, mounts and cgroups")
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	fmt.Fprintln(stderr, "space: shutting down (sandboxes keep running)")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdownCtx)
+}

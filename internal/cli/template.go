@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+var templateCommands = []command{
+	{"build", "build a template from a recipe and follow its log", runTemplateBuild},
+	{"ls", "list templates", runTemplateList},
+	{"get", "print a template as JSON, with its build log", runTemplateGet},
+	{"rm", "remove templates", runTemplateRemove},
+}
+
+func runTemplate(ctx context.Context, args []string) error {
+	return dispatch(ctx, "space template", templateCommands, args)
+}
+
+func runTemplateBuild(ctx context.Context, args []string) error {
+	fs := newFlagSet("space template build -f RECIPE [--name NAME]", `
+Submit a template recipe (YAML) and follow the build log until it is done.
+Exits with 1 when the build fails. A recipe that was already built is ready
+at once.`)
+	recipePath := fs.String("f", "", "recipe `file` (YAML), - for stdin")
+	name := fs.String("name", "", "template `name`, overriding the recipe's")
+	positional, err := fs.parse(args, true)
+	if err != nil {
+		return err
+	}
+	if len(positional) > 0 {
+		return fs.usageErrorf("template build takes no arguments, got %q; pass the recipe with -f", positional[0])
+	}
+	if *recipePath == "" {
+		return fs.usageErrorf("template build needs a recipe: -f recipe.yaml")
+	}
+	recipe, err := readRecipe(*recipePath)
+	if err != nil {
+		return err
+	}
+	c, err := connect()
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	tmpl, err := c.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Name: *name, Recipe: recipe})
+	if err != nil {
+		return err
+	}
+	if tmpl.State != apiv1.TemplateBuilding {
+		return reportBuild(tmpl, started, true)
+	}
+	fmt.Fprintf(stderr, "building template %s (%s)\n", tmpl.Name, shortID(tmpl.ID))
+	logs, err := c.TemplateLogs(ctx, tmpl.Name, 0)
+	if err != nil {
+		return fmt.Errorf("follow the build log of template %s: %w", tmpl.Name, err)
+	}
+	defer logs.Close()
+	for {
+		ev, err := logs.Next()
+		if err != nil {
+			return fmt.Errorf("follow the build log of template %s: %w", tmpl.Name, err)
+		}
+		if ev.Done {
+			return reportBuild(ev.Template, started, false)
+		}
+		// The elapsed time is the progress indicator: recipes vary too much
+		// for a meaningful percentage.
+		fmt.Fprintf(stdout, "[%6.1fs] %s\n", time.Since(started).Seconds(), ev.Line)
+	}
+}
+
+func readRecipe(recipePath string) (string, error) {
+	var (
+		raw []byte
+		err error
+	)
+	if recipePath == "-" {
+		raw, err = io.ReadAll(stdin)
+	} else {
+		raw, err = os.ReadFile(recipePath)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read recipe: %w", err)
+	}
+	return string(raw), nil
+}
+
+// reportBuild prints the outcome of a build and fails when it failed.
+func reportBuild(tmpl *apiv1.Template, started time.Time, cached bool) error {
+	switch tmpl.State {
+	case apiv1.TemplateReady:
+		how := fmt.Sprintf("in %.1fs", time.Since(started).Seconds())
+		if cached {
+			how = "(already built)"
+		}
+		fmt.Fprintf(stderr, "template %s is ready %s: id %s, %s\n", tmpl.Name, how, shortID(tmpl.ID), humanBytes(tmpl.SizeBytes))
+		return nil
+	case apiv1.TemplateFailed:
+		if tmpl.Reason != "" {
+			return fmt.Errorf("template %s failed to build: %s", tmpl.Name, tmpl.Reason)
+		}
+		return fmt.Errorf("template %s failed to build", tmpl.Name)
+	default:
+		return fmt.Errorf("template %s ended the build in state %q", tmpl.Name, tmpl.State)
+	}
+}
+
+func runTemplateList(ctx context.Context, args []string) error {
+	fs := newFlagSet("space template ls", "List templates as a table.")
+	if err := parseNoArgs(fs, args, "template ls"); err != nil {
+		return err
+	}
+	c, err := connect()
+	if err != nil {
+		return err
+	}
+	templates, err := c.ListTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	t := newTable(stdout, "NAME", "STATE", "ID", "FROM", "SIZE", "SANDBOXES", "CREATED")
+	for _, tmpl := range templates {
+		t.row(tmpl.Name, tmpl.State, shortID(tmpl.ID), tmpl.From, humanBytes(tmpl.SizeBytes),
+			strconv.Itoa(tmpl.Sandboxes), ago(tmpl.CreatedAt))
+	}
+	return t.flush()
+}
+
+func runTemplateGet(ctx context.Context, args []string) error {
+	fs := newFlagSet("space template get NAME", "Print a template as JSON, with its build log.")
+	name, err := parseOneName(fs, args, "template get", "template name")
+	if err != nil {
+		return err
+	}
+	c, err := connect()
+	if err != nil {
+		return err
+	}
+	tmpl, err := c.GetTemplate(ctx, name)
+	if err != nil {
+		return err
+	}
+	return printJSON(tmpl)
+}
+
+func runTemplateRemove(ctx context.Context, args []string) error {
+	fs := newFlagSet("space template rm NAME...", "Remove templates. A template in use by sandboxes cannot be removed.")
+	names, err := fs.parse(args, true)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return fs.usageErrorf("template rm needs at least one template name")
+	}
+	c, err := connect()
+	if err != nil {
+		return err
+	}
+	return forEach(names, func(name string) error { return c.DeleteTemplate(ctx, name) })
+}
+
+// parseNoArgs parses a command that takes only flags.
+func parseNoArgs(fs *flagSet, args []string, name string) error {
+	positional, err := fs.parse(args, true)
+	if err != nil {
+		return err
+	}
+	if len(positional) > 0 {
+		return fs.usageErrorf("%s takes no arguments, got %q", name, positional[0])
+	}
+	return nil
+}
+
+// parseOneName parses a command that takes exactly one argument, described
+// by what ("template name", "key ID").
+func parseOneName(fs *flagSet, args []string, name, what string) (string, error) {
+	positional, err := fs.parse(args, true)
+	if err != nil {
+		return "", err
+	}
+	if len(positional) != 1 {
+		return "", fs.usageErrorf("%s needs exactly one %s", name, what)
+	}
+	return positional[0], nil
+}

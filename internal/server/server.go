@@ -1,0 +1,314 @@
+// Package server assembles `space serve`: storage, the gVisor runtime, the
+// node service, templates, the control plane and the HTTP API, all in one
+// process over one embedded state store. It is wiring only; each part lives
+// in its own package behind the interface its consumer defines.
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/space-platform/space/internal/api"
+	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/metrics"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/runtime/gvisor"
+	"github.com/space-platform/space/internal/storage"
+	"github.com/space-platform/space/internal/store"
+	"github.com/space-platform/space/internal/template"
+)
+
+// Config is everything `space serve` can be told.
+type Config struct {
+	DataDir   string
+	Listen    string
+	RunscPath string
+	AgentPath string
+	Platform  string
+	// BuildTemplates are built-in templates built at start when missing
+	// (in the background, with progress in the log).
+	BuildTemplates []string
+	// VolumeImageBytes sizes the loop-backed btrfs image if one is made.
+	VolumeImageBytes int64
+	Defaults         controlplane.Defaults
+	// MemoryOvercommit bounds the sum of sandbox memory limits (see
+	// controlplane.Capacity).
+	MemoryOvercommit   float64
+	SessionOutputLimit int64
+	// Progress receives human-readable start-up and build progress.
+	Progress io.Writer
+	Logger   *slog.Logger
+}
+
+// DefaultConfig returns the defaults of `space serve`.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:        "/var/lib/space",
+		Listen:         "127.0.0.1:7070",
+		Platform:       "systrap",
+		BuildTemplates: []string{"minimal", "base"},
+		Defaults: controlplane.Defaults{
+			Template: "base", VCPUs: 1, MemoryMB: 512, DiskMB: 4096, Pids: 4096,
+			TimeoutS: 300, Retention: 10 * time.Minute,
+		},
+		MemoryOvercommit:   8,
+		SessionOutputLimit: 8 << 20,
+		Progress:           os.Stderr,
+	}
+}
+
+// Server is a running space server.
+type Server struct {
+	URL      string
+	AdminKey string
+
+	cfg       Config
+	st        *store.Store
+	pool      *storage.Pool
+	templates *template.Manager
+	cp        *controlplane.ControlPlane
+	http      *http.Server
+	listener  net.Listener
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// Start brings the server up and returns once it accepts requests.
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	s := &Server{cfg: cfg, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.closeStores()
+		}
+	}()
+
+	if s.st, err = store.Open(filepath.Join(cfg.DataDir, "state.db")); err != nil {
+		return nil, err
+	}
+	keys, err := auth.Open(s.st)
+	if err != nil {
+		return nil, err
+	}
+	if s.AdminKey, err = ensureAdminKey(keys, cfg.DataDir, say); err != nil {
+		return nil, err
+	}
+
+	if s.pool, err = storage.Open(ctx, storage.Options{
+		Root: filepath.Join(cfg.DataDir, "volumes"), ImageSizeBytes: cfg.VolumeImageBytes,
+		Logf: func(f string, a ...any) { say(f, a...) },
+	}); err != nil {
+		return nil, err
+	}
+	say("volumes: %s (%s)", s.pool.Root(), s.pool.Kind())
+
+	runscPath, err := findTool(cfg.RunscPath, "SPACE_RUNSC", "runsc")
+	if err != nil {
+		return nil, err
+	}
+	agentPath, err := findTool(cfg.AgentPath, "SPACE_AGENT", "space-agent")
+	if err != nil {
+		return nil, err
+	}
+	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform})
+	if err != nil {
+		return nil, err
+	}
+	nd, err := node.New(node.Config{
+		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
+		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.templates, err = template.NewManager(template.Config{
+		DataDir: cfg.DataDir, Volumes: s.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
+	}); err != nil {
+		return nil, err
+	}
+
+	reg := metrics.NewRegistry()
+	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
+	s.cp = controlplane.New(controlplane.Config{
+		Store: s.st, Node: nd, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
+		Capacity: nodeCapacity(cfg.MemoryOvercommit, s.pool.Root()),
+	})
+	if err := s.cp.Recover(ctx); err != nil {
+		return nil, err
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	go s.cp.Run(runCtx)
+	go s.buildTemplates(runCtx, say)
+
+	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Metrics: reg, Logger: cfg.Logger})
+	if s.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
+		cancel()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	s.URL = "http://" + s.listener.Addr().String()
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(s.done)
+		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cfg.Logger.Error("http server", "err", err)
+		}
+	}()
+	say("listening on %s", s.URL)
+	return s, nil
+}
+
+// Templates exposes the template manager (for the CLI's local builds and tests).
+func (s *Server) Templates() *template.Manager { return s.templates }
+
+// buildTemplates builds missing built-in templates, one after the other.
+func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
+	for _, name := range s.cfg.BuildTemplates {
+		if t, err := s.templates.Get(name); err == nil && t.State == template.StateReady {
+			continue
+		}
+		recipe, ok := template.Builtin(name)
+		if !ok {
+			say("no built-in template named %q", name)
+			continue
+		}
+		say("building template %s (first start; progress follows)", name)
+		w := &prefixWriter{prefix: "space: [" + name + "] ", out: s.cfg.Progress}
+		if _, err := s.templates.Build(ctx, name, recipe, "", w); err != nil {
+			say("template %s failed: %v", name, err)
+			continue
+		}
+		say("template %s ready", name)
+	}
+}
+
+// Shutdown stops serving. Sandboxes keep running; a restarted server adopts them.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	s.cancel()
+	<-s.done
+	s.closeStores()
+	return err
+}
+
+func (s *Server) closeStores() {
+	if s.templates != nil {
+		_ = s.templates.Close()
+	}
+	if s.st != nil {
+		_ = s.st.Close()
+	}
+}
+
+// ensureAdminKey creates the admin key on first start, prints it once and
+// writes it to <data-dir>/admin.key (0600), where the CLI finds it.
+func ensureAdminKey(keys *auth.Keys, dataDir string, say func(string, ...any)) (string, error) {
+	path := filepath.Join(dataDir, "admin.key")
+	if !keys.Empty() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return "", nil // the operator removed the file; the key still works
+		}
+		return strings.TrimSpace(string(data)), nil
+	}
+	_, secret, err := keys.Create("admin", true)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write admin key: %w", err)
+	}
+	say("created admin API key (shown once; also saved to %s): %s", path, secret)
+	return secret, nil
+}
+
+// findTool locates a helper binary: the configured path, an environment
+// variable, next to this executable, in the repository's .tools/bin, or PATH.
+func findTool(configured, env, name string) (string, error) {
+	candidates := []string{configured, os.Getenv(env)}
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Dir(exe)
+		candidates = append(candidates, filepath.Join(dir, name), filepath.Join(dir, ".tools", "bin", name))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for dir := wd; dir != "/"; dir = filepath.Dir(dir) {
+			candidates = append(candidates, filepath.Join(dir, ".tools", "bin", name))
+		}
+	}
+	for _, c := range candidates {
+		if c == "" {
+			continue
+		}
+		if info, err := os.Stat(c); err == nil && !info.IsDir() {
+			return filepath.Abs(c)
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("cannot find %s: build it with scripts/install-deps.sh (or `make`), or set $%s", name, env)
+}
+
+// nodeCapacity reads this machine's size.
+func nodeCapacity(overcommit float64, volumesRoot string) controlplane.Capacity {
+	c := controlplane.Capacity{VCPUs: goruntime.NumCPU(), MemoryOvercommit: overcommit}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var kb int
+			if _, err := fmt.Sscanf(sc.Text(), "MemTotal: %d kB", &kb); err == nil {
+				c.MemoryMB = kb / 1024
+				break
+			}
+		}
+		f.Close()
+	}
+	var fs syscall.Statfs_t
+	if syscall.Statfs(volumesRoot, &fs) == nil {
+		c.DiskMB = int(fs.Bavail * uint64(fs.Bsize) >> 20)
+	}
+	return c
+}
+
+// prefixWriter prefixes every line written through it.
+type prefixWriter struct {
+	prefix string
+	out    io.Writer
+	buf    []byte
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		fmt.Fprintf(w.out, "%s%s\n", w.prefix, w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}

@@ -1,0 +1,247 @@
+// Package e2e drives a real space server (started in-process) with real
+// gVisor sandboxes, btrfs volumes and network namespaces, through the public
+// Go client and the CLI binary. It needs root and the tools that
+// scripts/install-deps.sh installs.
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/internal/server"
+	"github.com/space-platform/space/internal/template"
+	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
+)
+
+// env is the server every test shares.
+var env struct {
+	srv      *server.Server
+	cfg      server.Config
+	client   *client.Client
+	dataDir  string
+	binDir   string
+	repoRoot string
+	skip     string
+}
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	if os.Geteuid() != 0 {
+		env.skip = "end-to-end tests need root (namespaces, mounts, cgroups)"
+		return m.Run(), nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return 1, err
+	}
+	env.repoRoot = root
+	env.binDir, err = os.MkdirTemp("", "space-e2e-bin-")
+	if err != nil {
+		return 1, err
+	}
+	defer os.RemoveAll(env.binDir)
+	for _, b := range []struct{ out, pkg string }{{"space-agent", "./cmd/space-agent"}, {"space", "./cmd/space"}} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(env.binDir, b.out), b.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return 1, fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	env.dataDir = os.Getenv("SPACE_TEST_DATA_DIR")
+	if env.dataDir == "" {
+		if env.dataDir, err = os.MkdirTemp("/var/tmp", "space-e2e-"); err != nil {
+			return 1, err
+		}
+	}
+	cfg := server.DefaultConfig()
+	cfg.DataDir = env.dataDir
+	cfg.Listen = "127.0.0.1:0"
+	cfg.AgentPath = filepath.Join(env.binDir, "space-agent")
+	cfg.RunscPath = filepath.Join(root, ".tools", "bin", "runsc")
+	cfg.BuildTemplates = nil // built below, synchronously
+	cfg.VolumeImageBytes = 16 << 30
+	cfg.Defaults.Template = "minimal"
+	cfg.Defaults.Retention = time.Hour
+	cfg.Progress = os.Stderr
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	env.cfg = cfg
+	if err := startServer(); err != nil {
+		return 1, err
+	}
+	if err := buildBuiltin("minimal"); err != nil {
+		return 1, err
+	}
+	code := m.Run()
+	cleanup()
+	return code, nil
+}
+
+// buildBuiltin builds a built-in template unless it is already there.
+func buildBuiltin(name string) error {
+	recipe, ok := template.Builtin(name)
+	if !ok {
+		return fmt.Errorf("no built-in template %q", name)
+	}
+	if _, err := env.srv.Templates().Build(context.Background(), name, recipe, "", os.Stderr); err != nil {
+		return fmt.Errorf("build template %s: %w", name, err)
+	}
+	return nil
+}
+
+func startServer() error {
+	srv, err := server.Start(context.Background(), env.cfg)
+	if err != nil {
+		return err
+	}
+	env.srv = srv
+	env.client = client.New(srv.URL, srv.AdminKey)
+	return nil
+}
+
+// cleanup deletes every sandbox and leaves no mount or file behind, unless
+// SPACE_TEST_KEEP is set for debugging.
+func cleanup() {
+	ctx := context.Background()
+	if list, err := env.client.ListSandboxes(ctx, client.ListOptions{}); err == nil {
+		for _, sb := range list {
+			_ = env.client.DeleteSandbox(ctx, sb.ID)
+		}
+	}
+	_ = env.srv.Shutdown(ctx)
+	if os.Getenv("SPACE_TEST_KEEP") != "" || os.Getenv("SPACE_TEST_DATA_DIR") != "" {
+		return
+	}
+	unmountUnder(env.dataDir)
+	_ = exec.Command("sh", "-c", "losetup -j "+filepath.Join(env.dataDir, "volumes.img")+" | cut -d: -f1 | xargs -r losetup -d").Run()
+	_ = os.RemoveAll(env.dataDir)
+}
+
+// unmountUnder detaches every mount below dir, deepest first: the volume
+// image and the empty network namespace runsc bind-mounts into its state.
+func unmountUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, p := range points {
+		_ = syscall.Unmount(p, syscall.MNT_DETACH)
+	}
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for ; dir != "/"; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("go.mod not found above the working directory")
+}
+
+func requireServer(t *testing.T) {
+	t.Helper()
+	if env.skip != "" {
+		t.Skip(env.skip)
+	}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newSandbox creates a sandbox, waits until it runs and deletes it when the
+// test ends.
+func newSandbox(t *testing.T, req apiv1.CreateSandboxRequest) *apiv1.Sandbox {
+	t.Helper()
+	requireServer(t)
+	ctx := testContext(t)
+	if req.Template == "" {
+		req.Template = "minimal"
+	}
+	sb, err := env.client.CreateSandbox(ctx, req)
+	if err != nil {
+		t.Fatalf("create sandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.client.DeleteSandbox(context.Background(), sb.ID); err != nil && !client.IsNotFound(err) {
+			t.Errorf("delete sandbox %s: %v", sb.ID, err)
+		}
+	})
+	running, err := env.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, 2*time.Minute)
+	if err != nil {
+		t.Fatalf("wait for sandbox %s: %v", sb.ID, err)
+	}
+	return running
+}
+
+// execOK runs a shell command and fails the test unless it exits 0.
+func execOK(t *testing.T, id, script string) string {
+	t.Helper()
+	res, err := env.client.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("exec %q: exit %d, stdout %q, stderr %q", script, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return res.Stdout
+}
+
+// collect attaches to a session and returns its whole output and exit code.
+func collect(t *testing.T, id, sid string) (string, int) {
+	t.Helper()
+	stream, err := env.client.Attach(testContext(t), id, sid, 0)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for {
+		ev, err := stream.Next()
+		if errors.Is(err, io.EOF) {
+			t.Fatal("stream ended without an exit event")
+		}
+		if err != nil {
+			t.Fatalf("attach: %v", err)
+		}
+		switch ev.Type {
+		case apiv1.EventExit:
+			return out.String(), ev.ExitCode
+		default:
+			out.Write(ev.Data)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// footprint counts what a sandbox can leave behind on the host.
+type footprint map[string]int
+
+func measure(t *testing.T) footprint {
+	t.Helper()
+	f := footprint{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && (strings.Contains(string(b), "runsc") || strings.Contains(string(b), "space-agent")) {
+			f["runsc processes"]++
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	f["mounts"] = strings.Count(string(mounts), "\n")
+	for name, dir := range map[string]string{
+		"sandbox volumes": filepath.Join(env.dataDir, "volumes", "sandboxes"),
+		"runtime bundles": filepath.Join(env.dataDir, "runtime", "bundles"),
+		"runsc state":     filepath.Join(env.dataDir, "runtime", "runsc"),
+		"netns":           "/run/netns",
+		"memory cgroups":  "/sys/fs/cgroup/memory/space",
+		"pids cgroups":    "/sys/fs/cgroup/pids/space",
+	} {
+		entries, _ := os.ReadDir(dir)
+		n := 0
+		for _, e := range entries {
+			if e.IsDir() || name != "memory cgroups" && name != "pids cgroups" {
+				n++
+			}
+		}
+		f[name] = n
+	}
+	out, err := exec.Command("btrfs", "subvolume", "list", filepath.Join(env.dataDir, "volumes")).Output()
+	if err == nil {
+		f["btrfs subvolumes"] = strings.Count(string(out), "\n")
+	}
+	return f
+}
+
+// Nothing is left behind after many create/delete cycles. SPACE_LEAK_CYCLES
+// overrides the count (default 1000).
+func TestNoLeaksAfterCreateDeleteCycles(t *testing.T) {
+	requireServer(t)
+	cycles := 1000
+	if v := os.Getenv("SPACE_LEAK_CYCLES"); v != "" {
+		cycles, _ = strconv.Atoi(v)
+	}
+	if testing.Short() {
+		cycles = 20
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	// One sandbox first: runsc creates a shared empty network namespace
+	// (a bind mount in its state directory) on first use, once per host.
+	warmup := newSandbox(t, apiv1.CreateSandboxRequest{Template: "minimal"})
+	if err := env.client.DeleteSandbox(ctx, warmup.ID); err != nil {
+		t.Fatal(err)
+	}
+	before := measure(t)
+
+	const workers = 8
+	jobs := make(chan int)
+	errs := make(chan error, cycles)
+	var wg sync.WaitGroup
+	began := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				sb, err := env.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "minimal", MemoryMB: 64})
+				if err != nil {
+					errs <- fmt.Errorf("cycle %d create: %w", i, err)
+					continue
+				}
+				if _, err := env.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
+					errs <- fmt.Errorf("cycle %d wait: %w", i, err)
+				} else if i%50 == 0 {
+					if _, err := env.client.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"true"}}); err != nil {
+						errs <- fmt.Errorf("cycle %d exec: %w", i, err)
+					}
+				}
+				if err := env.client.DeleteSandbox(ctx, sb.ID); err != nil {
+					errs <- fmt.Errorf("cycle %d delete: %w", i, err)
+				}
+			}
+		}()
+	}
+	for i := 0; i < cycles; i++ {
+		jobs <- i
+		if i > 0 && i%100 == 0 {
+			t.Logf("%d/%d cycles, %s", i, cycles, time.Since(began).Round(time.Second))
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	close(errs)
+	failures := 0
+	for err := range errs {
+		if failures++; failures <= 5 {
+			t.Error(err)
+		}
+	}
+	if failures > 0 {
+		t.Fatalf("%d of %d cycles failed", failures, cycles)
+	}
+	t.Logf("%d create/delete cycles in %s", cycles, time.Since(began).Round(time.Second))
+
+	after := measure(t)
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("%s: %d before, %d after %d cycles", k, v, after[k], cycles)
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// A session keeps running while no client watches it; a client that comes
+// back from any offset gets exactly the bytes it has not seen.
+func TestSessionOutlivesClientAndReattachLosesNothing(t *testing.T) {
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	ctx := testContext(t)
+	const lines = 3000
+	sess, err := env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{
+		Cmd: []string{"/bin/sh", "-c", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo "line $i"; i=$((i+1)); if [ $((i %% 500)) = 0 ]; then sleep 0.2; fi; done`, lines)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var got strings.Builder
+	var offset int64
+	for attach := 0; ; attach++ {
+		// Each client reads a little, then goes away.
+		attachCtx, cancel := context.WithCancel(ctx)
+		stream, err := env.client.Attach(attachCtx, sb.ID, sess.ID, offset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exited := false
+		for n := 0; n < 5; n++ {
+			ev, err := stream.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("attach %d: %v", attach, err)
+			}
+			if ev.Type == apiv1.EventTruncated {
+				t.Fatalf("output was dropped: %+v", ev.Truncated)
+			}
+			if ev.Type == apiv1.EventExit {
+				exited = true
+				if ev.ExitCode != 0 {
+					t.Fatalf("exit code %d", ev.ExitCode)
+				}
+				break
+			}
+			got.Write(ev.Data)
+			offset = ev.Offset
+		}
+		cancel()
+		stream.Close()
+		if exited {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	want := make([]string, lines)
+	for i := range want {
+		want[i] = fmt.Sprintf("line %d", i)
+	}
+	if got.String() != strings.Join(want, "\n")+"\n" {
+		gotLines := strings.Split(strings.TrimSpace(got.String()), "\n")
+		t.Fatalf("re-attached output has %d lines, want %d exactly once in order (first %q, last %q)",
+			len(gotLines), lines, gotLines[0], gotLines[len(gotLines)-1])
+	}
+	info, err := env.client.GetSession(ctx, sb.ID, sess.ID)
+	if err != nil || info.State != apiv1.SessionExited || info.ExitCode == nil || *info.ExitCode != 0 {
+		t.Fatalf("session after exit = %+v, %v", info, err)
+	}
+}
+
+func TestSessionStdin(t *testing.T) {
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	ctx := testContext(t)
+	sess, err := env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{Cmd: []string{"/bin/sh", "-c", "tr a-z A-Z"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.client.WriteStdin(ctx, sb.ID, sess.ID, strings.NewReader("hello "), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.client.WriteStdin(ctx, sb.ID, sess.ID, strings.NewReader("stdin\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	out, code := collect(t, sb.ID, sess.ID)
+	if out != "HELLO STDIN\n" || code != 0 {
+		t.Fatalf("output %q exit %d", out, code)
+	}
+}
+
+func TestSessionSignal(t *testing.T) {
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	ctx := testContext(t)
+	sess, err := env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{
+		Cmd: []string{"/bin/sh", "-c", "trap 'echo got TERM; exit 7' TERM; echo ready; while true; do sleep 0.05; done"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForOutput(t, sb.ID, sess.ID, "ready")
+	if err := env.client.Signal(ctx, sb.ID, sess.ID, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	out, code := collect(t, sb.ID, sess.ID)
+	if code != 7 || !strings.Contains(out, "got TERM") {
+		t.Fatalf("after SIGTERM: output %q exit %d", out, code)
+	}
+
+	sess, err = env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{Cmd: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.client.Signal(ctx, sb.ID, sess.ID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := collect(t, sb.ID, sess.ID); code == 0 {
+		t.Fatal("killed sleep exited 0")
+	}
+}
+
+func TestSessionPTY(t *testing.T) {
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	ctx := testContext(t)
+	sess, err := env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{
+		Cmd: []string{"/bin/sh"}, TTY: true, Cols: 100, Rows: 30,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(s string) {
+		if err := env.client.WriteStdin(ctx, sb.ID, sess.ID, strings.NewReader(s), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("tty; stty size; echo $((6*7))\n")
+	waitForOutput(t, sb.ID, sess.ID, "42")
+	if err := env.client.Resize(ctx, sb.ID, sess.ID, 120, 40); err != nil {
+		t.Fatal(err)
+	}
+	send("stty size; exit 3\n")
+	out, code := collect(t, sb.ID, sess.ID)
+	for _, want := range []string{"/dev/pts/", "30 100", "40 120"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("terminal output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 3 {
+		t.Errorf("exit code %d, want 3", code)
+	}
+}
+
+// waitForOutput reads a session until its output contains want.
+func waitForOutput(t *testing.T, id, sid, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(testContext(t), 30*time.Second)
+	defer cancel()
+	stream, err := env.client.Attach(ctx, id, sid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for !strings.Contains(out.String(), want) {
+		ev, err := stream.Next()
+		if err != nil {
+			t.Fatalf("waiting for %q (have %q): %v", want, out.String(), err)
+		}
+		out.Write(ev.Data)
+	}
+}
