@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// space runs the CLI binary against the test server.
+func space(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(env.binDir, "space"), args...)
+	cmd.Env = append(os.Environ(), "SPACE_URL="+env.srv.URL, "SPACE_API_KEY="+env.srv.AdminKey)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	code := 0
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("space %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+func TestCLI(t *testing.T) {
+	requireServer(t)
+	out, errOut, code := space(t, "", "sandbox", "create", "--template", "minimal", "--wait")
+	if code != 0 {
+		t.Fatalf("sandbox create: exit %d: %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	defer space(t, "", "sandbox", "rm", id)
+
+	out, errOut, code = space(t, "", "exec", id, "--", "sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3")
+	if code != 3 || out != "to-stdout\n" || errOut != "to-stderr\n" {
+		t.Fatalf("exec: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, _, code = space(t, "piped input\n", "exec", id, "--", "cat")
+	if code != 0 || out != "piped input\n" {
+		t.Fatalf("exec with stdin: exit %d, stdout %q", code, out)
+	}
+
+	local := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(local, []byte("copied\x00bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := space(t, "", "cp", local, id+":/tmp/in.txt"); code != 0 {
+		t.Fatalf("cp in: %s", errOut)
+	}
+	out, errOut, code = space(t, "", "cp", id+":/tmp/in.txt", "-")
+	if code != 0 || out != "copied\x00bytes" {
+		t.Fatalf("cp out: exit %d %q %s", code, out, errOut)
+	}
+
+	out, _, code = space(t, "", "sandbox", "ls")
+	if code != 0 || !strings.Contains(out, id) {
+		t.Fatalf("sandbox ls does not list %s:\n%s", id, out)
+	}
+	_, errOut, code = space(t, "", "exec", "nosuchsandbox0000000", "--", "true")
+	if code != 1 || !strings.Contains(errOut, "not found") || strings.Contains(errOut, "goroutine") {
+		t.Fatalf("exec on an unknown sandbox: exit %d, stderr %q; want 1 and a sentence", code, errOut)
+	}
+	if _, errOut, code := space(t, "", "sandbox", "rm", id); code != 0 {
+		t.Fatalf("sandbox rm: %s", errOut)
+	}
+}
