@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +30,8 @@ const agentDialTimeout = time.Second
 // HTTP/2 (cleartext) connection multiplexing every call. When the connection
 // breaks (a checkpoint, a restore) the next call dials again.
 type AgentConn struct {
+	mu        sync.Mutex
+	conns     map[net.Conn]bool // every connection dialed, for Reset
 	token     atomic.Pointer[string]
 	transport *http2.Transport
 	http      *http.Client
@@ -40,6 +43,7 @@ type AgentConn struct {
 type dialFunc func(ctx context.Context) (net.Conn, error)
 
 func newAgentConn(dial dialFunc, token string) *AgentConn {
+	a := &AgentConn{conns: map[net.Conn]bool{}}
 	t := &http2.Transport{
 		AllowHTTP: true,
 		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
@@ -48,14 +52,18 @@ func newAgentConn(dial dialFunc, token string) *AgentConn {
 			// not up yet) would otherwise stall every call for minutes.
 			ctx, cancel := context.WithTimeout(ctx, agentDialTimeout)
 			defer cancel()
-			return dial(ctx)
+			conn, err := dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return a.track(conn), nil
 		},
 		// A restored or frozen sandbox silently keeps the old connection;
 		// pings notice it so calls redial instead of hanging.
 		ReadIdleTimeout: 15 * time.Second,
 		PingTimeout:     5 * time.Second,
 	}
-	a := &AgentConn{transport: t}
+	a.transport = t
 	a.setToken(token)
 	a.http = &http.Client{Transport: tokenTransport{a}}
 	a.Process = processpbconnect.NewProcessClient(a.http, agentBaseURL)
@@ -77,8 +85,39 @@ func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // setToken switches the token sent with every request.
 func (a *AgentConn) setToken(token string) { a.token.Store(&token) }
 
-// Close drops the connection.
-func (a *AgentConn) Close() { a.transport.CloseIdleConnections() }
+// Reset closes every connection, busy or not. After a suspend or restore
+// the old connection leads nowhere; without this, calls multiplexed onto it
+// would hang until HTTP/2 pings gave up on it.
+func (a *AgentConn) Reset() {
+	a.mu.Lock()
+	conns := a.conns
+	a.conns = map[net.Conn]bool{}
+	a.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	a.transport.CloseIdleConnections()
+}
+
+// track remembers a dialed connection until it is closed.
+func (a *AgentConn) track(c net.Conn) net.Conn {
+	a.mu.Lock()
+	a.conns[c] = true
+	a.mu.Unlock()
+	return &trackedConn{Conn: c, a: a}
+}
+
+type trackedConn struct {
+	net.Conn
+	a *AgentConn
+}
+
+func (c *trackedConn) Close() error {
+	c.a.mu.Lock()
+	delete(c.a.conns, c.Conn)
+	c.a.mu.Unlock()
+	return c.Conn.Close()
+}
 
 // Do sends a plain HTTP request (the /files, /init and /health endpoints).
 func (a *AgentConn) Do(req *http.Request) (*http.Response, error) { return a.http.Do(req) }

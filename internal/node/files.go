@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
+	"os"
+	"path"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -152,4 +156,39 @@ func fileErr(op, path string, err error) error {
 		return &FileError{Status: status, Message: fmt.Sprintf("%s %s: %s", op, path, ce.Message())}
 	}
 	return fmt.Errorf("%s %s: %w", op, path, err)
+}
+
+// OpenInVolume opens an absolute path, as the sandbox saw it, inside a
+// captured (read-only) volume, such as a snapshot's filesystem. The lookup
+// cannot leave the volume, whatever symlinks it holds.
+func (n *Node) OpenInVolume(volume, p string) (*os.File, fs.FileInfo, error) {
+	if !path.IsAbs(p) {
+		return nil, nil, &FileError{Status: http.StatusBadRequest, Message: "paths in a snapshot must be absolute: " + p}
+	}
+	if !n.cfg.Volumes.Exists(volume) {
+		return nil, nil, &FileError{Status: http.StatusNotFound, Message: "snapshot filesystem is gone"}
+	}
+	root, err := os.OpenRoot(n.cfg.Volumes.Path(volume))
+	if err != nil {
+		return nil, nil, fmt.Errorf("open snapshot volume: %w", err)
+	}
+	defer root.Close()
+	rel := strings.TrimPrefix(path.Clean(p), "/")
+	if rel == "" {
+		rel = "."
+	}
+	f, err := root.Open(rel)
+	if err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, fs.ErrNotExist) {
+			status = http.StatusNotFound
+		}
+		return nil, nil, &FileError{Status: status, Message: fmt.Sprintf("%s in snapshot: %v", p, err)}
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, info, nil
 }

@@ -49,6 +49,51 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
+// Quiesce waits (a bounded time) for runtime commands on the sandbox that a
+// crashed server left running, so recovery sees their outcome.
+func (n *Node) Quiesce(ctx context.Context, id string) {
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := n.cfg.Runtime.Quiesce(qctx, id); err != nil {
+		n.log.Warn("runtime commands still running", "sandbox", id, "err", err)
+	}
+}
+
+// SettleCheckpoint decides, after a crash during a suspend, whether the
+// suspend image in imageDir is whole. A checkpoint command may have
+// outlived the server, so it waits for that first. Images are written
+// under another name and renamed into place only when whole (see
+// saveImage), so a torn one is never taken for finished.
+func (n *Node) SettleCheckpoint(ctx context.Context, id, imageDir string) bool {
+	n.Quiesce(ctx, id)
+	return ImageComplete(imageDir)
+}
+
+// saveImage checkpoints the sandbox into imageDir, leaving it running (or
+// frozen, if it was). The image is written to a scratch directory and moved
+// into place only once complete, and the sandbox is never stopped by the
+// checkpoint itself: a crash at any point leaves either a whole image or a
+// sandbox that still runs.
+func (n *Node) saveImage(ctx context.Context, id, imageDir string) error {
+	partial := imageDir + ".partial"
+	for _, dir := range []string{partial, imageDir} {
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	}
+	if err := n.cfg.Runtime.Checkpoint(ctx, id, partial, true); err != nil {
+		_ = os.RemoveAll(partial)
+		return err
+	}
+	if err := markComplete(partial); err != nil {
+		return err
+	}
+	if err := os.Rename(partial, imageDir); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(imageDir))
+}
+
 // Pause freezes every process of the sandbox; its memory stays resident.
 func (n *Node) Pause(ctx context.Context, id string) error {
 	if err := n.cfg.Runtime.Pause(ctx, id); err != nil {
@@ -84,33 +129,37 @@ func (n *Node) Suspend(ctx context.Context, id, imageDir string) error {
 			return fmt.Errorf("suspend %s: %w", id, err)
 		}
 	}
-	if err := os.RemoveAll(imageDir); err != nil {
-		return fmt.Errorf("suspend %s: %w", id, err)
-	}
-	if err := rt.Checkpoint(ctx, id, imageDir, false); err != nil {
+	if err := n.saveImage(ctx, id, imageDir); err != nil {
 		if !wasPaused {
 			_ = rt.Resume(context.WithoutCancel(ctx), id)
 		}
-		return fmt.Errorf("suspend %s: %w", id, err)
-	}
-	if err := markComplete(imageDir); err != nil {
 		return fmt.Errorf("suspend %s: %w", id, err)
 	}
 	n.releaseRuntime(ctx, id)
 	return nil
 }
 
+// Halt stops a sandbox's runtime and frees its network slot; its volume and
+// sessions stay (a restore in place follows).
+func (n *Node) Halt(ctx context.Context, id string) { n.releaseRuntime(ctx, id) }
+
+// DeleteVolume removes a captured volume (a snapshot's filesystem).
+func (n *Node) DeleteVolume(name string) error { return n.cfg.Volumes.Delete(name) }
+
+// VolumeExists reports whether a volume is present.
+func (n *Node) VolumeExists(name string) bool { return n.cfg.Volumes.Exists(name) }
+
 // releaseRuntime stops the runtime and removes the slot but keeps the
 // volume and the node's handle (with its sessions).
 func (n *Node) releaseRuntime(ctx context.Context, id string) {
-	if sb, err := n.Sandbox(id); err == nil {
-		sb.Agent.Close()
-	}
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		n.log.Warn("release runtime", "sandbox", id, "err", err)
 	}
 	if err := network.SlotFor(id).Destroy(); err != nil {
 		n.log.Warn("release network slot", "sandbox", id, "err", err)
+	}
+	if sb, err := n.Sandbox(id); err == nil {
+		sb.Agent.Reset()
 	}
 }
 
@@ -134,15 +183,9 @@ func (n *Node) Capture(ctx context.Context, id, volume, imageDir string) error {
 	if _, err := n.cfg.Volumes.Snapshot(volumeName(id), volume, true); err != nil {
 		return fmt.Errorf("capture %s: filesystem: %w", id, err)
 	}
-	if err := os.RemoveAll(imageDir); err != nil {
-		return fmt.Errorf("capture %s: %w", id, err)
-	}
-	if err := rt.Checkpoint(ctx, id, imageDir, true); err != nil {
+	if err := n.saveImage(ctx, id, imageDir); err != nil {
 		_ = n.cfg.Volumes.Delete(volume)
 		return fmt.Errorf("capture %s: memory: %w", id, err)
-	}
-	if err := markComplete(imageDir); err != nil {
-		return fmt.Errorf("capture %s: %w", id, err)
 	}
 	return nil
 }
@@ -170,6 +213,9 @@ type RestoreSpec struct {
 	// NewIdentity re-keys the restored agent: a branch, or a new sandbox
 	// started from a snapshot. Nil keeps the identity (resume, rollback).
 	NewIdentity *Identity
+	// Rollback drops the sessions the node follows: the restored image
+	// holds other processes (a restore in place to an earlier snapshot).
+	Rollback bool
 }
 
 // ResumeFrom restores a sandbox from a checkpoint image. Processes continue
@@ -213,8 +259,11 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 	if err != nil {
 		sb = n.newSandbox(spec.ID, spec.AccessToken)
 	} else {
+		if spec.Rollback {
+			sb.dropSessions("rolled back to a snapshot")
+		}
 		sb.Agent.setToken(spec.AccessToken)
-		sb.Agent.Close()
+		sb.Agent.Reset()
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
 	defer cancel()

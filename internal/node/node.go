@@ -30,6 +30,9 @@ type Runtime interface {
 	List(ctx context.Context) ([]string, error)
 	Stats(ctx context.Context, id string) (runtime.Stats, error)
 	DialAgent(ctx context.Context, id string) (net.Conn, error)
+	// Quiesce waits for runtime commands on the sandbox that a previous
+	// server process left running.
+	Quiesce(ctx context.Context, id string) error
 }
 
 // Volumes is the copy-on-write storage the node takes root filesystems from.

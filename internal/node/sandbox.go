@@ -192,6 +192,9 @@ func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) 
 		}
 	}
 	n.register(sb)
+	if st.Status == runtime.StatusRunning {
+		sb.adoptProcesses(ctx)
+	}
 	return true, nil
 }
 
@@ -205,7 +208,7 @@ func (n *Node) Destroy(ctx context.Context, id string) error {
 func (n *Node) release(ctx context.Context, id string) error {
 	if sb := n.unregister(id); sb != nil {
 		sb.closeSessions("sandbox stopped")
-		sb.Agent.Close()
+		sb.Agent.Reset()
 	}
 	var errs []error
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {

@@ -262,17 +262,38 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// waitStopped polls until runsc reports the sandbox stopped or gone.
-func (r *Runtime) waitStopped(ctx context.Context, id string) error {
+// Quiesce waits until no runsc command for the sandbox is still running,
+// such as a checkpoint that a crashed server started: its outcome must be
+// known before recovery decides what the sandbox's state is.
+func (r *Runtime) Quiesce(ctx context.Context, id string) error {
 	for {
-		st, err := r.State(ctx, id)
-		if errors.Is(err, runtime.ErrNotFound) || (err == nil && st.Status == runtime.StatusStopped) {
+		if !r.commandRunning(id) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+			return fmt.Errorf("runsc commands for %s still running: %w", id, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// commandRunning reports whether a runsc command line (not the sandbox or
+// gofer, which run as runsc-sandbox and runsc-gofer) names the sandbox.
+func (r *Runtime) commandRunning(id string) bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		if args[0] != r.cfg.RunscPath || args[len(args)-1] != id {
+			continue
+		}
+		if strings.Contains(strings.Join(args, " "), "--root "+r.cfg.rootDir()) {
+			return true
+		}
+	}
+	return false
 }
