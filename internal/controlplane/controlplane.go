@@ -9,7 +9,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -31,6 +33,20 @@ type Node interface {
 	Sandbox(id string) (*node.Sandbox, error)
 	Adopt(ctx context.Context, id, accessToken string) (bool, error)
 	Sweep(ctx context.Context, keep func(id string) bool) error
+
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	Paused(ctx context.Context, id string) bool
+	Suspend(ctx context.Context, id, imageDir string) error
+	Capture(ctx context.Context, id, volume, imageDir string) error
+	ResumeFrom(ctx context.Context, spec node.RestoreSpec) error
+	Halt(ctx context.Context, id string)
+	BootFromDisk(ctx context.Context, spec node.CreateSpec) error
+	DeleteVolume(name string) error
+	VolumeExists(name string) bool
+	OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error)
+	SettleCheckpoint(ctx context.Context, id, imageDir string) bool
+	Quiesce(ctx context.Context, id string)
 }
 
 // Templates resolves the template a sandbox is created from.
@@ -69,6 +85,13 @@ type Defaults struct {
 	TimeoutS int
 	// Retention is how long a stopped or failed sandbox stays visible.
 	Retention time.Duration
+	// IdleSuspendS suspends a sandbox after so long without activity.
+	IdleSuspendS int
+	// SuspendedRetention is how long a suspended sandbox is kept before
+	// it is deleted.
+	SuspendedRetention time.Duration
+	// SnapshotRetention is how long rolling snapshots are kept.
+	SnapshotRetention time.Duration
 }
 
 // Config wires a control plane.
@@ -80,6 +103,8 @@ type Config struct {
 	Defaults  Defaults
 	Logger    *slog.Logger
 	Metrics   *metrics.Registry
+	// ImagesDir holds checkpoint images (suspend, snapshots, branches).
+	ImagesDir string
 }
 
 // ControlPlane is the single authority over sandbox state.
@@ -92,6 +117,9 @@ type ControlPlane struct {
 	mu        sync.Mutex
 	sandboxes map[string]*record
 	changed   chan struct{} // closed and replaced on every state change
+	// lastActive is when each sandbox last saw an API call, agent call or
+	// process output; idle suspend reads it.
+	lastActive map[string]time.Time
 }
 
 // record is the persisted sandbox plus its in-memory lock.
@@ -119,7 +147,10 @@ type Sandbox struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	StartedAt   *time.Time        `json:"started_at,omitempty"`
 	ExpiresAt   time.Time         `json:"expires_at"`
-	EndedAt     *time.Time        `json:"ended_at,omitempty"`
+	// TimeoutS is the lifetime given at create or by the last SetTimeout;
+	// a resume from suspend starts it again.
+	TimeoutS int        `json:"timeout_s"`
+	EndedAt  *time.Time `json:"ended_at,omitempty"`
 
 	Lifecycle Lifecycle `json:"lifecycle"`
 	// SuspendedAt is when the sandbox was last suspended; its image is
@@ -169,10 +200,11 @@ func New(cfg Config) *ControlPlane {
 		cfg.Metrics = metrics.NewRegistry()
 	}
 	cp := &ControlPlane{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		sandboxes: map[string]*record{},
-		changed:   make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		sandboxes:  map[string]*record{},
+		changed:    make(chan struct{}),
+		lastActive: map[string]time.Time{},
 	}
 	cp.createLatency = cfg.Metrics.Histogram("space_sandbox_create_seconds",
 		"Time from create request to running.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})
@@ -248,12 +280,16 @@ func (cp *ControlPlane) update(r *record, fn func(s *Sandbox)) error {
 }
 
 // setState moves a sandbox along the state machine and records the event.
-func (cp *ControlPlane) setState(r *record, to, reason string) error {
+// Changes in also are made in the same durable update.
+func (cp *ControlPlane) setState(r *record, to, reason string, also ...func(*Sandbox)) error {
 	from := cp.snapshot(r).State
 	if from != to && !canMove(from, to) {
 		return fmt.Errorf("sandbox %s: illegal transition %s → %s", r.ID, from, to)
 	}
 	err := cp.update(r, func(s *Sandbox) {
+		for _, f := range also {
+			f(s)
+		}
 		s.State = to
 		s.Reason = reason
 		now := time.Now().UTC()

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/space-platform/space/internal/node"
-	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -27,11 +27,14 @@ func invalid(format string, args ...any) error {
 }
 
 // Create validates a request, records the sandbox as starting and starts it
-// in the background. The returned sandbox is in state starting.
+// in the background, from a template or from a snapshot. The returned
+// sandbox is in state starting.
 func (cp *ControlPlane) Create(req apiv1.CreateSandboxRequest) (Sandbox, error) {
-	d := cp.cfg.Defaults
+	if req.Snapshot != "" {
+		return cp.createFromSnapshot(req)
+	}
 	if req.Template == "" {
-		req.Template = d.Template
+		req.Template = cp.cfg.Defaults.Template
 	}
 	if err := cp.checkRequest(&req); err != nil {
 		return Sandbox{}, err
@@ -40,34 +43,77 @@ func (cp *ControlPlane) Create(req apiv1.CreateSandboxRequest) (Sandbox, error) 
 	if err != nil {
 		return Sandbox{}, err
 	}
+	r, err := cp.admit(req, tplName, tpl.ID, func(s *Sandbox) {})
+	if err != nil {
+		return Sandbox{}, err
+	}
+	cp.launch(r, func(ctx context.Context, s Sandbox) error {
+		return cp.cfg.Node.Create(ctx, node.CreateSpec{
+			ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s),
+		})
+	})
+	return cp.snapshot(r), nil
+}
+
+// createFromSnapshot starts a new sandbox from a snapshot's memory and
+// filesystem, with an identity of its own.
+func (cp *ControlPlane) createFromSnapshot(req apiv1.CreateSandboxRequest) (Sandbox, error) {
+	snap, err := cp.ResolveSnapshot(req.Snapshot)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := cp.checkRequest(&req); err != nil {
+		return Sandbox{}, err
+	}
+	r, err := cp.admit(req, snap.Template, snap.TemplateID, func(s *Sandbox) {
+		s.Snapshot = snap.SandboxID + "/" + snap.Name
+	})
+	if err != nil {
+		return Sandbox{}, err
+	}
+	cp.launch(r, func(ctx context.Context, s Sandbox) error {
+		return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
+			ID: s.ID, ImageDir: snap.ImageDir, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
+			AccessToken: snap.AccessToken, NewIdentity: cp.identity(s),
+		})
+	})
+	return cp.snapshot(r), nil
+}
+
+// admit records a new sandbox as starting, if the node can hold it.
+func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID string, adjust func(*Sandbox)) (*record, error) {
 	now := time.Now().UTC()
 	r := &record{Sandbox: Sandbox{
-		ID: newID(), Template: tplName, TemplateID: tpl.ID, State: apiv1.StateStarting,
+		ID: newID(), Template: tplName, TemplateID: tplID, State: apiv1.StateStarting,
 		VCPUs: req.VCPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		Env: req.Env, Metadata: req.Metadata, AccessToken: newToken(),
-		CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second),
+		CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second), TimeoutS: req.TimeoutS,
+		Lifecycle: lifecycleOf(req, cp.cfg.Defaults),
 	}}
+	adjust(&r.Sandbox)
 	cp.mu.Lock()
 	if err := cp.checkCommitment(req.MemoryMB); err != nil {
 		cp.mu.Unlock()
-		return Sandbox{}, err
+		return nil, err
 	}
 	cp.sandboxes[r.ID] = r
+	cp.lastActive[r.ID] = time.Now()
 	cp.mu.Unlock()
 	if err := cp.update(r, func(*Sandbox) {}); err != nil {
 		cp.mu.Lock()
 		delete(cp.sandboxes, r.ID)
 		cp.mu.Unlock()
-		return Sandbox{}, err
+		return nil, err
 	}
-	cp.recordEvent(r.ID, Event{Time: now, Type: "state", To: apiv1.StateStarting, Message: "created from " + tplName})
-	r.lock.Lock() // held until the start finishes, so later operations queue behind it
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
-	cp.mu.Lock()
-	r.cancelStart = cancel
-	cp.mu.Unlock()
-	go cp.start(ctx, r, tpl)
-	return cp.snapshot(r), nil
+	from := "template " + tplName
+	if r.Snapshot != "" {
+		from = "snapshot " + r.Snapshot
+	}
+	if r.BranchOf != "" {
+		from = "branch of " + r.BranchOf
+	}
+	cp.recordEvent(r.ID, Event{Time: now, Type: "state", To: apiv1.StateStarting, Message: "created from " + from})
+	return r, nil
 }
 
 // checkRequest fills defaults and rejects what no node could run.
@@ -100,6 +146,14 @@ func (cp *ControlPlane) checkRequest(req *apiv1.CreateSandboxRequest) error {
 		return fmt.Errorf("%w: requested %d MiB of disk, the node has %d MiB", ErrCapacity, req.DiskMB, c.DiskMB)
 	case req.TimeoutS < 0 || req.TimeoutS > maxTimeoutS:
 		return invalid("timeout_s must be between 1 and %d, got %d", maxTimeoutS, req.TimeoutS)
+	case req.OnTimeout != "" && req.OnTimeout != "kill" && req.OnTimeout != "suspend":
+		return invalid("on_timeout must be kill or suspend, got %q", req.OnTimeout)
+	case req.IdleSuspendS < -1:
+		return invalid("idle_suspend_s must be -1 (never), 0 (default) or positive")
+	case req.SnapshotIntervalS < 0:
+		return invalid("snapshot_interval_s must be 0 (none) or a number of seconds")
+	case req.SnapshotRetentionS < 0:
+		return invalid("snapshot_retention_s must not be negative")
 	case len(req.Env) > maxEnvEntries:
 		return invalid("at most %d env entries", maxEnvEntries)
 	case len(req.Metadata) > maxMetaEntries:
@@ -139,34 +193,36 @@ func (cp *ControlPlane) checkCommitment(memoryMB int) error {
 	return nil
 }
 
-// start runs the node's part of a create and records the outcome. It is
-// called with r.lock held and releases it.
-func (cp *ControlPlane) start(ctx context.Context, r *record, tpl node.TemplateSpec) {
-	defer r.lock.Unlock()
-	defer func() {
-		cp.mu.Lock()
-		r.cancelStart()
-		r.cancelStart = nil
-		cp.mu.Unlock()
-	}()
-	began := time.Now()
-	s := cp.snapshot(r)
-	err := cp.cfg.Node.Create(ctx, node.CreateSpec{
-		ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB,
-		Limits: runtime.Limits{VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, Pids: cp.cfg.Defaults.Pids},
-	})
-	if err != nil {
-		cp.log.Warn("sandbox failed to start", "sandbox", s.ID, "err", err)
-		if serr := cp.setState(r, apiv1.StateFailed, "start failed: "+err.Error()); serr != nil {
-			cp.log.Error("record failure", "sandbox", s.ID, "err", serr)
+// launch runs the node's part of a start in the background and records the
+// outcome. The sandbox's lock is held until it finishes, so later operations
+// queue behind it; Delete cancels it.
+func (cp *ControlPlane) launch(r *record, act func(ctx context.Context, s Sandbox) error) {
+	r.lock.Lock()
+	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	cp.mu.Lock()
+	r.cancelStart = cancel
+	cp.mu.Unlock()
+	go func() {
+		defer r.lock.Unlock()
+		defer func() {
+			cp.mu.Lock()
+			r.cancelStart()
+			r.cancelStart = nil
+			cp.mu.Unlock()
+		}()
+		began := time.Now()
+		s := cp.snapshot(r)
+		if err := act(ctx, s); err != nil {
+			cp.log.Warn("sandbox failed to start", "sandbox", s.ID, "err", err)
+			cp.fail(context.WithoutCancel(ctx), r, "start failed: "+err.Error())
+			return
 		}
-		return
-	}
-	if err := cp.setState(r, apiv1.StateRunning, ""); err != nil {
-		cp.log.Error("record running", "sandbox", s.ID, "err", err)
-		return
-	}
-	cp.createLatency.Observe(time.Since(began).Seconds())
+		if err := cp.setState(r, apiv1.StateRunning, ""); err != nil {
+			cp.log.Error("record running", "sandbox", s.ID, "err", err)
+			return
+		}
+		cp.createLatency.Observe(time.Since(began).Seconds())
+	}()
 }
 
 // Delete stops a sandbox, releases everything it holds and forgets it.
@@ -201,6 +257,9 @@ func (cp *ControlPlane) stop(ctx context.Context, r *record, reason string) erro
 		_ = cp.setState(r, apiv1.StateFailed, "stop failed: "+err.Error())
 		return fmt.Errorf("stop %s: %w", s.ID, err)
 	}
+	if err := os.RemoveAll(cp.suspendImage(s.ID)); err != nil {
+		cp.log.Error("remove suspend image", "sandbox", s.ID, "err", err)
+	}
 	return cp.setState(r, apiv1.StateStopped, reason)
 }
 
@@ -231,17 +290,34 @@ func (cp *ControlPlane) SetTimeout(id string, timeoutS int) (Sandbox, error) {
 	if s := cp.snapshot(r); terminal(s.State) {
 		return s, &StateError{ID: id, State: s.State, Want: "set its timeout"}
 	}
-	err = cp.update(r, func(s *Sandbox) { s.ExpiresAt = time.Now().UTC().Add(time.Duration(timeoutS) * time.Second) })
+	err = cp.update(r, func(s *Sandbox) {
+		s.ExpiresAt = time.Now().UTC().Add(time.Duration(timeoutS) * time.Second)
+		s.TimeoutS = timeoutS
+	})
 	return cp.snapshot(r), err
 }
 
 // Running returns the node handle of a running sandbox, for agent calls.
-func (cp *ControlPlane) Running(id string) (*node.Sandbox, error) {
+// A suspended sandbox is resumed first unless its auto-resume is off.
+func (cp *ControlPlane) Running(ctx context.Context, id string) (*node.Sandbox, error) {
 	r, err := cp.lookup(id)
 	if err != nil {
 		return nil, err
 	}
-	if s := cp.snapshot(r); s.State != apiv1.StateRunning {
+	cp.touch(id)
+	s := cp.snapshot(r)
+	if s.State == apiv1.StateSuspended && s.Lifecycle.AutoResume {
+		r.lock.Lock()
+		if cp.snapshot(r).State == apiv1.StateSuspended {
+			err = cp.resume(ctx, r)
+		}
+		r.lock.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("auto-resume %s: %w", id, err)
+		}
+		s = cp.snapshot(r)
+	}
+	if s.State != apiv1.StateRunning {
 		return nil, &StateError{ID: id, State: s.State, Want: "reach its processes or files (it must be running)"}
 	}
 	sb, err := cp.cfg.Node.Sandbox(id)
@@ -258,4 +334,22 @@ func sortByCreation(s []Sandbox) {
 		}
 		return s[i].CreatedAt.Before(s[j].CreatedAt)
 	})
+}
+
+// lifecycleOf turns a create request's lifetime settings into a Lifecycle.
+func lifecycleOf(req apiv1.CreateSandboxRequest, d Defaults) Lifecycle {
+	l := Lifecycle{
+		AutoResume: req.AutoResume == nil || *req.AutoResume, OnTimeout: req.OnTimeout,
+		IdleSuspendS: req.IdleSuspendS, SnapshotIntervalS: req.SnapshotIntervalS, SnapshotRetentionS: req.SnapshotRetentionS,
+	}
+	if l.OnTimeout == "" {
+		l.OnTimeout = "kill"
+	}
+	if l.IdleSuspendS == 0 {
+		l.IdleSuspendS = d.IdleSuspendS
+	}
+	if l.SnapshotIntervalS > 0 && l.SnapshotRetentionS == 0 {
+		l.SnapshotRetentionS = int(d.SnapshotRetention.Seconds())
+	}
+	return l
 }

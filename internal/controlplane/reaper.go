@@ -7,49 +7,123 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// Run enforces lifetimes until ctx ends: a sandbox past its expiry is
-// stopped (reason "timeout"), and stopped or failed sandboxes are forgotten
-// after the retention period.
+// Run enforces lifetimes until ctx ends (see docs/lifecycle.md):
+//   - a running or paused sandbox past its expiry is stopped, or suspended
+//     when its on_timeout is "suspend";
+//   - a running sandbox without activity for idle_suspend_s is suspended;
+//   - a suspended sandbox older than the suspended retention is deleted;
+//   - rolling snapshots are taken on their interval and pruned after their
+//     retention;
+//   - stopped or failed sandboxes are forgotten after the retention period.
 func (cp *ControlPlane) Run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 			cp.reap(ctx)
+			if n%10 == 0 {
+				cp.pruneSnapshots(time.Now())
+			}
 		}
 	}
 }
 
+// chore is one piece of lifecycle work the reaper found.
+type chore struct {
+	r    *record
+	what string
+}
+
 func (cp *ControlPlane) reap(ctx context.Context) {
 	now := time.Now()
+	d := cp.cfg.Defaults
+	var chores []chore
 	cp.mu.Lock()
-	var expired, stale []*record
 	for _, r := range cp.sandboxes {
+		last, ok := cp.lastActive[r.ID]
+		if !ok {
+			cp.lastActive[r.ID] = now
+			last = now
+		}
 		switch {
-		case terminal(r.State) && r.EndedAt != nil && now.Sub(*r.EndedAt) > cp.cfg.Defaults.Retention:
-			stale = append(stale, r)
-		case r.State == apiv1.StateRunning && now.After(r.ExpiresAt):
-			expired = append(expired, r)
+		case terminal(r.State) && r.EndedAt != nil && now.Sub(*r.EndedAt) > d.Retention:
+			chores = append(chores, chore{r, "forget"})
+		case (r.State == apiv1.StateRunning || r.State == apiv1.StatePaused) && now.After(r.ExpiresAt):
+			chores = append(chores, chore{r, "timeout"})
+		case r.State == apiv1.StateRunning && r.Lifecycle.IdleSuspendS > 0 &&
+			now.Sub(last) > time.Duration(r.Lifecycle.IdleSuspendS)*time.Second:
+			chores = append(chores, chore{r, "idle"})
+		case r.State == apiv1.StateSuspended && d.SuspendedRetention > 0 && r.SuspendedAt != nil &&
+			now.Sub(*r.SuspendedAt) > d.SuspendedRetention:
+			chores = append(chores, chore{r, "expire"})
+		case r.State == apiv1.StateRunning && r.Lifecycle.SnapshotIntervalS > 0 && snapshotDue(r.Sandbox, now):
+			chores = append(chores, chore{r, "snapshot"})
 		}
 	}
 	cp.mu.Unlock()
-	for _, r := range expired {
-		if !r.lock.TryLock() {
-			continue // busy; next tick
-		}
-		if s := cp.snapshot(r); s.State == apiv1.StateRunning && now.After(s.ExpiresAt) {
-			if err := cp.stop(ctx, r, "timeout"); err != nil {
-				cp.log.Error("stop expired sandbox", "sandbox", r.ID, "err", err)
+	for _, c := range chores {
+		if c.what == "forget" {
+			if err := cp.forget(c.r.ID); err != nil {
+				cp.log.Error("forget sandbox", "sandbox", c.r.ID, "err", err)
 			}
+			continue
 		}
-		r.lock.Unlock()
-	}
-	for _, r := range stale {
-		if err := cp.forget(r.ID); err != nil {
-			cp.log.Error("forget sandbox", "sandbox", r.ID, "err", err)
+		// Lifecycle chores run in the background so that one slow suspend
+		// does not hold up the others; a busy sandbox waits a tick.
+		if !c.r.lock.TryLock() {
+			continue
 		}
+		go func(c chore) {
+			defer c.r.lock.Unlock()
+			if err := cp.doChore(ctx, c); err != nil {
+				cp.log.Error("lifecycle "+c.what, "sandbox", c.r.ID, "err", err)
+			}
+		}(c)
 	}
+}
+
+func snapshotDue(s Sandbox, now time.Time) bool {
+	last := s.LastSnapshotAt
+	if last == nil {
+		last = s.StartedAt
+	}
+	return last != nil && now.Sub(*last) >= time.Duration(s.Lifecycle.SnapshotIntervalS)*time.Second
+}
+
+// doChore runs one chore with c.r.lock held, re-checking the state first.
+func (cp *ControlPlane) doChore(ctx context.Context, c chore) error {
+	s := cp.snapshot(c.r)
+	switch c.what {
+	case "timeout":
+		if s.State != apiv1.StateRunning && s.State != apiv1.StatePaused || !time.Now().After(s.ExpiresAt) {
+			return nil
+		}
+		if s.Lifecycle.OnTimeout == "suspend" {
+			return cp.suspend(ctx, c.r, "timeout")
+		}
+		return cp.stop(ctx, c.r, "timeout")
+	case "idle":
+		if s.State != apiv1.StateRunning {
+			return nil
+		}
+		return cp.suspend(ctx, c.r, "idle")
+	case "expire":
+		if s.State != apiv1.StateSuspended {
+			return nil
+		}
+		if err := cp.stop(ctx, c.r, "suspended retention expired"); err != nil {
+			return err
+		}
+		return cp.forget(c.r.ID)
+	case "snapshot":
+		if s.State != apiv1.StateRunning {
+			return nil
+		}
+		_, err := cp.snapshot1(ctx, c.r, "", true)
+		return err
+	}
+	return nil
 }

@@ -64,6 +64,7 @@ func DefaultConfig() Config {
 		Defaults: controlplane.Defaults{
 			Template: "base", VCPUs: 1, MemoryMB: 512, DiskMB: 4096, Pids: 4096,
 			TimeoutS: 300, Retention: 10 * time.Minute,
+			IdleSuspendS: 6 * 3600, SuspendedRetention: 7 * 24 * time.Hour, SnapshotRetention: 7 * 24 * time.Hour,
 		},
 		MemoryOvercommit:   8,
 		SessionOutputLimit: 8 << 20,
@@ -140,6 +141,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	nd, err := node.New(node.Config{
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
+		// Process output counts as activity; the control plane is built
+		// below, and no sandbox runs before Recover.
+		OnActivity: func(id string) { s.cp.Activity(id) },
 	})
 	if err != nil {
 		return nil, err
@@ -154,7 +158,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
 	s.cp = controlplane.New(controlplane.Config{
 		Store: s.st, Node: nd, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
-		Capacity: nodeCapacity(cfg.MemoryOvercommit, s.pool.Root()),
+		Capacity:  nodeCapacity(cfg.MemoryOvercommit, s.pool.Root()),
+		ImagesDir: filepath.Join(cfg.DataDir, "images"),
 	})
 	if err := s.cp.Recover(ctx); err != nil {
 		return nil, err

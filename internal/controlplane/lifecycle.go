@@ -1,0 +1,140 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// require fails with a StateError unless the sandbox is in one of states.
+func (cp *ControlPlane) require(r *record, want string, states ...string) error {
+	s := cp.snapshot(r)
+	for _, st := range states {
+		if s.State == st {
+			return nil
+		}
+	}
+	return &StateError{ID: r.ID, State: s.State, Want: want}
+}
+
+// step moves r through the intermediate state via while act runs: on to
+// (with reason, and the changes in also) when it succeeds, back where it
+// was when it fails.
+func (cp *ControlPlane) step(r *record, via, to, reason string, act func() error, also ...func(*Sandbox)) error {
+	from := cp.snapshot(r).State
+	if err := cp.setState(r, via, ""); err != nil {
+		return err
+	}
+	if err := act(); err != nil {
+		if serr := cp.setState(r, from, fmt.Sprintf("%s failed: %v", via, err)); serr != nil {
+			cp.log.Error("roll back state", "sandbox", r.ID, "err", serr)
+		}
+		return err
+	}
+	return cp.setState(r, to, reason, also...)
+}
+
+// locked looks up a sandbox and holds its lifecycle lock while fn runs.
+func (cp *ControlPlane) locked(id string, fn func(r *record) error) (Sandbox, error) {
+	r, err := cp.lookup(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	cp.touch(id)
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	err = fn(r)
+	return cp.snapshot(r), err
+}
+
+func (cp *ControlPlane) limits(s Sandbox) runtime.Limits {
+	return runtime.Limits{VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, Pids: cp.cfg.Defaults.Pids}
+}
+
+func (cp *ControlPlane) suspendImage(id string) string {
+	return filepath.Join(cp.cfg.ImagesDir, id, "suspend")
+}
+
+// Pause freezes a running sandbox's processes; memory stays resident.
+func (cp *ControlPlane) Pause(ctx context.Context, id string) (Sandbox, error) {
+	return cp.locked(id, func(r *record) error {
+		if err := cp.require(r, "pause", apiv1.StateRunning); err != nil {
+			return err
+		}
+		return cp.step(r, apiv1.StatePausing, apiv1.StatePaused, "", func() error { return cp.cfg.Node.Pause(ctx, id) })
+	})
+}
+
+// Resume continues a paused sandbox, or restores a suspended one.
+func (cp *ControlPlane) Resume(ctx context.Context, id string) (Sandbox, error) {
+	return cp.locked(id, func(r *record) error { return cp.resume(ctx, r) })
+}
+
+// resume is Resume with r.lock held.
+func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
+	if err := cp.require(r, "resume", apiv1.StatePaused, apiv1.StateSuspended); err != nil {
+		return err
+	}
+	s := cp.snapshot(r)
+	if s.State == apiv1.StatePaused {
+		return cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error { return cp.cfg.Node.Resume(ctx, r.ID) })
+	}
+	cp.touch(r.ID)
+	err := cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error {
+		return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
+			ID: s.ID, ImageDir: s.ImageDir, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken,
+		})
+	}, func(s *Sandbox) {
+		s.ExpiresAt = time.Now().UTC().Add(time.Duration(s.TimeoutS) * time.Second)
+		// The image describes the past now; recovering from it after the
+		// volume moved on would mix two moments.
+		s.ImageDir = ""
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.ImageDir); err != nil {
+		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
+	}
+	return nil
+}
+
+// Suspend checkpoints a sandbox to disk and releases its CPU and memory.
+func (cp *ControlPlane) Suspend(ctx context.Context, id string) (Sandbox, error) {
+	return cp.locked(id, func(r *record) error { return cp.suspend(ctx, r, "") })
+}
+
+// suspend is Suspend with r.lock held; reason says why (idle, timeout).
+func (cp *ControlPlane) suspend(ctx context.Context, r *record, reason string) error {
+	if err := cp.require(r, "suspend", apiv1.StateRunning, apiv1.StatePaused); err != nil {
+		return err
+	}
+	image := cp.suspendImage(r.ID)
+	// The image path is recorded before the checkpoint starts so that
+	// recovery knows where to look whatever moment a crash hits.
+	if err := cp.update(r, func(s *Sandbox) { s.ImageDir = image }); err != nil {
+		return err
+	}
+	return cp.step(r, apiv1.StateSuspending, apiv1.StateSuspended, reason, func() error {
+		return cp.cfg.Node.Suspend(ctx, r.ID, image)
+	}, func(s *Sandbox) {
+		now := time.Now().UTC()
+		s.SuspendedAt = &now
+	})
+}
+
+// touch records activity on a sandbox (for idle suspend).
+func (cp *ControlPlane) touch(id string) {
+	cp.mu.Lock()
+	cp.lastActive[id] = time.Now()
+	cp.mu.Unlock()
+}
+
+// Activity is the node's report that a sandbox's processes produced output.
+func (cp *ControlPlane) Activity(id string) { cp.touch(id) }
