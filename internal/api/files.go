@@ -3,6 +3,8 @@ package api
 import (
 	"io"
 	"net/http"
+	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -52,7 +54,11 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sb, err := s.cp.Running(r.PathValue("id"))
+	if snap := r.URL.Query().Get("snapshot"); snap != "" {
+		s.readSnapshotFile(w, r, snap, p)
+		return
+	}
+	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -110,7 +116,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "file larger than "+strconv.FormatInt(s.cfg.MaxFileBody, 10)+" bytes")
 		return
 	}
-	sb, err := s.cp.Running(r.PathValue("id"))
+	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -133,7 +139,7 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sb, err := s.cp.Running(r.PathValue("id"))
+	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -154,7 +160,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "path is required")
 		return
 	}
-	sb, err := s.cp.Running(r.PathValue("id"))
+	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -176,7 +182,7 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "from and to are required")
 		return
 	}
-	sb, err := s.cp.Running(r.PathValue("id"))
+	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -187,4 +193,50 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, entryView(info))
+}
+
+// readSnapshotFile serves a file, or lists a directory, from a snapshot's
+// filesystem: an agent can recover one earlier file without a rollback.
+func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request, snap, p string) {
+	f, info, err := s.cp.OpenSnapshotFile(r.PathValue("id"), snap, p)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	defer f.Close()
+	if info.IsDir() {
+		entries, err := f.ReadDir(-1)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		out := apiv1.FileList{Path: p, Entries: []apiv1.FileEntry{}}
+		for _, e := range entries {
+			ei, err := e.Info()
+			if err != nil {
+				continue
+			}
+			kind := "file"
+			switch {
+			case ei.IsDir():
+				kind = "dir"
+			case ei.Mode()&os.ModeSymlink != 0:
+				kind = "symlink"
+			}
+			out.Entries = append(out.Entries, apiv1.FileEntry{
+				Name: e.Name(), Path: path.Join(p, e.Name()), Type: kind, Size: ei.Size(),
+				Mode: uint32(ei.Mode().Perm()), ModifiedAt: ei.ModTime().UTC(),
+			})
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	if !info.Mode().IsRegular() {
+		writeError(w, http.StatusBadRequest, p+" in the snapshot is not a regular file")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(info.Size(), 10))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, f)
 }

@@ -18,7 +18,7 @@ import (
 
 // sessionTarget resolves {id} and {sid} of a session route.
 func (s *Server) sessionTarget(w http.ResponseWriter, r *http.Request) (*node.Sandbox, *node.Session, bool) {
-	sb, err := s.cp.Running(r.PathValue("id"))
+	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return nil, nil, false
@@ -54,7 +54,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "cmd must name a program: [\"program\", \"arg\", ...]")
 		return
 	}
-	sb, err := s.cp.Running(r.PathValue("id"))
+	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -72,7 +72,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.cp.Running(r.PathValue("id"))
+	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -274,7 +274,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout_s must not be negative")
 		return
 	}
-	sb, err := s.cp.Running(r.PathValue("id"))
+	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return

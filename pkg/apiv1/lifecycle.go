@@ -31,6 +31,8 @@ type RestoreRequest struct {
 // copies of the sandbox to start.
 type BranchRequest struct {
 	Count int `json:"count"`
+	// TimeoutS is the branches' lifetime; 0 takes the source's.
+	TimeoutS int `json:"timeout_s,omitempty"`
 }
 
 // BranchResult is the response of POST /v1/sandboxes/{id}/branch.

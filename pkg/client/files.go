@@ -23,7 +23,18 @@ var ErrNotDirectory = errors.New("not a directory")
 // ReadFile opens a file inside the sandbox. The caller must close the
 // returned reader; its bytes stream from the server as they are read.
 func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error) {
-	resp, err := c.getFiles(ctx, id, path, 0)
+	return c.readFile(ctx, id, path, url.Values{})
+}
+
+// ReadFileFromSnapshot opens a file as it was in one of the sandbox's
+// snapshots (by name or id), without restoring anything; path must be
+// absolute.
+func (c *Client) ReadFileFromSnapshot(ctx context.Context, id, path, snapshot string) (io.ReadCloser, error) {
+	return c.readFile(ctx, id, path, url.Values{"snapshot": {snapshot}})
+}
+
+func (c *Client) readFile(ctx context.Context, id, path string, extra url.Values) (io.ReadCloser, error) {
+	resp, err := c.getFiles(ctx, id, path, 0, extra)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +48,7 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, 
 // ListDir lists a directory inside the sandbox down to depth levels (0
 // leaves the choice to the server, which lists one level).
 func (c *Client) ListDir(ctx context.Context, id, path string, depth int) (*apiv1.FileList, error) {
-	resp, err := c.getFiles(ctx, id, path, depth)
+	resp, err := c.getFiles(ctx, id, path, depth, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +63,11 @@ func (c *Client) ListDir(ctx context.Context, id, path string, depth int) (*apiv
 	return &list, nil
 }
 
-func (c *Client) getFiles(ctx context.Context, id, path string, depth int) (*http.Response, error) {
+func (c *Client) getFiles(ctx context.Context, id, path string, depth int, extra url.Values) (*http.Response, error) {
 	query := url.Values{"path": {path}}
+	for k, v := range extra {
+		query[k] = v
+	}
 	if depth > 0 {
 		query.Set("depth", strconv.Itoa(depth))
 	}

@@ -1,0 +1,242 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
+)
+
+// crashServer is a `space serve` process that the test kills with SIGKILL.
+type crashServer struct {
+	t       *testing.T
+	dataDir string
+	listen  string
+	cmd     *exec.Cmd
+	client  *client.Client
+}
+
+func (s *crashServer) start() {
+	t := s.t
+	s.cmd = exec.Command(filepath.Join(env.binDir, "space"), "serve",
+		"--data-dir", s.dataDir, "--listen", s.listen, "--build-templates", "minimal",
+		"--runsc", env.cfg.RunscPath, "--agent", env.cfg.AgentPath, "--default-template", "minimal",
+		"--volume-image-gib", "8")
+	log, err := os.OpenFile(filepath.Join(s.dataDir, "..", "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		key, err := os.ReadFile(filepath.Join(s.dataDir, "admin.key"))
+		if err == nil {
+			s.client = client.New("http://"+s.listen, strings.TrimSpace(string(key)))
+			if tpl, err := s.client.GetTemplate(context.Background(), "minimal"); err == nil && tpl.State == apiv1.TemplateReady {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("crash server did not come up; see %s", filepath.Join(s.dataDir, "..", "serve.log"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill ends the server with SIGKILL: no cleanup of any kind runs.
+func (s *crashServer) kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	_, _ = s.cmd.Process.Wait()
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Killing the server at any moment loses nothing that was acknowledged and
+// leaves nothing behind once everything is deleted.
+func TestCrashRecovery(t *testing.T) {
+	requireServer(t)
+	if testing.Short() {
+		t.Skip("starts and kills a separate server several times")
+	}
+	base := t.TempDir()
+	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
+	s.start()
+	defer func() {
+		s.kill()
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(base, "serve.log"))
+			t.Logf("server log:\n%s", log)
+		}
+		unmountUnder(s.dataDir)
+		_ = exec.Command("sh", "-c", "losetup -j "+filepath.Join(s.dataDir, "volumes.img")+" | cut -d: -f1 | xargs -r losetup -d").Run()
+	}()
+	ctx := testContext(t)
+	wait := func(id, state string) *apiv1.Sandbox {
+		t.Helper()
+		sb, err := s.client.WaitSandbox(ctx, id, state, time.Minute)
+		if err != nil {
+			t.Fatalf("wait %s for %s: %v", id, state, err)
+		}
+		return sb
+	}
+	create := func() string {
+		sb, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.ID
+	}
+	acknowledged := map[string]map[string]string{} // sandbox → path → content
+	write := func(id, path, content string) error {
+		if _, err := s.client.WriteFile(ctx, id, path, strings.NewReader(content)); err != nil {
+			return err
+		}
+		if acknowledged[id] == nil {
+			acknowledged[id] = map[string]string{}
+		}
+		acknowledged[id][path] = content
+		return nil
+	}
+	a := create()
+	wait(a, apiv1.StateRunning)
+	if err := write(a, "/home/user/first.txt", "acknowledged before any crash"); err != nil {
+		t.Fatal(err)
+	}
+
+	// 1. Killed right after acknowledging a create.
+	b := create()
+	s.kill()
+	s.start()
+	wait(a, apiv1.StateRunning)
+	wait(b, apiv1.StateRunning)
+
+	// 2. Killed in the middle of a stream of file writes.
+	var writes sync.WaitGroup
+	writes.Add(1)
+	go func() {
+		defer writes.Done()
+		for i := 0; ; i++ {
+			if write(b, fmt.Sprintf("/home/user/w/%03d.txt", i), fmt.Sprintf("write %d", i)) != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	s.kill()
+	writes.Wait()
+	s.start()
+	wait(b, apiv1.StateRunning)
+
+	// 3. Killed during a suspend, then during a branch, at a few moments.
+	for _, c := range []struct {
+		op    string
+		delay time.Duration
+	}{{"suspend", 10 * time.Millisecond}, {"suspend", 60 * time.Millisecond}, {"branch", 20 * time.Millisecond}, {"branch", 120 * time.Millisecond}} {
+		op := c.op
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if op == "suspend" {
+				_, _ = s.client.Suspend(ctx, a)
+			} else {
+				_, _ = s.client.Branch(ctx, a, 3)
+			}
+		}()
+		time.Sleep(c.delay)
+		s.kill()
+		<-done
+		s.start()
+		got, err := s.client.GetSandbox(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != apiv1.StateRunning && got.State != apiv1.StateSuspended {
+			t.Fatalf("after a crash during %s the sandbox is %s (%s)", op, got.State, got.Reason)
+		}
+		t.Logf("after a crash during %s: %s (%s)", op, got.State, got.Reason)
+		execOK2(t, s.client, a) // auto-resumes a suspended one
+	}
+
+	// Every acknowledged write is there.
+	for id, files := range acknowledged {
+		for path, content := range files {
+			r, err := s.client.ReadFile(ctx, id, path)
+			if err != nil {
+				t.Fatalf("acknowledged write %s:%s lost: %v", id, path, err)
+			}
+			got := make([]byte, len(content)+1)
+			n, _ := r.Read(got)
+			r.Close()
+			if string(got[:n]) != content {
+				t.Fatalf("acknowledged write %s:%s holds %q, want %q", id, path, got[:n], content)
+			}
+		}
+	}
+	t.Logf("%d acknowledged writes survived", len(acknowledged[a])+len(acknowledged[b]))
+
+	// Delete everything: nothing of this server may remain.
+	list, err := s.client.ListSandboxes(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range list {
+		if err := s.client.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Fatalf("delete %s: %v", sb.ID, err)
+		}
+	}
+	if vols, _ := os.ReadDir(filepath.Join(s.dataDir, "volumes", "sandboxes")); len(vols) != 0 {
+		t.Errorf("%d sandbox volumes left", len(vols))
+	}
+	for _, sb := range list {
+		if n := runtimeProcesses(sb.ID); n != 0 {
+			t.Errorf("%d processes of %s left", n, sb.ID)
+		}
+		if _, err := os.Stat("/run/netns/space-" + sb.ID); err == nil {
+			t.Errorf("network namespace of %s left", sb.ID)
+		}
+	}
+	bundles, _ := os.ReadDir(filepath.Join(s.dataDir, "runtime", "bundles"))
+	if len(bundles) != 0 {
+		t.Errorf("%d runtime bundles left", len(bundles))
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], s.dataDir) &&
+			f[4] != filepath.Join(s.dataDir, "volumes") && !strings.HasSuffix(f[4], "null-netns") {
+			t.Errorf("mount left: %s", f[4])
+		}
+	}
+}
+
+func execOK2(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	res, err := c.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: []string{"true"}})
+	if err != nil || res.ExitCode != 0 {
+		events, _ := c.Events(testContext(t), id)
+		for _, e := range events {
+			t.Logf("event %s %s → %s %s", e.Type, e.From, e.To, e.Message)
+		}
+		t.Fatalf("exec in %s: %+v, %v", id, res, err)
+	}
+}
