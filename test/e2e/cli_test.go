@@ -63,6 +63,30 @@ func TestCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, id) {
 		t.Fatalf("sandbox ls does not list %s:\n%s", id, out)
 	}
+	// Lifecycle commands.
+	for _, args := range [][]string{
+		{"pause", id}, {"resume", id}, {"suspend", id}, {"resume", id},
+		{"snapshot", "create", id, "cli-snap"}, {"snapshot", "ls", id}, {"restore", id, "cli-snap"},
+		{"snapshot", "rm", id, "cli-snap"}, {"events", id},
+	} {
+		if out, errOut, code := space(t, "", args...); code != 0 {
+			t.Fatalf("space %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+	out, errOut, code = space(t, "", "branch", id, "--count", "2")
+	if code != 0 || len(strings.Fields(out)) < 2 {
+		t.Fatalf("space branch: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, f := range strings.Fields(out) {
+		if len(f) == 20 && f != id {
+			defer space(t, "", "sandbox", "rm", f)
+		}
+	}
+	_, errOut, code = space(t, "", "pause", "nosuchsandbox0000000")
+	if code != 1 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("pause of an unknown sandbox: exit %d, %q", code, errOut)
+	}
+
 	_, errOut, code = space(t, "", "exec", "nosuchsandbox0000000", "--", "true")
 	if code != 1 || !strings.Contains(errOut, "not found") || strings.Contains(errOut, "goroutine") {
 		t.Fatalf("exec on an unknown sandbox: exit %d, stderr %q; want 1 and a sentence", code, errOut)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -238,5 +239,89 @@ func execOK2(t *testing.T, c *client.Client, id string) {
 			t.Logf("event %s %s → %s %s", e.Type, e.From, e.To, e.Message)
 		}
 		t.Fatalf("exec in %s: %+v, %v", id, res, err)
+	}
+}
+
+// A host reboot takes every runtime and network namespace away. Suspended
+// sandboxes come back suspended; running ones come back from their disk,
+// flagged as recovered.
+func TestHostRebootRecovery(t *testing.T) {
+	requireServer(t)
+	if testing.Short() {
+		t.Skip("starts and kills a separate server")
+	}
+	base := t.TempDir()
+	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
+	s.start()
+	defer func() {
+		s.kill()
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(base, "serve.log"))
+			t.Logf("server log:\n%s", log)
+		}
+		unmountUnder(s.dataDir)
+		_ = exec.Command("sh", "-c", "losetup -j "+filepath.Join(s.dataDir, "volumes.img")+" | cut -d: -f1 | xargs -r losetup -d").Run()
+	}()
+	ctx := testContext(t)
+	var ids []string
+	for i := 0; i < 2; i++ {
+		sb, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.client.WriteFile(ctx, sb.ID, "/home/user/kept.txt", strings.NewReader("on disk")); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	running, suspended := ids[0], ids[1]
+	if _, err := s.client.Suspend(ctx, suspended); err != nil {
+		t.Fatal(err)
+	}
+
+	// "Reboot": the server, every sandbox process and every namespace die.
+	s.kill()
+	for _, id := range ids {
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
+				pid, _ := strconv.Atoi(strings.Split(p, "/")[2])
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		for _, ns := range []string{"space-" + id, "space-" + id + "-gw"} {
+			_ = exec.Command("ip", "netns", "delete", ns).Run()
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	s.start()
+
+	got, err := s.client.GetSandbox(ctx, suspended)
+	if err != nil || got.State != apiv1.StateSuspended {
+		t.Fatalf("suspended sandbox after reboot: %+v, %v", got, err)
+	}
+	got, err = s.client.WaitSandbox(ctx, running, apiv1.StateRunning, time.Minute)
+	if err != nil || got.Recovered == "" {
+		t.Fatalf("running sandbox after reboot: %+v, %v; want running and flagged recovered", got, err)
+	}
+	for _, id := range ids {
+		r, err := s.client.ReadFile(ctx, id, "/home/user/kept.txt")
+		if err != nil {
+			t.Fatalf("%s after reboot: %v", id, err)
+		}
+		data := make([]byte, 16)
+		n, _ := r.Read(data)
+		r.Close()
+		if string(data[:n]) != "on disk" {
+			t.Fatalf("%s lost its file: %q", id, data[:n])
+		}
+	}
+	for _, id := range ids {
+		if err := s.client.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
