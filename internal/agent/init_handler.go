@@ -24,6 +24,10 @@ type initRequest struct {
 	Hostname       *string           `json:"hostname"`
 	Entropy        *string           `json:"entropy"`   // base64 bytes for /dev/urandom
 	Timestamp      *string           `json:"timestamp"` // RFC 3339 wall clock after restore
+	// Identity, when present, is written to run/space/identity.json under
+	// the root: how processes restored into a new sandbox (a branch, a
+	// copy of a snapshot) learn who they are now.
+	Identity map[string]string `json:"identity"`
 }
 
 const maxInitBody = 1 << 20
@@ -63,6 +67,12 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 	a.settings.apply(req)
 	if a.cfg.ApplySystemSettings {
 		a.applySystemSettings(req.Hostname, entropy, clock)
+	}
+	if req.Identity != nil {
+		if err := writeIdentity(filepath.Join(a.cfg.RootDir, "run", "space", "identity.json"), req.Identity); err != nil {
+			writeJSONError(w, http.StatusInternalServerError, fmt.Errorf("identity file: %w", err))
+			return
+		}
 	}
 	a.log.Info("init applied", "token_changed", req.AccessToken != nil, "env_vars", len(req.EnvVars))
 	w.Header().Set("Cache-Control", "no-store")
@@ -142,6 +152,24 @@ func mapHostname(path, hostname string) error {
 	lines = append(lines, "127.0.1.1\t"+hostname+" "+hostsMarker)
 	tmp := path + ".space-tmp"
 	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// writeIdentity replaces the identity file atomically. It is not synced:
+// it describes the running sandbox, and the node writes it again after any
+// restore.
+func writeIdentity(path string, identity map[string]string) error {
+	data, err := json.MarshalIndent(identity, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

@@ -38,6 +38,8 @@ var schemaTypes = []any{
 	apiv1.MoveRequest{},
 	apiv1.Template{},
 	apiv1.TemplateList{},
+	apiv1.PoolStatus{},
+	apiv1.SetPoolRequest{},
 	apiv1.CreateTemplateRequest{},
 	apiv1.APIKey{},
 	apiv1.CreateKeyRequest{},

@@ -27,6 +27,7 @@ type Templates interface {
 	List() []apiv1.Template
 	Logs(name string, from int) (lines []string, done bool, err error)
 	Delete(name string) error
+	SetPool(name string, size int) (apiv1.Template, error)
 }
 
 // Config wires the API.
@@ -119,6 +120,7 @@ func (s *Server) routes() {
 	authed("GET /v1/templates/{name}", s.getTemplate)
 	authed("GET /v1/templates/{name}/logs", s.templateLogs)
 	authed("DELETE /v1/templates/{name}", s.deleteTemplate)
+	authed("PUT /v1/templates/{name}/pool", s.setPool)
 
 	admin("POST /v1/keys", s.createKey)
 	admin("GET /v1/keys", s.listKeys)

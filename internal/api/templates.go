@@ -124,3 +124,17 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// setPool sets how many sandboxes of the template are kept warm.
+func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.SetPoolRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	t, err := s.cfg.Templates.SetPool(r.PathValue("name"), req.Size)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}

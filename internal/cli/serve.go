@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +32,7 @@ the server stops; a restarted server adopts them.`)
 	fs.DurationVar(&cfg.Defaults.SuspendedRetention, "suspended-retention", cfg.Defaults.SuspendedRetention, "delete suspended sandboxes after this long")
 	fs.DurationVar(&cfg.Defaults.SnapshotRetention, "snapshot-retention", cfg.Defaults.SnapshotRetention, "keep rolling snapshots this long (default for sandboxes that name none)")
 	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", cfg.MemoryOvercommit, "sum of sandbox memory limits allowed, as a multiple of host memory (0: unlimited)")
+	pools := fs.String("pool", "base=2", "warm pool sizes by template, e.g. base=2,minimal=1 (sizes set through the API win)")
 	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
 	if err := parseNoArgs(fs, args, "serve"); err != nil {
 		return err
@@ -42,6 +44,18 @@ the server stops; a restarted server adopts them.`)
 		}
 	}
 	cfg.VolumeImageBytes = *imageGiB << 30
+	cfg.PoolSizes = map[string]int{}
+	for _, p := range strings.Split(*pools, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		name, size, ok := strings.Cut(p, "=")
+		n, err := strconv.Atoi(size)
+		if !ok || err != nil || n < 0 {
+			return fs.usageErrorf("--pool wants template=size pairs, got %q", p)
+		}
+		cfg.PoolSizes[name] = n
+	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("space serve must run as root: it manages namespaces, mounts and cgroups")
 	}

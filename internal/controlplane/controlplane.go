@@ -17,6 +17,7 @@ import (
 
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/sandboxid"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -47,6 +48,14 @@ type Node interface {
 	OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error)
 	SettleCheckpoint(ctx context.Context, id, imageDir string) bool
 	Quiesce(ctx context.Context, id string)
+
+	TemplateImage(ctx context.Context, tpl node.TemplateSpec) (*node.TemplateImage, error)
+	CreateFromImage(ctx context.Context, img *node.TemplateImage, spec node.CreateSpec, id node.Identity) error
+	DropTemplateImage(templateID string) error
+	SetPoolSize(tpl node.TemplateSpec, limits node.PoolLimits, size int)
+	PoolStatus(templateID string) node.PoolStatus
+	Claim(templateID string, limits node.PoolLimits) (string, bool)
+	Rekey(ctx context.Context, id string, identity node.Identity) error
 }
 
 // Templates resolves the template a sandbox is created from.
@@ -225,17 +234,8 @@ func (cp *ControlPlane) countByState() map[string]float64 {
 	return out
 }
 
-// newID returns 20 characters of [a-z0-9], E2B's sandbox id format: safe in
-// host names, where host routing splits on '-' and '.'.
-func newID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 20)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
-}
+// newID names a new sandbox.
+func newID() string { return sandboxid.New() }
 
 func newToken() string {
 	b := make([]byte, 24)

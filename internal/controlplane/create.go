@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -43,16 +44,64 @@ func (cp *ControlPlane) Create(req apiv1.CreateSandboxRequest) (Sandbox, error) 
 	if err != nil {
 		return Sandbox{}, err
 	}
+	if sb, ok, err := cp.createPooled(req, tpl, tplName); ok {
+		return sb, err
+	}
 	r, err := cp.admit(req, tplName, tpl.ID, func(s *Sandbox) {})
 	if err != nil {
 		return Sandbox{}, err
 	}
-	cp.launch(r, func(ctx context.Context, s Sandbox) error {
-		return cp.cfg.Node.Create(ctx, node.CreateSpec{
-			ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s),
-		})
-	})
+	cp.launch(r, func(ctx context.Context, s Sandbox) error { return cp.startFromTemplate(ctx, s, tpl) })
 	return cp.snapshot(r), nil
+}
+
+// startFromTemplate restores the template's pre-booted image, or boots the
+// template when no image can be had.
+func (cp *ControlPlane) startFromTemplate(ctx context.Context, s Sandbox, tpl node.TemplateSpec) error {
+	spec := node.CreateSpec{ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s)}
+	img, err := cp.cfg.Node.TemplateImage(ctx, tpl)
+	if err != nil {
+		cp.log.Warn("no template image; booting instead", "template", tpl.ID, "err", err)
+		return cp.cfg.Node.Create(ctx, spec)
+	}
+	return cp.cfg.Node.CreateFromImage(ctx, img, spec, *cp.identity(s))
+}
+
+// poolLimits are the limits a request asks for, in the pool's terms.
+func (cp *ControlPlane) poolLimits(vcpus, memoryMB, diskMB int) node.PoolLimits {
+	return node.PoolLimits{
+		Limits: runtime.Limits{VCPUs: vcpus, MemoryMB: memoryMB, Pids: cp.cfg.Defaults.Pids},
+		DiskMB: diskMB,
+	}
+}
+
+// createPooled serves a create from the template's warm pool: the claimed
+// sandbox only needs its identity, so it is running when this returns. ok
+// is false when no pooled sandbox matched.
+func (cp *ControlPlane) createPooled(req apiv1.CreateSandboxRequest, tpl node.TemplateSpec, tplName string) (Sandbox, bool, error) {
+	id, ok := cp.cfg.Node.Claim(tpl.ID, cp.poolLimits(req.VCPUs, req.MemoryMB, req.DiskMB))
+	if !ok {
+		return Sandbox{}, false, nil
+	}
+	r, err := cp.admit(req, tplName, tpl.ID, func(s *Sandbox) { s.ID = id })
+	if err != nil {
+		_ = cp.cfg.Node.Destroy(context.Background(), id)
+		return Sandbox{}, true, err
+	}
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	defer cancel()
+	if err := cp.cfg.Node.Rekey(ctx, id, *cp.identity(cp.snapshot(r))); err != nil {
+		cp.fail(ctx, r, "claiming a pooled sandbox failed: "+err.Error())
+		return cp.snapshot(r), true, nil
+	}
+	if err := cp.setState(r, apiv1.StateRunning, ""); err != nil {
+		return Sandbox{}, true, err
+	}
+	cp.createLatency.Observe(time.Since(began).Seconds())
+	return cp.snapshot(r), true, nil
 }
 
 // createFromSnapshot starts a new sandbox from a snapshot's memory and

@@ -137,4 +137,11 @@ func (cp *ControlPlane) touch(id string) {
 }
 
 // Activity is the node's report that a sandbox's processes produced output.
-func (cp *ControlPlane) Activity(id string) { cp.touch(id) }
+// Pooled sandboxes nobody claimed yet are not tracked.
+func (cp *ControlPlane) Activity(id string) {
+	cp.mu.Lock()
+	if _, ok := cp.sandboxes[id]; ok {
+		cp.lastActive[id] = time.Now()
+	}
+	cp.mu.Unlock()
+}

@@ -156,6 +156,7 @@ type agentInit struct {
 	Hostname       string            `json:"hostname,omitempty"`
 	Entropy        []byte            `json:"entropy,omitempty"`
 	Timestamp      time.Time         `json:"timestamp"`
+	Identity       map[string]string `json:"identity,omitempty"`
 }
 
 // init gives the agent its identity. It authenticates with the current token

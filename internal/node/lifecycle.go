@@ -3,12 +3,9 @@ package node
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/space-platform/space/internal/network"
@@ -289,13 +286,10 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 func (sb *Sandbox) rekey(ctx context.Context, id Identity) error {
 	entropy := make([]byte, 64)
 	_, _ = rand.Read(entropy)
-	if err := sb.Agent.init(ctx, agentInit{
+	return sb.Agent.init(ctx, agentInit{
 		AccessToken: id.AccessToken, EnvVars: id.Env, Hostname: sb.ID,
-		Entropy: entropy, Timestamp: time.Now().UTC(),
-	}); err != nil {
-		return err
-	}
-	return sb.writeIdentity(ctx, id.Info)
+		Entropy: entropy, Timestamp: time.Now().UTC(), Identity: id.Info,
+	})
 }
 
 // reseed gives a sandbox restored in place fresh entropy and the current time.
@@ -305,20 +299,6 @@ func (sb *Sandbox) reseed(ctx context.Context) error {
 	token := *sb.Agent.token.Load()
 	return sb.Agent.init(ctx, agentInit{AccessToken: token, Entropy: entropy, Timestamp: time.Now().UTC()})
 }
-
-// identityPath is where a sandbox learns that it was restored as a new copy.
-const identityPath = "/run/space/identity.json"
-
-func (sb *Sandbox) writeIdentity(ctx context.Context, info map[string]string) error {
-	data, err := json.MarshalIndent(info, "", "  ")
-	if err != nil {
-		return err
-	}
-	return sb.WriteFile(ctx, identityPath, "root", strings.NewReader(string(data)+"\n"))
-}
-
-// ErrImageMissing is returned when a checkpoint image is absent or torn.
-var ErrImageMissing = errors.New("checkpoint image missing or incomplete")
 
 // BootFromDisk starts a sandbox again on its existing root volume, without
 // memory: what remains of a running sandbox after the host went down.

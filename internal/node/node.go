@@ -53,6 +53,8 @@ type Config struct {
 	// StateDir and mounted read-only into every sandbox.
 	AgentBinary string
 	StateDir    string
+	// ImagesDir holds template images (images/templates/<id>).
+	ImagesDir string
 	// SessionOutputLimit bounds each session's journal (bytes).
 	SessionOutputLimit int64
 	// OnActivity is told when a sandbox's processes produce output, which
@@ -67,8 +69,10 @@ type Node struct {
 	agentDir string
 	log      *slog.Logger
 
-	mu        sync.Mutex
-	sandboxes map[string]*Sandbox
+	mu            sync.Mutex
+	sandboxes     map[string]*Sandbox
+	templateLocks map[string]*sync.Mutex
+	pools         pools
 }
 
 // agentName is the agent's file name inside runtime.AgentMountPoint.
@@ -81,6 +85,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.SessionOutputLimit <= 0 {
 		cfg.SessionOutputLimit = 8 << 20
+	}
+	if cfg.ImagesDir == "" {
+		cfg.ImagesDir = filepath.Join(cfg.StateDir, "images")
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, sandboxes: map[string]*Sandbox{}}
 	n.agentDir = filepath.Join(cfg.StateDir, "agent")

@@ -19,10 +19,12 @@ type catalog struct {
 }
 
 func (c catalog) view(t *template.Template) apiv1.Template {
+	pool := c.cp().PoolStatus(t.ID)
 	return apiv1.Template{
 		Name: t.Name, ID: t.ID, State: t.State, Reason: t.Reason, From: t.From,
 		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, ReadyAt: t.ReadyAt,
 		Sandboxes: c.cp().CountUsing(t.ID),
+		Pool:      &apiv1.PoolStatus{Size: pool.Size, Ready: pool.Ready},
 	}
 }
 
@@ -72,7 +74,22 @@ func (c catalog) Logs(name string, from int) ([]string, bool, error) {
 }
 
 func (c catalog) Delete(name string) error {
-	return mapTemplateErr(c.m.Delete(name, c.cp().InUse))
+	t, err := c.m.Get(name)
+	if err != nil {
+		return mapTemplateErr(err)
+	}
+	if err := c.m.Delete(name, c.cp().InUse); err != nil {
+		return mapTemplateErr(err)
+	}
+	c.cp().ForgetTemplate(t.Name, t.ID)
+	return nil
+}
+
+func (c catalog) SetPool(name string, size int) (apiv1.Template, error) {
+	if _, err := c.cp().SetPoolSize(name, size); err != nil {
+		return apiv1.Template{}, err
+	}
+	return c.Get(name)
 }
 
 // Resolve implements controlplane.Templates.

@@ -42,6 +42,9 @@ type Config struct {
 	// BuildTemplates are built-in templates built at start when missing
 	// (in the background, with progress in the log).
 	BuildTemplates []string
+	// PoolSizes are the default warm pool sizes by template name (a size
+	// set through the API wins).
+	PoolSizes map[string]int
 	// VolumeImageBytes sizes the loop-backed btrfs image if one is made.
 	VolumeImageBytes int64
 	Defaults         controlplane.Defaults
@@ -61,6 +64,7 @@ func DefaultConfig() Config {
 		Listen:         "127.0.0.1:7070",
 		Platform:       "systrap",
 		BuildTemplates: []string{"minimal", "base"},
+		PoolSizes:      map[string]int{"base": 2},
 		Defaults: controlplane.Defaults{
 			Template: "base", VCPUs: 1, MemoryMB: 512, DiskMB: 4096, Pids: 4096,
 			TimeoutS: 300, Retention: 10 * time.Minute,
@@ -141,6 +145,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	nd, err := node.New(node.Config{
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
+		ImagesDir: filepath.Join(cfg.DataDir, "images"),
 		// Process output counts as activity; the control plane is built
 		// below, and no sandbox runs before Recover.
 		OnActivity: func(id string) { s.cp.Activity(id) },
@@ -156,6 +161,15 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	reg := metrics.NewRegistry()
 	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
+	reg.GaugeFunc("space_pool_ready", "Warm pool sandboxes ready, by template.", "template", func() map[string]float64 {
+		out := map[string]float64{}
+		for _, t := range s.templates.List() {
+			if st := s.cp.PoolStatus(t.ID); st.Size > 0 {
+				out[t.Name] = float64(st.Ready)
+			}
+		}
+		return out
+	})
 	s.cp = controlplane.New(controlplane.Config{
 		Store: s.st, Node: nd, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
 		Capacity:  nodeCapacity(cfg.MemoryOvercommit, s.pool.Root()),
@@ -168,6 +182,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	go s.cp.Run(runCtx)
+	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 
 	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Metrics: reg, Logger: cfg.Logger})
@@ -207,8 +222,12 @@ func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
 			say("template %s failed: %v", name, err)
 			continue
 		}
-		say("template %s ready", name)
+		say("template %s ready; booting it once for its snapshot", name)
+		if err := s.cp.PrepareTemplate(ctx, name); err != nil {
+			say("template %s: no pre-booted image (%v); sandboxes will boot instead", name, err)
+		}
 	}
+	s.cp.ApplyPools(s.cfg.PoolSizes)
 }
 
 // Shutdown stops serving. Sandboxes keep running; a restarted server adopts them.

@@ -255,6 +255,20 @@ type Template struct {
 	Logs []string `json:"logs,omitempty"`
 	// Sandboxes counts sandboxes using this template.
 	Sandboxes int `json:"sandboxes"`
+	// Pool is the template's warm pool: sandboxes kept restored and idle
+	// so that a create only has to give one its identity.
+	Pool *PoolStatus `json:"pool,omitempty"`
+}
+
+// PoolStatus describes a template's warm pool.
+type PoolStatus struct {
+	Size  int `json:"size"`
+	Ready int `json:"ready"`
+}
+
+// SetPoolRequest is the body of PUT /v1/templates/{name}/pool.
+type SetPoolRequest struct {
+	Size int `json:"size"`
 }
 
 // TemplateList is the body of GET /v1/templates.

@@ -148,3 +148,13 @@ func (s *TemplateLogStream) Close() error {
 	s.stream.close()
 	return nil
 }
+
+// SetTemplatePool sets how many sandboxes of the template the server keeps
+// restored and idle (0 drains the pool).
+func (c *Client) SetTemplatePool(ctx context.Context, name string, size int) (*apiv1.Template, error) {
+	var t apiv1.Template
+	if err := c.doJSON(ctx, http.MethodPut, "/v1/templates/"+url.PathEscape(name)+"/pool", nil, apiv1.SetPoolRequest{Size: size}, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}

@@ -80,6 +80,7 @@ func run(m *testing.M) (int, error) {
 	cfg.AgentPath = filepath.Join(env.binDir, "space-agent")
 	cfg.RunscPath = filepath.Join(root, ".tools", "bin", "runsc")
 	cfg.BuildTemplates = nil // built below, synchronously
+	cfg.PoolSizes = nil      // tests that want a pool set one
 	cfg.VolumeImageBytes = 16 << 30
 	cfg.Defaults.Template = "minimal"
 	cfg.Defaults.Retention = time.Hour

@@ -1,0 +1,168 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/space-platform/space/internal/runtime"
+)
+
+// TemplateImage is a template booted once (agent up, start command running,
+// ready check passed) and checkpointed. A new sandbox is a restore of it onto
+// a copy-on-write snapshot of the booted filesystem, not a boot.
+type TemplateImage struct {
+	TemplateID string    `json:"template_id"`
+	Volume     string    `json:"volume"`
+	Token      string    `json:"token"`
+	CreatedAt  time.Time `json:"created_at"`
+	ImageDir   string    `json:"-"`
+}
+
+// Resources a template is booted with. A restored sandbox keeps the CPU
+// count and memory size its kernel saw at boot; the host enforces each
+// sandbox's own limits through its cgroup.
+var templateBootLimits = runtime.Limits{VCPUs: 1, MemoryMB: 2048, Pids: 4096}
+
+const imageMetaFile = "meta.json"
+
+func (n *Node) templateImageDir(templateID string) string {
+	return filepath.Join(n.cfg.ImagesDir, "templates", templateID)
+}
+
+func templateImageVolume(templateID string) string { return "templates/" + templateID + "-booted" }
+
+// templateLock serialises work on one template's image.
+func (n *Node) templateLock(templateID string) *sync.Mutex {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.templateLocks == nil {
+		n.templateLocks = map[string]*sync.Mutex{}
+	}
+	l, ok := n.templateLocks[templateID]
+	if !ok {
+		l = &sync.Mutex{}
+		n.templateLocks[templateID] = l
+	}
+	return l
+}
+
+// TemplateImage returns the template's pre-booted image, booting and
+// capturing it first if there is none yet.
+func (n *Node) TemplateImage(ctx context.Context, tpl TemplateSpec) (*TemplateImage, error) {
+	l := n.templateLock(tpl.ID)
+	l.Lock()
+	defer l.Unlock()
+	if img, err := n.loadTemplateImage(tpl.ID); err == nil {
+		return img, nil
+	}
+	return n.bootTemplateImage(ctx, tpl)
+}
+
+func (n *Node) loadTemplateImage(templateID string) (*TemplateImage, error) {
+	dir := n.templateImageDir(templateID)
+	data, err := os.ReadFile(filepath.Join(dir, imageMetaFile))
+	if err != nil {
+		return nil, err
+	}
+	var img TemplateImage
+	if err := json.Unmarshal(data, &img); err != nil {
+		return nil, fmt.Errorf("template image %s: %w", templateID, err)
+	}
+	if !ImageComplete(dir) || !n.cfg.Volumes.Exists(img.Volume) {
+		return nil, fmt.Errorf("template image %s is incomplete", templateID)
+	}
+	img.ImageDir = dir
+	return &img, nil
+}
+
+// bootTemplateImage boots the template in a throwaway sandbox, waits for
+// its start command and ready check, captures it, and removes the sandbox.
+func (n *Node) bootTemplateImage(ctx context.Context, tpl TemplateSpec) (*TemplateImage, error) {
+	if err := n.DropTemplateImage(tpl.ID); err != nil {
+		return nil, err
+	}
+	bootID := "tpl" + tpl.ID[:min(len(tpl.ID), 17)]
+	token := randomHex(32)
+	if err := n.Create(ctx, CreateSpec{ID: bootID, Template: tpl, AccessToken: token, Limits: templateBootLimits}); err != nil {
+		return nil, fmt.Errorf("boot template %s: %w", tpl.ID, err)
+	}
+	defer func() {
+		if err := n.release(context.WithoutCancel(ctx), bootID); err != nil {
+			n.log.Error("remove template boot sandbox", "template", tpl.ID, "err", err)
+		}
+	}()
+	dir := n.templateImageDir(tpl.ID)
+	img := &TemplateImage{TemplateID: tpl.ID, Volume: templateImageVolume(tpl.ID), Token: token, CreatedAt: time.Now().UTC(), ImageDir: dir}
+	if err := n.Capture(ctx, bootID, img.Volume, dir); err != nil {
+		return nil, fmt.Errorf("capture template %s: %w", tpl.ID, err)
+	}
+	data, _ := json.Marshal(img)
+	if err := writeFileSync(filepath.Join(dir, imageMetaFile), data); err != nil {
+		return nil, fmt.Errorf("template image %s: %w", tpl.ID, err)
+	}
+	n.log.Info("template image ready", "template", tpl.ID)
+	return img, nil
+}
+
+// DropTemplateImage removes a template's image (the template was deleted
+// or its image is stale). Sandboxes restored from it keep running: their
+// volumes are independent snapshots.
+func (n *Node) DropTemplateImage(templateID string) error {
+	var errs []error
+	if err := os.RemoveAll(n.templateImageDir(templateID)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := n.cfg.Volumes.Delete(templateImageVolume(templateID)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("drop template image %s: %w", templateID, err)
+	}
+	return nil
+}
+
+// CreateFromImage starts a sandbox as a restore of its template's image,
+// then gives it its own identity.
+func (n *Node) CreateFromImage(ctx context.Context, img *TemplateImage, spec CreateSpec, id Identity) error {
+	n.pools.active.enter()
+	defer n.pools.active.leave()
+	err := n.ResumeFrom(ctx, RestoreSpec{
+		ID: spec.ID, ImageDir: img.ImageDir, FromVolume: img.Volume, Limits: spec.Limits, DiskMB: spec.DiskMB,
+		AccessToken: img.Token, NewIdentity: &id,
+	})
+	if err != nil {
+		if cerr := n.release(context.WithoutCancel(ctx), spec.ID); cerr != nil {
+			n.log.Error("cleanup after failed restore", "sandbox", spec.ID, "err", cerr)
+		}
+	}
+	return err
+}
+
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
