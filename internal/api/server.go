@@ -235,7 +235,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 // fail maps an error from the layers below to a status and writes it.
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	var stateErr *controlplane.StateError
-	var fileErr *node.FileError
+	var fileErr *node.AgentError
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &stateErr):

@@ -145,3 +145,21 @@ func (cp *ControlPlane) Activity(id string) {
 	}
 	cp.mu.Unlock()
 }
+
+// Died is the node's report that a sandbox's runtime died on its own, for
+// instance killed by the host for exceeding its memory limit. The sandbox
+// is failed with the reason and its resources released.
+func (cp *ControlPlane) Died(id, reason string) {
+	r, err := cp.lookup(id)
+	if err != nil {
+		return
+	}
+	go func() {
+		r.lock.Lock()
+		defer r.lock.Unlock()
+		switch cp.snapshot(r).State {
+		case apiv1.StateRunning, apiv1.StatePaused:
+			cp.fail(context.Background(), r, "the sandbox died: "+reason)
+		}
+	}()
+}

@@ -81,7 +81,8 @@ func (sb *Sandbox) Exec(ctx context.Context, spec ExecSpec) (*ExecResult, error)
 	if err == nil {
 		err = errors.New("stream ended without an exit status")
 	}
-	return nil, fmt.Errorf("exec %q: %w", spec.Cmd[0], err)
+	return nil, &AgentError{Status: http.StatusBadGateway, Message: fmt.Sprintf(
+		"exec %q: lost the sandbox's agent before the command ended (is the sandbox still running?): %v", spec.Cmd[0], err)}
 }
 
 // setUser selects the user a request runs as, the way E2B's SDKs do.

@@ -18,14 +18,15 @@ import (
 	"github.com/space-platform/space/internal/agent/gen/filesystempb"
 )
 
-// FileError is an agent's refusal of a file operation, with the HTTP status
-// that describes it (404 missing, 400 bad path, 507 out of space, ...).
-type FileError struct {
+// AgentError is a failed call to a sandbox's agent, with the HTTP status
+// that describes it to API clients (404 missing, 400 bad path, 507 out of
+// space, 502 agent unreachable, ...).
+type AgentError struct {
 	Status  int
 	Message string
 }
 
-func (e *FileError) Error() string { return e.Message }
+func (e *AgentError) Error() string { return e.Message }
 
 func filesURL(path, user string) string {
 	q := url.Values{"path": {path}}
@@ -47,7 +48,7 @@ func (sb *Sandbox) ReadFile(ctx context.Context, path, user string) (io.ReadClos
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		return nil, 0, agentFileError(resp)
+		return nil, 0, agentAgentError(resp)
 	}
 	return resp.Body, resp.ContentLength, nil
 }
@@ -66,13 +67,13 @@ func (sb *Sandbox) WriteFile(ctx context.Context, path, user string, body io.Rea
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return agentFileError(resp)
+		return agentAgentError(resp)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return nil
 }
 
-func agentFileError(resp *http.Response) error {
+func agentAgentError(resp *http.Response) error {
 	var body struct {
 		Message string `json:"message"`
 	}
@@ -80,7 +81,7 @@ func agentFileError(resp *http.Response) error {
 	if json.Unmarshal(data, &body) != nil || body.Message == "" {
 		body.Message = fmt.Sprintf("agent answered %s", resp.Status)
 	}
-	return &FileError{Status: resp.StatusCode, Message: body.Message}
+	return &AgentError{Status: resp.StatusCode, Message: body.Message}
 }
 
 func fsRequest[T any](msg *T, user string) *connect.Request[T] {
@@ -131,7 +132,7 @@ func (sb *Sandbox) Move(ctx context.Context, from, to, user string) (*filesystem
 	return resp.Msg.GetEntry(), nil
 }
 
-// fileErr turns a Connect error into a FileError with a matching status.
+// fileErr turns a Connect error into a AgentError with a matching status.
 func fileErr(op, path string, err error) error {
 	if err == nil {
 		return nil
@@ -153,7 +154,7 @@ func fileErr(op, path string, err error) error {
 		case connect.CodeFailedPrecondition:
 			status = http.StatusConflict
 		}
-		return &FileError{Status: status, Message: fmt.Sprintf("%s %s: %s", op, path, ce.Message())}
+		return &AgentError{Status: status, Message: fmt.Sprintf("%s %s: %s", op, path, ce.Message())}
 	}
 	return fmt.Errorf("%s %s: %w", op, path, err)
 }
@@ -163,10 +164,10 @@ func fileErr(op, path string, err error) error {
 // cannot leave the volume, whatever symlinks it holds.
 func (n *Node) OpenInVolume(volume, p string) (*os.File, fs.FileInfo, error) {
 	if !path.IsAbs(p) {
-		return nil, nil, &FileError{Status: http.StatusBadRequest, Message: "paths in a snapshot must be absolute: " + p}
+		return nil, nil, &AgentError{Status: http.StatusBadRequest, Message: "paths in a snapshot must be absolute: " + p}
 	}
 	if !n.cfg.Volumes.Exists(volume) {
-		return nil, nil, &FileError{Status: http.StatusNotFound, Message: "snapshot filesystem is gone"}
+		return nil, nil, &AgentError{Status: http.StatusNotFound, Message: "snapshot filesystem is gone"}
 	}
 	root, err := os.OpenRoot(n.cfg.Volumes.Path(volume))
 	if err != nil {
@@ -183,7 +184,7 @@ func (n *Node) OpenInVolume(volume, p string) (*os.File, fs.FileInfo, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			status = http.StatusNotFound
 		}
-		return nil, nil, &FileError{Status: status, Message: fmt.Sprintf("%s in snapshot: %v", p, err)}
+		return nil, nil, &AgentError{Status: status, Message: fmt.Sprintf("%s in snapshot: %v", p, err)}
 	}
 	info, err := f.Stat()
 	if err != nil {

@@ -149,6 +149,7 @@ func (n *Node) VolumeExists(name string) bool { return n.cfg.Volumes.Exists(name
 // releaseRuntime stops the runtime and removes the slot but keeps the
 // volume and the node's handle (with its sessions).
 func (n *Node) releaseRuntime(ctx context.Context, id string) {
+	n.untrack(id)
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		n.log.Warn("release runtime", "sandbox", id, "err", err)
 	}
@@ -277,6 +278,7 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 		n.log.Warn("reseed after restore", "sandbox", spec.ID, "err", err)
 	}
 	n.register(sb)
+	n.track(ctx, sb)
 	sb.adoptProcesses(ctx)
 	return nil
 }

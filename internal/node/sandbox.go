@@ -9,6 +9,7 @@ import (
 	"net"
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/space-platform/space/internal/network"
@@ -42,6 +43,9 @@ type CreateSpec struct {
 type Sandbox struct {
 	ID    string
 	Agent *AgentConn
+	// pid is the runtime's sandbox process, watched by Watch; 0 while the
+	// node itself stops or suspends the sandbox.
+	pid atomic.Int64
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -131,6 +135,7 @@ func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 		return err
 	}
 	n.register(sb)
+	n.track(ctx, sb)
 	return sb.startTemplateCommand(ctx, spec.Template)
 }
 
@@ -192,6 +197,7 @@ func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) 
 		}
 	}
 	n.register(sb)
+	n.track(ctx, sb)
 	if st.Status == runtime.StatusRunning {
 		sb.adoptProcesses(ctx)
 	}
@@ -206,6 +212,7 @@ func (n *Node) Destroy(ctx context.Context, id string) error {
 }
 
 func (n *Node) release(ctx context.Context, id string) error {
+	n.untrack(id)
 	if sb := n.unregister(id); sb != nil {
 		sb.closeSessions("sandbox stopped")
 		sb.Agent.Reset()

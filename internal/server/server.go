@@ -182,6 +182,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	go s.cp.Run(runCtx)
+	go nd.Watch(runCtx, s.cp.Died)
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 

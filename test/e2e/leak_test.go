@@ -15,42 +15,50 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// footprint counts what a sandbox can leave behind on the host.
+// footprint counts what sandboxes can leave behind under this server's data
+// directory. Host-wide things (processes, namespaces, cgroups) are checked
+// per sandbox id by leftovers, so that other activity on the host does not
+// disturb the count.
 type footprint map[string]int
 
 func measure(t *testing.T) footprint {
 	t.Helper()
 	f := footprint{}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		if b, err := os.ReadFile(p); err == nil && (strings.Contains(string(b), "runsc") || strings.Contains(string(b), "space-agent")) {
-			f["runsc processes"]++
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if fields := strings.Fields(line); len(fields) > 4 && strings.HasPrefix(fields[4], env.dataDir) {
+			f["mounts"]++
 		}
 	}
-	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	f["mounts"] = strings.Count(string(mounts), "\n")
 	for name, dir := range map[string]string{
 		"sandbox volumes": filepath.Join(env.dataDir, "volumes", "sandboxes"),
 		"runtime bundles": filepath.Join(env.dataDir, "runtime", "bundles"),
 		"runsc state":     filepath.Join(env.dataDir, "runtime", "runsc"),
-		"netns":           "/run/netns",
-		"memory cgroups":  "/sys/fs/cgroup/memory/space",
-		"pids cgroups":    "/sys/fs/cgroup/pids/space",
+		"images":          filepath.Join(env.dataDir, "images"),
 	} {
 		entries, _ := os.ReadDir(dir)
-		n := 0
-		for _, e := range entries {
-			if e.IsDir() || name != "memory cgroups" && name != "pids cgroups" {
-				n++
-			}
-		}
-		f[name] = n
+		f[name] = len(entries)
 	}
 	out, err := exec.Command("btrfs", "subvolume", "list", filepath.Join(env.dataDir, "volumes")).Output()
 	if err == nil {
 		f["btrfs subvolumes"] = strings.Count(string(out), "\n")
 	}
 	return f
+}
+
+// leftovers lists what of one sandbox still exists on the host.
+func leftovers(id string) []string {
+	var left []string
+	if runtimeProcesses(id) > 0 {
+		left = append(left, "processes")
+	}
+	for _, p := range []string{"/run/netns/space-" + id, "/run/netns/space-" + id + "-gw",
+		"/sys/fs/cgroup/memory/space/" + id, "/sys/fs/cgroup/pids/space/" + id, "/sys/fs/cgroup/cpu/space/" + id} {
+		if _, err := os.Stat(p); err == nil {
+			left = append(left, p)
+		}
+	}
+	return left
 }
 
 // Nothing is left behind after many create/delete cycles. SPACE_LEAK_CYCLES
@@ -75,6 +83,10 @@ func TestNoLeaksAfterCreateDeleteCycles(t *testing.T) {
 	before := measure(t)
 
 	const workers = 8
+	var (
+		idsMu sync.Mutex
+		ids   []string
+	)
 	jobs := make(chan int)
 	errs := make(chan error, cycles)
 	var wg sync.WaitGroup
@@ -89,6 +101,9 @@ func TestNoLeaksAfterCreateDeleteCycles(t *testing.T) {
 					errs <- fmt.Errorf("cycle %d create: %w", i, err)
 					continue
 				}
+				idsMu.Lock()
+				ids = append(ids, sb.ID)
+				idsMu.Unlock()
 				if _, err := env.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
 					errs <- fmt.Errorf("cycle %d wait: %w", i, err)
 				} else if i%50 == 0 {
@@ -127,5 +142,16 @@ func TestNoLeaksAfterCreateDeleteCycles(t *testing.T) {
 		if after[k] != v {
 			t.Errorf("%s: %d before, %d after %d cycles", k, v, after[k], cycles)
 		}
+	}
+	leaked := 0
+	for _, id := range ids {
+		if left := leftovers(id); len(left) > 0 {
+			if leaked++; leaked <= 5 {
+				t.Errorf("sandbox %s left %v", id, left)
+			}
+		}
+	}
+	if leaked > 0 {
+		t.Errorf("%d of %d sandboxes left something behind", leaked, len(ids))
 	}
 }
