@@ -52,6 +52,10 @@ type Config struct {
 	// controlplane.Capacity).
 	MemoryOvercommit   float64
 	SessionOutputLimit int64
+	// E2BListen and ProxyListen are the E2B API's and the sandbox
+	// proxy's addresses (empty: off); Domain is the sandbox domain they
+	// announce and route (empty: none, header routing only).
+	E2BListen, ProxyListen, Domain string
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -62,6 +66,8 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir:        "/var/lib/space",
 		Listen:         "127.0.0.1:7070",
+		E2BListen:      "127.0.0.1:3000",
+		ProxyListen:    "127.0.0.1:3001",
 		Platform:       "systrap",
 		BuildTemplates: []string{"minimal", "base"},
 		PoolSizes:      map[string]int{"base": 2},
@@ -90,6 +96,7 @@ type Server struct {
 	listener  net.Listener
 	cancel    context.CancelFunc
 	done      chan struct{}
+	compat    compatServers // E2B API and sandbox proxy (e2b.go)
 }
 
 // Start brings the server up and returns once it accepts requests.
@@ -187,8 +194,13 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	go s.buildTemplates(runCtx, say)
 
 	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Metrics: reg, Logger: cfg.Logger})
+	if err := s.startCompat(keys); err != nil {
+		cancel()
+		return nil, err
+	}
 	if s.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
 		cancel()
+		_ = s.shutdownCompat(ctx)
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	s.URL = "http://" + s.listener.Addr().String()
@@ -200,6 +212,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 	say("listening on %s", s.URL)
+	if s.compat.e2bURL != "" || s.compat.proxyURL != "" {
+		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)
+	}
 	return s, nil
 }
 
@@ -233,7 +248,7 @@ func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
 
 // Shutdown stops serving. Sandboxes keep running; a restarted server adopts them.
 func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.http.Shutdown(ctx)
+	err := errors.Join(s.http.Shutdown(ctx), s.shutdownCompat(ctx))
 	s.cancel()
 	<-s.done
 	s.closeStores()

@@ -32,7 +32,7 @@ func (s *crashServer) start() {
 	s.cmd = exec.Command(filepath.Join(env.binDir, "space"), "serve",
 		"--data-dir", s.dataDir, "--listen", s.listen, "--build-templates", "minimal",
 		"--runsc", env.cfg.RunscPath, "--agent", env.cfg.AgentPath, "--default-template", "minimal",
-		"--volume-image-gib", "8", "--pool", "")
+		"--volume-image-gib", "8", "--pool", "", "--e2b-listen", "", "--proxy-listen", "")
 	log, err := os.OpenFile(filepath.Join(s.dataDir, "..", "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -77,6 +77,8 @@ func run(m *testing.M) (int, error) {
 	cfg := server.DefaultConfig()
 	cfg.DataDir = env.dataDir
 	cfg.Listen = "127.0.0.1:0"
+	cfg.E2BListen = "127.0.0.1:0"   // E2B API (e2b_*_test.go)
+	cfg.ProxyListen = "127.0.0.1:0" // sandbox proxy (e2b_*_test.go)
 	cfg.AgentPath = filepath.Join(env.binDir, "space-agent")
 	cfg.RunscPath = filepath.Join(root, ".tools", "bin", "runsc")
 	cfg.BuildTemplates = nil // built below, synchronously

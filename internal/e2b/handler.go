@@ -1,0 +1,252 @@
+// Package e2b serves E2B's control-plane REST API (the surface the E2B SDKs
+// call at E2B_API_URL) on top of space's control plane, so that unmodified
+// E2B SDKs create, list, pause, resume, fork, snapshot and kill space
+// sandboxes. Sandbox traffic (envd, exposed ports) does not pass through
+// here; it goes through the host proxy (package proxy).
+//
+// The wire contract is /work/shared/docs/e2b-protocol.md §2: exact status
+// codes (the Python SDK parses only the documented ones), a non-empty JSON
+// `{"code","message"}` body on every error (the JS SDK treats an empty error
+// body as success), and the required fields of every schema.
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// ControlPlane is what the E2B API needs of space's control plane;
+// *controlplane.ControlPlane satisfies it.
+type ControlPlane interface {
+	Create(req apiv1.CreateSandboxRequest) (controlplane.Sandbox, error)
+	Wait(ctx context.Context, id, state string) (controlplane.Sandbox, error)
+	Get(id string) (controlplane.Sandbox, error)
+	List(f controlplane.Filter) []controlplane.Sandbox
+	Delete(ctx context.Context, id string) error
+	SetTimeout(id string, timeoutS int) (controlplane.Sandbox, error)
+	Suspend(ctx context.Context, id string) (controlplane.Sandbox, error)
+	Resume(ctx context.Context, id string) (controlplane.Sandbox, error)
+	Branch(ctx context.Context, id string, count, timeoutS int) ([]controlplane.Sandbox, error)
+	CreateSnapshot(ctx context.Context, id, name string) (controlplane.Snapshot, error)
+	Snapshots(sandboxID string) ([]controlplane.Snapshot, error)
+	ResolveSnapshot(ref string) (controlplane.Snapshot, error)
+	DeleteSnapshot(sandboxID, name string) error
+	Running(ctx context.Context, id string) (*node.Sandbox, error)
+}
+
+// Keys checks API keys; *auth.Keys satisfies it.
+type Keys interface {
+	Check(secret string) (auth.Key, error)
+}
+
+// Config wires the E2B API.
+type Config struct {
+	ControlPlane ControlPlane
+	Keys         Keys
+	// Domain is returned as the sandboxes' `domain`; empty means null, so
+	// SDKs fall back to their own configuration (E2B_SANDBOX_URL or
+	// E2B_DOMAIN). It must never be an E2B domain.
+	Domain string
+	// StartTimeout bounds how long create, connect and fork wait for a
+	// sandbox to run before answering.
+	StartTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Handler is the E2B control-plane API as an http.Handler.
+type Handler struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// Constants E2B's API returns and the SDKs check.
+const (
+	// clientID is the constant E2B returns; the Python SDK requires it.
+	clientID = "6532622b"
+	// envdVersion is the envd feature level space's agent implements
+	// (octet-stream uploads, default user, closeStdin, metrics).
+	envdVersion = "0.5.7"
+	// maxJSONBody bounds request bodies; E2B requests are small.
+	maxJSONBody = 1 << 20
+)
+
+// New builds the handler.
+func New(cfg Config) *Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 3 * time.Minute
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	h.routes()
+	return h
+}
+
+func (h *Handler) routes() {
+	m := h.mux
+	m.HandleFunc("POST /sandboxes", h.authed(h.createV1))
+	m.HandleFunc("POST /v2/sandboxes", h.authed(h.createV2))
+	m.HandleFunc("GET /sandboxes", h.authed(h.listV1))
+	m.HandleFunc("GET /v2/sandboxes", h.authed(h.listV2))
+	m.HandleFunc("GET /sandboxes/{id}", h.authed(h.get))
+	m.HandleFunc("DELETE /sandboxes/{id}", h.authed(h.kill))
+	m.HandleFunc("POST /sandboxes/{id}/timeout", h.authed(h.setTimeout))
+	m.HandleFunc("POST /sandboxes/{id}/pause", h.authed(h.pause))
+	m.HandleFunc("POST /sandboxes/{id}/resume", h.authed(h.resumeDeprecated))
+	m.HandleFunc("POST /sandboxes/{id}/connect", h.authed(h.connectV1))
+	m.HandleFunc("POST /v2/sandboxes/{id}/connect", h.authed(h.connectV2))
+	m.HandleFunc("POST /sandboxes/{id}/fork", h.authed(h.fork))
+	m.HandleFunc("GET /sandboxes/{id}/metrics", h.authed(h.metrics))
+	m.HandleFunc("POST /sandboxes/{id}/snapshots", h.authed(h.createSnapshot))
+	m.HandleFunc("GET /snapshots", h.authed(h.listSnapshots))
+	m.HandleFunc("DELETE /templates/{id}", h.authed(h.deleteSnapshot))
+	m.HandleFunc("PUT /sandboxes/{id}/network", h.authed(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusBadRequest, "changing a sandbox's network configuration is not supported by space")
+	}))
+	m.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+}
+
+// ServeHTTP answers every request; unknown routes get a JSON 404 and known
+// routes with another method a JSON 405, never an empty or plain-text body.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		rec := &statusRecorder{header: http.Header{}}
+		h.mux.ServeHTTP(rec, r)
+		if rec.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+			return
+		}
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no E2B API route %s %s (space implements the sandbox, snapshot and metrics endpoints)", r.Method, r.URL.Path))
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// statusRecorder captures what the mux would answer for an unmatched route.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *statusRecorder) WriteHeader(status int)      { r.status = status }
+
+// authed checks the API key: X-API-Key as the SDKs send it, or
+// `Authorization: Bearer` (space's own clients). JS 2.20 may send both, the
+// bearer then being an E2B access token; the API key wins.
+func (h *Handler) authed(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-API-Key")
+		if key == "" {
+			if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+				key = strings.TrimSpace(bearer)
+			}
+		}
+		if key == "" {
+			writeError(w, http.StatusUnauthorized, "missing API key: set E2B_API_KEY to a space API key (X-API-Key header)")
+			return
+		}
+		if _, err := h.cfg.Keys.Check(key); err != nil {
+			writeError(w, http.StatusUnauthorized, "invalid API key")
+			return
+		}
+		next(w, r)
+	}
+}
+
+// apiError is E2B's Error schema.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	writeJSON(w, status, apiError{Code: status, Message: msg})
+}
+
+// errorStatus maps an error from the control plane to E2B's status codes.
+func errorStatus(err error) int {
+	var stateErr *controlplane.StateError
+	switch {
+	case errors.Is(err, controlplane.ErrNotFound), errors.Is(err, controlplane.ErrUnknownTemplate):
+		return http.StatusNotFound
+	case errors.As(err, &stateErr), errors.Is(err, controlplane.ErrTemplateNotReady):
+		return http.StatusConflict
+	case errors.Is(err, controlplane.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, controlplane.ErrCapacity):
+		// E2B reports a full quota as 429, which the SDKs raise as
+		// RateLimitError; the message names the node's figures.
+		return http.StatusTooManyRequests
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+func (h *Handler) fail(w http.ResponseWriter, err error) {
+	status := errorStatus(err)
+	if status == http.StatusInternalServerError {
+		h.log.Error("e2b request failed", "err", err)
+	}
+	writeError(w, status, err.Error())
+}
+
+// readJSON decodes an optional JSON body into v. Unknown fields are
+// ignored: newer SDKs add optional fields, and the options space cannot
+// honour are checked explicitly by the handlers. An absent body leaves v
+// as it is; whether that is allowed is the caller's business (required
+// reports it).
+func readJSON(w http.ResponseWriter, r *http.Request, v any) (present, ok bool) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
+		} else {
+			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		}
+		return false, false
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return false, true
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		return true, false
+	}
+	return true, true
+}
+
+// The control plane and the key registry are what the server wires in.
+var (
+	_ ControlPlane = (*controlplane.ControlPlane)(nil)
+	_ Keys         = (*auth.Keys)(nil)
+)

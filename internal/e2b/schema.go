@@ -1,0 +1,235 @@
+package e2b
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// newSandbox is E2B's NewSandbox (v1) and NewSandboxV2 request. Options
+// space cannot honour are kept raw so that a request using them is refused
+// rather than half-served.
+type newSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int              `json:"timeout"`
+	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          *autoResume       `json:"autoResume"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Network             json.RawMessage   `json:"network"`
+	MCP                 json.RawMessage   `json:"mcp"`
+	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
+	IAM                 json.RawMessage   `json:"iam"`
+}
+
+type autoResume struct {
+	Enabled *bool `json:"enabled"`
+}
+
+// emptyJSON reports whether a raw option is absent, null or an empty
+// object or array: all of which ask for nothing.
+func emptyJSON(raw json.RawMessage) bool {
+	switch string(bytes.TrimSpace(raw)) {
+	case "", "null", "{}", "[]":
+		return true
+	}
+	return false
+}
+
+// unsupported names the first option in req that space cannot honour, as
+// the message of a 400; "" when there is none.
+func (req *newSandbox) unsupported() string {
+	switch {
+	case !emptyJSON(req.MCP):
+		return "mcp is not supported by space: the MCP gateway (port 50005) is not available; remove the mcp option"
+	case !emptyJSON(req.VolumeMounts):
+		return "volumeMounts is not supported by space: persistent volumes cannot be mounted into E2B sandboxes; remove the volumeMounts option"
+	case !emptyJSON(req.IAM):
+		return "iam is not supported by space: no IAM tokens can be issued to sandboxes; remove the iam option"
+	case req.AllowInternetAccess != nil && !*req.AllowInternetAccess:
+		return "allow_internet_access: false is not supported by space: sandboxes cannot be created without internet access through the E2B API"
+	}
+	if !emptyJSON(req.Network) {
+		var network map[string]json.RawMessage
+		if err := json.Unmarshal(req.Network, &network); err != nil {
+			return "network must be an object: " + err.Error()
+		}
+		keys := make([]string, 0, len(network))
+		for k := range network {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			v := network[k]
+			if k == "allowPublicTraffic" && string(bytes.TrimSpace(v)) != "false" {
+				continue // public traffic is what space's proxy serves
+			}
+			if k != "allowPublicTraffic" && emptyJSON(v) {
+				continue
+			}
+			return fmt.Sprintf("network.%s is not supported by space: egress rules and traffic tokens cannot be configured through the E2B API; remove it", k)
+		}
+	}
+	return ""
+}
+
+// request translates an E2B create request into space's.
+func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
+	out := apiv1.CreateSandboxRequest{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata}
+	if req.Timeout != nil {
+		if *req.Timeout < 0 {
+			return out, fmt.Sprintf("timeout must be a positive number of seconds, got %d", *req.Timeout)
+		}
+		out.TimeoutS = *req.Timeout
+	}
+	if req.AutoPause != nil && *req.AutoPause {
+		// E2B pauses on timeout; space's durable suspend is its pause.
+		out.OnTimeout = "suspend"
+	}
+	if req.AutoResume != nil && req.AutoResume.Enabled != nil {
+		enabled := *req.AutoResume.Enabled
+		out.AutoResume = &enabled
+	}
+	return out, ""
+}
+
+// sandboxJSON is E2B's Sandbox (create, connect and fork responses).
+type sandboxJSON struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	Alias              string  `json:"alias,omitempty"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// listedSandbox is E2B's ListedSandbox; every field but alias and metadata
+// is required by the Python SDK.
+type listedSandbox struct {
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias,omitempty"`
+	SandboxID   string            `json:"sandboxID"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   string            `json:"startedAt"`
+	EndAt       string            `json:"endAt"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	State       string            `json:"state"`
+	EnvdVersion string            `json:"envdVersion"`
+	Metadata    map[string]string `json:"metadata"`
+}
+
+// sandboxDetail is E2B's SandboxDetail (GET /sandboxes/{id}).
+type sandboxDetail struct {
+	listedSandbox
+	EnvdAccessToken     string          `json:"envdAccessToken"`
+	Domain              *string         `json:"domain"`
+	AllowInternetAccess bool            `json:"allowInternetAccess"`
+	Lifecycle           lifecycleDetail `json:"lifecycle"`
+}
+
+type lifecycleDetail struct {
+	AutoResume bool   `json:"autoResume"`
+	OnTimeout  string `json:"onTimeout"`
+}
+
+// sandboxMetric is E2B's SandboxMetric; every field is required.
+type sandboxMetric struct {
+	Timestamp     string  `json:"timestamp"`
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       uint64  `json:"memUsed"`
+	MemTotal      uint64  `json:"memTotal"`
+	DiskUsed      uint64  `json:"diskUsed"`
+	DiskTotal     uint64  `json:"diskTotal"`
+}
+
+// snapshotInfo is E2B's SnapshotInfo.
+type snapshotInfo struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+// forkResult is one entry of the fork response: a sandbox or an error.
+type forkResult struct {
+	Sandbox *sandboxJSON `json:"sandbox,omitempty"`
+	Error   *apiError    `json:"error,omitempty"`
+}
+
+// e2bState maps space's states onto E2B's two. ok is false for sandboxes
+// E2B would not show at all (stopped, failed). Space's resident pause and
+// its durable suspend are both "paused" to E2B: neither runs.
+func e2bState(state string) (string, bool) {
+	switch state {
+	case apiv1.StateStopped, apiv1.StateStopping, apiv1.StateFailed:
+		return "", false
+	case apiv1.StatePaused, apiv1.StateSuspending, apiv1.StateSuspended:
+		return "paused", true
+	}
+	return "running", true
+}
+
+func (h *Handler) domain() *string {
+	if h.cfg.Domain == "" {
+		return nil
+	}
+	d := h.cfg.Domain
+	return &d
+}
+
+func (h *Handler) sandboxView(s controlplane.Sandbox) sandboxJSON {
+	return sandboxJSON{
+		TemplateID: s.Template, SandboxID: s.ID, Alias: s.Template, ClientID: clientID,
+		EnvdVersion: envdVersion, EnvdAccessToken: s.AccessToken, Domain: h.domain(),
+	}
+}
+
+func listedView(s controlplane.Sandbox) listedSandbox {
+	state, _ := e2bState(s.State)
+	started := s.CreatedAt
+	if s.StartedAt != nil {
+		started = *s.StartedAt
+	}
+	metadata := s.Metadata
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	return listedSandbox{
+		TemplateID: s.Template, Alias: s.Template, SandboxID: s.ID, ClientID: clientID,
+		StartedAt: started.UTC().Format(time.RFC3339Nano), EndAt: s.ExpiresAt.UTC().Format(time.RFC3339Nano),
+		CPUCount: s.VCPUs, MemoryMB: s.MemoryMB, DiskSizeMB: s.DiskMB, State: state,
+		EnvdVersion: envdVersion, Metadata: metadata,
+	}
+}
+
+func (h *Handler) detailView(s controlplane.Sandbox) sandboxDetail {
+	onTimeout := "kill"
+	if s.Lifecycle.OnTimeout == "suspend" {
+		onTimeout = "pause"
+	}
+	return sandboxDetail{
+		listedSandbox: listedView(s), EnvdAccessToken: s.AccessToken, Domain: h.domain(),
+		AllowInternetAccess: true,
+		Lifecycle:           lifecycleDetail{AutoResume: s.Lifecycle.AutoResume, OnTimeout: onTimeout},
+	}
+}
+
+// snapshotRef strips E2B's ":tag" suffix from a snapshot id; space's
+// snapshots have no tags.
+func snapshotRef(id string) string {
+	ref, _, _ := strings.Cut(id, ":")
+	return ref
+}

@@ -1,0 +1,326 @@
+// Package proxy is the host-side reverse proxy for sandbox traffic: the E2B
+// SDKs' envd calls (port 49983, at E2B_SANDBOX_URL) and services that
+// sandbox processes expose on other ports (the code interpreter on 49999,
+// web servers, WebSockets). It routes as E2B's own proxy does (§1.6 of the
+// E2B protocol reference): by the E2b-Sandbox-Id / E2b-Sandbox-Port headers
+// when the request's Host is localhost, an IP address or sandbox.<domain>,
+// otherwise by a Host of the form <port>-<sandboxID>.<domain>.
+//
+// envd traffic reaches the agent over the node's channel to it, unchanged:
+// the client's X-Access-Token is passed through and the agent checks it
+// (the proxy never adds the sandbox's own token). Sandboxes suspended with
+// auto-resume on are resumed by the first request that reaches them.
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// EnvdPort is the port the E2B SDKs address envd on; the proxy sends it to
+// the sandbox's agent.
+const EnvdPort = 49983
+
+// Routing headers E2B SDKs send with every sandbox request.
+const (
+	headerSandboxID   = "E2b-Sandbox-Id"
+	headerSandboxPort = "E2b-Sandbox-Port"
+	headerAccessToken = "X-Access-Token"
+)
+
+// ControlPlane is what the proxy needs of space's control plane;
+// *controlplane.ControlPlane satisfies it.
+type ControlPlane interface {
+	// Running returns a running sandbox's node handle, resuming a
+	// suspended one first when its auto-resume is on.
+	Running(ctx context.Context, id string) (*node.Sandbox, error)
+	List(f controlplane.Filter) []controlplane.Sandbox
+}
+
+var _ ControlPlane = (*controlplane.ControlPlane)(nil)
+
+// Config wires the proxy.
+type Config struct {
+	ControlPlane ControlPlane
+	// Domain is the sandbox domain of host routing (<port>-<id>.<domain>)
+	// and of sandbox.<domain> header routing; empty accepts any domain
+	// for host routing.
+	Domain string
+	Logger *slog.Logger
+}
+
+// Proxy routes sandbox traffic; it is an http.Handler.
+type Proxy struct {
+	cfg Config
+	log *slog.Logger
+	// ports carries traffic to ports other than envd; its connections are
+	// pooled per sandbox and port (the URL host names both).
+	ports *http.Transport
+}
+
+// New builds a proxy.
+func New(cfg Config) *Proxy {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Domain = strings.ToLower(strings.TrimSuffix(cfg.Domain, "."))
+	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	p.ports = &http.Transport{
+		DialContext:         p.dialSandboxPort,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		// Sandbox services are often plain HTTP/1.1 servers; no h2c.
+		ForceAttemptHTTP2: false,
+	}
+	return p
+}
+
+// Close drops idle connections to sandbox services.
+func (p *Proxy) Close() { p.ports.CloseIdleConnections() }
+
+// target is where one request goes.
+type target struct {
+	id   string
+	port int
+}
+
+// sandboxIDPattern is E2B's (and space's) sandbox id alphabet; host routing
+// depends on ids having no '-' or '.'.
+var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]+$`)
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t, err := p.route(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if t.port == EnvdPort && path.Clean("/"+r.URL.Path) == "/init" {
+		// /init re-keys the agent; only the node may call it.
+		writeError(w, http.StatusForbidden, "envd's /init is internal to space and cannot be called through the proxy")
+		return
+	}
+	sb, err := p.cfg.ControlPlane.Running(r.Context(), t.id)
+	if err != nil {
+		p.unreachable(w, t, err)
+		return
+	}
+	r.Header.Del(headerSandboxID)
+	r.Header.Del(headerSandboxPort)
+	if t.port == EnvdPort {
+		p.envd(sb).ServeHTTP(w, r)
+		return
+	}
+	p.service(t).ServeHTTP(w, r)
+}
+
+// unreachable answers a request for a sandbox that is not there or not
+// running. E2B's proxy answers 502, which the SDKs understand as "the
+// sandbox is not running" (isRunning() → false, Connect → Unavailable).
+func (p *Proxy) unreachable(w http.ResponseWriter, t target, err error) {
+	var stateErr *controlplane.StateError
+	switch {
+	case errors.Is(err, controlplane.ErrNotFound):
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %q not found", t.id))
+	case errors.As(err, &stateErr):
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %q is not running: %v", t.id, err))
+	default:
+		p.log.Warn("proxy: sandbox unreachable", "sandbox", t.id, "err", err)
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %q is unreachable: %v", t.id, err))
+	}
+}
+
+// route decides which sandbox and port a request is for.
+func (p *Proxy) route(r *http.Request) (target, error) {
+	host := strings.ToLower(r.Host)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(host, ".")
+	headerID := r.Header.Get(headerSandboxID)
+	byHeaders := host == "localhost" || net.ParseIP(strings.Trim(host, "[]")) != nil ||
+		(p.cfg.Domain != "" && host == "sandbox."+p.cfg.Domain)
+	if !byHeaders {
+		if t, ok := p.hostTarget(host); ok {
+			return t, nil
+		}
+		if headerID == "" {
+			return target{}, fmt.Errorf("cannot route host %q: use <port>-<sandboxID>.<domain> or the %s and %s headers", host, headerSandboxID, headerSandboxPort)
+		}
+	}
+	if headerID != "" {
+		port := EnvdPort
+		if raw := r.Header.Get(headerSandboxPort); raw != "" {
+			n, err := strconv.Atoi(raw)
+			if err != nil || n < 1 || n > 65535 {
+				return target{}, fmt.Errorf("%s must be a port number, got %q", headerSandboxPort, raw)
+			}
+			port = n
+		}
+		if !sandboxIDPattern.MatchString(headerID) {
+			return target{}, fmt.Errorf("%s %q is not a sandbox id", headerSandboxID, headerID)
+		}
+		return target{id: headerID, port: port}, nil
+	}
+	// The Python SDK 2.21's Sandbox.connect() sends envd requests with only
+	// X-Access-Token. Every sandbox's token is unique, so it names the
+	// sandbox; such requests are always envd's.
+	if token := r.Header.Get(headerAccessToken); token != "" {
+		if id, ok := p.sandboxByToken(token); ok {
+			return target{id: id, port: EnvdPort}, nil
+		}
+		return target{}, fmt.Errorf("no %s header, and the %s matches no sandbox", headerSandboxID, headerAccessToken)
+	}
+	// Signed /files URLs (uploadUrl/downloadUrl) are fetched by any HTTP
+	// client, without headers; the signature is made with one sandbox's
+	// token, so it names the sandbox too.
+	if sig := r.URL.Query().Get("signature"); sig != "" && path.Clean("/"+r.URL.Path) == "/files" {
+		if id, ok := p.sandboxBySignature(r, sig); ok {
+			return target{id: id, port: EnvdPort}, nil
+		}
+		return target{}, fmt.Errorf("no %s header, and the URL signature matches no sandbox", headerSandboxID)
+	}
+	return target{}, fmt.Errorf("missing %s header: with a single origin (E2B_SANDBOX_URL) every request must name its sandbox", headerSandboxID)
+}
+
+// hostTarget parses <port>-<sandboxID>.<domain>.
+func (p *Proxy) hostTarget(host string) (target, bool) {
+	label, rest, _ := strings.Cut(host, ".")
+	if p.cfg.Domain != "" && rest != p.cfg.Domain {
+		return target{}, false
+	}
+	portStr, id, ok := strings.Cut(label, "-")
+	if !ok || !sandboxIDPattern.MatchString(id) {
+		return target{}, false
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 {
+		return target{}, false
+	}
+	return target{id: id, port: port}, true
+}
+
+// sandboxByToken finds the live sandbox whose access token this is.
+func (p *Proxy) sandboxByToken(token string) (string, bool) {
+	for _, s := range p.cfg.ControlPlane.List(controlplane.Filter{}) {
+		if s.State == apiv1.StateStopped || s.State == apiv1.StateFailed {
+			continue
+		}
+		if subtle.ConstantTimeCompare([]byte(s.AccessToken), []byte(token)) == 1 {
+			return s.ID, true
+		}
+	}
+	return "", false
+}
+
+// sandboxBySignature finds the live sandbox whose token signed this /files
+// URL (envd's v1 signature; the agent checks it again, with its expiry).
+func (p *Proxy) sandboxBySignature(r *http.Request, sig string) (string, bool) {
+	q := r.URL.Query()
+	operation := "read"
+	if r.Method == http.MethodPost {
+		operation = "write"
+	}
+	parts := []string{q.Get("path"), operation, q.Get("username"), ""}
+	if exp := q.Get("signature_expiration"); exp != "" {
+		parts = append(parts, exp)
+	}
+	for _, s := range p.cfg.ControlPlane.List(controlplane.Filter{}) {
+		if s.State == apiv1.StateStopped || s.State == apiv1.StateFailed {
+			continue
+		}
+		parts[3] = s.AccessToken
+		sum := sha256.Sum256([]byte(strings.Join(parts, ":")))
+		want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+		if subtle.ConstantTimeCompare([]byte(want), []byte(sig)) == 1 {
+			return s.ID, true
+		}
+	}
+	return "", false
+}
+
+// envd forwards to the sandbox's agent over the node's HTTP/2 channel.
+// Responses are flushed as they come: Connect server streams (process
+// output, watches) must reach the client promptly.
+func (p *Proxy) envd(sb *node.Sandbox) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = "agent"
+			pr.Out.Host = "agent"
+		},
+		Transport:     sb.Agent, // RoundTrip: the client's token, unchanged
+		FlushInterval: -1,
+		ErrorHandler:  p.proxyError(sb.ID, EnvdPort),
+	}
+}
+
+// service forwards to another port inside the sandbox, HTTP/1.1 and
+// WebSocket upgrades alike.
+func (p *Proxy) service(t target) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
+			pr.Out.Host = pr.In.Host // services may care for their own Host
+			pr.SetXForwarded()
+		},
+		Transport:     p.ports,
+		FlushInterval: -1,
+		ErrorHandler:  p.proxyError(t.id, t.port),
+	}
+}
+
+// dialSandboxPort dials the sandbox and port named by a service URL's host.
+func (p *Proxy) dialSandboxPort(ctx context.Context, _, addr string) (net.Conn, error) {
+	id, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("proxy dial %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("proxy dial %q: %w", addr, err)
+	}
+	sb, err := p.cfg.ControlPlane.Running(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return sb.DialPort(ctx, port)
+}
+
+// proxyError answers a request the sandbox side failed, as JSON.
+func (p *Proxy) proxyError(id string, port int) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+			return // the client went away
+		}
+		p.log.Debug("proxy: upstream failed", "sandbox", id, "port", port, "err", err)
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %q: nothing answered on port %d: %v", id, port, err))
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
+}

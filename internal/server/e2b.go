@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/e2b"
+	"github.com/space-platform/space/internal/proxy"
+)
+
+// compatServers are the E2B-compatibility listeners: E2B's control-plane
+// API (--e2b-listen) and the sandbox traffic proxy (--proxy-listen).
+type compatServers struct {
+	e2bURL, proxyURL string
+	servers          []*http.Server
+	done             []chan struct{}
+	proxy            *proxy.Proxy
+}
+
+// E2BURL is the E2B API's base URL (E2B_API_URL), "" when it is off.
+func (s *Server) E2BURL() string { return s.compat.e2bURL }
+
+// ProxyURL is the sandbox proxy's base URL (E2B_SANDBOX_URL), "" when off.
+func (s *Server) ProxyURL() string { return s.compat.proxyURL }
+
+// startCompat opens the E2B API and proxy listeners that are configured
+// (an empty address turns one off). On failure nothing stays open.
+func (s *Server) startCompat(keys *auth.Keys) (err error) {
+	defer func() {
+		if err != nil {
+			_ = s.shutdownCompat(context.Background())
+		}
+	}()
+	if s.cfg.E2BListen != "" {
+		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Domain: s.cfg.Domain, Logger: s.cfg.Logger})
+		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, h); err != nil {
+			return err
+		}
+	}
+	if s.cfg.ProxyListen != "" {
+		s.compat.proxy = proxy.New(proxy.Config{ControlPlane: s.cp, Domain: s.cfg.Domain, Logger: s.cfg.Logger})
+		if s.compat.proxyURL, err = s.serveCompat("sandbox proxy", s.cfg.ProxyListen, s.compat.proxy); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serveCompat serves h on addr in the background and returns its URL.
+// No write timeout: envd streams (process output, watches) last as long
+// as the processes do.
+func (s *Server) serveCompat(what, addr string, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("%s: listen on %s: %w (choose another address with --e2b-listen/--proxy-listen, or \"\" to turn it off)", what, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+	done := make(chan struct{})
+	s.compat.servers = append(s.compat.servers, srv)
+	s.compat.done = append(s.compat.done, done)
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.cfg.Logger.Error(what, "err", err)
+		}
+	}()
+	return "http://" + ln.Addr().String(), nil
+}
+
+// shutdownCompat stops the compatibility listeners. Streams still open
+// through the proxy are cut when ctx ends.
+func (s *Server) shutdownCompat(ctx context.Context) error {
+	var errs []error
+	for i, srv := range s.compat.servers {
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+			errs = append(errs, err)
+		}
+		<-s.compat.done[i]
+	}
+	s.compat.servers, s.compat.done = nil, nil
+	if s.compat.proxy != nil {
+		s.compat.proxy.Close()
+	}
+	return errors.Join(errs...)
+}
