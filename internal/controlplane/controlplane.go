@@ -175,16 +175,9 @@ type Sandbox struct {
 	LastSnapshotAt *time.Time `json:"last_snapshot_at,omitempty"`
 }
 
-// Lifecycle holds a sandbox's lifetime settings.
-type Lifecycle struct {
-	AutoResume   bool   `json:"auto_resume"`
-	OnTimeout    string `json:"on_timeout"`
-	IdleSuspendS int    `json:"idle_suspend_s"`
-	// SnapshotIntervalS takes a rolling snapshot every so often (0: never);
-	// they are kept SnapshotRetentionS.
-	SnapshotIntervalS  int `json:"snapshot_interval_s,omitempty"`
-	SnapshotRetentionS int `json:"snapshot_retention_s,omitempty"`
-}
+// Lifecycle holds a sandbox's lifetime settings; its wire form is the
+// record's.
+type Lifecycle = apiv1.Lifecycle
 
 // API returns the public view of a sandbox.
 func (s *Sandbox) API() apiv1.Sandbox {
@@ -193,10 +186,7 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, Env: s.Env, Metadata: s.Metadata,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, AccessToken: s.AccessToken,
 		SuspendedAt: s.SuspendedAt, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
-		Lifecycle: apiv1.Lifecycle{
-			AutoResume: s.Lifecycle.AutoResume, OnTimeout: s.Lifecycle.OnTimeout, IdleSuspendS: s.Lifecycle.IdleSuspendS,
-			SnapshotIntervalS: s.Lifecycle.SnapshotIntervalS, SnapshotRetentionS: s.Lifecycle.SnapshotRetentionS,
-		},
+		Lifecycle: s.Lifecycle,
 	}
 }
 

@@ -23,18 +23,7 @@ func ImageComplete(dir string) bool {
 }
 
 func markComplete(dir string) error {
-	f, err := os.Create(filepath.Join(dir, completeMarker))
-	if err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return writeFileSync(filepath.Join(dir, completeMarker), nil)
 }
 
 func syncDir(dir string) error {

@@ -58,6 +58,17 @@ func (s *crashServer) start() {
 	}
 }
 
+// stop kills the server for good, shows its log if the test failed, and
+// unmounts what it mounted.
+func (s *crashServer) stop(base string) {
+	s.kill()
+	if s.t.Failed() {
+		log, _ := os.ReadFile(filepath.Join(base, "serve.log"))
+		s.t.Logf("server log:\n%s", log)
+	}
+	releaseDataDir(s.dataDir)
+}
+
 // kill ends the server with SIGKILL: no cleanup of any kind runs.
 func (s *crashServer) kill() {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
@@ -83,15 +94,7 @@ func TestCrashRecovery(t *testing.T) {
 	base := t.TempDir()
 	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
 	s.start()
-	defer func() {
-		s.kill()
-		if t.Failed() {
-			log, _ := os.ReadFile(filepath.Join(base, "serve.log"))
-			t.Logf("server log:\n%s", log)
-		}
-		unmountUnder(s.dataDir)
-		_ = exec.Command("sh", "-c", "losetup -j "+filepath.Join(s.dataDir, "volumes.img")+" | cut -d: -f1 | xargs -r losetup -d").Run()
-	}()
+	defer s.stop(base)
 	ctx := testContext(t)
 	wait := func(id, state string) *apiv1.Sandbox {
 		t.Helper()
@@ -253,15 +256,7 @@ func TestHostRebootRecovery(t *testing.T) {
 	base := t.TempDir()
 	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
 	s.start()
-	defer func() {
-		s.kill()
-		if t.Failed() {
-			log, _ := os.ReadFile(filepath.Join(base, "serve.log"))
-			t.Logf("server log:\n%s", log)
-		}
-		unmountUnder(s.dataDir)
-		_ = exec.Command("sh", "-c", "losetup -j "+filepath.Join(s.dataDir, "volumes.img")+" | cut -d: -f1 | xargs -r losetup -d").Run()
-	}()
+	defer s.stop(base)
 	ctx := testContext(t)
 	var ids []string
 	for i := 0; i < 2; i++ {

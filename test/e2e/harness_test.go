@@ -135,9 +135,15 @@ func cleanup() {
 	if os.Getenv("SPACE_TEST_KEEP") != "" || os.Getenv("SPACE_TEST_DATA_DIR") != "" {
 		return
 	}
-	unmountUnder(env.dataDir)
-	_ = exec.Command("sh", "-c", "losetup -j "+filepath.Join(env.dataDir, "volumes.img")+" | cut -d: -f1 | xargs -r losetup -d").Run()
+	releaseDataDir(env.dataDir)
 	_ = os.RemoveAll(env.dataDir)
+}
+
+// releaseDataDir unmounts everything a server mounted under its data
+// directory and detaches the loop device of its volume image.
+func releaseDataDir(dir string) {
+	unmountUnder(dir)
+	_ = exec.Command("sh", "-c", "losetup -j "+filepath.Join(dir, "volumes.img")+" | cut -d: -f1 | xargs -r losetup -d").Run()
 }
 
 // unmountUnder detaches every mount below dir, deepest first: the volume
