@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -142,8 +143,26 @@ func cleanup() {
 // releaseDataDir unmounts everything a server mounted under its data
 // directory and detaches the loop device of its volume image.
 func releaseDataDir(dir string) {
+	killRuntimes(dir)
 	unmountUnder(dir)
 	_ = exec.Command("sh", "-c", "losetup -j "+filepath.Join(dir, "volumes.img")+" | cut -d: -f1 | xargs -r losetup -d").Run()
+}
+
+// killRuntimes kills sandbox processes of a server's data directory that
+// are still running (a failed test may leave some behind), so that nothing
+// holds its volumes when they are unmounted.
+func killRuntimes(dir string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), dir+"/runtime/") {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.Split(p, "/")[2]); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
 }
 
 // unmountUnder detaches every mount below dir, deepest first: the volume
