@@ -1,0 +1,209 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Keys of the measurements, as they appear in the JSON result and in
+// --skip.
+const (
+	KeyCreatePooled         = "create_pooled"
+	KeyCreateUnpooled       = "create_unpooled"
+	KeyCreateFirstExec      = "create_first_exec"
+	KeyExecRTT              = "exec_rtt"
+	KeyFile1MiB             = "file_1mib"
+	KeyPauseResume          = "pause_resume"
+	KeySuspend              = "suspend"
+	KeyResumeSuspended      = "resume_suspended"
+	KeySnapshot             = "snapshot"
+	KeyBranch               = "branch"
+	KeyBaselineRunscRun     = "baseline_runsc_run"
+	KeyBaselineRunscRestore = "baseline_runsc_restore"
+	KeyThroughput           = "throughput"
+	KeyDensity              = "density"
+)
+
+// Result is everything one run measured, in the shape `space bench --json`
+// prints. A latency that was skipped or could not be measured is null, with
+// the reason in Notes under its key.
+type Result struct {
+	StartedAt time.Time    `json:"started_at"`
+	Template  TemplateInfo `json:"template"`
+	Server    ServerInfo   `json:"server"`
+	// Samples is the number of samples asked for per latency measurement.
+	Samples int `json:"samples"`
+	// Lifecycle describes the sandbox pause_resume, suspend,
+	// resume_suspended, snapshot and branch were measured on.
+	Lifecycle *LifecycleSandbox `json:"lifecycle_sandbox"`
+
+	CreatePooled         *Summary `json:"create_pooled"`
+	CreateUnpooled       *Summary `json:"create_unpooled"`
+	CreateFirstExec      *Summary `json:"create_first_exec"`
+	ExecRTT              *Summary `json:"exec_rtt"`
+	File1MiB             *Summary `json:"file_1mib"`
+	PauseResume          *Summary `json:"pause_resume"`
+	Suspend              *Summary `json:"suspend"`
+	ResumeSuspended      *Summary `json:"resume_suspended"`
+	Snapshot             *Summary `json:"snapshot"`
+	Branch               *Summary `json:"branch"`
+	BaselineRunscRun     *Summary `json:"baseline_runsc_run"`
+	BaselineRunscRestore *Summary `json:"baseline_runsc_restore"`
+
+	// Throughput is completed creates per second keyed by concurrency
+	// ("1", "8", "32").
+	Throughput map[string]float64 `json:"throughput"`
+	Density    *Density           `json:"density"`
+	// Ratios divide our p50 figures by the p50 of a baseline; keys read
+	// "ours/baseline", e.g. "create_unpooled/baseline_runsc_restore".
+	Ratios map[string]float64 `json:"ratios"`
+	// Notes explain absent figures and caveats, keyed like the figures.
+	Notes map[string]string `json:"notes"`
+}
+
+// TemplateInfo names the template the sandboxes were created from.
+type TemplateInfo struct {
+	Name string `json:"name"`
+	ID   string `json:"id"`
+	// PoolAPI reports whether the server exposes warm pools for it.
+	PoolAPI bool `json:"pool_api"`
+	// BootedImage reports whether a pre-booted image was found on this host.
+	BootedImage bool `json:"booted_image"`
+}
+
+// ServerInfo describes the server and the machine the benchmark ran on.
+// The host figures are those of the benchmark's own machine, which is the
+// server's when Local is true (the host-side figures need that).
+type ServerInfo struct {
+	URL       string `json:"url"`
+	Local     bool   `json:"local"`
+	Hostname  string `json:"hostname"`
+	CPUs      int    `json:"cpus"`
+	MemoryMiB int64  `json:"memory_mib"`
+	Kernel    string `json:"kernel"`
+	Cgroup    string `json:"cgroup"` // "v1", "v2" or "" when unknown
+	Runsc     string `json:"runsc,omitempty"`
+}
+
+// LifecycleSandbox is the sandbox the lifecycle figures were taken on: its
+// memory limit, the MiB of incompressible data written to its tmpfs, and
+// the memory its cgroup accounted for afterwards (0 when not readable).
+type LifecycleSandbox struct {
+	MemoryMB int     `json:"memory_mb"`
+	FillMiB  int     `json:"fill_mib"`
+	UsedMiB  float64 `json:"used_mib"`
+}
+
+// Density is how many idle sandboxes the node held and what each cost.
+type Density struct {
+	Sandboxes int `json:"sandboxes"`
+	// MiBPerSandbox is the cgroup-accounted memory per sandbox (null when
+	// the cgroups are not readable from here).
+	MiBPerSandbox *float64 `json:"mib_per_sandbox"`
+	// RSSMiBPerSandbox sums the RSS of each sandbox's host processes; it
+	// counts shared pages (the runsc binary, application memory that
+	// systrap's stubs map too) once per process, so it overstates.
+	RSSMiBPerSandbox *float64 `json:"rss_mib_per_sandbox"`
+	// PSSMiBPerSandbox splits shared pages between their users, so it adds
+	// up to what the sandboxes really cost the host together.
+	PSSMiBPerSandbox *float64 `json:"pss_mib_per_sandbox"`
+	// StoppedBy says why no more sandboxes were created.
+	StoppedBy string `json:"stopped_by"`
+}
+
+// Latency is one latency measurement of a Result, addressed by key.
+type Latency struct {
+	Key     string
+	Summary *Summary
+}
+
+// Latencies lists the latency measurements in a stable, readable order.
+func (r *Result) Latencies() []Latency {
+	fields := r.latencyFields()
+	out := make([]Latency, len(fields))
+	for i, f := range fields {
+		out[i] = Latency{Key: f.key, Summary: *f.field}
+	}
+	return out
+}
+
+type latencyField struct {
+	key   string
+	field **Summary
+}
+
+func (r *Result) latencyFields() []latencyField {
+	return []latencyField{
+		{KeyCreatePooled, &r.CreatePooled},
+		{KeyCreateUnpooled, &r.CreateUnpooled},
+		{KeyCreateFirstExec, &r.CreateFirstExec},
+		{KeyExecRTT, &r.ExecRTT},
+		{KeyFile1MiB, &r.File1MiB},
+		{KeyPauseResume, &r.PauseResume},
+		{KeySuspend, &r.Suspend},
+		{KeyResumeSuspended, &r.ResumeSuspended},
+		{KeySnapshot, &r.Snapshot},
+		{KeyBranch, &r.Branch},
+		{KeyBaselineRunscRun, &r.BaselineRunscRun},
+		{KeyBaselineRunscRestore, &r.BaselineRunscRestore},
+	}
+}
+
+// setLatency stores s under key; it reports false for an unknown key.
+func (r *Result) setLatency(key string, s *Summary) bool {
+	for _, f := range r.latencyFields() {
+		if f.key == key {
+			*f.field = s
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Result) latency(key string) *Summary {
+	for _, f := range r.latencyFields() {
+		if f.key == key {
+			return *f.field
+		}
+	}
+	return nil
+}
+
+// ratioPairs are the figures compared with a baseline: a create that
+// restores a pre-booted image against bare runsc restoring it, and a
+// create plus first command against bare runsc booting and running one.
+var ratioPairs = [][2]string{
+	{KeyCreateUnpooled, KeyBaselineRunscRestore},
+	{KeyCreatePooled, KeyBaselineRunscRestore},
+	{KeyCreateFirstExec, KeyBaselineRunscRun},
+	{KeyCreateUnpooled, KeyBaselineRunscRun},
+}
+
+// computeRatios fills Ratios from the p50s of every pair measured on both
+// sides.
+func (r *Result) computeRatios() {
+	r.Ratios = map[string]float64{}
+	for _, pair := range ratioPairs {
+		ours, base := r.latency(pair[0]), r.latency(pair[1])
+		if ours == nil || base == nil || base.P50MS <= 0 {
+			continue
+		}
+		r.Ratios[pair[0]+"/"+pair[1]] = math.Round(ours.P50MS/base.P50MS*1000) / 1000
+	}
+}
+
+// note records an explanation for key after the earlier ones, once.
+func (r *Result) note(key, text string) {
+	if r.Notes == nil {
+		r.Notes = map[string]string{}
+	}
+	prev, ok := r.Notes[key]
+	switch {
+	case !ok:
+		r.Notes[key] = text
+	case !slices.Contains(strings.Split(prev, "; "), text):
+		r.Notes[key] = prev + "; " + text
+	}
+}

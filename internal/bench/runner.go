@@ -1,0 +1,252 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
+)
+
+// Config is what Run measures and how.
+type Config struct {
+	Client *client.Client
+	// Template the sandboxes are created from.
+	Template string
+	// Samples per latency measurement.
+	Samples int
+	// Skip holds measurement keys not to run (see ParseSkip).
+	Skip map[string]bool
+	// DensityMax bounds the idle sandboxes the density measurement creates.
+	DensityMax int
+	// MemoryMB is the memory limit of the lifecycle sandbox, and FillMiB the
+	// incompressible data it writes to its tmpfs so its memory image has
+	// real weight; a negative FillMiB picks DefaultFillMiB(MemoryMB).
+	MemoryMB int
+	FillMiB  int
+	// DataDir is the server's --data-dir, where the baselines find the
+	// template's volume and pre-booted image.
+	DataDir string
+	// RunscPath is the runsc binary the baselines run.
+	RunscPath string
+	// ThroughputWindow is how long each concurrency level creates sandboxes;
+	// Concurrency lists the levels.
+	ThroughputWindow time.Duration
+	Concurrency      []int
+	// Progress receives one line per measurement as it starts and ends, and
+	// periodic lines from the long ones.
+	Progress io.Writer
+}
+
+// Defaults of Config's fields that `space bench` also shows in its help.
+const (
+	DefaultSamples          = 20
+	DefaultDensityMax       = 300
+	DefaultMemoryMB         = 64
+	DefaultThroughputWindow = 10 * time.Second
+	// smallSandboxMB is the memory limit of the throughput and density
+	// sandboxes: the issue's "small sandbox", so the node's capacity, not
+	// the request, bounds how many fit.
+	smallSandboxMB = 64
+)
+
+// DefaultConcurrency are the throughput levels of a default run.
+var DefaultConcurrency = []int{1, 8, 32}
+
+// DefaultFillMiB is how much data a lifecycle sandbox with memoryMB of
+// memory writes to its tmpfs: an eighth of its limit. The rest is needed:
+// an idle gVisor sandbox already accounts for about 26 MiB (sentry, gofer,
+// agent), and a checkpoint (suspend, snapshot, branch) grows the sentry's
+// heap by some 25 MiB, charged to the sandbox's own cgroup. Measured on a
+// 64 MiB sandbox: with 8 MiB of data (~40 MiB accounted) every operation
+// passed 20 times; with 16 MiB (~47 MiB) a snapshot after a few suspends got
+// the sentry OOM-killed by its memory cgroup, and a sandbox filled to its
+// limit stalls. For a sandbox that really holds 64 MiB of data use
+// --memory-mb 128 --fill-mib 64 (~94 MiB accounted).
+func DefaultFillMiB(memoryMB int) int {
+	return memoryMB / 8
+}
+
+func (c Config) withDefaults() Config {
+	if c.Samples <= 0 {
+		c.Samples = DefaultSamples
+	}
+	if c.DensityMax <= 0 {
+		c.DensityMax = DefaultDensityMax
+	}
+	if c.MemoryMB <= 0 {
+		c.MemoryMB = DefaultMemoryMB
+	}
+	if c.FillMiB < 0 {
+		c.FillMiB = DefaultFillMiB(c.MemoryMB)
+	}
+	if c.ThroughputWindow <= 0 {
+		c.ThroughputWindow = DefaultThroughputWindow
+	}
+	if len(c.Concurrency) == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Skip == nil {
+		c.Skip = map[string]bool{}
+	}
+	return c
+}
+
+// absentError marks a figure that cannot be taken in this setup (no pool
+// API, not root, no pre-booted image): a note, not a failure.
+type absentError struct{ reason string }
+
+func (e *absentError) Error() string { return e.reason }
+
+func absent(format string, args ...any) error {
+	return &absentError{reason: fmt.Sprintf(format, args...)}
+}
+
+// runner holds the state of one Run.
+type runner struct {
+	cfg      Config
+	api      *client.Client
+	res      *Result
+	progress *progress
+	tracked  *tracker
+	// runID tags every sandbox of this run (metadata benchMetadataKey), so
+	// that leftovers of a killed run can be found and cleanup can catch
+	// branches whose create answer was lost.
+	runID  string
+	pool   poolControl
+	failed []string
+}
+
+// step is one part of a run: the keys it fills and how.
+type step struct {
+	keys []string
+	run  func(ctx context.Context) error
+}
+
+// Run measures the server cfg.Client talks to and returns what it found.
+// Measurements that fail are null in the result with the error in Notes,
+// and Run then also returns an error naming them; the result is still
+// complete otherwise. Every sandbox and snapshot Run creates is deleted
+// before it returns, also when ctx is cancelled.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Client == nil {
+		return nil, errors.New("bench: no client configured")
+	}
+	r := &runner{
+		cfg:      cfg,
+		api:      cfg.Client,
+		res:      &Result{StartedAt: time.Now().UTC().Truncate(time.Second), Samples: cfg.Samples, Notes: map[string]string{}},
+		progress: newProgress(cfg.Progress),
+		tracked:  newTracker(),
+		runID:    randomHex(6),
+		pool:     poolControl{api: cfg.Client, template: cfg.Template},
+	}
+	defer r.cleanup(ctx)
+	if err := r.describe(ctx); err != nil {
+		return nil, err
+	}
+	for _, s := range r.steps() {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("bench interrupted: %w", err)
+		}
+		if r.skipped(s.keys) {
+			for _, k := range s.keys {
+				r.res.note(k, "skipped")
+			}
+			continue
+		}
+		if err := s.run(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("bench interrupted: %w", ctx.Err())
+			}
+			r.record(s.keys, err)
+		}
+	}
+	r.res.computeRatios()
+	if len(r.failed) > 0 {
+		return r.res, fmt.Errorf("bench: %d measurements failed: %s (see notes)", len(r.failed), strings.Join(r.failed, ", "))
+	}
+	return r.res, nil
+}
+
+// steps lists the measurements in the order they run: the light ones
+// first, density last because it fills the node.
+func (r *runner) steps() []step {
+	one := func(key string, measure func(context.Context) (*Summary, error)) step {
+		return step{keys: []string{key}, run: func(ctx context.Context) error {
+			s, err := measure(ctx)
+			if err != nil {
+				return err
+			}
+			r.res.setLatency(key, s)
+			return nil
+		}}
+	}
+	return []step{
+		one(KeyCreateUnpooled, r.measureCreateUnpooled),
+		one(KeyCreatePooled, r.measureCreatePooled),
+		one(KeyCreateFirstExec, r.measureCreateFirstExec),
+		one(KeyExecRTT, r.measureExecRTT),
+		one(KeyFile1MiB, r.measureFile1MiB),
+		{keys: lifecycleKeys, run: r.measureLifecycle},
+		{keys: []string{KeyThroughput}, run: r.measureThroughput},
+		one(KeyBaselineRunscRun, r.measureRunscRun),
+		one(KeyBaselineRunscRestore, r.measureRunscRestore),
+		{keys: []string{KeyDensity}, run: r.measureDensity},
+	}
+}
+
+func (r *runner) skipped(keys []string) bool {
+	for _, k := range keys {
+		if !r.cfg.Skip[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// record notes why the measurements of keys have no figure.
+func (r *runner) record(keys []string, err error) {
+	var a *absentError
+	isAbsent := errors.As(err, &a)
+	for _, k := range keys {
+		if r.cfg.Skip[k] {
+			continue
+		}
+		if isAbsent {
+			r.res.note(k, "absent: "+a.reason)
+			continue
+		}
+		r.res.note(k, "failed: "+err.Error())
+		r.failed = append(r.failed, k)
+	}
+	if isAbsent {
+		r.progress.printf("%s: absent: %s", strings.Join(keys, ", "), a.reason)
+	} else {
+		r.progress.printf("%s: FAILED: %v", strings.Join(keys, ", "), err)
+	}
+}
+
+// describe fills in what the result is about: template, server and host.
+func (r *runner) describe(ctx context.Context) error {
+	tpl, err := r.api.GetTemplateLogsFrom(ctx, r.cfg.Template, skipLogs)
+	if err != nil {
+		return fmt.Errorf("template %s: %w", r.cfg.Template, err)
+	}
+	if tpl.State != apiv1.TemplateReady {
+		return fmt.Errorf("template %s is %s, not ready", r.cfg.Template, tpl.State)
+	}
+	r.res.Template = TemplateInfo{Name: tpl.Name, ID: tpl.ID}
+	r.res.Template.PoolAPI = tpl.Pool != nil
+	r.res.Template.BootedImage = fileExists(r.bootedImageDir())
+	r.res.Server = describeHost(r.api.BaseURL(), r.cfg.RunscPath)
+	return nil
+}

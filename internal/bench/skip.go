@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// lifecycleKeys are measured together on one filled sandbox.
+var lifecycleKeys = []string{KeyPauseResume, KeySuspend, KeyResumeSuspended, KeySnapshot, KeyBranch}
+
+// skipGroups are shorthands accepted by ParseSkip besides the keys.
+var skipGroups = map[string][]string{
+	"create":    {KeyCreatePooled, KeyCreateUnpooled, KeyCreateFirstExec},
+	"lifecycle": lifecycleKeys,
+	"baselines": {KeyBaselineRunscRun, KeyBaselineRunscRestore},
+}
+
+// Keys lists every measurement key in result order.
+func Keys() []string {
+	var keys []string
+	for _, l := range (&Result{}).Latencies() {
+		keys = append(keys, l.Key)
+	}
+	return append(keys, KeyThroughput, KeyDensity)
+}
+
+// ParseSkip turns a comma-separated list of measurement keys and group
+// names (create, lifecycle, baselines) into the set of keys to skip.
+func ParseSkip(list string) (map[string]bool, error) {
+	known := map[string]bool{}
+	for _, k := range Keys() {
+		known[k] = true
+	}
+	skip := map[string]bool{}
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		switch {
+		case item == "":
+		case known[item]:
+			skip[item] = true
+		case skipGroups[item] != nil:
+			for _, k := range skipGroups[item] {
+				skip[k] = true
+			}
+		default:
+			groups := make([]string, 0, len(skipGroups))
+			for g := range skipGroups {
+				groups = append(groups, g)
+			}
+			sort.Strings(groups)
+			return nil, fmt.Errorf("unknown measurement %q (known: %s; groups: %s)",
+				item, strings.Join(Keys(), ", "), strings.Join(groups, ", "))
+		}
+	}
+	return skip, nil
+}

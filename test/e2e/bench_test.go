@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
+)
+
+// Benchmarks of the API against the shared in-process server, through the
+// Go client: the per-operation costs behind the figures of `space bench`
+// (see docs/performance.md). They run only with -bench, e.g.
+//
+//	go test -run XXX -bench . -benchtime 10x ./test/e2e/
+
+// streamBytes is what BenchmarkAttachStreamThroughput moves per op.
+const streamBytes = 64 << 20
+
+// benchSandbox creates a running minimal sandbox for a benchmark and
+// deletes it when the benchmark ends.
+func benchSandbox(b *testing.B) *apiv1.Sandbox {
+	b.Helper()
+	requireBenchServer(b)
+	ctx := benchContext(b)
+	sb, err := env.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "minimal", TimeoutS: 3600})
+	if err != nil {
+		b.Fatalf("create sandbox: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := env.client.DeleteSandbox(context.Background(), sb.ID); err != nil && !client.IsNotFound(err) {
+			b.Errorf("delete sandbox %s: %v", sb.ID, err)
+		}
+	})
+	if _, err := env.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, 2*time.Minute); err != nil {
+		b.Fatalf("wait for sandbox %s: %v", sb.ID, err)
+	}
+	return sb
+}
+
+func requireBenchServer(b *testing.B) {
+	b.Helper()
+	if env.skip != "" {
+		b.Skip(env.skip)
+	}
+}
+
+func benchContext(b *testing.B) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	b.Cleanup(cancel)
+	return ctx
+}
+
+// BenchmarkCreateSandbox is create → running → delete of a minimal sandbox;
+// ms-to-running/op is the create → running part alone.
+func BenchmarkCreateSandbox(b *testing.B) {
+	requireBenchServer(b)
+	ctx := benchContext(b)
+	var toRunning time.Duration
+	for b.Loop() {
+		start := time.Now()
+		sb, err := env.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "minimal"})
+		if err != nil {
+			b.Fatalf("create: %v", err)
+		}
+		if _, err := env.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, 2*time.Minute); err != nil {
+			b.Fatalf("wait: %v", err)
+		}
+		toRunning += time.Since(start)
+		if err := env.client.DeleteSandbox(ctx, sb.ID); err != nil {
+			b.Fatalf("delete: %v", err)
+		}
+	}
+	b.ReportMetric(float64(toRunning.Milliseconds())/float64(b.N), "ms-to-running/op")
+}
+
+// BenchmarkExecTrue is one POST .../exec of `true` on a running sandbox.
+func BenchmarkExecTrue(b *testing.B) {
+	sb := benchSandbox(b)
+	ctx := benchContext(b)
+	for b.Loop() {
+		res, err := env.client.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"true"}})
+		if err != nil {
+			b.Fatalf("exec: %v", err)
+		}
+		if res.ExitCode != 0 {
+			b.Fatalf("exec true: exit %d: %s", res.ExitCode, res.Stderr)
+		}
+	}
+}
+
+// BenchmarkAttachStreamThroughput starts a session that writes 64 MiB to
+// stdout and reads all of it through attach (SSE). The kinds of output
+// differ in what the API does with them: text goes out as JSON strings,
+// NUL bytes too but escaped six-fold, invalid UTF-8 as base64.
+func BenchmarkAttachStreamThroughput(b *testing.B) {
+	for _, kind := range []struct{ name, script string }{
+		{"text", fmt.Sprintf("yes 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ | head -c %d", streamBytes)},
+		{"zeros", fmt.Sprintf("head -c %d /dev/zero", streamBytes)},
+		{"random", fmt.Sprintf("head -c %d /dev/urandom", streamBytes)},
+	} {
+		b.Run(kind.name, func(b *testing.B) {
+			sb := benchSandbox(b)
+			ctx := benchContext(b)
+			b.SetBytes(streamBytes)
+			for b.Loop() {
+				got, err := streamSession(ctx, sb.ID, kind.script)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got != streamBytes {
+					b.Fatalf("read %d bytes, want %d", got, streamBytes)
+				}
+			}
+		})
+	}
+}
+
+// streamSession runs script in a session and returns how many output bytes
+// attach delivered before the exit event.
+func streamSession(ctx context.Context, id, script string) (int64, error) {
+	sess, err := env.client.CreateSession(ctx, id, apiv1.CreateSessionRequest{Cmd: []string{"/bin/sh", "-c", script}})
+	if err != nil {
+		return 0, fmt.Errorf("create session: %w", err)
+	}
+	stream, err := env.client.Attach(ctx, id, sess.ID, 0)
+	if err != nil {
+		return 0, fmt.Errorf("attach: %w", err)
+	}
+	defer stream.Close()
+	var received int64
+	for {
+		ev, err := stream.Next()
+		if errors.Is(err, io.EOF) {
+			return received, errors.New("stream ended without an exit event")
+		}
+		if err != nil {
+			return received, fmt.Errorf("attach: %w", err)
+		}
+		switch ev.Type {
+		case apiv1.EventTruncated:
+			return received, fmt.Errorf("the reader fell behind and output was dropped: %+v", *ev.Truncated)
+		case apiv1.EventExit:
+			if ev.ExitCode != 0 {
+				return received, fmt.Errorf("session exited %d: %s", ev.ExitCode, ev.Error)
+			}
+			return received, nil
+		default:
+			received += int64(len(ev.Data))
+		}
+	}
+}
+
+// BenchmarkFileWriteRead1MiB is a PUT of 1 MiB to the sandbox's disk
+// followed by a GET of it; an op moves the MiB in and back out.
+func BenchmarkFileWriteRead1MiB(b *testing.B) {
+	sb := benchSandbox(b)
+	ctx := benchContext(b)
+	payload := make([]byte, 1<<20)
+	if _, err := rand.Read(payload); err != nil {
+		b.Fatal(err)
+	}
+	const path = "/home/user/bench-1mib.bin"
+	b.SetBytes(2 << 20)
+	for b.Loop() {
+		if _, err := env.client.WriteFile(ctx, sb.ID, path, bytes.NewReader(payload)); err != nil {
+			b.Fatalf("write: %v", err)
+		}
+		body, err := env.client.ReadFile(ctx, sb.ID, path)
+		if err != nil {
+			b.Fatalf("read: %v", err)
+		}
+		got, err := io.ReadAll(body)
+		body.Close()
+		if err != nil {
+			b.Fatalf("read: %v", err)
+		}
+		if !bytes.Equal(got, payload) {
+			b.Fatalf("read back %d bytes that differ from the %d written", len(got), len(payload))
+		}
+	}
+}
