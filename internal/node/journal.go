@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sort"
 	"sync"
 )
 
@@ -128,11 +129,13 @@ func (j *Journal) Read(offset int64) (chunks []Chunk, first int64, end *End, cha
 	if offset < j.first {
 		first = j.first
 	}
-	for _, c := range j.chunks {
-		stop := c.Offset + int64(len(c.Data))
-		if stop <= first {
-			continue
-		}
+	// Chunks are in offset order: skip the ones a reader has seen with a
+	// binary search, or following a long output costs quadratic time.
+	start := sort.Search(len(j.chunks), func(i int) bool {
+		c := j.chunks[i]
+		return c.Offset+int64(len(c.Data)) > first
+	})
+	for _, c := range j.chunks[start:] {
 		if c.Offset < first {
 			c = Chunk{Stream: c.Stream, Offset: first, Data: c.Data[first-c.Offset:]}
 		}

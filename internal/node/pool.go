@@ -173,5 +173,13 @@ func (n *Node) restorePooled(tpl TemplateSpec, limits PoolLimits) (string, error
 		_ = n.release(context.Background(), id)
 		return "", err
 	}
+	// A restore loads memory lazily; running one command now faults in
+	// what the agent needs to start processes, so the first exec of the
+	// tenant who claims this sandbox does not pay for it.
+	if sb, err := n.Sandbox(id); err == nil {
+		if _, err := sb.Exec(ctx, ExecSpec{Cmd: []string{"true"}, Timeout: 10 * time.Second}); err != nil {
+			n.log.Warn("warm up pooled sandbox", "sandbox", id, "err", err)
+		}
+	}
 	return id, nil
 }
