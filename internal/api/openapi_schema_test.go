@@ -22,6 +22,7 @@ var schemaTypes = []any{
 	apiv1.Lifecycle{},
 	apiv1.SandboxList{},
 	apiv1.SetTimeoutRequest{},
+	apiv1.NetworkPolicy{},
 	apiv1.CreateSessionRequest{},
 	apiv1.Session{},
 	apiv1.SessionList{},

@@ -90,6 +90,7 @@ func (s *Server) routes() {
 	authed("GET /v1/sandboxes/{id}/wait", s.waitSandbox)
 	authed("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
 	authed("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
+	authed("PUT /v1/sandboxes/{id}/network", s.setNetwork)
 	authed("GET /v1/sandboxes/{id}/events", s.sandboxEvents)
 	authed("POST /v1/sandboxes/{id}/pause", s.lifecycleAction(pauseAction))
 	authed("POST /v1/sandboxes/{id}/resume", s.lifecycleAction(resumeAction))

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/server"
 )
 
@@ -35,6 +37,8 @@ the server stops; a restarted server adopts them.`)
 	fs.DurationVar(&cfg.Defaults.SuspendedRetention, "suspended-retention", cfg.Defaults.SuspendedRetention, "delete suspended sandboxes after this long")
 	fs.DurationVar(&cfg.Defaults.SnapshotRetention, "snapshot-retention", cfg.Defaults.SnapshotRetention, "keep rolling snapshots this long (default for sandboxes that name none)")
 	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", cfg.MemoryOvercommit, "sum of sandbox memory limits allowed, as a multiple of host memory (0: unlimited)")
+	uplinkPool := fs.String("uplink-pool", cfg.Network.UplinkPool.String(), "IPv4 range sandbox uplinks are numbered from, a /30 each (\"none\": sandboxes get no network)")
+	allowPrivate := fs.String("allow-private", "", "private IPv4 ranges sandboxes may reach, comma-separated CIDRs (default: none)")
 	pools := fs.String("pool", "base=2", "warm pool sizes by template, e.g. base=2,minimal=1 (sizes set through the API win)")
 	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
 	if err := parseNoArgs(fs, args, "serve"); err != nil {
@@ -47,6 +51,9 @@ the server stops; a restarted server adopts them.`)
 		}
 	}
 	cfg.VolumeImageBytes = *imageGiB << 30
+	if err := parseNetworkFlags(&cfg, *uplinkPool, *allowPrivate); err != nil {
+		return fs.usageErrorf("%v", err)
+	}
 	cfg.PoolSizes = map[string]int{}
 	for _, p := range strings.Split(*pools, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -73,4 +80,29 @@ the server stops; a restarted server adopts them.`)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
+}
+
+// parseNetworkFlags fills the server's egress configuration from
+// --uplink-pool and --allow-private.
+func parseNetworkFlags(cfg *server.Config, uplinkPool, allowPrivate string) error {
+	cfg.Network = network.EgressConfig{}
+	if uplinkPool != "none" && uplinkPool != "" {
+		p, err := netip.ParsePrefix(uplinkPool)
+		if err != nil {
+			return fmt.Errorf("--uplink-pool: %w", err)
+		}
+		cfg.Network.UplinkPool = p
+	}
+	var ranges []string
+	for _, r := range strings.Split(allowPrivate, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			ranges = append(ranges, r)
+		}
+	}
+	allowed, err := network.ParsePrefixes(ranges)
+	if err != nil {
+		return fmt.Errorf("--allow-private: %w", err)
+	}
+	cfg.Network.AllowPrivate = allowed
+	return nil
 }

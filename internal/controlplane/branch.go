@@ -50,7 +50,7 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 	req := apiv1.CreateSandboxRequest{
 		VCPUs: src.VCPUs, MemoryMB: src.MemoryMB, DiskMB: src.DiskMB, TimeoutS: timeoutS,
 		Env: maps.Clone(src.Env), OnTimeout: src.Lifecycle.OnTimeout, AutoResume: &src.Lifecycle.AutoResume,
-		IdleSuspendS: src.Lifecycle.IdleSuspendS,
+		IdleSuspendS: src.Lifecycle.IdleSuspendS, Network: src.Network.api(),
 	}
 	if err := cp.checkRequest(&req); err != nil {
 		release()
@@ -77,7 +77,7 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 			defer started.Done()
 			return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
 				ID: s.ID, ImageDir: image, FromVolume: volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
-				AccessToken: src.AccessToken, NewIdentity: cp.identity(s),
+				AccessToken: src.AccessToken, NewIdentity: cp.identity(s), Network: s.policy(),
 			})
 		})
 		out = append(out, cp.snapshot(r))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/metrics"
+	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/sandboxid"
 	"github.com/space-platform/space/internal/store"
@@ -56,6 +57,7 @@ type Node interface {
 	PoolStatus(templateID string) node.PoolStatus
 	Claim(templateID string, limits node.PoolLimits) (string, bool)
 	Rekey(ctx context.Context, id string, identity node.Identity) error
+	SetNetwork(ctx context.Context, id string, p network.Policy) error
 }
 
 // Templates resolves the template a sandbox is created from.
@@ -173,6 +175,8 @@ type Sandbox struct {
 	Recovered string `json:"recovered,omitempty"`
 	// LastSnapshotAt drives rolling snapshots.
 	LastSnapshotAt *time.Time `json:"last_snapshot_at,omitempty"`
+	// Network is the egress policy (network.go); nil is the default.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // Lifecycle holds a sandbox's lifetime settings; its wire form is the
@@ -186,6 +190,7 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, Env: s.Env, Metadata: s.Metadata,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, AccessToken: s.AccessToken,
 		SuspendedAt: s.SuspendedAt, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
+		Network:   s.Network.api(),
 		Lifecycle: s.Lifecycle,
 	}
 }

@@ -58,7 +58,7 @@ func (cp *ControlPlane) Create(req apiv1.CreateSandboxRequest) (Sandbox, error) 
 // startFromTemplate restores the template's pre-booted image, or boots the
 // template when no image can be had.
 func (cp *ControlPlane) startFromTemplate(ctx context.Context, s Sandbox, tpl node.TemplateSpec) error {
-	spec := node.CreateSpec{ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s)}
+	spec := node.CreateSpec{ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s), Network: s.policy()}
 	img, err := cp.cfg.Node.TemplateImage(ctx, tpl)
 	if err != nil {
 		cp.log.Warn("no template image; booting instead", "template", tpl.ID, "err", err)
@@ -97,6 +97,11 @@ func (cp *ControlPlane) createPooled(req apiv1.CreateSandboxRequest, tpl node.Te
 		cp.fail(ctx, r, "claiming a pooled sandbox failed: "+err.Error())
 		return cp.snapshot(r), true, nil
 	}
+	// Pooled sandboxes wait with no way out; the owner's policy opens it.
+	if err := cp.cfg.Node.SetNetwork(ctx, id, cp.snapshot(r).policy()); err != nil && !errors.Is(err, node.ErrNoEgress) {
+		cp.fail(ctx, r, "network of a pooled sandbox: "+err.Error())
+		return cp.snapshot(r), true, nil
+	}
 	if err := cp.setState(r, apiv1.StateRunning, ""); err != nil {
 		return Sandbox{}, true, err
 	}
@@ -123,7 +128,7 @@ func (cp *ControlPlane) createFromSnapshot(req apiv1.CreateSandboxRequest) (Sand
 	cp.launch(r, func(ctx context.Context, s Sandbox) error {
 		return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
 			ID: s.ID, ImageDir: snap.ImageDir, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
-			AccessToken: snap.AccessToken, NewIdentity: cp.identity(s),
+			AccessToken: snap.AccessToken, NewIdentity: cp.identity(s), Network: s.policy(),
 		})
 	})
 	return cp.snapshot(r), nil
@@ -139,6 +144,8 @@ func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID str
 		CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second), TimeoutS: req.TimeoutS,
 		Lifecycle: lifecycleOf(req, cp.cfg.Defaults),
 	}}
+	// checkRequest validated the policy already.
+	r.Network, _ = checkNetwork(req.Network)
 	adjust(&r.Sandbox)
 	cp.mu.Lock()
 	if err := cp.checkCommitment(req.MemoryMB); err != nil {
@@ -168,6 +175,9 @@ func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID str
 // checkRequest fills defaults and rejects what no node could run.
 func (cp *ControlPlane) checkRequest(req *apiv1.CreateSandboxRequest) error {
 	d, c := cp.cfg.Defaults, cp.cfg.Capacity
+	if _, err := checkNetwork(req.Network); err != nil {
+		return err
+	}
 	if req.VCPUs == 0 {
 		req.VCPUs = d.VCPUs
 	}

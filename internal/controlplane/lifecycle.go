@@ -89,6 +89,7 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 	err := cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error {
 		return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
 			ID: s.ID, ImageDir: s.ImageDir, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken,
+			Network: s.policy(),
 		})
 	}, func(s *Sandbox) {
 		s.ExpiresAt = time.Now().UTC().Add(time.Duration(s.TimeoutS) * time.Second)

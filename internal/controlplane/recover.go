@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -91,6 +92,12 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record) error {
 				return err
 			}
 		}
+		// The slot's rules live in the kernel and survived the restart;
+		// applying the stored policy again repairs a change the crash
+		// interrupted between persisting and applying it.
+		if err := cp.cfg.Node.SetNetwork(ctx, s.ID, s.policy()); err != nil && !errors.Is(err, node.ErrNoEgress) {
+			cp.log.Warn("re-apply network policy", "sandbox", s.ID, "err", err)
+		}
 		cp.recordEvent(s.ID, Event{Type: "adopted", Message: "re-adopted after server restart"})
 		if s.State != want {
 			return cp.setState(r, want, "recovered after a server restart")
@@ -153,6 +160,7 @@ func (cp *ControlPlane) restart(ctx context.Context, r *record) error {
 		cp.launch(r, func(ctx context.Context, s Sandbox) error {
 			return cp.cfg.Node.Create(ctx, node.CreateSpec{
 				ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s),
+				Network: s.policy(),
 			})
 		})
 		return nil
@@ -181,6 +189,7 @@ func (cp *ControlPlane) reboot(ctx context.Context, r *record) error {
 	}
 	err = cp.cfg.Node.BootFromDisk(ctx, node.CreateSpec{
 		ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s),
+		Network: s.policy(),
 	})
 	if err != nil {
 		return err

@@ -214,7 +214,7 @@ func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, e
 		s := cp.snapshot(r)
 		spec := node.RestoreSpec{
 			ID: s.ID, ImageDir: snap.ImageDir, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
-			AccessToken: snap.AccessToken, Rollback: true,
+			AccessToken: snap.AccessToken, Rollback: true, Network: s.policy(),
 		}
 		if snap.SandboxID != s.ID || snap.AccessToken != s.AccessToken {
 			spec.NewIdentity = cp.identity(s)

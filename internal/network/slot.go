@@ -9,6 +9,11 @@
 // dialing SandboxAddr from inside the slot's gateway namespace; nothing in
 // the host's own namespace is routed to a sandbox, so a sandbox cannot reach
 // host services through this channel.
+//
+// Egress (egress.go) adds an uplink from the gateway namespace to the host
+// and the sandbox's policy as an nftables table in the gateway namespace,
+// so the rules travel with the slot; policy.go renders them. See
+// docs/security.md.
 package network
 
 import (
@@ -170,10 +175,13 @@ func upLink(h *netlink.Handle, name string) error {
 	return nil
 }
 
-// Destroy removes both namespaces (and with them the veth pair). Removing a
-// slot that does not exist is not an error.
+// Destroy removes the slot's uplink and both namespaces (and with them the
+// veth pair). Removing a slot that does not exist is not an error.
 func (s *Slot) Destroy() error {
 	var errs []error
+	if err := deleteUplink(s.Name); err != nil {
+		errs = append(errs, err)
+	}
 	for _, ns := range []string{s.SandboxNS, s.GatewayNS} {
 		if err := netns.DeleteNamed(ns); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("delete netns %s: %w", ns, err))

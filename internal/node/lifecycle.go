@@ -200,6 +200,8 @@ type RestoreSpec struct {
 	// NewIdentity re-keys the restored agent: a branch, or a new sandbox
 	// started from a snapshot. Nil keeps the identity (resume, rollback).
 	NewIdentity *Identity
+	// Network is the sandbox's egress policy.
+	Network network.Policy
 	// Rollback drops the sessions the node follows: the restored image
 	// holds other processes (a restore in place to an earlier snapshot).
 	Rollback bool
@@ -231,6 +233,10 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 			return err
 		}
 	} else if err := slot.Prepare(); err != nil {
+		return err
+	}
+	if err := n.applyNetwork(slot, spec.Network); err != nil {
+		_ = slot.Destroy()
 		return err
 	}
 	rs := runtime.Spec{

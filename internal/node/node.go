@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 )
 
@@ -57,6 +58,9 @@ type Config struct {
 	ImagesDir string
 	// SessionOutputLimit bounds each session's journal (bytes).
 	SessionOutputLimit int64
+	// Egress connects sandboxes to the host's network under their
+	// policies; nil leaves every sandbox without a way out.
+	Egress *network.Egress
 	// OnActivity is told when a sandbox's processes produce output, which
 	// counts as activity for idle suspend.
 	OnActivity func(id string)

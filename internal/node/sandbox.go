@@ -37,6 +37,8 @@ type CreateSpec struct {
 	DiskMB      int
 	Env         map[string]string
 	AccessToken string
+	// Network is the sandbox's egress policy.
+	Network network.Policy
 }
 
 // Sandbox is the node's handle of one running sandbox.
@@ -89,6 +91,9 @@ func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
 func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 	slot, err := network.Create(spec.ID)
 	if err != nil {
+		return err
+	}
+	if err := n.applyNetwork(slot, spec.Network); err != nil {
 		return err
 	}
 	bootToken := randomHex(32)

@@ -134,7 +134,7 @@ func (n *Node) CreateFromImage(ctx context.Context, img *TemplateImage, spec Cre
 	defer n.pools.active.leave()
 	err := n.ResumeFrom(ctx, RestoreSpec{
 		ID: spec.ID, ImageDir: img.ImageDir, FromVolume: img.Volume, Limits: spec.Limits, DiskMB: spec.DiskMB,
-		AccessToken: img.Token, NewIdentity: &id,
+		AccessToken: img.Token, NewIdentity: &id, Network: spec.Network,
 	})
 	if err != nil {
 		if cerr := n.release(context.WithoutCancel(ctx), spec.ID); cerr != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/metrics"
+	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/runtime/gvisor"
 	"github.com/space-platform/space/internal/storage"
@@ -56,6 +57,9 @@ type Config struct {
 	// proxy's addresses (empty: off); Domain is the sandbox domain they
 	// announce and route (empty: none, header routing only).
 	E2BListen, ProxyListen, Domain string
+	// Network configures sandbox egress; see network.EgressConfig. An
+	// invalid (zero) UplinkPool gives sandboxes no network at all.
+	Network network.EgressConfig
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -78,6 +82,7 @@ func DefaultConfig() Config {
 		},
 		MemoryOvercommit:   8,
 		SessionOutputLimit: 8 << 20,
+		Network:            network.EgressConfig{UplinkPool: network.DefaultUplinkPool},
 		Progress:           os.Stderr,
 	}
 }
@@ -149,7 +154,14 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var egress *network.Egress
+	if cfg.Network.UplinkPool.IsValid() {
+		if egress, err = network.NewEgress(cfg.Network); err != nil {
+			return nil, err
+		}
+	}
 	nd, err := node.New(node.Config{
+		Egress:  egress,
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),

@@ -54,6 +54,9 @@ type CreateSandboxRequest struct {
 	// Snapshot starts the sandbox from a snapshot ("<sandbox>/<name>" or a
 	// snapshot id) instead of a template.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Network is the sandbox's egress policy; nil means the internet is
+	// allowed and private ranges are not.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // Lifecycle is a sandbox's lifetime settings.
@@ -90,6 +93,8 @@ type Sandbox struct {
 	// Recovered is set when the host lost the sandbox's memory and it was
 	// brought back from its last durable state.
 	Recovered string `json:"recovered,omitempty"`
+	// Network is the sandbox's egress policy in effect.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -53,7 +54,8 @@ func leftovers(id string) []string {
 		left = append(left, "processes")
 	}
 	for _, p := range []string{"/run/netns/space-" + id, "/run/netns/space-" + id + "-gw",
-		"/sys/fs/cgroup/memory/space/" + id, "/sys/fs/cgroup/pids/space/" + id, "/sys/fs/cgroup/cpu/space/" + id} {
+		"/sys/fs/cgroup/memory/space/" + id, "/sys/fs/cgroup/pids/space/" + id, "/sys/fs/cgroup/cpu/space/" + id,
+		"/sys/class/net/" + network.UplinkName(id)} {
 		if _, err := os.Stat(p); err == nil {
 			left = append(left, p)
 		}

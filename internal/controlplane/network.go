@@ -1,0 +1,149 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// maxNetworkRules bounds the allow and deny lists of one policy.
+const maxNetworkRules = 256
+
+// errDomainRules is the answer to a policy naming domains: they need the
+// DNS gateway of a later phase, and accepting them silently would let
+// traffic through that the caller meant to restrict (or the reverse).
+const errDomainRules = "domain rules need the DNS gateway (not available yet)"
+
+// NetworkPolicy is a sandbox's persisted egress policy. A record without
+// one (created before policies existed) gets the default: the internet,
+// but no private ranges.
+type NetworkPolicy struct {
+	Offline       bool     `json:"offline,omitempty"`
+	AllowInternet bool     `json:"allow_internet"`
+	Allow         []string `json:"allow,omitempty"`
+	Deny          []string `json:"deny,omitempty"`
+}
+
+// checkNetwork validates a requested policy and returns it in persisted
+// form; nil asks for the default.
+func checkNetwork(req *apiv1.NetworkPolicy) (*NetworkPolicy, error) {
+	if req == nil {
+		return &NetworkPolicy{AllowInternet: true}, nil
+	}
+	p := &NetworkPolicy{AllowInternet: true}
+	switch req.Mode {
+	case "":
+	case apiv1.NetworkModeNone:
+		p.Offline = true
+	default:
+		return nil, invalid("network.mode must be empty or %q, got %q", apiv1.NetworkModeNone, req.Mode)
+	}
+	if req.AllowInternet != nil {
+		p.AllowInternet = *req.AllowInternet
+	}
+	for _, list := range []struct {
+		name string
+		in   []string
+		out  *[]string
+	}{{"allow", req.Allow, &p.Allow}, {"deny", req.Deny, &p.Deny}} {
+		if len(list.in) > maxNetworkRules {
+			return nil, invalid("network.%s holds %d entries, at most %d are allowed", list.name, len(list.in), maxNetworkRules)
+		}
+		for _, e := range list.in {
+			if looksLikeDomain(e) {
+				return nil, invalid("network.%s: %q: %s", list.name, e, errDomainRules)
+			}
+		}
+		prefixes, err := network.ParsePrefixes(list.in)
+		if err != nil {
+			return nil, invalid("network.%s: %v", list.name, err)
+		}
+		for _, pr := range prefixes {
+			*list.out = append(*list.out, pr.String())
+		}
+	}
+	return p, nil
+}
+
+// looksLikeDomain tells a domain rule ("example.com", "*.example.com") from
+// a malformed address: it has a letter or a wildcard, and no slash or colon.
+func looksLikeDomain(entry string) bool {
+	e := strings.TrimSpace(entry)
+	if e == "" || strings.ContainsAny(e, "/:") {
+		return false
+	}
+	letters := false
+	for _, c := range e {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '*':
+			letters = true
+		case c >= '0' && c <= '9', c == '.', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return letters
+}
+
+// policy returns the sandbox's policy in the node's terms.
+func (s Sandbox) policy() network.Policy {
+	p := s.Network
+	if p == nil {
+		p = &NetworkPolicy{AllowInternet: true}
+	}
+	allow, _ := network.ParsePrefixes(p.Allow) // validated when stored
+	deny, _ := network.ParsePrefixes(p.Deny)
+	return network.Policy{Offline: p.Offline, AllowInternet: p.AllowInternet, Allow: allow, Deny: deny}
+}
+
+// api returns the policy in its public form.
+func (p *NetworkPolicy) api() *apiv1.NetworkPolicy {
+	if p == nil {
+		p = &NetworkPolicy{AllowInternet: true}
+	}
+	out := &apiv1.NetworkPolicy{Allow: slices.Clone(p.Allow), Deny: slices.Clone(p.Deny)}
+	allow := p.AllowInternet
+	out.AllowInternet = &allow
+	if p.Offline {
+		out.Mode = apiv1.NetworkModeNone
+	}
+	return out
+}
+
+// SetNetwork replaces a sandbox's egress policy. It is persisted first and
+// then applied to a sandbox that has a network slot (running or paused), so
+// new connections follow it at once; a suspended sandbox gets it when it
+// resumes, and a crash in between is repaired by recovery, which applies the
+// stored policy to every adopted sandbox.
+func (cp *ControlPlane) SetNetwork(ctx context.Context, id string, req apiv1.NetworkPolicy) (Sandbox, error) {
+	p, err := checkNetwork(&req)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return cp.locked(id, func(r *record) error {
+		s := cp.snapshot(r)
+		if terminal(s.State) {
+			return &StateError{ID: id, State: s.State, Want: "change its network"}
+		}
+		if err := cp.update(r, func(s *Sandbox) { s.Network = p }); err != nil {
+			return err
+		}
+		if s.State != apiv1.StateRunning && s.State != apiv1.StatePaused {
+			return nil
+		}
+		if err := cp.cfg.Node.SetNetwork(ctx, id, cp.snapshot(r).policy()); err != nil {
+			if errors.Is(err, node.ErrNoEgress) {
+				return fmt.Errorf("%w: %v", ErrInvalid, err)
+			}
+			return fmt.Errorf("apply network policy of %s: %w", id, err)
+		}
+		cp.recordEvent(id, Event{Type: "network", Message: "network policy changed"})
+		return nil
+	})
+}

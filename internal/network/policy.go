@@ -1,0 +1,234 @@
+package network
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+// Policy is what a sandbox may reach beyond its own slot. The zero value
+// gives the sandbox an uplink but lets nothing through it, so a sandbox
+// whose policy was never set (a pooled one awaiting its owner) stays shut.
+type Policy struct {
+	// Offline leaves the sandbox without an uplink: loopback and the agent
+	// channel only.
+	Offline bool
+	// AllowInternet lets the sandbox reach any address that is neither
+	// always blocked, private (unless the operator allowed the range) nor
+	// in Deny.
+	AllowInternet bool
+	// Allow opens these ranges even without AllowInternet; Deny closes
+	// ranges whatever else says. Deny wins over Allow. Neither can open
+	// what is always blocked or a private range the operator has not
+	// allowed.
+	Allow []netip.Prefix
+	Deny  []netip.Prefix
+}
+
+// alwaysBlocked are destinations no policy can open: this network, loopback,
+// link-local (cloud metadata lives at 169.254.169.254), multicast and the
+// reserved block with the limited broadcast address. The uplink pool is
+// added per node, so sandboxes cannot reach each other or the host's end of
+// their uplinks.
+var alwaysBlocked = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// privateRanges are blocked unless the operator allows a part of them:
+// RFC 1918, shared address space (carrier-grade NAT) and the IPv4
+// benchmarking and IETF protocol blocks, where internal services often live.
+var privateRanges = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+}
+
+// ParsePrefixes parses CIDRs and bare addresses (a host route). Sandboxes
+// have no IPv6 egress, so an IPv6 entry is an error rather than a rule that
+// silently does nothing.
+func ParsePrefixes(entries []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, e := range entries {
+		e = strings.TrimSpace(e)
+		p, err := netip.ParsePrefix(e)
+		if err != nil {
+			a, aerr := netip.ParseAddr(e)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q is not an IPv4 address or CIDR", e)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if !p.Addr().Unmap().Is4() {
+			return nil, fmt.Errorf("%q: IPv6 rules are not supported (sandboxes have no IPv6 egress)", e)
+		}
+		out = append(out, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
+	}
+	return out, nil
+}
+
+// minimalPrefixes drops prefixes contained in another one and sorts the
+// rest: nftables interval sets refuse overlapping elements.
+func minimalPrefixes(in []netip.Prefix) []netip.Prefix {
+	sorted := append([]netip.Prefix(nil), in...)
+	sort.Slice(sorted, func(i, j int) bool {
+		if sorted[i].Bits() != sorted[j].Bits() {
+			return sorted[i].Bits() < sorted[j].Bits()
+		}
+		return sorted[i].Addr().Less(sorted[j].Addr())
+	})
+	var kept []netip.Prefix
+	for _, p := range sorted {
+		covered := false
+		for _, k := range kept {
+			if k.Contains(p.Addr()) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			kept = append(kept, p)
+		}
+	}
+	sort.Slice(kept, func(i, j int) bool { return kept[i].Addr().Less(kept[j].Addr()) })
+	return kept
+}
+
+// Names of the nftables objects space owns. Both the host and every gateway
+// namespace hold one table of this name; nothing else in them is touched.
+const (
+	tableFamily = "inet"
+	tableName   = "space"
+	uplinkLink  = "up0"
+)
+
+// gatewayRules renders the ruleset of a slot's gateway namespace. Loading it
+// replaces the previous one in a single transaction, so a policy change
+// never opens a gap. uplinkPool is the node's uplink pool; it is always
+// blocked so a sandbox can reach neither another slot nor the host's end
+// of any uplink.
+func gatewayRules(p Policy, uplinkPool netip.Prefix, allowPrivate []netip.Prefix) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	// Declaring the table first makes the delete succeed on first load.
+	w("table %s %s", tableFamily, tableName)
+	w("delete table %s %s", tableFamily, tableName)
+	w("table %s %s {", tableFamily, tableName)
+	set := func(name string, prefixes []netip.Prefix) {
+		w("\tset %s {", name)
+		w("\t\ttype ipv4_addr; flags interval;")
+		if ps := minimalPrefixes(prefixes); len(ps) > 0 {
+			elems := make([]string, len(ps))
+			for i, p := range ps {
+				elems[i] = p.String()
+			}
+			w("\t\telements = { %s }", strings.Join(elems, ", "))
+		}
+		w("\t}")
+	}
+	var blocked []netip.Prefix
+	blocked = append(blocked, alwaysBlocked...)
+	if uplinkPool.IsValid() {
+		blocked = append(blocked, uplinkPool)
+	}
+	set("always_blocked", blocked)
+	set("private", privateRanges)
+	set("operator_allowed", allowPrivate)
+	set("deny", p.Deny)
+	set("allow", p.Allow)
+
+	// Refusing rather than dropping makes denied connections fail at once.
+	w("\tchain refuse {")
+	w("\t\tmeta l4proto tcp reject with tcp reset")
+	w("\t\treject with icmpx type admin-prohibited")
+	w("\t}")
+
+	// The gateway itself offers the sandbox nothing; only replies on
+	// connections the node opened (the agent channel) come back in.
+	w("\tchain input {")
+	w("\t\ttype filter hook input priority filter; policy accept;")
+	w("\t\tiifname %q ct state established,related accept", gatewayLink)
+	w("\t\tiifname %q goto refuse", gatewayLink)
+	w("\t\tiifname %q ct state established,related accept", uplinkLink)
+	w("\t\tiifname %q drop", uplinkLink)
+	w("\t}")
+
+	w("\tchain forward {")
+	w("\t\ttype filter hook forward priority filter; policy drop;")
+	w("\t\tiifname %q goto from_sandbox", gatewayLink)
+	w("\t\tiifname %q oifname %q ct state established,related accept", uplinkLink, gatewayLink)
+	w("\t}")
+
+	w("\tchain from_sandbox {")
+	// No IPv6 egress yet, and only the sandbox's own address may leave it.
+	w("\t\tmeta nfproto ipv6 drop")
+	w("\t\tip saddr != %s drop", SandboxAddr)
+	w("\t\tct state established,related accept")
+	if p.Offline {
+		w("\t\tgoto refuse")
+	} else {
+		w("\t\toifname != %q goto refuse", uplinkLink)
+		w("\t\tip daddr @always_blocked goto refuse")
+		w("\t\tip daddr @private ip daddr != @operator_allowed goto refuse")
+		w("\t\tip daddr @deny goto refuse")
+		w("\t\tip daddr @allow accept")
+		if p.AllowInternet {
+			w("\t\taccept")
+		} else {
+			w("\t\tgoto refuse")
+		}
+	}
+	w("\t}")
+
+	w("\tchain postrouting {")
+	w("\t\ttype nat hook postrouting priority srcnat; policy accept;")
+	w("\t\toifname %q masquerade", uplinkLink)
+	w("\t}")
+	w("}")
+	return b.String()
+}
+
+// hostRules renders the host's table: it masquerades uplink traffic out of
+// whatever interface the host routes it to, and keeps sandboxes away from
+// the host itself and from each other even if a gateway's rules were
+// missing. It has no per-sandbox rules, so it is loaded once per start.
+// Several installations may share a host: the table is amended, never
+// replaced, so each one's uplink pool is added to the set of pools and the
+// chains are rewritten with the same rules in one transaction.
+func hostRules(uplinkPool netip.Prefix) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	match := uplinkPrefix + "*"
+	t := tableFamily + " " + tableName
+	w("add table %s", t)
+	w("add set %s uplink_pools { type ipv4_addr; flags interval; auto-merge; }", t)
+	w("add element %s uplink_pools { %s }", t, uplinkPool.Masked())
+	chain := func(name, hook string, rules ...string) {
+		if hook != "" {
+			w("add chain %s %s { %s; policy accept; }", t, name, hook)
+		} else {
+			w("add chain %s %s", t, name)
+		}
+		w("flush chain %s %s", t, name)
+		for _, r := range rules {
+			w("add rule %s %s %s", t, name, r)
+		}
+	}
+	chain("refuse", "",
+		"meta l4proto tcp reject with tcp reset",
+		"reject with icmpx type admin-prohibited")
+	chain("input", "type filter hook input priority filter",
+		fmt.Sprintf("iifname %q goto refuse", match))
+	chain("forward", "type filter hook forward priority filter",
+		fmt.Sprintf("iifname %q oifname %q goto refuse", match, match))
+	chain("postrouting", "type nat hook postrouting priority srcnat",
+		fmt.Sprintf("ip saddr @uplink_pools oifname != %q masquerade", match))
+	return b.String()
+}

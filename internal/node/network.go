@@ -1,0 +1,39 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/space-platform/space/internal/network"
+)
+
+// ErrNoEgress is returned for a policy change on a node without uplinks.
+var ErrNoEgress = errors.New("this node gives sandboxes no network (egress is not configured)")
+
+// applyNetwork gives a slot its uplink and egress rules. Without an egress
+// configuration sandboxes stay as the slot alone leaves them: reachable by
+// the node, with no way out.
+func (n *Node) applyNetwork(slot *network.Slot, p network.Policy) error {
+	if n.cfg.Egress == nil {
+		return nil
+	}
+	if err := n.cfg.Egress.Apply(slot, p); err != nil {
+		return fmt.Errorf("network policy: %w", err)
+	}
+	return nil
+}
+
+// SetNetwork replaces the egress policy of a sandbox whose slot exists
+// (running or paused); new connections follow it at once, established ones
+// are left alone.
+func (n *Node) SetNetwork(ctx context.Context, id string, p network.Policy) error {
+	if n.cfg.Egress == nil {
+		return ErrNoEgress
+	}
+	slot := network.SlotFor(id)
+	if !slot.Exists() {
+		return fmt.Errorf("set network of %s: %w", id, ErrNoSandbox)
+	}
+	return n.applyNetwork(slot, p)
+}

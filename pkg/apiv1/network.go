@@ -1,0 +1,43 @@
+package apiv1
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// NetworkModeNone gives a sandbox loopback only: no uplink, no egress.
+const NetworkModeNone = "none"
+
+// NetworkPolicy is what a sandbox may reach outside itself. It is set at
+// create time (CreateSandboxRequest.Network) and replaced on a running
+// sandbox with PUT /v1/sandboxes/{id}/network. In JSON it is an object, or
+// the string "none" for Mode "none".
+type NetworkPolicy struct {
+	// Mode "none" turns the sandbox's network off (loopback only); empty
+	// means the rules below apply.
+	Mode string `json:"mode,omitempty"`
+	// AllowInternet lets the sandbox reach public addresses (default
+	// true). Private, link-local, loopback and multicast ranges, the host
+	// and other sandboxes stay closed whatever it says, unless the
+	// operator opened a private range (space serve --allow-private).
+	AllowInternet *bool `json:"allow_internet,omitempty"`
+	// Allow opens IPv4 addresses or CIDRs even without AllowInternet; Deny
+	// closes them, and wins over Allow. Domain names are reserved for the
+	// DNS gateway and refused for now.
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// UnmarshalJSON accepts the object form and the shorthand string "none".
+func (p *NetworkPolicy) UnmarshalJSON(b []byte) error {
+	var mode string
+	if err := json.Unmarshal(b, &mode); err == nil {
+		if mode != NetworkModeNone {
+			return fmt.Errorf("network: the only string form is %q, got %q", NetworkModeNone, mode)
+		}
+		*p = NetworkPolicy{Mode: mode}
+		return nil
+	}
+	type plain NetworkPolicy
+	return json.Unmarshal(b, (*plain)(p))
+}
