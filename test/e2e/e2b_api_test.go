@@ -248,8 +248,8 @@ func TestE2BAPIErrors(t *testing.T) {
 	} {
 		e2bRequest(t, http.MethodPost, "/sandboxes", c.body, nil).wantError(t, http.StatusBadRequest, c.mentions)
 	}
-	e2bRequest(t, http.MethodPost, "/v2/sandboxes", `{"templateID":"code-interpreter-v1"}`, nil).
-		wantError(t, http.StatusNotFound, "code-interpreter-v1")
+	e2bRequest(t, http.MethodPost, "/v2/sandboxes", `{"templateID":"no-such-template-v9"}`, nil).
+		wantError(t, http.StatusNotFound, "no-such-template-v9")
 	// Empty options ask for nothing and are accepted (checked by create
 	// in other tests); null is the same.
 	for _, path := range []string{"/sandboxes/nosuchsandbox", "/sandboxes/nosuchsandbox/metrics"} {
