@@ -32,6 +32,10 @@ type buildPlan struct {
 	base    Base
 	id      string
 
+	// files are the recipe's files with builtin: sources replaced by
+	// their materialized host copies.
+	files []FileCopy
+
 	parent  *Template // base template (FromTemplate)
 	image   *ociImage // base image (FromOCIArchive, FromOCILayout)
 	busybox string    // host busybox binary (FromMinimal)
@@ -57,8 +61,8 @@ func (m *Manager) plan(name string, r *Recipe, baseDir string) (*buildPlan, erro
 	if err := ValidName(name); err != nil {
 		return nil, fmt.Errorf("template: %w", err)
 	}
-	if len(r.Files) > 0 && baseDir == "" {
-		return nil, errors.New("recipe: files: copying host files needs the recipe's directory; not available for recipes submitted without one (e.g. over the API)")
+	if hostFiles(r.Files) > 0 && baseDir == "" {
+		return nil, errors.New("recipe: files: copying host files needs the recipe's directory; not available for recipes submitted without one (e.g. over the API); only builtin: sources are")
 	}
 	base, _ := ParseFrom(r.From) // validated above
 	p := &buildPlan{name: name, recipe: r, baseDir: baseDir, base: base, env: map[string]string{}}
@@ -116,11 +120,16 @@ func (m *Manager) plan(name string, r *Recipe, baseDir string) (*buildPlan, erro
 		p.user, p.workdir, p.start, p.ready = parent.User, parent.Workdir, parent.Start, parent.Ready
 	}
 
-	files, err := resolveFiles(r.Files, baseDir)
+	materialized, err := m.materializeFiles(r.Files)
+	if err != nil {
+		return nil, fmt.Errorf("recipe: %w", err)
+	}
+	files, err := resolveFiles(materialized, baseDir)
 	if err != nil {
 		return nil, fmt.Errorf("recipe: %w", err)
 	}
 	res.Files = files
+	p.files = materialized
 	p.id = res.id()
 
 	maps.Copy(p.env, r.Env)
@@ -135,6 +144,34 @@ func (m *Manager) plan(name string, r *Recipe, baseDir string) (*buildPlan, erro
 		}
 	}
 	return p, nil
+}
+
+// hostFiles counts the file entries copied from the host (not builtin:).
+func hostFiles(files []FileCopy) int {
+	n := 0
+	for _, f := range files {
+		if _, ok := builtinSource(f.Src); !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// materializeFiles returns files with every builtin: source written to the
+// template cache and replaced by the absolute path of that copy.
+func (m *Manager) materializeFiles(files []FileCopy) ([]FileCopy, error) {
+	out := make([]FileCopy, len(files))
+	for i, f := range files {
+		out[i] = f
+		if rel, ok := builtinSource(f.Src); ok {
+			p, err := materializeBuiltin(filepath.Join(m.cfg.DataDir, "cache"), rel)
+			if err != nil {
+				return nil, fmt.Errorf("files[%d].src: %w", i, err)
+			}
+			out[i].Src = p
+		}
+	}
+	return out, nil
 }
 
 // record is the catalog entry of a build that is starting.
@@ -237,9 +274,9 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 		}
 	}
 
-	if len(r.Files) > 0 {
-		step(fmt.Sprintf("copy %d file entries", len(r.Files)))
-		if err := copyFiles(rootfs, r.Files, p.baseDir, logLine); err != nil {
+	if len(p.files) > 0 {
+		step(fmt.Sprintf("copy %d file entries", len(p.files)))
+		if err := copyFiles(rootfs, p.files, p.baseDir, logLine); err != nil {
 			return 0, err
 		}
 	}

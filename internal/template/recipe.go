@@ -55,7 +55,11 @@ type Recipe struct {
 
 // FileCopy copies a host file or directory into the rootfs.
 type FileCopy struct {
-	// Src is a host path, relative to the recipe file's directory.
+	// Src is a host path, relative to the recipe file's directory, or
+	// "builtin:<path>" for a file or directory shipped in the binary with
+	// the built-in recipes (internal/template/recipes/<path>). Built-in
+	// sources need no recipe directory, so they work in recipes sent over
+	// the API too.
 	Src string `yaml:"src" json:"src"`
 	// Dest is an absolute path in the rootfs.
 	Dest string `yaml:"dest" json:"dest"`
@@ -177,6 +181,11 @@ func (r *Recipe) Validate() error {
 	for i, f := range r.Files {
 		if f.Src == "" {
 			return fmt.Errorf("recipe: files[%d].src: required", i)
+		}
+		if rel, ok := builtinSource(f.Src); ok {
+			if err := checkBuiltinSource(rel); err != nil {
+				return fmt.Errorf("recipe: files[%d].src: %w", i, err)
+			}
 		}
 		if !path.IsAbs(f.Dest) {
 			return fmt.Errorf("recipe: files[%d].dest: %q is not an absolute path", i, f.Dest)

@@ -1,7 +1,11 @@
 package template
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -26,6 +30,8 @@ func TestParseRecipeErrors(t *testing.T) {
 		{"bad name", "name: My_Template\nfrom: minimal\n", "name: invalid template name"},
 		{"empty run step", "from: minimal\nrun: ['  ']\n", "run[0]: empty step"},
 		{"bad template name", "from: 'template:Bad Name'\n", "invalid template name"},
+		{"unknown builtin file", "from: minimal\nfiles: [{src: 'builtin:nope/x.py', dest: /x}]\n", "no such built-in file"},
+		{"builtin file escaping", "from: minimal\nfiles: [{src: 'builtin:../builtin.go', dest: /x}]\n", "files[0].src"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,7 +77,7 @@ ready: "curl -sf localhost:8080"
 
 func TestBuiltins(t *testing.T) {
 	names := BuiltinNames()
-	if strings.Join(names, ",") != "base,minimal" {
+	if strings.Join(names, ",") != "base,code-interpreter-v1,minimal" {
 		t.Fatalf("BuiltinNames() = %v", names)
 	}
 	for _, name := range names {
@@ -86,5 +92,44 @@ func TestBuiltins(t *testing.T) {
 	}
 	if _, ok := Builtin("nope"); ok {
 		t.Fatal("Builtin(nope) found something")
+	}
+	ci, _ := Builtin("code-interpreter-v1")
+	if ci.From != "template:base" || ci.Start == "" || ci.Ready == "" || len(ci.Files) != 1 ||
+		ci.Files[0].Src != "builtin:code-interpreter-v1/server.py" {
+		t.Fatalf("code-interpreter-v1 recipe: %+v", ci)
+	}
+}
+
+func TestMaterializeBuiltin(t *testing.T) {
+	dir := t.TempDir()
+	p, err := materializeBuiltin(dir, "code-interpreter-v1/server.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := builtinFS.ReadFile("recipes/code-interpreter-v1/server.py")
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("materialized %s: %v", p, err)
+	}
+	digest, err := treeDigest(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Again (in place already), and into another cache under a strict
+	// umask: the same path, and a copy with the same digest.
+	if again, err := materializeBuiltin(dir, "code-interpreter-v1/server.py"); err != nil || again != p {
+		t.Fatalf("second materialize: %q, %v (first %q)", again, err, p)
+	}
+	old := syscall.Umask(0o077)
+	other, err := materializeBuiltin(t.TempDir(), "code-interpreter-v1")
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := treeDigest(filepath.Join(other, "server.py")); err != nil || d != digest {
+		t.Fatalf("digest under umask 077: %s, %v; want %s", d, err, digest)
+	}
+	if _, err := materializeBuiltin(dir, "../builtin.go"); err == nil {
+		t.Fatal("materialized a path outside the built-in recipes")
 	}
 }

@@ -16,10 +16,10 @@ import (
 
 // TestE2BJSSDKs runs compat/e2b-js: the real E2B JavaScript SDKs from npm
 // (e2b 2.20 and 2.51, @e2b/code-interpreter 2.8) against this server's E2B
-// API and sandbox proxy, on the base template. It installs the pinned
-// packages with `npm ci` once per package-lock.json (cached in
-// compat/e2b-js/node_modules) and skips only when npm or its registry is
-// unreachable.
+// API and sandbox proxy, on the base and code-interpreter-v1 templates. It
+// installs the pinned packages with `npm ci` once per package-lock.json
+// (cached in compat/e2b-js/node_modules) and skips only when npm or its
+// registry is unreachable.
 func TestE2BJSSDKs(t *testing.T) {
 	requireServer(t)
 	if testing.Short() {
@@ -31,9 +31,7 @@ func TestE2BJSSDKs(t *testing.T) {
 		t.Skip("node is not installed; the E2B JS compatibility suite needs Node.js ≥ 20")
 	}
 	installSDKs(t, dir)
-	if err := buildBuiltin("base"); err != nil {
-		t.Fatal(err)
-	}
+	buildCodeInterpreter(t) // base, and code-interpreter-v1 for test/code-interpreter.test.mjs
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

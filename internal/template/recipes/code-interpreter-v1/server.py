@@ -1,0 +1,740 @@
+"""The code-interpreter server of space's code-interpreter-v1 template.
+
+It speaks the protocol of E2B's code interpreter (the JS and Python
+code-interpreter SDKs talk to it on port 49999; see docs/e2b.md):
+
+  GET    /health                 200 once the default context is up
+  POST   /execute                run code; 200 with an NDJSON stream
+  POST   /contexts               new context {language?, cwd?} -> {id, language, cwd}
+  GET    /contexts               [{id, language, cwd}]
+  POST   /contexts/{id}/restart  restart its kernel (state is lost)
+  DELETE /contexts/{id}          shut its kernel down
+
+A context is one Jupyter python3 kernel (ipykernel) driven with
+jupyter_client; its state lasts from one execution to the next. One default
+python context exists from the start. Only the standard library and
+jupyter_client are used (Debian packages, no pip).
+
+Each /execute streams one JSON object per line: stdout, stderr, result,
+error, number_of_executions, keepalive (while nothing else comes) and
+end_of_execution, always last.
+
+Environment: the sandbox's variables (those given at create) live in the
+agent (envd, port 49983, GET /envs). The kernel was possibly started
+before they were set (a sandbox restored from the template's pre-booted
+image), so each context applies them at its first execution, asking the
+agent with the caller's X-Access-Token as E2B's server does. An
+execution's env_vars are set for that execution and reset afterwards.
+"""
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# Finding the python3 kernel imports ipykernel and with it debugpy, which
+# warns about frozen modules unless told not to (here and in kernels).
+os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+
+from jupyter_client import KernelManager  # noqa: E402
+
+log = logging.getLogger("code-interpreter")
+
+ENVD_URL = "http://127.0.0.1:49983/envs"
+# Rewritten by the agent whenever the sandbox gets a new identity (a new
+# sandbox restored from the template's image, a fork): time to fetch the
+# sandbox's environment again.
+IDENTITY_FILE = "/run/space/identity.json"
+# The agent's /envs includes its own environment (HOME=/root and the like);
+# the kernel keeps the identity of the user it runs as.
+IDENTITY_KEYS = ("HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD")
+KEEPALIVE_SECONDS = 5.0
+HEADERS_DELAY_SECONDS = 1.0
+KERNEL_READY_SECONDS = 120.0
+MAX_BODY_BYTES = 64 << 20
+
+# Jupyter MIME types and the result keys the SDKs read them from.
+MIME_KEYS = {
+    "text/plain": "text",
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+    "e2b/data": "data",
+    "e2b/chart": "chart",
+}
+
+
+class HTTPError(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class KernelGone(Exception):
+    """The kernel process ended while it was being used."""
+
+
+def timestamp(value):
+    """Formats a Jupyter header date (datetime or string) as ISO 8601 UTC."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, str) and value:
+        return value
+    return datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def result_line(data, is_main):
+    """Maps a display_data / execute_result MIME bundle to a result line."""
+    out = {"type": "result", "is_main_result": is_main}
+    extra = {}
+    for mime, value in (data or {}).items():
+        key = MIME_KEYS.get(mime)
+        if key is None:
+            extra[mime] = value
+        else:
+            out[key] = value
+    text = out.get("text")
+    # As E2B's server: a string result's repr loses its quotes.
+    if isinstance(text, str) and len(text) >= 2 and text[0] == text[-1] == "'":
+        out["text"] = text[1:-1]
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+_env_warned = False
+
+
+def fetch_sandbox_env(access_token):
+    """The sandbox's environment from the agent, or None if unavailable."""
+    req = urllib.request.Request(ENVD_URL)
+    if access_token:
+        req.add_header("X-Access-Token", access_token)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=5) as resp:
+            envs = json.load(resp)
+    except Exception as e:  # noqa: BLE001 - any failure means "not now"
+        global _env_warned
+        if not _env_warned:
+            _env_warned = True
+            log.warning("sandbox environment unavailable from the agent (retried at each execution): %s", e)
+        return None
+    if not isinstance(envs, dict):
+        return None
+    return {str(k): str(v) for k, v in envs.items() if k not in IDENTITY_KEYS}
+
+
+def identity_stamp():
+    try:
+        st = os.stat(IDENTITY_FILE)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def set_env_code(env):
+    return "__import__('os').environ.update(%r)" % (dict(env),)
+
+
+def reset_env_code(keys, base):
+    """Code putting keys back to their base values (or removing them)."""
+    restore = {k: base[k] for k in keys if k in base}
+    remove = [k for k in keys if k not in base]
+    return "(lambda e: (e.update(%r), [e.pop(k, None) for k in %r]))(__import__('os').environ)" % (
+        restore,
+        remove,
+    )
+
+
+class Context:
+    """One kernel and the thread that owns its client.
+
+    jupyter_client's blocking client runs asyncio under the hood and its
+    sockets belong to the thread that made them, so every kernel operation
+    runs on this context's own thread, one at a time; HTTP handlers hand it
+    jobs and read their output from queues.
+    """
+
+    END = object()
+
+    def __init__(self, language, cwd):
+        self.id = str(uuid.uuid4())
+        self.language = language
+        self.cwd = cwd
+        self.km = None
+        self.kc = None
+        self.sandbox_env = None  # applied to the kernel once fetched
+        self.identity = None  # identity_stamp() when sandbox_env was fetched
+        self.busy = False
+        self.cancelled = None  # error name to report when the kernel is killed under an execution
+        self._jobs = queue.Queue()
+        self._closed = False
+        self._jobs_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="context-" + self.id[:8], daemon=True)
+        self._thread.start()
+
+    def describe(self):
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    # -- running jobs on the context's thread --------------------------------
+
+    def _loop(self):
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()
+
+    def submit(self, job):
+        """Queues job for the context's thread; 404 once the context is gone."""
+        with self._jobs_lock:
+            if self._closed:
+                raise HTTPError(404, "Context %s not found" % self.id)
+            self._jobs.put(job)
+
+    def call(self, fn, *args):
+        """Runs fn on the context's thread and returns its result."""
+        done = queue.Queue(maxsize=1)
+
+        def job():
+            try:
+                done.put((True, fn(*args)))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                done.put((False, e))
+
+        self.submit(job)
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return value
+
+    def stop_thread(self):
+        """Ends the thread after the jobs queued so far."""
+        with self._jobs_lock:
+            if not self._closed:
+                self._closed = True
+                self._jobs.put(None)
+
+    # -- kernel lifecycle (context thread) -------------------------------------
+
+    def start(self):
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        km = KernelManager(kernel_name="python3")
+        km.start_kernel(
+            cwd=self.cwd,
+            env=env,
+            extra_arguments=["--HistoryManager.hist_file=:memory:"],
+        )
+        self.km = km
+        self._connect()
+
+    def _connect(self):
+        kc = self.km.client()
+        kc.start_channels(hb=False)
+        try:
+            kc.wait_for_ready(timeout=KERNEL_READY_SECONDS)
+        except Exception:
+            kc.stop_channels()
+            raise
+        self.kc = kc
+        self.sandbox_env = None  # a new kernel process: apply it again
+
+    def _disconnect(self):
+        if self.kc is not None:
+            try:
+                self.kc.stop_channels()
+            except Exception:  # noqa: BLE001
+                pass
+            self.kc = None
+
+    def restart(self):
+        self._disconnect()
+        self.km.restart_kernel(now=True)
+        self._connect()
+        self.cancelled = None
+
+    def shutdown(self):
+        self._disconnect()
+        if self.km is not None:
+            try:
+                self.km.shutdown_kernel(now=True)
+            except Exception as e:  # noqa: BLE001
+                log.warning("context %s: shutdown: %s", self.id, e)
+
+    def kill_kernel(self, reason):
+        """Kills the kernel process now (any thread), ending a running
+        execution with an error named reason."""
+        self.cancelled = reason
+        km = self.km
+        proc = getattr(getattr(km, "provisioner", None), "process", None) if km else None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            pgid = os.getpgid(proc.pid)
+            if pgid != os.getpgrp():  # the kernel leads its own session
+                os.killpg(pgid, signal.SIGKILL)
+                return
+        except OSError:
+            pass
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+    def _alive(self):
+        try:
+            return self.km.is_alive()
+        except Exception:  # noqa: BLE001
+            return False
+
+    def _ensure_alive(self):
+        if self.kc is None or not self._alive():
+            log.warning("context %s: kernel is not running; restarting it", self.id)
+            self.restart()
+
+    # -- executions (context thread) --------------------------------------------
+
+    def _silent(self, code):
+        """Runs code without output or history and waits for its reply."""
+        msg_id = self.kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                reply = self.kc.get_shell_msg(timeout=1)
+            except queue.Empty:
+                if not self._alive():
+                    raise KernelGone()
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the kernel did not answer")
+                continue
+            if reply["parent_header"].get("msg_id") == msg_id:
+                if reply["content"].get("status") != "ok":
+                    log.warning("context %s: setup code failed: %s", self.id, reply["content"].get("evalue"))
+                return
+
+    def _drain_reply(self, msg_id):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                reply = self.kc.get_shell_msg(timeout=0.5)
+            except queue.Empty:
+                continue
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return
+
+    def execute(self, code, env_vars, access_token, out):
+        """Runs code, putting output lines (dicts) on out, then END."""
+        self.busy = True
+        try:
+            self._ensure_alive()
+            stamp = identity_stamp()
+            if self.sandbox_env is None or stamp != self.identity:
+                env = fetch_sandbox_env(access_token)
+                if env is not None:
+                    self._silent(set_env_code(env))
+                    self.sandbox_env, self.identity = env, stamp
+            if env_vars:
+                self._silent(set_env_code(env_vars))
+            try:
+                self._run(code, out)
+            finally:
+                if env_vars and self._alive():
+                    self._silent(reset_env_code(list(env_vars), self.sandbox_env or {}))
+        except KernelGone:
+            out.put(self._gone_error())
+        except Exception as e:  # noqa: BLE001 - reported to the client
+            log.exception("context %s: execution failed", self.id)
+            out.put({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": ""})
+        finally:
+            self.busy = False
+            out.put(Context.END)
+
+    def _gone_error(self):
+        if self.cancelled:
+            return {"type": "error", "name": self.cancelled, "value": "Context was restarted", "traceback": ""}
+        code = None
+        proc = getattr(getattr(self.km, "provisioner", None), "process", None)
+        if proc is not None:
+            code = proc.poll()
+        return {
+            "type": "error",
+            "name": "KernelDied",
+            "value": "the kernel process exited (exit status %s); the next execution starts a new one" % code,
+            "traceback": "",
+        }
+
+    def _run(self, code, out):
+        msg_id = self.kc.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=True)
+        errored = False
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.5)
+            except queue.Empty:
+                if not self._alive():
+                    raise KernelGone()
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind = msg["msg_type"]
+            content = msg["content"]
+            if kind == "stream":
+                name = content.get("name")
+                if name in ("stdout", "stderr"):
+                    out.put({"type": name, "text": content.get("text", ""), "timestamp": timestamp(msg["header"].get("date"))})
+            elif kind == "execute_result":
+                out.put(result_line(content.get("data"), True))
+            elif kind == "display_data":
+                out.put(result_line(content.get("data"), False))
+            elif kind == "error":
+                if not errored:
+                    errored = True
+                    out.put({
+                        "type": "error",
+                        "name": content.get("ename", ""),
+                        "value": content.get("evalue", ""),
+                        "traceback": "\n".join(content.get("traceback") or []),
+                    })
+            elif kind == "execute_input":
+                out.put({"type": "number_of_executions", "execution_count": content.get("execution_count")})
+            elif kind == "status" and content.get("execution_state") == "idle":
+                self._drain_reply(msg_id)
+                return
+
+
+class Registry:
+    """The contexts by id, and which one is the default."""
+
+    def __init__(self, cwd):
+        self.cwd = cwd
+        self.lock = threading.Lock()
+        self.contexts = {}
+        self.default_id = None
+
+    def create(self, language, cwd):
+        ctx = Context(language, cwd)
+        try:
+            ctx.call(ctx.start)
+        except Exception:
+            ctx.call(ctx.shutdown)
+            ctx.stop_thread()
+            raise
+        with self.lock:
+            self.contexts[ctx.id] = ctx
+        log.info("context %s (%s, %s) ready", ctx.id, language, cwd)
+        return ctx
+
+    def get(self, context_id):
+        with self.lock:
+            return self.contexts.get(context_id)
+
+    def default(self):
+        with self.lock:
+            ctx = self.contexts.get(self.default_id)
+        if ctx is not None:
+            return ctx
+        ctx = self.create("python", self.cwd)
+        with self.lock:
+            if self.default_id in self.contexts:  # another request made one first
+                other = self.contexts[self.default_id]
+                self.contexts.pop(ctx.id, None)
+            else:
+                self.default_id, other = ctx.id, None
+        if other is not None:
+            ctx.call(ctx.shutdown)
+            ctx.stop_thread()
+            return other
+        return ctx
+
+    def remove(self, context_id):
+        with self.lock:
+            ctx = self.contexts.pop(context_id, None)
+        return ctx
+
+    def list(self):
+        with self.lock:
+            return [c.describe() for c in self.contexts.values()]
+
+
+def normalize_language(language):
+    if language is None or language == "":
+        return "python"
+    if not isinstance(language, str):
+        raise HTTPError(400, "language must be a string")
+    lang = language.strip().lower()
+    if lang in ("python", "python3", "py"):
+        return "python"
+    raise HTTPError(400, "language %r is not supported by this template (only python)" % language)
+
+
+class Handler(BaseHTTPRequestHandler):
+    """HTTP/1.1 (chunked /execute streams), one request per connection.
+
+    Every response closes its connection: the host proxy keeps idle
+    connections to sandbox ports, and one kept across a pause of the
+    sandbox is dead after the resume; the first request sent on it would
+    hang. A connection per request costs little next to an execution.
+    """
+
+    protocol_version = "HTTP/1.1"
+    server_version = "space-code-interpreter/1"
+    registry = None  # set by main
+
+    def end_headers(self):
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        super().end_headers()
+
+    def log_message(self, fmt, *args):
+        log.debug("%s %s", self.address_string(), fmt % args)
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks, total = [], 0
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                total += size
+                if total > MAX_BODY_BYTES:
+                    raise HTTPError(413, "request body too large")
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            raise HTTPError(413, "request body too large")
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _json_body(self):
+        raw = self._read_body()
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError as e:
+            raise HTTPError(400, "request body is not JSON: %s" % e)
+        if not isinstance(body, dict):
+            raise HTTPError(400, "request body must be a JSON object")
+        return body
+
+    def _send(self, status, body, content_type="application/json"):
+        data = body if isinstance(body, bytes) else (json.dumps(body) if content_type == "application/json" else body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _handle(self, routes):
+        path = self.path.split("?", 1)[0]
+        try:
+            for match, fn in routes:
+                args = match(path)
+                if args is not None:
+                    return fn(*args)
+            raise HTTPError(404, "no route %s %s" % (self.command, path))
+        except HTTPError as e:
+            self._send(e.status, e.message + "\n", "text/plain; charset=utf-8")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as e:  # noqa: BLE001
+            log.exception("%s %s", self.command, path)
+            self._send(500, "%s: %s\n" % (type(e).__name__, e), "text/plain; charset=utf-8")
+
+    def _context(self, context_id):
+        ctx = self.registry.get(context_id)
+        if ctx is None:
+            raise HTTPError(404, "Context %s not found" % context_id)
+        return ctx
+
+    # -- routes ------------------------------------------------------------------
+
+    def do_GET(self):
+        self._handle([
+            (exact("/health"), lambda: self._send(200, "OK")),
+            (exact("/contexts"), lambda: self._send(200, self.registry.list())),
+        ])
+
+    def do_POST(self):
+        self._handle([
+            (exact("/execute"), self.execute),
+            (exact("/contexts"), self.create_context),
+            (context_route("/restart"), self.restart_context),
+        ])
+
+    def do_DELETE(self):
+        self._handle([(context_route(""), self.remove_context)])
+
+    def create_context(self):
+        body = self._json_body()
+        language = normalize_language(body.get("language"))
+        cwd = body.get("cwd") or "/home/user"
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            raise HTTPError(400, "cwd must be an absolute path")
+        if not os.path.isdir(cwd):
+            raise HTTPError(400, "cwd %s is not an existing directory" % cwd)
+        ctx = self.registry.create(language, cwd)
+        self._send(200, ctx.describe())
+
+    def restart_context(self, context_id):
+        self._read_body()
+        ctx = self._context(context_id)
+        if ctx.busy:
+            ctx.kill_kernel("ContextRestarting")
+        ctx.call(ctx.restart)
+        self._send(200, None)
+
+    def remove_context(self, context_id):
+        self._read_body()
+        ctx = self.registry.remove(context_id)
+        if ctx is None:
+            raise HTTPError(404, "Context %s not found" % context_id)
+        if ctx.busy:
+            ctx.kill_kernel("ContextRestarting")
+        ctx.call(ctx.shutdown)
+        ctx.stop_thread()
+        self._send(200, None)
+
+    def execute(self):
+        body = self._json_body()
+        code = body.get("code")
+        if not isinstance(code, str):
+            raise HTTPError(400, "code must be a string")
+        context_id = body.get("context_id")
+        language = body.get("language")
+        if context_id and language:
+            raise HTTPError(400, "Only one of context_id or language can be provided")
+        env_vars = body.get("env_vars") or {}
+        if not isinstance(env_vars, dict):
+            raise HTTPError(400, "env_vars must be an object")
+        env_vars = {str(k): "" if v is None else str(v) for k, v in env_vars.items()}
+        if context_id:
+            ctx = self._context(context_id)
+        else:
+            normalize_language(language)
+            ctx = self.registry.default()
+        token = self.headers.get("X-Access-Token")
+
+        out = queue.Queue()
+        ctx.submit(lambda: ctx.execute(code, env_vars, token, out))
+
+        # The status line goes out with the first output line (the
+        # execution's number, once the kernel has taken the code), or after
+        # HEADERS_DELAY_SECONDS while the kernel is busy. Answering at once
+        # races the host proxy (Go's httputil.ReverseProxy): its transport
+        # may still be reading the request body to EOF when the headers
+        # come back, and Go's server then discards and closes that body,
+        # which fails the proxied request (about 1 execution in 100).
+        try:
+            item = out.get(timeout=HEADERS_DELAY_SECONDS)
+        except queue.Empty:
+            item = None
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Accel-Buffering", "no")
+        self.end_headers()
+        while True:
+            if item is None:
+                try:
+                    item = out.get(timeout=KEEPALIVE_SECONDS)
+                except queue.Empty:
+                    item = {"type": "keepalive"}
+            if item is Context.END:
+                self._chunk({"type": "end_of_execution"})
+                break
+            self._chunk(item)
+            item = None
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _chunk(self, obj):
+        line = (json.dumps(obj, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+        self.wfile.flush()
+
+
+def exact(path):
+    return lambda p: () if p == path else None
+
+
+def context_route(suffix):
+    """Matches /contexts/{id}<suffix>."""
+
+    def match(p):
+        if not p.startswith("/contexts/") or not p.endswith(suffix):
+            return None
+        context_id = p[len("/contexts/"): len(p) - len(suffix)]
+        if not context_id or "/" in context_id:
+            return None
+        return (context_id,)
+
+    return match
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=49999)
+    parser.add_argument("--cwd", default="/home/user", help="working directory of the default context")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        stream=sys.stderr,
+        format="code-interpreter: %(levelname)s %(message)s",
+    )
+    for noisy in ("traitlets", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    registry = Registry(args.cwd)
+    started = time.monotonic()
+    registry.default()  # the kernel is up before the port opens
+    log.info("default python context ready in %.1fs", time.monotonic() - started)
+
+    Handler.registry = registry
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+    log.info("listening on %s:%d", args.host, args.port)
+
+    def stop(signum, _frame):
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever()
+    finally:
+        for c in list(registry.contexts.values()):
+            try:
+                c.kill_kernel("ServerStopped")
+            except Exception:  # noqa: BLE001
+                pass
+
+
+if __name__ == "__main__":
+    main()
