@@ -131,6 +131,8 @@ type ControlPlane struct {
 	// lastActive is when each sandbox last saw an API call, agent call or
 	// process output; idle suspend reads it.
 	lastActive map[string]time.Time
+	// eventsMu serialises appends to the event history in the store.
+	eventsMu sync.Mutex
 }
 
 // record is the persisted sandbox plus its in-memory lock.

@@ -17,8 +17,10 @@ func (cp *ControlPlane) recordEvent(id string, ev Event) {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
+	// Its own lock: the read-modify-write of the history is disk I/O and
+	// must not hold up every other request behind cp.mu.
+	cp.eventsMu.Lock()
+	defer cp.eventsMu.Unlock()
 	var events []Event
 	_ = cp.cfg.Store.Get(eventBucket, id, &events)
 	events = append(events, ev)

@@ -54,7 +54,7 @@ func (cp *ControlPlane) locked(id string, fn func(r *record) error) (Sandbox, er
 }
 
 func (cp *ControlPlane) limits(s Sandbox) runtime.Limits {
-	return runtime.Limits{VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, Pids: cp.cfg.Defaults.Pids}
+	return cp.poolLimits(s.VCPUs, s.MemoryMB, s.DiskMB).Limits
 }
 
 func (cp *ControlPlane) suspendImage(id string) string {
