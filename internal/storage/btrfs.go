@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -25,6 +26,12 @@ type btrfsBackend struct {
 	root   string
 	quotas bool
 	logf   func(string, ...any)
+	// qgroupState is the kernel's sysfs directory for this filesystem's
+	// quota state ("" when the kernel has none).
+	qgroupState string
+	// rescanMu lets one caller rebuild inconsistent quota numbers while
+	// the others wait for the result.
+	rescanMu sync.Mutex
 }
 
 func newBtrfsBackend(ctx context.Context, root string, logf func(string, ...any)) *btrfsBackend {
@@ -34,10 +41,7 @@ func newBtrfsBackend(ctx context.Context, root string, logf func(string, ...any)
 		return b
 	}
 	b.quotas = true
-	// Enabling starts a rescan; usage numbers are wrong until it ends.
-	if _, err := run(ctx, "btrfs", "quota", "rescan", "-W", root); err != nil {
-		logf("storage: waiting for quota rescan: %v", err)
-	}
+	b.qgroupState = qgroupStateDir(ctx, root)
 	// Qgroups of subvolumes deleted before a crash linger; drop them.
 	if _, err := run(ctx, "btrfs", "qgroup", "clear-stale", root); err != nil {
 		if busy := strings.Count(err.Error(), "Device or resource busy"); busy > 0 {
@@ -47,7 +51,84 @@ func newBtrfsBackend(ctx context.Context, root string, logf func(string, ...any)
 			logf("storage: clearing stale qgroups: %v", err)
 		}
 	}
+	if b.qgroupState != "" {
+		// Dropping a deleted sandbox's tree must keep the numbers exact:
+		// above this level the kernel skips the work and marks every
+		// qgroup inconsistent instead, which switches accounting (and so
+		// every limit) off until a rescan.
+		_ = os.WriteFile(filepath.Join(b.qgroupState, "drop_subtree_threshold"), []byte(strconv.Itoa(maxTreeLevel)), 0o644)
+	}
+	// Enabling starts a rescan (-W waits for one without starting it), and
+	// clear-stale may leave the numbers inconsistent.
+	if _, err := run(ctx, "btrfs", "quota", "rescan", "-W", root); err != nil {
+		logf("storage: waiting for quota rescan: %v", err)
+	}
+	if err := b.ensureAccounting(ctx); err != nil {
+		logf("storage: WARNING: %v; sandbox disk limits may not hold until it succeeds", err)
+	}
 	return b
+}
+
+// maxTreeLevel is BTRFS_MAX_LEVEL: no tree is this deep, so a subtree
+// threshold of it means "always account".
+const maxTreeLevel = 8
+
+// qgroupStateDir finds /sys/fs/btrfs/<fsid>/qgroups for the filesystem at
+// root; kernels that stop accounting on inconsistency all have it.
+func qgroupStateDir(ctx context.Context, root string) string {
+	out, err := run(ctx, "btrfs", "filesystem", "show", root)
+	if err != nil {
+		return ""
+	}
+	_, rest, ok := strings.Cut(string(out), "uuid: ")
+	if !ok {
+		return ""
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 {
+		return ""
+	}
+	dir := filepath.Join("/sys/fs/btrfs", fields[0], "qgroups")
+	if _, err := os.Stat(filepath.Join(dir, "inconsistent")); err != nil {
+		return ""
+	}
+	return dir
+}
+
+// accountingInconsistent reports whether the kernel has marked the quota
+// numbers inconsistent. While they are, btrfs stops accounting writes, so
+// no limit trips.
+func (b *btrfsBackend) accountingInconsistent() bool {
+	if b.qgroupState == "" {
+		return false
+	}
+	v, err := os.ReadFile(filepath.Join(b.qgroupState, "inconsistent"))
+	return err == nil && strings.TrimSpace(string(v)) == "1"
+}
+
+// ensureAccounting rebuilds the quota numbers when the kernel has given up
+// on them, so that a limit set afterwards holds.
+func (b *btrfsBackend) ensureAccounting(ctx context.Context) error {
+	if !b.accountingInconsistent() {
+		return nil
+	}
+	b.rescanMu.Lock()
+	defer b.rescanMu.Unlock()
+	if !b.accountingInconsistent() {
+		return nil // another caller's rescan fixed it
+	}
+	b.logf("storage: btrfs marked its quota numbers inconsistent (limits were not enforced); rescanning")
+	// -w starts a rescan and waits for it; it fails when one is already
+	// running, and -W then waits for that one.
+	if _, err := run(ctx, "btrfs", "quota", "rescan", "-w", b.root); err != nil {
+		if _, werr := run(ctx, "btrfs", "quota", "rescan", "-W", b.root); werr != nil {
+			return fmt.Errorf("rescan quotas: %w", err)
+		}
+	}
+	if b.accountingInconsistent() {
+		return errors.New("quota numbers are still inconsistent after a rescan")
+	}
+	return nil
 }
 
 func (b *btrfsBackend) kind() string { return KindBtrfs }
@@ -95,7 +176,6 @@ func (b *btrfsBackend) remove(p string) error {
 // it writable, deletes the nested ones depth-first and retries.
 func (b *btrfsBackend) removeSubvolume(p string) error {
 	ctx := context.Background()
-	id, idErr := rootID(ctx, p)
 	if _, err := run(ctx, "btrfs", "subvolume", "delete", p); err != nil {
 		nested, werr := nestedSubvolumes(p)
 		if werr != nil || len(nested) == 0 {
@@ -113,12 +193,10 @@ func (b *btrfsBackend) removeSubvolume(p string) error {
 			return err
 		}
 	}
-	if b.quotas && idErr == nil {
-		// Best effort: the kernel refuses while the cleaner still drops the
-		// tree (newer kernels then remove it themselves); clear-stale at the
-		// next Open catches the rest.
-		_, _ = run(ctx, "btrfs", "qgroup", "destroy", "0/"+strconv.FormatUint(id, 10), b.root)
-	}
+	// The qgroup stays: the kernel removes it once the cleaner has dropped
+	// the tree (clear-stale at the next Open does on older kernels).
+	// Destroying it here would either be refused or, if it still showed
+	// usage, mark every qgroup inconsistent and switch limits off.
 	return nil
 }
 
@@ -128,6 +206,9 @@ func (b *btrfsBackend) setLimit(p string, bytes int64) error {
 	}
 	if !isSubvolume(p) {
 		return fmt.Errorf("%s is not a volume", p)
+	}
+	if err := b.ensureAccounting(context.Background()); err != nil {
+		return fmt.Errorf("limit %s: %w", p, err)
 	}
 	size := "none"
 	if bytes > 0 {

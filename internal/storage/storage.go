@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -349,6 +350,29 @@ func (p *Pool) Sync(name string) error {
 		return fmt.Errorf("sync volume %s: %w", name, err)
 	}
 	return nil
+}
+
+// WatchQuotas rebuilds the quota numbers whenever the kernel marks them
+// inconsistent, until ctx ends. From that moment btrfs stops accounting and
+// no volume's limit holds, so running sandboxes need the check as much as
+// new ones (SetLimit makes it too). A no-op without btrfs quotas.
+func (p *Pool) WatchQuotas(ctx context.Context, every time.Duration) {
+	b, ok := p.backend.(*btrfsBackend)
+	if !ok || !b.quotas {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := b.ensureAccounting(ctx); err != nil && ctx.Err() == nil {
+				p.logf("storage: %v", err)
+			}
+		}
+	}
 }
 
 // Close releases the pool. It deliberately leaves the loop image mounted:

@@ -386,3 +386,51 @@ func TestFallbackToCopyWhenMkfsFails(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Btrfs stops all qgroup accounting once it marks its numbers inconsistent
+// (removing a qgroup that still shows usage, a snapshot it cannot account
+// for quickly, dropping a deep shared tree), and a limit then never trips.
+// The pool must notice and have the numbers rebuilt before relying on one.
+func TestQuotaEnforcedAfterAccountingWentInconsistent(t *testing.T) {
+	p, _ := openTestPool(t)
+	if _, err := p.Create("templates/t"); err != nil {
+		t.Fatal(err)
+	}
+	// A snapshot assigned to a higher-level qgroup is one the kernel
+	// cannot account for quickly; it marks the numbers inconsistent.
+	root := p.Root()
+	if out, err := exec.Command("btrfs", "qgroup", "create", "1/100", root).CombinedOutput(); err != nil {
+		t.Fatalf("qgroup create: %v: %s", err, out)
+	}
+	if out, err := exec.Command("btrfs", "subvolume", "snapshot", "-i", "1/100",
+		filepath.Join(root, "templates/t"), filepath.Join(root, "templates/t2")).CombinedOutput(); err != nil {
+		t.Fatalf("snapshot: %v: %s", err, out)
+	}
+	if !quotaInconsistent(t, p) {
+		t.Skip("this kernel accounted the snapshot without going inconsistent; nothing to test")
+	}
+	dir, err := p.Snapshot("templates/t", "sandboxes/s1/rootfs", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 16 << 20
+	if err := p.SetLimit("sandboxes/s1/rootfs", limit); err != nil {
+		t.Fatal(err)
+	}
+	if quotaInconsistent(t, p) {
+		t.Fatal("SetLimit returned while qgroup accounting was still inconsistent")
+	}
+	err = os.WriteFile(filepath.Join(dir, "big"), bytes.Repeat([]byte{1}, 64<<20), 0o644)
+	if !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("writing 64 MiB under a 16 MiB limit: %v, want EDQUOT", err)
+	}
+}
+
+func quotaInconsistent(t *testing.T, p *Pool) bool {
+	t.Helper()
+	out, err := exec.Command("btrfs", "qgroup", "show", p.Root()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qgroup show: %v: %s", err, out)
+	}
+	return bytes.Contains(out, []byte("inconsistent"))
+}
