@@ -104,6 +104,10 @@ type Server struct {
 	compat    compatServers // E2B API and sandbox proxy (e2b.go)
 }
 
+// quotaCheckInterval is how often the volume pool checks that btrfs still
+// accounts disk usage; between a lapse and its repair limits do not hold.
+const quotaCheckInterval = 5 * time.Second
+
 // Start brings the server up and returns once it accepts requests.
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Logger == nil {
@@ -201,6 +205,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	go s.cp.Run(runCtx)
+	go s.pool.WatchQuotas(runCtx, quotaCheckInterval)
 	go nd.Watch(runCtx, s.cp.Died)
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
