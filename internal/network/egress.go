@@ -44,6 +44,9 @@ type EgressConfig struct {
 	// AllowPrivate are private ranges the operator lets sandboxes reach
 	// (still subject to each sandbox's policy).
 	AllowPrivate []netip.Prefix
+	// Limits bound every sandbox's bandwidth and connections (limits.go);
+	// a sandbox's policy may only tighten them.
+	Limits Limits
 }
 
 // Egress connects slots to the host's network and enforces each sandbox's
@@ -102,6 +105,9 @@ func (e *Egress) Apply(s *Slot, p Policy) error {
 	}
 	if err := e.ensureUplink(s); err != nil {
 		return fmt.Errorf("slot %s: uplink: %w", s.Name, err)
+	}
+	if err := e.applyLimits(s, p.Limits); err != nil {
+		return fmt.Errorf("slot %s: limits: %w", s.Name, err)
 	}
 	return inNamespace(s.GatewayNS, func() error {
 		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)

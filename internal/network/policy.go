@@ -24,6 +24,9 @@ type Policy struct {
 	// allowed.
 	Allow []netip.Prefix
 	Deny  []netip.Prefix
+	// Limits are the sandbox's own bandwidth and connection bounds
+	// (limits.go); the node's (EgressConfig.Limits) still cap them.
+	Limits Limits
 }
 
 // alwaysBlocked are destinations no policy can open: this network, loopback,
