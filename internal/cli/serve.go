@@ -38,6 +38,8 @@ the server stops; a restarted server adopts them.`)
 	fs.DurationVar(&cfg.Defaults.SnapshotRetention, "snapshot-retention", cfg.Defaults.SnapshotRetention, "keep rolling snapshots this long (default for sandboxes that name none)")
 	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", cfg.MemoryOvercommit, "sum of sandbox memory limits allowed, as a multiple of host memory (0: unlimited)")
 	uplinkPool := fs.String("uplink-pool", cfg.Network.UplinkPool.String(), "IPv4 range sandbox uplinks are numbered from, a /30 each (\"none\": sandboxes get no network)")
+	fs.IntVar(&cfg.Defaults.BandwidthMbit, "sandbox-bandwidth-mbit", cfg.Defaults.BandwidthMbit, "bandwidth of each sandbox's network in Mbit/s, each way (0: unlimited); create requests may ask for less")
+	fs.IntVar(&cfg.Defaults.MaxConnections, "sandbox-max-connections", cfg.Defaults.MaxConnections, "connections each sandbox may have open at once (0: unlimited); create requests may ask for fewer")
 	allowPrivate := fs.String("allow-private", "", "private IPv4 ranges sandboxes may reach, comma-separated CIDRs (default: none)")
 	pools := fs.String("pool", "base=2", "warm pool sizes by template, e.g. base=2,minimal=1 (sizes set through the API win)")
 	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
@@ -51,6 +53,9 @@ the server stops; a restarted server adopts them.`)
 		}
 	}
 	cfg.VolumeImageBytes = *imageGiB << 30
+	if cfg.Defaults.BandwidthMbit < 0 || cfg.Defaults.MaxConnections < 0 {
+		return fs.usageErrorf("--sandbox-bandwidth-mbit and --sandbox-max-connections must be 0 (unlimited) or positive")
+	}
 	if err := parseNetworkFlags(&cfg, *uplinkPool, *allowPrivate); err != nil {
 		return fs.usageErrorf("%v", err)
 	}

@@ -63,6 +63,7 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 	for i := 0; i < count; i++ {
 		r, err := cp.admit(req, src.Template, src.TemplateID, func(s *Sandbox) {
 			s.BranchOf = src.ID
+			s.Traffic = src.Traffic.forBranch()
 			s.Metadata = maps.Clone(src.Metadata)
 		})
 		if err != nil {

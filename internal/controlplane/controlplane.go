@@ -103,6 +103,9 @@ type Defaults struct {
 	SuspendedRetention time.Duration
 	// SnapshotRetention is how long rolling snapshots are kept.
 	SnapshotRetention time.Duration
+	// BandwidthMbit and MaxConnections are every sandbox's network limits
+	// (0: unlimited); a create request may only lower them.
+	BandwidthMbit, MaxConnections int
 }
 
 // Config wires a control plane.
@@ -179,6 +182,9 @@ type Sandbox struct {
 	LastSnapshotAt *time.Time `json:"last_snapshot_at,omitempty"`
 	// Network is the egress policy (network.go); nil is the default.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Traffic is the exposed ports' token and the network limits
+	// (traffic.go); nil is public and the node's limits.
+	Traffic *Traffic `json:"traffic,omitempty"`
 }
 
 // Lifecycle holds a sandbox's lifetime settings; its wire form is the
@@ -192,8 +198,8 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, Env: s.Env, Metadata: s.Metadata,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, AccessToken: s.AccessToken,
 		SuspendedAt: s.SuspendedAt, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
-		Network:   s.Network.api(),
-		Lifecycle: s.Lifecycle,
+		Network:   s.Traffic.view(s.Network.api()),
+		Lifecycle: s.Lifecycle, TrafficAccessToken: s.TrafficToken(),
 	}
 }
 

@@ -99,7 +99,7 @@ func (s Sandbox) policy() network.Policy {
 	}
 	allow, _ := network.ParsePrefixes(p.Allow) // validated when stored
 	deny, _ := network.ParsePrefixes(p.Deny)
-	return network.Policy{Offline: p.Offline, AllowInternet: p.AllowInternet, Allow: allow, Deny: deny}
+	return network.Policy{Offline: p.Offline, AllowInternet: p.AllowInternet, Allow: allow, Deny: deny, Limits: s.Traffic.limits()}
 }
 
 // api returns the policy in its public form.
@@ -124,6 +124,9 @@ func (p *NetworkPolicy) api() *apiv1.NetworkPolicy {
 func (cp *ControlPlane) SetNetwork(ctx context.Context, id string, req apiv1.NetworkPolicy) (Sandbox, error) {
 	p, err := checkNetwork(&req)
 	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := cp.checkTrafficUnchanged(id, req); err != nil {
 		return Sandbox{}, err
 	}
 	return cp.locked(id, func(r *record) error {

@@ -79,6 +79,7 @@ func DefaultConfig() Config {
 			Template: "base", VCPUs: 1, MemoryMB: 512, DiskMB: 4096, Pids: 4096,
 			TimeoutS: 300, Retention: 10 * time.Minute,
 			IdleSuspendS: 6 * 3600, SuspendedRetention: 7 * 24 * time.Hour, SnapshotRetention: 7 * 24 * time.Hour,
+			BandwidthMbit: 200, MaxConnections: 1024,
 		},
 		MemoryOvercommit:   8,
 		SessionOutputLimit: 8 << 20,
@@ -159,6 +160,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	var egress *network.Egress
+	// The node enforces the limits on every sandbox, whatever its record
+	// says; the control plane only lets a create request lower them.
+	cfg.Network.Limits = network.Limits{BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections}
 	if cfg.Network.UplinkPool.IsValid() {
 		if egress, err = network.NewEgress(cfg.Network); err != nil {
 			return nil, err

@@ -26,6 +26,17 @@ type NetworkPolicy struct {
 	// DNS gateway and refused for now.
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
+	// AllowPublicTraffic lets anyone who reaches the sandbox proxy reach
+	// the sandbox's exposed ports (default true). When false, requests to
+	// them must carry the sandbox's traffic_access_token in the
+	// E2b-Traffic-Access-Token header. Chosen at create time.
+	AllowPublicTraffic *bool `json:"allow_public_traffic,omitempty"`
+	// BandwidthMbit (each way) and MaxConnections (open at once) lower the
+	// server's per-sandbox limits for this sandbox; 0 keeps the server's.
+	// A sandbox's view shows the limits in effect, 0 meaning unlimited.
+	// Chosen at create time.
+	BandwidthMbit  int `json:"bandwidth_mbit,omitempty"`
+	MaxConnections int `json:"max_connections,omitempty"`
 }
 
 // UnmarshalJSON accepts the object form and the shorthand string "none".

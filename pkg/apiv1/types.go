@@ -95,6 +95,10 @@ type Sandbox struct {
 	Recovered string `json:"recovered,omitempty"`
 	// Network is the sandbox's egress policy in effect.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// TrafficAccessToken must accompany requests to the sandbox's exposed
+	// ports (header E2b-Traffic-Access-Token) when it was created with
+	// network.allow_public_traffic false.
+	TrafficAccessToken string `json:"traffic_access_token,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -1,0 +1,126 @@
+package controlplane
+
+import (
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// Traffic is who may reach a sandbox's exposed ports and how much of the
+// node's network it may use. All of it is chosen at create time: a token
+// handed out cannot be taken back by turning traffic public and private
+// again, and limits are what the sandbox was admitted with.
+type Traffic struct {
+	// Token must accompany requests to the sandbox's exposed ports
+	// through the proxy; empty means they are public.
+	Token string `json:"token,omitempty"`
+	// BandwidthMbit and MaxConnections are the limits in effect (0:
+	// unlimited): the server's, lowered by the create request. The node
+	// caps them with its own limits again when it applies them.
+	BandwidthMbit  int `json:"bandwidth_mbit,omitempty"`
+	MaxConnections int `json:"max_connections,omitempty"`
+}
+
+// checkTraffic validates the traffic settings of a create request: limits
+// may lower the server's, never raise them.
+func (cp *ControlPlane) checkTraffic(req *apiv1.NetworkPolicy) error {
+	if req == nil {
+		return nil
+	}
+	d := cp.cfg.Defaults
+	for _, l := range []struct {
+		name            string
+		asked, server   int
+		unit, serverArg string
+	}{
+		{"bandwidth_mbit", req.BandwidthMbit, d.BandwidthMbit, "Mbit/s", "--sandbox-bandwidth-mbit"},
+		{"max_connections", req.MaxConnections, d.MaxConnections, "connections", "--sandbox-max-connections"},
+	} {
+		switch {
+		case l.asked < 0:
+			return invalid("network.%s must be positive (or 0 for the server's limit), got %d", l.name, l.asked)
+		case l.server > 0 && l.asked > l.server:
+			return invalid("network.%s %d exceeds the server's limit of %d %s per sandbox (space serve %s)",
+				l.name, l.asked, l.server, l.unit, l.serverArg)
+		}
+	}
+	return nil
+}
+
+// trafficOf resolves a validated create request's traffic settings.
+func (cp *ControlPlane) trafficOf(req *apiv1.NetworkPolicy) *Traffic {
+	d := cp.cfg.Defaults
+	server := network.Limits{BandwidthMbit: d.BandwidthMbit, MaxConnections: d.MaxConnections}
+	var asked network.Limits
+	t := &Traffic{}
+	if req != nil {
+		asked = network.Limits{BandwidthMbit: req.BandwidthMbit, MaxConnections: req.MaxConnections}
+		if req.AllowPublicTraffic != nil && !*req.AllowPublicTraffic {
+			t.Token = newToken()
+		}
+	}
+	l := server.Tighter(asked)
+	t.BandwidthMbit, t.MaxConnections = l.BandwidthMbit, l.MaxConnections
+	return t
+}
+
+// forBranch is a branch's copy of its source's settings: the same limits
+// and, if the source's ports are private, a token of its own, so that
+// handing out one branch's token opens no other sandbox.
+func (t *Traffic) forBranch() *Traffic {
+	if t == nil {
+		return nil
+	}
+	out := *t
+	if out.Token != "" {
+		out.Token = newToken()
+	}
+	return &out
+}
+
+// limits are the sandbox's limits in the node's terms. A record without
+// traffic settings (created before they existed) has none of its own and
+// gets the node's.
+func (t *Traffic) limits() network.Limits {
+	if t == nil {
+		return network.Limits{}
+	}
+	return network.Limits{BandwidthMbit: t.BandwidthMbit, MaxConnections: t.MaxConnections}
+}
+
+// TrafficToken is the token requests to the sandbox's exposed ports must
+// carry; "" when they are public.
+func (s Sandbox) TrafficToken() string {
+	if s.Traffic == nil {
+		return ""
+	}
+	return s.Traffic.Token
+}
+
+// view adds the traffic settings to a sandbox's public policy.
+func (t *Traffic) view(p *apiv1.NetworkPolicy) *apiv1.NetworkPolicy {
+	public := t == nil || t.Token == ""
+	p.AllowPublicTraffic = &public
+	l := t.limits()
+	p.BandwidthMbit, p.MaxConnections = l.BandwidthMbit, l.MaxConnections
+	return p
+}
+
+// checkTrafficUnchanged refuses a policy change that would change what is
+// chosen at create time. Repeating the values in effect is allowed, so a
+// client may send back the policy it read.
+func (cp *ControlPlane) checkTrafficUnchanged(id string, req apiv1.NetworkPolicy) error {
+	s, err := cp.Get(id)
+	if err != nil {
+		return err
+	}
+	current := s.Traffic.view(&apiv1.NetworkPolicy{})
+	switch {
+	case req.AllowPublicTraffic != nil && *req.AllowPublicTraffic != *current.AllowPublicTraffic:
+		return invalid("network.allow_public_traffic is chosen when the sandbox is created and cannot be changed")
+	case req.BandwidthMbit != 0 && req.BandwidthMbit != current.BandwidthMbit:
+		return invalid("network.bandwidth_mbit is chosen when the sandbox is created and cannot be changed (it is %d)", current.BandwidthMbit)
+	case req.MaxConnections != 0 && req.MaxConnections != current.MaxConnections:
+		return invalid("network.max_connections is chosen when the sandbox is created and cannot be changed (it is %d)", current.MaxConnections)
+	}
+	return nil
+}
