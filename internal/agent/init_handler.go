@@ -106,6 +106,9 @@ func (a *Agent) applySystemSettings(hostname *string, entropy []byte, clock time
 		if err := mapHostname(filepath.Join(a.cfg.RootDir, "etc", "hosts"), *hostname); err != nil {
 			a.log.Warn("map hostname in /etc/hosts", "err", err)
 		}
+		if err := pointResolver(filepath.Join(a.cfg.RootDir, "etc", "resolv.conf")); err != nil {
+			a.log.Warn("point /etc/resolv.conf at the gateway", "err", err)
+		}
 	}
 	if len(entropy) > 0 {
 		if f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0); err == nil {
@@ -152,6 +155,39 @@ func mapHostname(path, hostname string) error {
 	lines = append(lines, "127.0.1.1\t"+hostname+" "+hostsMarker)
 	tmp := path + ".space-tmp"
 	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// gatewayResolver is the sandbox's gateway (network.GatewayAddr), whose
+// resolver answers by the sandbox's egress policy. DNS sent elsewhere is
+// redirected there too, but a nameserver on loopback (or none: libc then
+// asks 127.0.0.1) would never leave the sandbox.
+const gatewayResolver = "169.254.0.22"
+
+// pointResolver makes the gateway the only nameserver, keeping the file's
+// other settings (search, options).
+func pointResolver(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	want := "nameserver " + gatewayResolver
+	lines := []string{want}
+	for _, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "nameserver" || line == "" || strings.HasPrefix(line, "# placeholder") {
+			continue
+		}
+		lines = append(lines, line)
+	}
+	out := strings.Join(lines, "\n") + "\n"
+	if string(data) == out {
+		return nil
+	}
+	tmp := path + ".space-tmp"
+	if err := os.WriteFile(tmp, []byte(out), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

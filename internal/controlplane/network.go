@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -14,11 +15,6 @@ import (
 
 // maxNetworkRules bounds the allow and deny lists of one policy.
 const maxNetworkRules = 256
-
-// errDomainRules is the answer to a policy naming domains: they need the
-// DNS gateway of a later phase, and accepting them silently would let
-// traffic through that the caller meant to restrict (or the reverse).
-const errDomainRules = "domain rules need the DNS gateway (not available yet)"
 
 // NetworkPolicy is a sandbox's persisted egress policy. A record without
 // one (created before policies existed) gets the default: the internet,
@@ -57,18 +53,37 @@ func checkNetwork(req *apiv1.NetworkPolicy) (*NetworkPolicy, error) {
 		}
 		for _, e := range list.in {
 			if looksLikeDomain(e) {
-				return nil, invalid("network.%s: %q: %s", list.name, e, errDomainRules)
+				d, err := network.ParseDomain(e)
+				if err != nil {
+					return nil, invalid("network.%s: %v", list.name, err)
+				}
+				*list.out = append(*list.out, d)
+				continue
 			}
-		}
-		prefixes, err := network.ParsePrefixes(list.in)
-		if err != nil {
-			return nil, invalid("network.%s: %v", list.name, err)
-		}
-		for _, pr := range prefixes {
-			*list.out = append(*list.out, pr.String())
+			prefixes, err := network.ParsePrefixes([]string{e})
+			if err != nil {
+				return nil, invalid("network.%s: %v", list.name, err)
+			}
+			*list.out = append(*list.out, prefixes[0].String())
 		}
 	}
 	return p, nil
+}
+
+// splitRules separates stored rules into address ranges and domains.
+// Stored rules were validated, so anything that is not a range is a
+// domain.
+func splitRules(rules []string) (prefixes []netip.Prefix, domains []string) {
+	for _, r := range rules {
+		if looksLikeDomain(r) {
+			domains = append(domains, r)
+			continue
+		}
+		if ps, err := network.ParsePrefixes([]string{r}); err == nil {
+			prefixes = append(prefixes, ps...)
+		}
+	}
+	return prefixes, domains
 }
 
 // looksLikeDomain tells a domain rule ("example.com", "*.example.com") from
@@ -97,9 +112,15 @@ func (s Sandbox) policy() network.Policy {
 	if p == nil {
 		p = &NetworkPolicy{AllowInternet: true}
 	}
-	allow, _ := network.ParsePrefixes(p.Allow) // validated when stored
-	deny, _ := network.ParsePrefixes(p.Deny)
-	return network.Policy{Offline: p.Offline, AllowInternet: p.AllowInternet, Allow: allow, Deny: deny, Limits: s.Traffic.limits()}
+	allow, allowDomains := splitRules(p.Allow)
+	deny, denyDomains := splitRules(p.Deny)
+	return network.Policy{
+		Offline: p.Offline, AllowInternet: p.AllowInternet,
+		Allow: allow, Deny: deny, AllowDomains: allowDomains, DenyDomains: denyDomains,
+		Limits: s.Traffic.limits(),
+		// Credential rules need HTTPS through the gateway's interceptor.
+		InspectHTTP: len(s.Credentials) > 0,
+	}
 }
 
 // api returns the policy in its public form.
@@ -149,4 +170,17 @@ func (cp *ControlPlane) SetNetwork(ctx context.Context, id string, req apiv1.Net
 		cp.recordEvent(id, Event{Type: "network", Message: "network policy changed"})
 		return nil
 	})
+}
+
+// EventNetworkDenied is the event type of a connection or DNS lookup the
+// sandbox's egress policy refused.
+const EventNetworkDenied = "network.denied"
+
+// NetworkDenied records that the sandbox's egress policy refused something
+// (the node's gateway reports it, already rate limited per sandbox).
+func (cp *ControlPlane) NetworkDenied(id, message string) {
+	if _, err := cp.lookup(id); err != nil {
+		return // gone, or a pooled sandbox not yet known
+	}
+	cp.recordEvent(id, Event{Type: EventNetworkDenied, Message: "denied: " + message})
 }

@@ -71,7 +71,7 @@ func TestGatewayRulesShape(t *testing.T) {
 	// Without the internet the sandbox chain must end in a refusal.
 	chain := rules[strings.Index(rules, "chain from_sandbox"):]
 	chain = chain[:strings.Index(chain, "}")]
-	if !strings.HasSuffix(strings.TrimSpace(chain), "goto refuse") {
+	if !strings.HasSuffix(strings.TrimSpace(chain), "goto denied") {
 		t.Errorf("from_sandbox does not end in a refusal:\n%s", chain)
 	}
 	if strings.Contains(gatewayRules(Policy{Offline: true, AllowInternet: true}, testPool, nil), "\t\taccept\n") {
@@ -92,6 +92,7 @@ func TestRulesetsLoad(t *testing.T) {
 	for _, p := range []Policy{
 		{}, {Offline: true}, {AllowInternet: true},
 		{AllowInternet: true, Deny: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("203.0.113.9/32")}},
+		{AllowDomains: []string{"example.com", "*.example.org"}}, {AllowInternet: true, InspectHTTP: true},
 	} {
 		if err := loadRules(s.GatewayNS, gatewayRules(p, testPool, allowPrivate)); err != nil {
 			t.Fatalf("%+v: %v", p, err)

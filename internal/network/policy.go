@@ -27,7 +27,49 @@ type Policy struct {
 	// Limits are the sandbox's own bandwidth and connection bounds
 	// (limits.go); the node's (EgressConfig.Limits) still cap them.
 	Limits Limits
+	// AllowDomains and DenyDomains are names ("example.com") and wildcards
+	// ("*.example.com", any name below example.com but not example.com
+	// itself), lower-case. The gateway's resolver and proxy enforce them;
+	// see internal/gateway. DenyDomains wins over AllowDomains and over
+	// AllowInternet.
+	AllowDomains []string
+	DenyDomains  []string
+	// InspectHTTP sends the sandbox's HTTP and HTTPS connections (ports 80
+	// and 443) through the gateway's proxy even without domain rules, for
+	// sandboxes whose requests the gateway must see (credential rules).
+	InspectHTTP bool
 }
+
+// HasDomainRules reports whether the policy names domains, which routes
+// the sandbox's web traffic through the gateway's proxy.
+func (p Policy) HasDomainRules() bool {
+	return len(p.AllowDomains) > 0 || len(p.DenyDomains) > 0
+}
+
+// Ports of the gateway's own services on GatewayAddr. Every DNS packet the
+// sandbox sends, whatever its destination, is redirected to ResolverPort;
+// when the proxy is in use, TCP 80 goes to HTTPProxyPort and TCP 443 to
+// TLSProxyPort.
+const (
+	ResolverPort  = 53
+	HTTPProxyPort = 15080
+	TLSProxyPort  = 15443
+)
+
+// DenyLogGroup is the NFLOG group, in each gateway namespace, that
+// connections refused by address are logged to (rate limited).
+const DenyLogGroup = 7
+
+// DNSAllowedSet is the gateway's nftables set (in table inet space) of
+// addresses the resolver answered for an allowed name; it opens them to
+// the sandbox until the element's timeout.
+const DNSAllowedSet = "dns_allowed"
+
+// TableFamily and TableName name the gateway's nftables table.
+const (
+	TableFamily = tableFamily
+	TableName   = tableName
+)
 
 // alwaysBlocked are destinations no policy can open: this network, loopback,
 // link-local (cloud metadata lives at 169.254.169.254), multicast and the
@@ -146,6 +188,9 @@ func gatewayRules(p Policy, uplinkPool netip.Prefix, allowPrivate []netip.Prefix
 	set("operator_allowed", allowPrivate)
 	set("deny", p.Deny)
 	set("allow", p.Allow)
+	w("\tset %s {", DNSAllowedSet)
+	w("\t\ttype ipv4_addr; flags timeout;")
+	w("\t}")
 
 	// Refusing rather than dropping makes denied connections fail at once.
 	w("\tchain refuse {")
@@ -153,11 +198,38 @@ func gatewayRules(p Policy, uplinkPool netip.Prefix, allowPrivate []netip.Prefix
 	w("\t\treject with icmpx type admin-prohibited")
 	w("\t}")
 
-	// The gateway itself offers the sandbox nothing; only replies on
-	// connections the node opened (the agent channel) come back in.
+	// Refusals by address are also logged to the gateway (which turns them
+	// into sandbox events), at a bounded rate so a sandbox cannot flood it.
+	w("\tchain denied {")
+	w("\t\tlimit rate 20/second burst 40 packets log group %d", DenyLogGroup)
+	w("\t\tgoto refuse")
+	w("\t}")
+
+	// Whatever resolver the sandbox asks, its own gateway answers, so a
+	// name reaches the sandbox only through the policy. With domain rules
+	// web traffic goes to the proxy, which decides by Host / SNI.
+	w("\tchain prerouting {")
+	w("\t\ttype nat hook prerouting priority dstnat; policy accept;")
+	if !p.Offline {
+		w("\t\tiifname %q udp dport 53 dnat ip to %s:%d", gatewayLink, GatewayAddr, ResolverPort)
+		w("\t\tiifname %q tcp dport 53 dnat ip to %s:%d", gatewayLink, GatewayAddr, ResolverPort)
+		if p.HasDomainRules() || p.InspectHTTP {
+			w("\t\tiifname %q tcp dport 80 dnat ip to %s:%d", gatewayLink, GatewayAddr, HTTPProxyPort)
+			w("\t\tiifname %q tcp dport 443 dnat ip to %s:%d", gatewayLink, GatewayAddr, TLSProxyPort)
+		}
+	}
+	w("\t}")
+
+	// The gateway offers the sandbox only its resolver and proxy; otherwise
+	// only replies on connections the node opened (the agent channel) come
+	// back in.
 	w("\tchain input {")
 	w("\t\ttype filter hook input priority filter; policy accept;")
 	w("\t\tiifname %q ct state established,related accept", gatewayLink)
+	if !p.Offline {
+		w("\t\tiifname %q ip daddr %s udp dport %d accept", gatewayLink, GatewayAddr, ResolverPort)
+		w("\t\tiifname %q ip daddr %s tcp dport { %d, %d, %d } accept", gatewayLink, GatewayAddr, ResolverPort, HTTPProxyPort, TLSProxyPort)
+	}
 	w("\t\tiifname %q goto refuse", gatewayLink)
 	w("\t\tiifname %q ct state established,related accept", uplinkLink)
 	w("\t\tiifname %q drop", uplinkLink)
@@ -178,14 +250,18 @@ func gatewayRules(p Policy, uplinkPool netip.Prefix, allowPrivate []netip.Prefix
 		w("\t\tgoto refuse")
 	} else {
 		w("\t\toifname != %q goto refuse", uplinkLink)
-		w("\t\tip daddr @always_blocked goto refuse")
-		w("\t\tip daddr @private ip daddr != @operator_allowed goto refuse")
-		w("\t\tip daddr @deny goto refuse")
+		w("\t\tip daddr @always_blocked goto denied")
+		w("\t\tip daddr @private ip daddr != @operator_allowed goto denied")
+		w("\t\tip daddr @deny goto denied")
 		w("\t\tip daddr @allow accept")
 		if p.AllowInternet {
 			w("\t\taccept")
 		} else {
-			w("\t\tgoto refuse")
+			// Addresses the resolver answered for an allowed name, until
+			// their TTL runs out. Deny and the blocked ranges above still
+			// win over a DNS answer.
+			w("\t\tip daddr @%s accept", DNSAllowedSet)
+			w("\t\tgoto denied")
 		}
 	}
 	w("\t}")
@@ -234,4 +310,95 @@ func hostRules(uplinkPool netip.Prefix) string {
 	chain("postrouting", "type nat hook postrouting priority srcnat",
 		fmt.Sprintf("ip saddr @uplink_pools oifname != %q masquerade", match))
 	return b.String()
+}
+
+// Permits reports whether the policy lets the sandbox connect to addr
+// under the node's configuration, as the gateway rules decide it. byName
+// says the connection is for a name the policy already allowed, which
+// opens any address that is neither blocked, private nor denied; otherwise
+// the address itself must be allowed. The gateway's proxy uses it so that
+// it and the rules agree.
+func (e *Egress) Permits(p Policy, addr netip.Addr, byName bool) bool {
+	addr = addr.Unmap()
+	if p.Offline || !addr.Is4() {
+		return false
+	}
+	if prefixesContain(alwaysBlocked, addr) || e.cfg.UplinkPool.Contains(addr) {
+		return false
+	}
+	if prefixesContain(privateRanges, addr) && !prefixesContain(e.cfg.AllowPrivate, addr) {
+		return false
+	}
+	if prefixesContain(p.Deny, addr) {
+		return false
+	}
+	return byName || p.AllowInternet || prefixesContain(p.Allow, addr)
+}
+
+func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxDomainLen is the longest name DNS can carry (RFC 1035).
+const maxDomainLen = 253
+
+// ParseDomain checks a domain rule, "example.com" or "*.example.com", and
+// returns it lower-cased without a trailing dot. A wildcard stands for any
+// name below the domain, at any depth, but not the domain itself.
+func ParseDomain(entry string) (string, error) {
+	d := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(entry), "."))
+	name := strings.TrimPrefix(d, "*.")
+	if name == "" {
+		return "", fmt.Errorf("%q is not a domain name", entry)
+	}
+	if len(name) > maxDomainLen {
+		return "", fmt.Errorf("%q is longer than %d characters", entry, maxDomainLen)
+	}
+	labels := strings.Split(name, ".")
+	if len(labels) < 2 && d != name {
+		return "", fmt.Errorf("%q: a wildcard needs a domain of at least two labels", entry)
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 {
+			return "", fmt.Errorf("%q: labels must be 1 to 63 characters", entry)
+		}
+		if l[0] == '-' || l[len(l)-1] == '-' {
+			return "", fmt.Errorf("%q: a label may not begin or end with a hyphen", entry)
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				if c == '*' {
+					return "", fmt.Errorf("%q: a wildcard is only allowed as the whole first label (*.example.com)", entry)
+				}
+				return "", fmt.Errorf("%q: %q is not allowed in a domain name", entry, c)
+			}
+		}
+	}
+	if _, err := netip.ParseAddr(name); err == nil {
+		return "", fmt.Errorf("%q is an address, not a domain name", entry)
+	}
+	allDigits := true
+	for _, c := range labels[len(labels)-1] {
+		if c < '0' || c > '9' {
+			allDigits = false
+		}
+	}
+	if allDigits {
+		return "", fmt.Errorf("%q is not a domain name (its last label is numeric)", entry)
+	}
+	return d, nil
+}
+
+// MatchDomain reports whether name (lower-case, no trailing dot) is
+// covered by a rule from ParseDomain.
+func MatchDomain(rule, name string) bool {
+	if suffix, ok := strings.CutPrefix(rule, "*"); ok {
+		return len(name) > len(suffix) && strings.HasSuffix(name, suffix)
+	}
+	return name == rule
 }

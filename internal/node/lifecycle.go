@@ -142,7 +142,7 @@ func (n *Node) releaseRuntime(ctx context.Context, id string) {
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		n.log.Warn("release runtime", "sandbox", id, "err", err)
 	}
-	if err := network.SlotFor(id).Destroy(); err != nil {
+	if err := n.destroySlot(network.SlotFor(id)); err != nil {
 		n.log.Warn("release network slot", "sandbox", id, "err", err)
 	}
 	if sb, err := n.Sandbox(id); err == nil {
@@ -236,7 +236,7 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 		return err
 	}
 	if err := n.applyNetwork(slot, spec.Network); err != nil {
-		_ = slot.Destroy()
+		_ = n.destroySlot(slot)
 		return err
 	}
 	rs := runtime.Spec{
@@ -245,7 +245,7 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 	}
 	if err := n.cfg.Runtime.Restore(ctx, rs, spec.ImageDir); err != nil {
-		_ = slot.Destroy()
+		_ = n.destroySlot(slot)
 		return err
 	}
 	sb, err := n.Sandbox(spec.ID)

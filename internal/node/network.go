@@ -21,7 +21,23 @@ func (n *Node) applyNetwork(slot *network.Slot, p network.Policy) error {
 	if err := n.cfg.Egress.Apply(slot, p); err != nil {
 		return fmt.Errorf("network policy: %w", err)
 	}
+	// After the rules: loading them empties the set of addresses DNS
+	// answers opened, which the gateway refills for the new policy.
+	if n.cfg.Gateway != nil {
+		if err := n.cfg.Gateway.Apply(slot, p); err != nil {
+			return fmt.Errorf("network policy: %w", err)
+		}
+	}
 	return nil
+}
+
+// destroySlot stops the slot's gateway services, whose sockets would
+// otherwise keep its gateway namespace alive, and removes the slot.
+func (n *Node) destroySlot(slot *network.Slot) error {
+	if n.cfg.Gateway != nil {
+		n.cfg.Gateway.Release(slot.Name)
+	}
+	return slot.Destroy()
 }
 
 // SetNetwork replaces the egress policy of a sandbox whose slot exists

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 )
@@ -61,6 +62,9 @@ type Config struct {
 	// Egress connects sandboxes to the host's network under their
 	// policies; nil leaves every sandbox without a way out.
 	Egress *network.Egress
+	// Gateway runs each slot's resolver and egress proxy; nil with Egress
+	// nil.
+	Gateway *gateway.Gateway
 	// OnActivity is told when a sandbox's processes produce output, which
 	// counts as activity for idle suspend.
 	OnActivity func(id string)

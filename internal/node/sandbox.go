@@ -226,7 +226,7 @@ func (n *Node) release(ctx context.Context, id string) error {
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := network.SlotFor(id).Destroy(); err != nil {
+	if err := n.destroySlot(network.SlotFor(id)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := n.cfg.Volumes.Delete(volumeName(id)); err != nil {

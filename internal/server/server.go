@@ -24,6 +24,7 @@ import (
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
@@ -60,6 +61,9 @@ type Config struct {
 	// Network configures sandbox egress; see network.EgressConfig. An
 	// invalid (zero) UplinkPool gives sandboxes no network at all.
 	Network network.EgressConfig
+	// DNSUpstream is the resolver ("host:port") sandboxes' allowed names
+	// are resolved with; empty: the host's first nameserver.
+	DNSUpstream string
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -98,6 +102,7 @@ type Server struct {
 	pool      *storage.Pool
 	templates *template.Manager
 	cp        *controlplane.ControlPlane
+	gateway   *gateway.Gateway
 	http      *http.Server
 	listener  net.Listener
 	cancel    context.CancelFunc
@@ -167,9 +172,22 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		if egress, err = network.NewEgress(cfg.Network); err != nil {
 			return nil, err
 		}
+		upstream := cfg.DNSUpstream
+		if upstream == "" {
+			if upstream, err = gateway.DefaultUpstream(); err != nil {
+				return nil, err
+			}
+		}
+		if s.gateway, err = gateway.New(gateway.Config{
+			Egress: egress, Upstream: upstream, Logger: cfg.Logger,
+			// Denials are reported once sandboxes run, after s.cp is set.
+			OnDenied: func(id, message string) { s.cp.NetworkDenied(id, message) },
+		}); err != nil {
+			return nil, err
+		}
 	}
 	nd, err := node.New(node.Config{
-		Egress:  egress,
+		Egress: egress, Gateway: s.gateway,
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
@@ -272,6 +290,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := errors.Join(s.http.Shutdown(ctx), s.shutdownCompat(ctx))
 	s.cancel()
 	<-s.done
+	if s.gateway != nil {
+		s.gateway.Close()
+	}
 	s.closeStores()
 	return err
 }
