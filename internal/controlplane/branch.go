@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -65,6 +66,8 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 			s.BranchOf = src.ID
 			s.Traffic = src.Traffic.forBranch()
 			s.Metadata = maps.Clone(src.Metadata)
+			// Same placeholders: the branch's processes hold the source's env.
+			s.Credentials = slices.Clone(src.Credentials)
 		})
 		if err != nil {
 			if len(out) == 0 {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
@@ -119,6 +120,8 @@ type Config struct {
 	Metrics   *metrics.Registry
 	// ImagesDir holds checkpoint images (suspend, snapshots, branches).
 	ImagesDir string
+	// Secrets are the secrets credential rules may name.
+	Secrets Secrets
 }
 
 // ControlPlane is the single authority over sandbox state.
@@ -182,6 +185,9 @@ type Sandbox struct {
 	LastSnapshotAt *time.Time `json:"last_snapshot_at,omitempty"`
 	// Network is the egress policy (network.go); nil is the default.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Credentials are the credential rules (credentials.go): secret names
+	// and placeholders, never secret values.
+	Credentials []credentials.Rule `json:"credentials,omitempty"`
 	// Traffic is the exposed ports' token and the network limits
 	// (traffic.go); nil is public and the node's limits.
 	Traffic *Traffic `json:"traffic,omitempty"`
@@ -200,6 +206,7 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		SuspendedAt: s.SuspendedAt, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
 		Network:   s.Traffic.view(s.Network.api()),
 		Lifecycle: s.Lifecycle, TrafficAccessToken: s.TrafficToken(),
+		Credentials: credentialsAPI(s.Credentials),
 	}
 }
 

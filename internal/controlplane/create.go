@@ -147,6 +147,7 @@ func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID str
 	// checkRequest validated the policy already.
 	r.Network, _ = checkNetwork(req.Network)
 	r.Traffic = cp.trafficOf(req.Network)
+	withCredentials(&r.Sandbox, req.Credentials)
 	adjust(&r.Sandbox)
 	cp.mu.Lock()
 	if err := cp.checkCommitment(req.MemoryMB); err != nil {
@@ -177,6 +178,9 @@ func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID str
 func (cp *ControlPlane) checkRequest(req *apiv1.CreateSandboxRequest) error {
 	d, c := cp.cfg.Defaults, cp.cfg.Capacity
 	if _, err := checkNetwork(req.Network); err != nil {
+		return err
+	}
+	if err := cp.checkCredentials(req); err != nil {
 		return err
 	}
 	if err := cp.checkTraffic(req.Network); err != nil {

@@ -57,6 +57,9 @@ type CreateSandboxRequest struct {
 	// Network is the sandbox's egress policy; nil means the internet is
 	// allowed and private ranges are not.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Credentials are the sandbox's credential rules (at most 32); see
+	// CredentialRule. Only admin keys may set them.
+	Credentials []CredentialRule `json:"credentials,omitempty"`
 }
 
 // Lifecycle is a sandbox's lifetime settings.
@@ -95,6 +98,9 @@ type Sandbox struct {
 	Recovered string `json:"recovered,omitempty"`
 	// Network is the sandbox's egress policy in effect.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Credentials are the sandbox's credential rules (secret names, never
+	// values).
+	Credentials []CredentialRule `json:"credentials,omitempty"`
 	// TrafficAccessToken must accompany requests to the sandbox's exposed
 	// ports (header E2b-Traffic-Access-Token) when it was created with
 	// network.allow_public_traffic false.

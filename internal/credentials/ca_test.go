@@ -1,0 +1,102 @@
+package credentials
+
+import (
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCACreatedOnceAndReloaded(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	ca, err := LoadOrCreateCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{caCertFile: 0o644, caKeyFile: 0o600} {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Mode().Perm() != want {
+			t.Errorf("%s has mode %v, want %v", name, info.Mode().Perm(), want)
+		}
+	}
+	if !ca.Certificate().IsCA || ca.Certificate().PublicKeyAlgorithm != x509.ECDSA {
+		t.Fatalf("not an ECDSA CA: %+v", ca.Certificate())
+	}
+	again, err := LoadOrCreateCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fingerprint() != ca.Fingerprint() || len(ca.Fingerprint()) != 64 {
+		t.Fatalf("reload gave another CA: %s vs %s", again.Fingerprint(), ca.Fingerprint())
+	}
+	otherDir := filepath.Join(t.TempDir(), "ca")
+	other, err := LoadOrCreateCA(otherDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Fingerprint() == ca.Fingerprint() {
+		t.Fatal("two installations got the same CA")
+	}
+	// A key that does not belong to the certificate is refused.
+	if err := os.WriteFile(filepath.Join(dir, caKeyFile), mustRead(t, filepath.Join(otherDir, caKeyFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "does not belong") {
+		t.Fatalf("mismatched key: %v", err)
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestLeafVerifiesAgainstCA(t *testing.T) {
+	ca, err := LoadOrCreateCA(filepath.Join(t.TempDir(), "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.CertPEM()) {
+		t.Fatal("CertPEM is not PEM")
+	}
+	leaf, err := ca.Leaf("API.Example.com.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := x509.VerifyOptions{DNSName: "api.example.com", Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	if _, err := leaf.Leaf.Verify(opts); err != nil {
+		t.Fatalf("leaf does not verify: %v", err)
+	}
+	opts.DNSName = "other.example.com"
+	if _, err := leaf.Leaf.Verify(opts); err == nil {
+		t.Fatal("leaf verifies for a name it was not minted for")
+	}
+	if got := leaf.Leaf.NotAfter.Sub(leaf.Leaf.NotBefore); got > leafValidity+time.Hour {
+		t.Errorf("leaf valid for %s", got)
+	}
+	cached, err := ca.Leaf("api.example.com")
+	if err != nil || cached != leaf {
+		t.Fatalf("second Leaf for the same host was not cached (%v)", err)
+	}
+	// Another CA's roots do not accept it.
+	other, err := LoadOrCreateCA(filepath.Join(t.TempDir(), "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherRoots := x509.NewCertPool()
+	otherRoots.AppendCertsFromPEM(other.CertPEM())
+	opts.DNSName, opts.Roots = "api.example.com", otherRoots
+	if _, err := leaf.Leaf.Verify(opts); err == nil {
+		t.Fatal("leaf verifies against another installation's CA")
+	}
+}

@@ -1,0 +1,267 @@
+// Package secrets keeps operator secrets (API tokens and the like) in the
+// state store, encrypted with AES-256-GCM under a key that lives outside
+// it, so a copy of state.db alone reveals no secret. The gateway reads them
+// to inject credentials into sandbox traffic; nothing here ever hands a
+// value to a sandbox or an API response.
+package secrets
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/space-platform/space/internal/store"
+)
+
+const (
+	bucket = "secrets"
+	// checkKey is the record that proves the key at start: a known text
+	// encrypted under the key that encrypted everything else.
+	checkKey  = "\x00key-check"
+	checkText = "space secrets key check"
+	// KeySize is the length of the encryption key (AES-256).
+	KeySize = 32
+	// MaxValueBytes bounds one secret's value.
+	MaxValueBytes = 64 << 10
+)
+
+// Errors callers branch on; returned wrapped.
+var (
+	ErrNotFound = errors.New("secret not found")
+	ErrInvalid  = errors.New("invalid secret")
+	// ErrWrongKey means the key cannot decrypt what is stored: the key
+	// file was replaced or belongs to another installation.
+	ErrWrongKey = errors.New("the secrets key does not match the stored secrets")
+)
+
+var namePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// ValidName checks a secret name: a letter or underscore, then up to 63
+// letters, digits or underscores, so it reads the same in `${NAME}`.
+func ValidName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("%w: name %q must match [A-Za-z_][A-Za-z0-9_]* and be at most 64 characters", ErrInvalid, name)
+	}
+	return nil
+}
+
+// Info describes a stored secret without its value.
+type Info struct {
+	Name      string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// record is a secret as persisted: only the sealed value.
+type record struct {
+	Name      string    `json:"name"`
+	Nonce     []byte    `json:"nonce"`
+	Sealed    []byte    `json:"sealed"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Store is the encrypted secret store. It is safe for concurrent use.
+type Store struct {
+	st   *store.Store
+	aead cipher.AEAD
+	// mu makes Set's "created or replaced" answer exact.
+	mu sync.Mutex
+}
+
+// Open uses key to read and write secrets in st. It fails with ErrWrongKey
+// when st holds secrets sealed under another key.
+func Open(st *store.Store, key []byte) (*Store, error) {
+	if len(key) != KeySize {
+		return nil, fmt.Errorf("secrets key: want %d bytes, got %d", KeySize, len(key))
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("secrets key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("secrets key: %w", err)
+	}
+	s := &Store{st: st, aead: aead}
+	var check record
+	switch err := st.Get(bucket, checkKey, &check); {
+	case errors.Is(err, store.ErrNotFound):
+		if err := st.Put(bucket, checkKey, s.seal(checkKey, []byte(checkText), time.Now().UTC())); err != nil {
+			return nil, fmt.Errorf("secrets: record key check: %w", err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("secrets: read key check: %w", err)
+	default:
+		if got, err := s.open(check); err != nil || string(got) != checkText {
+			return nil, ErrWrongKey
+		}
+	}
+	return s, nil
+}
+
+// seal encrypts value with a fresh nonce; the name is associated data, so
+// a sealed value moved to another name does not decrypt.
+func (s *Store) seal(name string, value []byte, now time.Time) record {
+	nonce := make([]byte, s.aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		panic(fmt.Sprintf("secrets: random nonce: %v", err)) // crypto/rand does not fail on Linux
+	}
+	return record{Name: name, Nonce: nonce, Sealed: s.aead.Seal(nil, nonce, value, []byte(name)), CreatedAt: now, UpdatedAt: now}
+}
+
+func (s *Store) open(r record) ([]byte, error) {
+	if len(r.Nonce) != s.aead.NonceSize() {
+		return nil, ErrWrongKey
+	}
+	v, err := s.aead.Open(nil, r.Nonce, r.Sealed, []byte(r.Name))
+	if err != nil {
+		return nil, ErrWrongKey
+	}
+	return v, nil
+}
+
+// Set stores value under name, replacing any value it had; created says
+// whether the name is new.
+func (s *Store) Set(name string, value []byte) (info Info, created bool, err error) {
+	if err := ValidName(name); err != nil {
+		return Info{}, false, err
+	}
+	if len(value) == 0 || len(value) > MaxValueBytes {
+		return Info{}, false, fmt.Errorf("%w: the value of %s must be 1 to %d bytes, got %d", ErrInvalid, name, MaxValueBytes, len(value))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now().UTC()
+	rec := s.seal(name, value, now)
+	var old record
+	switch err := s.st.Get(bucket, name, &old); {
+	case errors.Is(err, store.ErrNotFound):
+		created = true
+	case err != nil:
+		return Info{}, false, fmt.Errorf("read secret %s: %w", name, err)
+	default:
+		rec.CreatedAt = old.CreatedAt
+	}
+	if err := s.st.Put(bucket, name, rec); err != nil {
+		return Info{}, false, fmt.Errorf("store secret %s: %w", name, err)
+	}
+	return Info{Name: name, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}, created, nil
+}
+
+// Get returns the value of name.
+func (s *Store) Get(name string) ([]byte, error) {
+	if ValidName(name) != nil {
+		return nil, fmt.Errorf("secret %q: %w", name, ErrNotFound)
+	}
+	var rec record
+	if err := s.st.Get(bucket, name, &rec); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("secret %s: %w", name, ErrNotFound)
+		}
+		return nil, fmt.Errorf("read secret %s: %w", name, err)
+	}
+	v, err := s.open(rec)
+	if err != nil {
+		return nil, fmt.Errorf("decrypt secret %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// Exists reports whether a secret named name is stored.
+func (s *Store) Exists(name string) bool {
+	if ValidName(name) != nil {
+		return false
+	}
+	var rec record
+	return s.st.Get(bucket, name, &rec) == nil
+}
+
+// List returns every secret's name and times, by name.
+func (s *Store) List() ([]Info, error) {
+	recs, err := store.All[record](s.st, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("list secrets: %w", err)
+	}
+	out := []Info{}
+	for _, r := range recs {
+		if r.Name == checkKey {
+			continue
+		}
+		out = append(out, Info{Name: r.Name, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Delete removes name.
+func (s *Store) Delete(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.Exists(name) {
+		return fmt.Errorf("secret %s: %w", name, ErrNotFound)
+	}
+	if err := s.st.Delete(bucket, name); err != nil {
+		return fmt.Errorf("delete secret %s: %w", name, err)
+	}
+	return nil
+}
+
+// LoadOrCreateKey reads the key file at path, creating it (32 random bytes,
+// mode 0600) if it does not exist. The file holds the key raw or as 64 hex
+// digits, so an operator can write one with `openssl rand -hex 32`.
+func LoadOrCreateKey(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return createKey(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read secrets key: %w", err)
+	}
+	if info, err := os.Stat(path); err == nil && info.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("secrets key %s is readable by others (mode %v); make it 0600", path, info.Mode().Perm())
+	}
+	if len(data) == KeySize {
+		return data, nil
+	}
+	if key, err := hex.DecodeString(strings.TrimSpace(string(data))); err == nil && len(key) == KeySize {
+		return key, nil
+	}
+	return nil, fmt.Errorf("secrets key %s must hold %d bytes (raw, or %d hex digits), it holds %d bytes", path, KeySize, 2*KeySize, len(data))
+}
+
+func createKey(path string) ([]byte, error) {
+	key := make([]byte, KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("generate secrets key: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create secrets key: %w", err)
+	}
+	// O_EXCL: two servers starting at once must not each write a key.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create secrets key: %w", err)
+	}
+	if _, err := f.Write(key); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("write secrets key: %w", err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("write secrets key: %w", err)
+	}
+	return key, nil
+}
