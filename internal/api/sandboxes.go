@@ -14,7 +14,7 @@ import (
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateSandboxRequest
-	if !s.readJSON(w, r, &req) {
+	if !s.readJSON(w, r, &req) || !credentialsNeedAdmin(w, r, req) {
 		return
 	}
 	sb, err := s.cp.Create(req)

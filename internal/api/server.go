@@ -35,6 +35,7 @@ type Config struct {
 	ControlPlane *controlplane.ControlPlane
 	Templates    Templates
 	Keys         *auth.Keys
+	Secrets      Secrets
 	Metrics      *metrics.Registry
 	Logger       *slog.Logger
 	// MaxJSONBody bounds JSON request bodies; MaxFileBody bounds uploads.
@@ -126,6 +127,10 @@ func (s *Server) routes() {
 	admin("POST /v1/keys", s.createKey)
 	admin("GET /v1/keys", s.listKeys)
 	admin("DELETE /v1/keys/{id}", s.revokeKey)
+
+	admin("POST /v1/secrets", s.setSecret)
+	admin("GET /v1/secrets", s.listSecrets)
+	admin("DELETE /v1/secrets/{name}", s.deleteSecret)
 }
 
 // ServeHTTP serves the API; unknown routes get a JSON 404 (or 405).

@@ -42,6 +42,8 @@ the server stops; a restarted server adopts them.`)
 	fs.IntVar(&cfg.Defaults.MaxConnections, "sandbox-max-connections", cfg.Defaults.MaxConnections, "connections each sandbox may have open at once (0: unlimited); create requests may ask for fewer")
 	allowPrivate := fs.String("allow-private", "", "private IPv4 ranges sandboxes may reach, comma-separated CIDRs (default: none)")
 	fs.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "resolver (host:port) that sandboxes' allowed names are looked up with (default: the host's first nameserver in /etc/resolv.conf)")
+	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "key the secrets in state.db are encrypted with, created if missing (default <data-dir>/secrets.key)")
+	fs.StringVar(&cfg.EgressCAFile, "egress-ca-file", "", "PEM certificates trusted, besides the system roots, for upstream servers of credential injection")
 	pools := fs.String("pool", "base=2", "warm pool sizes by template, e.g. base=2,minimal=1 (sizes set through the API win)")
 	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
 	if err := parseNoArgs(fs, args, "serve"); err != nil {

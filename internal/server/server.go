@@ -64,6 +64,13 @@ type Config struct {
 	// DNSUpstream is the resolver ("host:port") sandboxes' allowed names
 	// are resolved with; empty: the host's first nameserver.
 	DNSUpstream string
+	// SecretsKeyFile holds the key secrets are encrypted with (default
+	// <data-dir>/secrets.key, created on first start). Keep it apart from
+	// backups of state.db.
+	SecretsKeyFile string
+	// EgressCAFile adds PEM certificates to the system roots that upstream
+	// servers of credential injection are verified against.
+	EgressCAFile string
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -143,6 +150,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.AdminKey, err = ensureAdminKey(keys, cfg.DataDir, say); err != nil {
 		return nil, err
 	}
+	secretStore, ca, interceptor, err := s.openCredentials()
+	if err != nil {
+		return nil, err
+	}
 
 	if s.pool, err = storage.Open(ctx, storage.Options{
 		Root: filepath.Join(cfg.DataDir, "volumes"), ImageSizeBytes: cfg.VolumeImageBytes,
@@ -179,7 +190,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			}
 		}
 		if s.gateway, err = gateway.New(gateway.Config{
-			Egress: egress, Upstream: upstream, Logger: cfg.Logger,
+			Egress: egress, Upstream: upstream, Logger: cfg.Logger, Interceptor: interceptor,
 			// Denials are reported once sandboxes run, after s.cp is set.
 			OnDenied: func(id, message string) { s.cp.NetworkDenied(id, message) },
 		}); err != nil {
@@ -200,6 +211,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if s.templates, err = template.NewManager(template.Config{
 		DataDir: cfg.DataDir, Volumes: s.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
+		TrustedCA: ca.CertPEM(),
 	}); err != nil {
 		return nil, err
 	}
@@ -219,6 +231,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Store: s.st, Node: nd, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
 		Capacity:  nodeCapacity(cfg.MemoryOvercommit, s.pool.Root()),
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
+		Secrets:   secretStore,
 	})
 	if err := s.cp.Recover(ctx); err != nil {
 		return nil, err
@@ -232,7 +245,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 
-	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Metrics: reg, Logger: cfg.Logger})
+	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Metrics: reg, Logger: cfg.Logger})
 	if err := s.startCompat(keys); err != nil {
 		cancel()
 		return nil, err

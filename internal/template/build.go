@@ -130,6 +130,14 @@ func (m *Manager) plan(name string, r *Recipe, baseDir string) (*buildPlan, erro
 	}
 	res.Files = files
 	p.files = materialized
+	if len(m.cfg.TrustedCA) > 0 {
+		res.TrustedCA = caFingerprint(m.cfg.TrustedCA)
+		for k, v := range trustEnv {
+			if _, ok := p.env[k]; !ok {
+				p.env[k] = v
+			}
+		}
+	}
 	p.id = res.id()
 
 	maps.Copy(p.env, r.Env)
@@ -249,6 +257,9 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 	if len(r.Files) > 0 {
 		total++
 	}
+	if len(m.cfg.TrustedCA) > 0 {
+		total++
+	}
 	n := 0
 	step := func(desc string) {
 		n++
@@ -277,6 +288,13 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 	if len(p.files) > 0 {
 		step(fmt.Sprintf("copy %d file entries", len(p.files)))
 		if err := copyFiles(rootfs, p.files, p.baseDir, logLine); err != nil {
+			return 0, err
+		}
+	}
+
+	if len(m.cfg.TrustedCA) > 0 {
+		step("trust the egress CA " + caFingerprint(m.cfg.TrustedCA)[:19])
+		if err := installCA(rootfs, m.cfg.TrustedCA); err != nil {
 			return 0, err
 		}
 	}

@@ -37,6 +37,8 @@ type resolvedRecipe struct {
 	Files    []resolvedFile    `json:"files,omitempty"`
 	Start    string            `json:"start,omitempty"`
 	Ready    string            `json:"ready,omitempty"`
+	// TrustedCA is the fingerprint of the CA installed into the trust store.
+	TrustedCA string `json:"trusted_ca,omitempty"`
 }
 
 type resolvedFile struct {

@@ -73,6 +73,10 @@ type Config struct {
 	Volumes *storage.Pool
 	// DebianMirror is used by debootstrap; default http://deb.debian.org/debian.
 	DebianMirror string
+	// TrustedCA is a PEM certificate every template trusts (the egress
+	// CA of credential injection); its fingerprint is part of every
+	// template ID. Empty: none.
+	TrustedCA []byte
 	// Logf receives build events; nil discards them.
 	Logf func(format string, args ...any)
 }
