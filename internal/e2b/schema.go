@@ -70,13 +70,17 @@ func (req *newSandbox) unsupported() string {
 		sort.Strings(keys)
 		for _, k := range keys {
 			v := network[k]
-			if k == "allowPublicTraffic" && string(bytes.TrimSpace(v)) != "false" {
-				continue // public traffic is what space's proxy serves
-			}
-			if k != "allowPublicTraffic" && emptyJSON(v) {
+			if k == "allowPublicTraffic" {
+				var public *bool
+				if err := json.Unmarshal(v, &public); err != nil {
+					return "network.allowPublicTraffic must be true or false"
+				}
 				continue
 			}
-			return fmt.Sprintf("network.%s is not supported by space: egress rules and traffic tokens cannot be configured through the E2B API; remove it", k)
+			if emptyJSON(v) {
+				continue
+			}
+			return fmt.Sprintf("network.%s is not supported by space: egress rules cannot be configured through the E2B API; remove it", k)
 		}
 	}
 	return ""
@@ -98,6 +102,13 @@ func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
 	if req.AutoResume != nil && req.AutoResume.Enabled != nil {
 		enabled := *req.AutoResume.Enabled
 		out.AutoResume = &enabled
+	}
+	// unsupported checked the option's type.
+	var network struct {
+		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+	}
+	if !emptyJSON(req.Network) && json.Unmarshal(req.Network, &network) == nil && network.AllowPublicTraffic != nil {
+		out.Network = &apiv1.NetworkPolicy{AllowPublicTraffic: network.AllowPublicTraffic}
 	}
 	return out, ""
 }
@@ -137,7 +148,13 @@ type sandboxDetail struct {
 	EnvdAccessToken     string          `json:"envdAccessToken"`
 	Domain              *string         `json:"domain"`
 	AllowInternetAccess bool            `json:"allowInternetAccess"`
+	Network             networkDetail   `json:"network"`
 	Lifecycle           lifecycleDetail `json:"lifecycle"`
+}
+
+// networkDetail is the part of E2B's SandboxNetworkConfig space serves.
+type networkDetail struct {
+	AllowPublicTraffic bool `json:"allowPublicTraffic"`
 }
 
 type lifecycleDetail struct {
@@ -194,7 +211,17 @@ func (h *Handler) sandboxView(s controlplane.Sandbox) sandboxJSON {
 	return sandboxJSON{
 		TemplateID: s.Template, SandboxID: s.ID, Alias: s.Template, ClientID: clientID,
 		EnvdVersion: envdVersion, EnvdAccessToken: s.AccessToken, Domain: h.domain(),
+		TrafficAccessToken: trafficToken(s),
 	}
+}
+
+// trafficToken is the sandbox's traffic access token, null when its ports
+// are public.
+func trafficToken(s controlplane.Sandbox) *string {
+	if t := s.TrafficToken(); t != "" {
+		return &t
+	}
+	return nil
 }
 
 func listedView(s controlplane.Sandbox) listedSandbox {
@@ -222,8 +249,8 @@ func (h *Handler) detailView(s controlplane.Sandbox) sandboxDetail {
 	}
 	return sandboxDetail{
 		listedSandbox: listedView(s), EnvdAccessToken: s.AccessToken, Domain: h.domain(),
-		AllowInternetAccess: true,
-		Lifecycle:           lifecycleDetail{AutoResume: s.Lifecycle.AutoResume, OnTimeout: onTimeout},
+		AllowInternetAccess: true, Network: networkDetail{AllowPublicTraffic: s.TrafficToken() == ""},
+		Lifecycle: lifecycleDetail{AutoResume: s.Lifecycle.AutoResume, OnTimeout: onTimeout},
 	}
 }
 

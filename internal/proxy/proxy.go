@@ -8,8 +8,11 @@
 //
 // envd traffic reaches the agent over the node's channel to it, unchanged:
 // the client's X-Access-Token is passed through and the agent checks it
-// (the proxy never adds the sandbox's own token). Sandboxes suspended with
-// auto-resume on are resumed by the first request that reaches them.
+// (the proxy never adds the sandbox's own token). Other ports of a sandbox
+// created with private traffic take only requests carrying its traffic
+// access token (E2b-Traffic-Access-Token), checked here before the sandbox
+// is touched. Sandboxes suspended with auto-resume on are resumed by the
+// first request that reaches them.
 package proxy
 
 import (
@@ -43,6 +46,9 @@ const (
 	headerSandboxID   = "E2b-Sandbox-Id"
 	headerSandboxPort = "E2b-Sandbox-Port"
 	headerAccessToken = "X-Access-Token"
+	// headerTrafficToken carries a sandbox's traffic access token to its
+	// exposed ports (E2B's name for it).
+	headerTrafficToken = "E2b-Traffic-Access-Token"
 )
 
 // ControlPlane is what the proxy needs of space's control plane;
@@ -51,6 +57,7 @@ type ControlPlane interface {
 	// Running returns a running sandbox's node handle, resuming a
 	// suspended one first when its auto-resume is on.
 	Running(ctx context.Context, id string) (*node.Sandbox, error)
+	Get(id string) (controlplane.Sandbox, error)
 	List(f controlplane.Filter) []controlplane.Sandbox
 }
 
@@ -119,6 +126,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "envd's /init is internal to space and cannot be called through the proxy")
 		return
 	}
+	if t.port != EnvdPort {
+		// Before Running: a refused request must not resume the sandbox.
+		if s, err := p.cfg.ControlPlane.Get(t.id); err == nil {
+			if msg := trafficRefusal(s.TrafficToken(), r.Header.Get(headerTrafficToken), t.id); msg != "" {
+				writeError(w, http.StatusForbidden, msg)
+				return
+			}
+		}
+	}
 	sb, err := p.cfg.ControlPlane.Running(r.Context(), t.id)
 	if err != nil {
 		p.unreachable(w, t, err)
@@ -126,6 +142,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Header.Del(headerSandboxID)
 	r.Header.Del(headerSandboxPort)
+	r.Header.Del(headerTrafficToken) // the sandbox's services have no use for it
 	if t.port == EnvdPort {
 		enableFullDuplex(w)
 		p.envd(sb).ServeHTTP(w, r)
@@ -133,6 +150,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	enableFullDuplex(w)
 	p.service(t).ServeHTTP(w, r)
+}
+
+// trafficRefusal says why a request carrying token (the value of the
+// E2b-Traffic-Access-Token header) may not reach an exposed port of a
+// sandbox whose traffic token is want; "" lets it through. A sandbox
+// without a token is public.
+func trafficRefusal(want, token, id string) string {
+	switch {
+	case want == "":
+		return ""
+	case token == "":
+		return fmt.Sprintf("sandbox %q takes requests to its ports only with its traffic access token in the %s header", id, headerTrafficToken)
+	case subtle.ConstantTimeCompare([]byte(want), []byte(token)) != 1:
+		return fmt.Sprintf("the %s header does not match sandbox %q's traffic access token", headerTrafficToken, id)
+	}
+	return ""
 }
 
 // unreachable answers a request for a sandbox that is not there or not
