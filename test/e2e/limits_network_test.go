@@ -43,8 +43,8 @@ func qdiscRate(t *testing.T, namespace, link string) string {
 // A sandbox's bandwidth limit holds each way: transfers from and to the
 // fake internet stay under it (they cannot go faster with the limit in
 // place, however slow the machine), and the token buckets are on both
-// ends of its uplink. The default limit shows in its view, and a request
-// above the server's limit is refused.
+// ends of its uplink, also after a resume. The default limit shows in its
+// view, and a request above the server's limit is refused.
 func TestNetworkLimitBandwidth(t *testing.T) {
 	inet := fakeInternet(t)
 	const mbit, size = 16, 4 << 20
@@ -88,6 +88,22 @@ func TestNetworkLimitBandwidth(t *testing.T) {
 		if rate > 1.5*limit {
 			t.Fatalf("%s ran at %.0f B/s, over the limit of %.0f B/s", c.what, rate, limit)
 		}
+	}
+
+	// The limits come back with the sandbox after a suspend, in whatever
+	// slot it resumes.
+	ctx := testContext(t)
+	if _, err := env.client.Suspend(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if up, down := qdiscRate(t, slot.GatewayNS, "up0"), qdiscRate(t, "", network.UplinkName(sb.ID)); up != "16Mbit" || down != "16Mbit" {
+		t.Fatalf("after a resume, token buckets: from the sandbox %q, to it %q; want 16Mbit each", up, down)
 	}
 }
 
