@@ -7,6 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,10 +85,68 @@ func BenchmarkCreateSandbox(b *testing.B) {
 	b.ReportMetric(float64(toRunning.Milliseconds())/float64(b.N), "ms-to-running/op")
 }
 
+// cpuMeter reports where a benchmark's CPU time went: inside the sandbox
+// (its cgroup: gVisor's sentry, the agent and the command) and in this
+// process (the in-process server and the Go client). Wall time alone
+// cannot tell a slow path from a starved one.
+type cpuMeter struct {
+	sandboxID       string
+	sandbox0, host0 time.Duration
+}
+
+func startCPUMeter(b *testing.B, sandboxID string) *cpuMeter {
+	b.Helper()
+	return &cpuMeter{sandboxID: sandboxID, sandbox0: sandboxCPU(b, sandboxID), host0: processCPU(b)}
+}
+
+// report adds sandbox-cpu-ms/op and host-cpu-ms/op to the benchmark.
+func (m *cpuMeter) report(b *testing.B) {
+	b.Helper()
+	n := float64(b.N)
+	b.ReportMetric(float64((sandboxCPU(b, m.sandboxID)-m.sandbox0).Microseconds())/1000/n, "sandbox-cpu-ms/op")
+	b.ReportMetric(float64((processCPU(b)-m.host0).Microseconds())/1000/n, "host-cpu-ms/op")
+}
+
+// sandboxCPU reads the CPU time charged to a sandbox's cgroup (v1 or v2).
+func sandboxCPU(b *testing.B, id string) time.Duration {
+	b.Helper()
+	if v, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct/space", id, "cpuacct.usage")); err == nil {
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+		if err != nil {
+			b.Fatalf("cpuacct.usage of %s: %v", id, err)
+		}
+		return time.Duration(ns)
+	}
+	v, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/space", id, "cpu.stat"))
+	if err != nil {
+		b.Fatalf("CPU usage of sandbox %s: %v", id, err)
+	}
+	for _, line := range strings.Split(string(v), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "usage_usec" {
+			us, _ := strconv.ParseInt(f[1], 10, 64)
+			return time.Duration(us) * time.Microsecond
+		}
+	}
+	b.Fatalf("no usage_usec in cpu.stat of %s", id)
+	return 0
+}
+
+// processCPU is the user+system CPU time of this process.
+func processCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkExecTrue is one POST .../exec of `true` on a running sandbox.
 func BenchmarkExecTrue(b *testing.B) {
 	sb := benchSandbox(b)
 	ctx := benchContext(b)
+	cpu := startCPUMeter(b, sb.ID)
+	defer cpu.report(b)
 	for b.Loop() {
 		res, err := env.client.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"true"}})
 		if err != nil {
@@ -109,6 +172,8 @@ func BenchmarkAttachStreamThroughput(b *testing.B) {
 			sb := benchSandbox(b)
 			ctx := benchContext(b)
 			b.SetBytes(streamBytes)
+			cpu := startCPUMeter(b, sb.ID)
+			defer cpu.report(b)
 			for b.Loop() {
 				got, err := streamSession(ctx, sb.ID, kind.script)
 				if err != nil {
@@ -168,6 +233,8 @@ func BenchmarkFileWriteRead1MiB(b *testing.B) {
 	}
 	const path = "/home/user/bench-1mib.bin"
 	b.SetBytes(2 << 20)
+	cpu := startCPUMeter(b, sb.ID)
+	defer cpu.report(b)
 	for b.Loop() {
 		if _, err := env.client.WriteFile(ctx, sb.ID, path, bytes.NewReader(payload)); err != nil {
 			b.Fatalf("write: %v", err)
