@@ -253,3 +253,43 @@ func BenchmarkFileWriteRead1MiB(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCreatePooled is a create served from a warm pool of minimal
+// sandboxes (returned running) and its delete; the pool is refilled
+// between operations, outside the timer.
+func BenchmarkCreatePooled(b *testing.B) {
+	requireBenchServer(b)
+	ctx := benchContext(b)
+	if _, err := env.client.SetTemplatePool(ctx, "minimal", 1); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _, _ = env.client.SetTemplatePool(context.Background(), "minimal", 0) })
+	waitPoolFull := func() {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			tpl, err := env.client.GetTemplate(ctx, "minimal")
+			if err == nil && tpl.Pool != nil && tpl.Pool.Ready >= 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("pool did not fill: %+v, %v", tpl, err)
+			}
+		}
+	}
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		waitPoolFull()
+		start := time.Now()
+		sb, err := env.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "minimal"})
+		if err != nil {
+			b.Fatalf("create: %v", err)
+		}
+		total += time.Since(start)
+		if sb.State != apiv1.StateRunning {
+			b.Fatalf("pooled create returned %s, want running", sb.State)
+		}
+		if err := env.client.DeleteSandbox(ctx, sb.ID); err != nil {
+			b.Fatalf("delete: %v", err)
+		}
+	}
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms-to-running/op")
+}
