@@ -55,6 +55,7 @@ func init() {
 		{"events", "show a sandbox's lifecycle events", runEvents},
 		{"serve", "run the space server", runServe},
 		{"bench", "benchmark a space server", runBench},
+		{"redteam", "attack a space server from inside its sandboxes", runRedteam},
 		{"help", "show help for a command", runHelp},
 	}
 }
