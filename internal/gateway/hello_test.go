@@ -165,12 +165,13 @@ func TestParseDomain(t *testing.T) {
 		"Example.COM":    "example.com",
 		"*.example.com.": "*.example.com",
 		"a_b.example":    "a_b.example",
+		"*.test":         "*.test", // a whole top-level domain, e.g. to deny it
 	} {
 		if got, err := network.ParseDomain(in); err != nil || got != want {
 			t.Errorf("ParseDomain(%q) = %q, %v", in, got, err)
 		}
 	}
-	for _, bad := range []string{"", "*", "*.com", "a.*.com", "ex*ample.com", "-a.com", "a-.com", "a..com",
+	for _, bad := range []string{"", "*", "*.", "**.com", "a.*.com", "ex*ample.com", "-a.com", "a-.com", "a..com",
 		strings.Repeat("a", 64) + ".com", strings.Repeat("abcdefgh.", 30) + "com", "1.2.3.4", "a.123", "exa mple.com"} {
 		if got, err := network.ParseDomain(bad); err == nil {
 			t.Errorf("ParseDomain(%q) accepted as %q", bad, got)

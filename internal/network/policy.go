@@ -360,9 +360,6 @@ func ParseDomain(entry string) (string, error) {
 		return "", fmt.Errorf("%q is longer than %d characters", entry, maxDomainLen)
 	}
 	labels := strings.Split(name, ".")
-	if len(labels) < 2 && d != name {
-		return "", fmt.Errorf("%q: a wildcard needs a domain of at least two labels", entry)
-	}
 	for _, l := range labels {
 		if l == "" || len(l) > 63 {
 			return "", fmt.Errorf("%q: labels must be 1 to 63 characters", entry)

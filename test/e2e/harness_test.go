@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/network/nettest"
 	"github.com/space-platform/space/internal/server"
 	"github.com/space-platform/space/internal/template"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -35,6 +37,9 @@ var env struct {
 	binDir   string
 	repoRoot string
 	skip     string
+	// web is the fake internet with names that the server's resolver
+	// asks (cfg.DNSUpstream); see egress_dns_test.go.
+	web *nettest.Web
 }
 
 func TestMain(m *testing.M) {
@@ -89,6 +94,23 @@ func run(m *testing.M) (int, error) {
 	cfg.Defaults.Retention = time.Hour
 	cfg.Progress = os.Stderr
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Named per process, in the first free range: another e2e run on the
+	// machine must not lose its fake web to this one.
+	for _, subnet := range []string{"192.88.99.0/24", "192.31.196.0/24", "192.52.193.0/24"} {
+		if env.web, err = nettest.StartWeb(fmt.Sprintf("e%d", os.Getpid()%100000), netip.MustParsePrefix(subnet)); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return 1, err
+	}
+	defer env.web.Close()
+	cfg.DNSUpstream = env.web.DNS.String()
+	// Credential injection verifies the fake web's HTTPS servers.
+	cfg.EgressCAFile = filepath.Join(env.binDir, "web-ca.pem")
+	if err := os.WriteFile(cfg.EgressCAFile, env.web.CAPEM, 0o644); err != nil {
+		return 1, err
+	}
 	env.cfg = cfg
 	if err := startServer(); err != nil {
 		return 1, err

@@ -130,8 +130,9 @@ func TestNetworkRejectsBadPolicies(t *testing.T) {
 	requireServer(t)
 	ctx := testContext(t)
 	for _, p := range []apiv1.NetworkPolicy{
-		{Allow: []string{"example.com"}},
-		{Deny: []string{"*.example.com"}},
+		{Allow: []string{"ex*ample.com"}},
+		{Deny: []string{"a.*.com"}},
+		{Allow: []string{"-bad.example.com"}},
 		{Allow: []string{"10.0.0.0/33"}},
 		{Deny: []string{"fc00::/7"}},
 		{Mode: "bridge"},
@@ -140,9 +141,6 @@ func TestNetworkRejectsBadPolicies(t *testing.T) {
 		var apiErr *client.APIError
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest {
 			t.Errorf("%+v: want 400, got %v", p, err)
-		}
-		if len(p.Allow) > 0 && p.Allow[0] == "example.com" && (err == nil || !strings.Contains(err.Error(), "DNS gateway")) {
-			t.Errorf("domain rule: %v", err)
 		}
 	}
 }

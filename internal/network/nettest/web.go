@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -36,7 +37,10 @@ const (
 
 // PlainPort is a port the web servers also answer HTTP on, which no
 // gateway redirects to its proxy: reaching it shows an address is open.
-const PlainPort = "8080"
+const (
+	PlainPort       = "8080"
+	PlainPortNumber = 8080
+)
 
 // RebindAddr is the private address RebindName and MixedName resolve to.
 var RebindAddr = netip.MustParseAddr("10.99.0.1")
@@ -56,6 +60,9 @@ type Web struct {
 	DNS, RogueDNS netip.AddrPort
 	// CAPEM is the test CA's certificate, which the HTTPS servers' chain to.
 	CAPEM []byte
+
+	seenMu sync.Mutex
+	seen   map[string]*http.Request // the last request for each host name
 
 	closers []func() error
 }
@@ -77,8 +84,20 @@ func StartWeb(name string, subnet netip.Prefix) (_ *Web, err error) {
 		Namespace: "spacetest-w" + name, HostLink: "spw-" + name, HostAddr: at(1),
 		SharedAddr: at(10), OtherAddr: at(11), RogueAddr: at(12),
 		DNS: netip.AddrPortFrom(at(53), 53), RogueDNS: netip.AddrPortFrom(at(54), 53),
+		seen: map[string]*http.Request{},
 	}
 	w.destroy()
+	// A subnet the host already uses would take its routes over (this
+	// machine's own network may well be a documentation range).
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP.To4()); ok && subnet.Masked().Contains(ip) {
+					return nil, fmt.Errorf("fake web %s: the host already has %s in that range", subnet, ip)
+				}
+			}
+		}
+	}
 	defer func() {
 		if err != nil {
 			w.Close()
@@ -120,6 +139,9 @@ func StartWeb(name string, subnet netip.Prefix) (_ *Web, err error) {
 		if err != nil {
 			host = r.Host
 		}
+		w.seenMu.Lock()
+		w.seen[host] = &http.Request{Method: r.Method, RequestURI: r.RequestURI, Header: r.Header.Clone(), TLS: r.TLS}
+		w.seenMu.Unlock()
 		fmt.Fprint(rw, WebBody(host, sni, addr))
 	})
 	for _, addr := range []netip.Addr{w.SharedAddr, w.OtherAddr, w.RogueAddr} {
@@ -213,6 +235,15 @@ func (w *Web) serveDNS(at netip.AddrPort, records map[string][]netip.Addr) error
 		return l.Close()
 	})
 	return nil
+}
+
+// LastRequest is the last request the web servers received for host
+// (method, target, headers and TLS state; no body), or nil: what arrived
+// upstream, for tests of what the gateway adds to requests.
+func (w *Web) LastRequest(host string) *http.Request {
+	w.seenMu.Lock()
+	defer w.seenMu.Unlock()
+	return w.seen[host]
 }
 
 // Close stops the servers and removes the namespace.
