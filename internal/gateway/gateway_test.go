@@ -41,7 +41,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Skip("gateway tests need root (namespaces, nftables)")
 	}
 	// A range no other package's tests use: they run in parallel.
-	web, err := nettest.StartWeb("gw", netip.MustParsePrefix("192.88.99.0/24"))
+	web, err := nettest.StartWeb("gw", netip.MustParsePrefix("192.175.48.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
