@@ -21,9 +21,16 @@ type NetworkPolicy struct {
 	// and other sandboxes stay closed whatever it says, unless the
 	// operator opened a private range (space serve --allow-private).
 	AllowInternet *bool `json:"allow_internet,omitempty"`
-	// Allow opens IPv4 addresses or CIDRs even without AllowInternet; Deny
-	// closes them, and wins over Allow. Domain names are reserved for the
-	// DNS gateway and refused for now.
+	// Allow opens IPv4 addresses or CIDRs, and domains ("example.com") or
+	// wildcards ("*.example.com": any name below example.com, at any
+	// depth, but not example.com itself), even without AllowInternet;
+	// Deny closes them, and wins over Allow and AllowInternet. Domains are
+	// enforced by the sandbox's gateway: its resolver answers only allowed
+	// names and opens just the addresses it answered, and HTTP and HTTPS
+	// are judged by Host header / TLS server name, so an address literal,
+	// a forged DNS answer or a denied site sharing an allowed one's
+	// address goes nowhere. Refusals are recorded as "network.denied"
+	// sandbox events.
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
 	// AllowPublicTraffic lets anyone who reaches the sandbox proxy reach
