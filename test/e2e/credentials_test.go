@@ -1,0 +1,306 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/space-platform/space/internal/network/nettest"
+	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
+)
+
+// storeSecret stores a fresh random secret under name and removes it when
+// the test ends (after its sandboxes, which are deleted first).
+func storeSecret(t *testing.T, name string) string {
+	t.Helper()
+	b := make([]byte, 16)
+	rand.Read(b)
+	value := "e2e-secret-" + hex.EncodeToString(b)
+	if _, created, err := env.client.SetSecret(testContext(t), name, value); err != nil || !created {
+		t.Fatalf("set secret %s: created=%v err=%v", name, created, err)
+	}
+	t.Cleanup(func() { _ = env.client.DeleteSecret(context.Background(), name) })
+	return value
+}
+
+// runIn runs a script in the sandbox as user and returns stdout, failing
+// the test unless it exits 0.
+func runIn(t *testing.T, id, user, script string) string {
+	t.Helper()
+	res, err := env.client.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}, User: user, TimeoutS: 170})
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("exec %q: exit %d\nstdout %s\nstderr %s", script, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return res.Stdout
+}
+
+// scanScript looks for needles (given hex-encoded, so that the command
+// line carries no secret) in every process's environment, command line and
+// memory, and in every file outside /proc, /sys and /dev. It skips its own
+// process, which holds the decoded needles. It prints one JSON object:
+// where each needle was found and how much it read.
+const scanScript = `
+import json, os, sys
+needles = [bytes.fromhex(h) for h in sys.argv[1:]]
+found = {n.decode(): [] for n in needles}
+stats = {"env": 0, "mem": 0, "files": 0, "procs": 0}
+me = str(os.getpid())
+def look(where, data):
+    for n in needles:
+        if n in data:
+            found[n.decode()].append(where)
+def read_all(path):
+    with open(path, "rb") as f:
+        return f.read()
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or pid == me:
+        continue
+    stats["procs"] += 1
+    for part in ("environ", "cmdline"):
+        try:
+            data = read_all("/proc/%s/%s" % (pid, part))
+            stats["env"] += len(data)
+            look("/proc/%s/%s" % (pid, part), data)
+        except OSError:
+            pass
+    try:
+        maps = read_all("/proc/%s/maps" % pid).decode().splitlines()
+        with open("/proc/%s/mem" % pid, "rb", buffering=0) as mem:
+            for line in maps:
+                span, perms = line.split()[:2]
+                if not perms.startswith("r"):
+                    continue
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                try:
+                    mem.seek(lo)
+                    data = mem.read(hi - lo)
+                except (OSError, OverflowError, ValueError):
+                    continue
+                if data:
+                    stats["mem"] += len(data)
+                    look("/proc/%s/mem %s" % (pid, span), data)
+    except OSError:
+        pass
+for root, dirs, files in os.walk("/"):
+    if root == "/":
+        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+    for name in files:
+        path = os.path.join(root, name)
+        try:
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            data = read_all(path)
+        except OSError:
+            continue
+        stats["files"] += 1
+        look(path, data)
+print(json.dumps({"found": found, "stats": stats}))
+`
+
+type scanResult struct {
+	Found map[string][]string `json:"found"`
+	Stats map[string]int64    `json:"stats"`
+}
+
+// scanSandbox runs scanScript as root in the sandbox.
+func scanSandbox(t *testing.T, id string, needles ...string) scanResult {
+	t.Helper()
+	args := []string{"python3", "-c", scanScript}
+	for _, n := range needles {
+		args = append(args, hex.EncodeToString([]byte(n)))
+	}
+	res, err := env.client.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: args, User: "root", TimeoutS: 170})
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	var out scanResult
+	if res.ExitCode != 0 || json.Unmarshal([]byte(res.Stdout), &out) != nil {
+		t.Fatalf("scan: exit %d\nstdout %s\nstderr %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return out
+}
+
+// The gateway adds the secret to requests to the bound host, which
+// receives it over TLS; inside the sandbox the secret is nowhere: not in
+// any process's environment or memory, not in any file, not in what the
+// API says about the sandbox.
+func TestCredentialInjection(t *testing.T) {
+	requireServer(t)
+	if err := buildBuiltin("base"); err != nil {
+		t.Fatal(err)
+	}
+	token := storeSecret(t, "E2E_TOKEN")
+	apiKey := storeSecret(t, "E2E_API_KEY")
+	host := nettest.AllowedName
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: "base", Credentials: []apiv1.CredentialRule{
+		{Host: host, Header: "Authorization", Value: "Bearer ${E2E_TOKEN}"},
+		{Host: host, Env: "API_KEY", Secret: "E2E_API_KEY"},
+	}})
+	placeholder := sb.Env["API_KEY"]
+	if !strings.HasPrefix(placeholder, "space-secret-placeholder-") {
+		t.Fatalf("API_KEY in the sandbox's env is %q, want a placeholder", placeholder)
+	}
+	if len(sb.Credentials) != 2 || sb.Credentials[0].Value != "Bearer ${E2E_TOKEN}" || sb.Credentials[1].Secret != "E2E_API_KEY" {
+		t.Errorf("sandbox JSON shows the rules as %+v", sb.Credentials)
+	}
+
+	// Names are pinned in /etc/hosts: the gateway decides by the TLS
+	// server name and resolves it itself, so the sandbox's own resolver is
+	// not what this test is about.
+	runIn(t, sb.ID, "root", fmt.Sprintf("echo '%s %s' >> /etc/hosts; echo '%s %s' >> /etc/hosts",
+		env.web.SharedAddr, nettest.AllowedName, env.web.OtherAddr, nettest.OtherName))
+
+	// curl with the template's trust store: the gateway's leaf for the
+	// host must verify, or curl fails.
+	body := runIn(t, sb.ID, "", fmt.Sprintf(`curl -sS --fail-with-body -H "X-Api-Key: $API_KEY" "https://%s/v1/models?key=$API_KEY"`, host))
+	if want := nettest.WebBody(host, host, env.web.SharedAddr); body != want {
+		t.Fatalf("through the gateway: got %q, want %q", body, want)
+	}
+	up := env.web.LastRequest(host)
+	if up == nil || up.TLS == nil || up.TLS.ServerName != host {
+		t.Fatalf("the upstream did not get the request over TLS for %s: %+v", host, up)
+	}
+	if got := up.Header.Get("Authorization"); got != "Bearer "+token {
+		t.Errorf("upstream saw Authorization %q, want the injected secret", got)
+	}
+	if got := up.Header.Get("X-Api-Key"); got != apiKey {
+		t.Errorf("upstream saw X-Api-Key %q, want the placeholder replaced by the secret", got)
+	}
+	if !strings.Contains(up.RequestURI, "key="+apiKey) {
+		t.Errorf("upstream saw target %q, want the placeholder in the query replaced", up.RequestURI)
+	}
+	// Python's own TLS stack trusts the CA too (SSL_CERT_FILE).
+	py := runIn(t, sb.ID, "", fmt.Sprintf(`python3 -c 'import urllib.request; print(urllib.request.urlopen("https://%s/").read().decode())'`, host))
+	if !strings.Contains(py, "sni="+host) {
+		t.Errorf("python through the gateway: %q", py)
+	}
+
+	// Another host gets the placeholder as it is: it has no rule, so its
+	// TLS is not even terminated (curl verifies the fake web's own CA).
+	runIn(t, sb.ID, "", "cat > /tmp/web-ca.pem <<'EOF'\n"+string(env.web.CAPEM)+"EOF\n")
+	other := nettest.OtherName
+	runIn(t, sb.ID, "", fmt.Sprintf(`curl -sS --fail-with-body --cacert /tmp/web-ca.pem -H "X-Api-Key: $API_KEY" "https://%s/?key=$API_KEY"`, other))
+	up = env.web.LastRequest(other)
+	if up == nil {
+		t.Fatalf("%s got no request", other)
+	}
+	if got := up.Header.Get("X-Api-Key"); got != placeholder || up.Header.Get("Authorization") != "" || strings.Contains(up.RequestURI, apiKey) {
+		t.Errorf("%s, which has no rule, saw X-Api-Key %q, Authorization %q, target %q", other, got, up.Header.Get("Authorization"), up.RequestURI)
+	}
+
+	// Nothing in the sandbox holds either secret. The placeholder is the
+	// control: it is in the environment and memory of processes, so a scan
+	// that cannot see them fails here instead of passing blindly.
+	res := scanSandbox(t, sb.ID, token, apiKey, placeholder)
+	t.Logf("scanned %d processes, %d bytes of environment, %d bytes of memory, %d files", res.Stats["procs"], res.Stats["env"], res.Stats["mem"], res.Stats["files"])
+	for _, secret := range []string{token, apiKey} {
+		if where := res.Found[secret]; len(where) > 0 {
+			t.Errorf("a secret is inside the sandbox: %v", where)
+		}
+	}
+	var inEnv, inMem bool
+	for _, where := range res.Found[placeholder] {
+		inEnv = inEnv || strings.HasSuffix(where, "/environ")
+		inMem = inMem || strings.Contains(where, "/mem ")
+	}
+	if !inEnv || !inMem || res.Stats["files"] < 1000 {
+		t.Fatalf("the scan is blind: placeholder in environ %v, in memory %v, %d files read (found %v)", inEnv, inMem, res.Stats["files"], res.Found[placeholder])
+	}
+
+	// Nor does anything the API says about the sandbox.
+	got, err := env.client.GetSandbox(testContext(t), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := env.client.Events(testContext(t), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := env.client.ListSecrets(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	views, _ := json.Marshal([]any{got, events, secrets})
+	for _, secret := range []string{token, apiKey} {
+		if strings.Contains(string(views), secret) {
+			t.Fatalf("the API shows a secret: %s", views)
+		}
+	}
+}
+
+func TestSecretsAPI(t *testing.T) {
+	requireServer(t)
+	ctx := testContext(t)
+	storeSecret(t, "E2E_API_SECRET")
+	if _, created, err := env.client.SetSecret(ctx, "E2E_API_SECRET", "replaced-value"); err != nil || created {
+		t.Fatalf("replace: created=%v err=%v", created, err)
+	}
+	list, err := env.client.ListSecrets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range list {
+		found = found || s.Name == "E2E_API_SECRET"
+	}
+	if !found {
+		t.Fatalf("list: %+v", list)
+	}
+	requireStatus := func(what string, err error, status int, inMessage string) {
+		t.Helper()
+		var apiErr *client.APIError
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != status || !strings.Contains(apiErr.Message, inMessage) {
+			t.Errorf("%s: %v, want %d mentioning %q", what, err, status, inMessage)
+		}
+	}
+	_, _, err = env.client.SetSecret(ctx, "bad-name", "v")
+	requireStatus("bad name", err, http.StatusBadRequest, "bad-name")
+	_, _, err = env.client.SetSecret(ctx, "EMPTY", "")
+	requireStatus("empty value", err, http.StatusBadRequest, "EMPTY")
+	requireStatus("delete unknown", env.client.DeleteSecret(ctx, "E2E_NO_SUCH"), http.StatusNotFound, "E2E_NO_SUCH")
+
+	_, err = env.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Credentials: []apiv1.CredentialRule{
+		{Host: "api.example.com", Header: "Authorization", Value: "Bearer ${E2E_NO_SUCH}"},
+	}})
+	requireStatus("rule naming an unknown secret", err, http.StatusBadRequest, "E2E_NO_SUCH")
+	_, err = env.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Credentials: []apiv1.CredentialRule{
+		{Host: "api.example.com", Header: "Content-Length", Value: "${E2E_API_SECRET}"},
+	}})
+	requireStatus("rule setting a framing header", err, http.StatusBadRequest, "Content-Length")
+
+	// A key that is not admin may neither read secrets nor bind them.
+	key, err := env.client.CreateKey(ctx, "e2e-credentials")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.client.RevokeKey(context.Background(), key.ID) })
+	user := client.New(env.srv.URL, key.Key)
+	_, err = user.ListSecrets(ctx)
+	requireStatus("list with a user key", err, http.StatusForbidden, "admin")
+	_, err = user.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Credentials: []apiv1.CredentialRule{
+		{Host: "attacker.example", Header: "X-Leak", Value: "${E2E_API_SECRET}"},
+	}})
+	requireStatus("rules with a user key", err, http.StatusForbidden, "admin")
+
+	// A secret a live sandbox uses stays until the sandbox is gone.
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{Credentials: []apiv1.CredentialRule{
+		{Host: "api.example.com", Env: "TOKEN", Secret: "E2E_API_SECRET"},
+	}})
+	requireStatus("delete in use", env.client.DeleteSecret(ctx, "E2E_API_SECRET"), http.StatusConflict, sb.ID)
+	if err := env.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.client.DeleteSecret(ctx, "E2E_API_SECRET"); err != nil {
+		t.Fatalf("delete after the sandbox went: %v", err)
+	}
+}
