@@ -56,6 +56,14 @@ const (
 	TLSProxyPort  = 15443
 )
 
+// Bounds on what a sandbox may ask of its gateway's services: DNS queries
+// per second over UDP, and open TCP connections to the resolver and proxy
+// together.
+const (
+	maxDNSQueryRate = 500
+	maxServiceConns = 1024
+)
+
 // DenyLogGroup is the NFLOG group, in each gateway namespace, that
 // connections refused by address are logged to (rate limited).
 const DenyLogGroup = 7
@@ -227,6 +235,12 @@ func gatewayRules(p Policy, uplinkPool netip.Prefix, allowPrivate []netip.Prefix
 	w("\t\ttype filter hook input priority filter; policy accept;")
 	w("\t\tiifname %q ct state established,related accept", gatewayLink)
 	if !p.Offline {
+		// The services run in the node's process: bound what one sandbox
+		// can make it hold (connections) or do (queries sent upstream).
+		w("\t\tiifname %q ip daddr %s udp dport %d limit rate over %d/second burst %d packets drop",
+			gatewayLink, GatewayAddr, ResolverPort, maxDNSQueryRate, maxDNSQueryRate)
+		w("\t\tiifname %q ip daddr %s tcp dport { %d, %d, %d } ct state new ct count over %d goto refuse",
+			gatewayLink, GatewayAddr, ResolverPort, HTTPProxyPort, TLSProxyPort, maxServiceConns)
 		w("\t\tiifname %q ip daddr %s udp dport %d accept", gatewayLink, GatewayAddr, ResolverPort)
 		w("\t\tiifname %q ip daddr %s tcp dport { %d, %d, %d } accept", gatewayLink, GatewayAddr, ResolverPort, HTTPProxyPort, TLSProxyPort)
 	}
