@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -225,4 +226,32 @@ func TestEgressHTTPSByServerName(t *testing.T) {
 	if out, code = sh(t, sb.ID, "curl -sS --max-time 5 -k https://"+shared+"/"); code == 0 {
 		t.Fatalf("https to an address literal got through: %q", out)
 	}
+}
+
+// The gateway's services live in the server process; a restarted server
+// brings them back for the sandboxes it adopts.
+func TestEgressDomainRulesSurviveServerRestart(t *testing.T) {
+	requireServer(t)
+	w := env.web
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{Network: &apiv1.NetworkPolicy{
+		AllowInternet: boolPtr(false), Allow: []string{"allowed.test"},
+	}})
+	if addrs, out := lookup(t, sb.ID, "allowed.test", ""); len(addrs) != 1 {
+		t.Fatalf("allowed.test before the restart: %v\n%s", addrs, out)
+	}
+	if err := env.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := startServer(); err != nil {
+		t.Fatal(err)
+	}
+	if addrs, out := lookup(t, sb.ID, "allowed.test", ""); len(addrs) != 1 || addrs[0] != w.SharedAddr.String() {
+		t.Fatalf("allowed.test after the restart: %v\n%s", addrs, out)
+	}
+	if addrs, _ := lookup(t, sb.ID, "other.test", ""); len(addrs) != 0 {
+		t.Fatalf("other.test resolved after the restart: %v", addrs)
+	}
+	requireBody(t, get(t, sb.ID, "allowed.test", "allowed.test", 80), nettest.WebBody("allowed.test", "", w.SharedAddr))
+	requireRefused(t, get(t, sb.ID, "denied.test", w.SharedAddr.String(), 80), "Host: denied.test after the restart")
+	waitEvent(t, sb.ID, "HTTP to denied.test")
 }
