@@ -76,7 +76,7 @@ blocked(" ".join(got))`),
 			Expected: "the gateway answers: NXDOMAIN", Escape: "a resolver outside the gateway answering for a denied name",
 			Run: inOpenBox(`
 res = []
-for server in ("8.8.8.8", "1.1.1.1", "9.9.9.9", "169.254.169.254", env("UPLINK_HOST") or "10.200.0.1", "192.0.2.53"):
+for server in ("8.8.8.8", "1.1.1.1", "9.9.9.9", "169.254.169.254", env("UPLINK_HOST") or "10.200.0.1", "203.0.113.53"):
     rc, addrs = dns_query(server, env("DENIED_NAME"))
     if addrs: escaped("%s answered %s with %s" % (server, env("DENIED_NAME"), addrs))
     res.append("%s:%s" % (server, rc))
@@ -87,7 +87,7 @@ blocked(" ".join(res))`),
 			Expected: "the gateway answers: NXDOMAIN", Escape: "a TCP resolver answering for a denied name",
 			Run: inOpenBox(`
 res = []
-for server in ("8.8.8.8", "1.1.1.1", "192.0.2.53"):
+for server in ("8.8.8.8", "1.1.1.1", "203.0.113.53"):
     rc, addrs = dns_query(server, env("DENIED_NAME"), tcp=True)
     if addrs: escaped("%s answered %s over TCP with %s" % (server, env("DENIED_NAME"), addrs))
     res.append("%s:%s" % (server, rc))

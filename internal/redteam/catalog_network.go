@@ -145,7 +145,7 @@ except OSError as e:
 			Run: controlled(`
 h, p = env("REACH").rsplit(":", 1)
 res = []
-for src in ("169.254.0.99", "10.9.9.9", env("VICTIM_HOST") or "10.200.0.5", "192.0.2.77"):
+for src in ("169.254.0.99", "10.9.9.9", env("VICTIM_HOST") or "10.200.0.5", "203.0.113.77"):
     s = socket.socket(); s.settimeout(3)
     try:
         s.setsockopt(socket.SOL_IP, 15, 1)  # IP_FREEBIND

@@ -128,7 +128,7 @@ blocked("opened %d descriptors, then %s" % (n, err))`)
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.py(ctx, `
 import time, selectors
-targets = [("169.254.0.22", 80), ("192.0.2.1", 80), ("10.0.0.1", 80), ("8.8.8.8", 443)]
+targets = [("169.254.0.22", 80), ("203.0.113.99", 80), ("10.0.0.1", 80), ("8.8.8.8", 443)]
 if env("REACH"):
     h, p = env("REACH").rsplit(":", 1); targets.append((h, int(p)))
 opened, failed, held, end = 0, 0, [], time.time() + 15

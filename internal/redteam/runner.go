@@ -179,7 +179,7 @@ func (r *runner) logf(format string, args ...any) {
 // address (a documentation address when none was given, so the allow
 // list is never empty).
 func (r *runner) attackerPolicy() *apiv1.NetworkPolicy {
-	allow := "192.0.2.1"
+	allow := "203.0.113.254"
 	if host, _, err := splitHostPort(r.cfg.Reach); err == nil {
 		allow = host
 	}
