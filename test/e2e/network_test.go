@@ -20,12 +20,14 @@ import (
 )
 
 // fakeInternet is the only "outside" these tests reach: a namespace on this
-// machine holding 203.0.113.10 (TEST-NET-3, never routed on the internet),
-// joined to the host by a veth pair holding 203.0.113.1.
+// machine holding 192.31.196.10, joined to the host by a veth pair holding
+// 192.31.196.1. The range is one this host does not otherwise need
+// (nettest refuses one it does: machines like this reach the Debian mirror
+// and the module proxy at documentation-range addresses).
 func fakeInternet(t *testing.T) *nettest.Internet {
 	t.Helper()
 	requireServer(t)
-	return nettest.StartInternet(t, "e2e", netip.MustParsePrefix("203.0.113.0/24"))
+	return nettest.StartInternet(t, "e2e", netip.MustParsePrefix("192.31.196.0/24"))
 }
 
 // fetch sends an HTTP request from the sandbox to hostPort with busybox nc
@@ -88,7 +90,7 @@ func TestNetworkPolicyAtCreate(t *testing.T) {
 	}})
 	requireReach(t, allowed.ID, serverAddr(inet))
 
-	denied := newSandbox(t, apiv1.CreateSandboxRequest{Network: &apiv1.NetworkPolicy{Deny: []string{"203.0.113.0/24"}}})
+	denied := newSandbox(t, apiv1.CreateSandboxRequest{Network: &apiv1.NetworkPolicy{Deny: []string{"192.31.196.0/24"}}})
 	requireBlocked(t, denied.ID, serverAddr(inet))
 }
 
@@ -243,7 +245,7 @@ func TestNetworkSurvivesSuspendResumeAndBranch(t *testing.T) {
 	inet := fakeInternet(t)
 	ctx := testContext(t)
 	sb := newSandbox(t, apiv1.CreateSandboxRequest{Network: &apiv1.NetworkPolicy{
-		AllowInternet: boolPtr(false), Allow: []string{"203.0.113.0/24"},
+		AllowInternet: boolPtr(false), Allow: []string{"192.31.196.0/24"},
 	}})
 	requireReach(t, sb.ID, serverAddr(inet))
 	if _, err := env.client.Suspend(ctx, sb.ID); err != nil {

@@ -28,8 +28,8 @@ func TestRedteam(t *testing.T) {
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}
-	inet := nettest.StartInternet(t, "redteam", netip.MustParsePrefix("198.51.100.0/24"))
-	unallowed := "198.51.100.20"
+	inet := nettest.StartInternet(t, "redteam", netip.MustParsePrefix("192.94.77.0/24"))
+	unallowed := "192.94.77.20"
 	if out, err := exec.Command("ip", "-n", inet.Namespace, "addr", "add", unallowed+"/24", "dev", "eth0").CombinedOutput(); err != nil {
 		t.Fatalf("second fake internet address: %v\n%s", err, out)
 	}

@@ -48,6 +48,9 @@ func StartInternet(t testing.TB, name string, subnet netip.Prefix) *Internet {
 		ServerAddr: netip.AddrFrom4([4]byte{base.As4()[0], base.As4()[1], base.As4()[2], 10}),
 	}
 	in.destroy()
+	if err := CheckSubnetFree(subnet); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(in.destroy)
 	run(t, "ip", "netns", "add", in.Namespace)
 	run(t, "ip", "link", "add", in.HostLink, "type", "veth", "peer", "name", "eth0", "netns", in.Namespace)

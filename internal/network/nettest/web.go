@@ -87,16 +87,8 @@ func StartWeb(name string, subnet netip.Prefix) (_ *Web, err error) {
 		seen: map[string]*http.Request{},
 	}
 	w.destroy()
-	// A subnet the host already uses would take its routes over (this
-	// machine's own network may well be a documentation range).
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(ipn.IP.To4()); ok && subnet.Masked().Contains(ip) {
-					return nil, fmt.Errorf("fake web %s: the host already has %s in that range", subnet, ip)
-				}
-			}
-		}
+	if err := CheckSubnetFree(subnet); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
