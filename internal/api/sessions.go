@@ -288,5 +288,5 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apiv1.ExecResult{Stdout: string(res.Stdout), Stderr: string(res.Stderr), ExitCode: res.ExitCode})
+	writeJSON(w, http.StatusOK, apiv1.ExecResult{Stdout: string(res.Stdout), Stderr: string(res.Stderr), ExitCode: res.ExitCode, OutputTruncated: res.Truncated})
 }

@@ -27,6 +27,30 @@ type ExecSpec struct {
 type ExecResult struct {
 	Stdout, Stderr []byte
 	ExitCode       int
+	// Truncated is set when a stream produced more than MaxExecOutput
+	// bytes; only the first MaxExecOutput of it were kept.
+	Truncated bool
+}
+
+// MaxExecOutput bounds what a one-shot command's stdout and stderr may
+// each hold in the server's memory: the sandbox chooses how much it
+// prints, so without a bound one call could exhaust the node. Larger
+// output belongs in a session, whose attach streams it.
+const MaxExecOutput = 1 << 20
+
+// headBuffer keeps the first max bytes written to it and counts the rest.
+type headBuffer struct {
+	buf     bytes.Buffer
+	max     int
+	dropped int64
+}
+
+func (h *headBuffer) write(p []byte) {
+	if room := h.max - h.buf.Len(); room < len(p) {
+		h.dropped += int64(len(p) - max(room, 0))
+		p = p[:max(room, 0)]
+	}
+	h.buf.Write(p)
 }
 
 // ErrExecTimeout is returned when a one-shot command outlives its timeout;
@@ -58,16 +82,17 @@ func (sb *Sandbox) Exec(ctx context.Context, spec ExecSpec) (*ExecResult, error)
 	}
 	defer stream.Close()
 	var res ExecResult
-	var stdout, stderr bytes.Buffer
+	stdout, stderr := headBuffer{max: MaxExecOutput}, headBuffer{max: MaxExecOutput}
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		if d := ev.GetData(); d != nil {
-			stdout.Write(d.GetStdout())
-			stderr.Write(d.GetStderr())
+			stdout.write(d.GetStdout())
+			stderr.write(d.GetStderr())
 		}
 		if e := ev.GetEnd(); e != nil {
 			res.ExitCode = int(e.GetExitCode())
-			res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
+			res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
+			res.Truncated = stdout.dropped > 0 || stderr.dropped > 0
 			if res.ExitCode == 0 && !e.GetExited() && e.GetError() != "" {
 				return nil, fmt.Errorf("exec %q: %s", spec.Cmd[0], e.GetError())
 			}

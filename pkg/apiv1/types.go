@@ -216,6 +216,10 @@ type ExecResult struct {
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
 	ExitCode int    `json:"exit_code"`
+	// OutputTruncated says stdout or stderr went past the server's bound
+	// (1 MiB each) and only its beginning is here; use a session to
+	// stream output of any size.
+	OutputTruncated bool `json:"output_truncated,omitempty"`
 }
 
 // FileEntry is one entry of a directory listing (GET .../files on a dir).

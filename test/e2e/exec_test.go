@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -51,5 +52,27 @@ func TestExecTimeoutKillsTheCommand(t *testing.T) {
 	}
 	if out := execOK(t, sb.ID, "ps -o comm | grep -c '^sleep$' || true"); strings.TrimSpace(out) != "0" {
 		t.Fatalf("sleep still running after its exec timed out (%s)", out)
+	}
+}
+
+// The sandbox decides how much it prints; one exec must not make the
+// server hold all of it.
+func TestExecOutputIsBounded(t *testing.T) {
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	res, err := env.client.Exec(testContext(t), sb.ID, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c",
+		"head -c 3145728 /dev/zero | tr '\\0' o; head -c 10 /dev/zero | tr '\\0' e >&2; echo done >&2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Stdout) != node.MaxExecOutput || !res.OutputTruncated {
+		t.Fatalf("3 MiB of stdout came back as %d bytes, output_truncated %v; want the first %d and true",
+			len(res.Stdout), res.OutputTruncated, node.MaxExecOutput)
+	}
+	if res.Stderr != "eeeeeeeeeedone\n" || res.ExitCode != 0 {
+		t.Fatalf("stderr %q, exit %d: the command must run to its end", res.Stderr, res.ExitCode)
+	}
+	small := execOK(t, sb.ID, "echo small")
+	if small != "small\n" {
+		t.Fatalf("small output = %q", small)
 	}
 }
