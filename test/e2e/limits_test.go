@@ -54,6 +54,32 @@ func TestDiskLimitIsEnforced(t *testing.T) {
 	execOK(t, sb.ID, "echo fine > /home/user/after")
 }
 
+// disk_mb counts the template's data too: a Debian sandbox of 512 MiB
+// holds base's ~290 MiB and cannot write 768 MiB more. (The red-team
+// suite once saw this pass a limit; this keeps it honest on base.)
+func TestDiskLimitIsEnforcedOnBase(t *testing.T) {
+	requireServer(t)
+	if testing.Short() {
+		t.Skip("builds Debian with debootstrap")
+	}
+	if err := buildBuiltin("base"); err != nil {
+		t.Fatal(err)
+	}
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: "base", DiskMB: 512})
+	if got := diskLimitOf(t, sb.ID); got != "536870912" {
+		t.Fatalf("qgroup limit of the sandbox's volume = %s bytes, want 512 MiB", got)
+	}
+	res, err := env.client.Exec(testContext(t), sb.ID, apiv1.ExecRequest{
+		Cmd: []string{"/bin/sh", "-c", "dd if=/dev/zero of=/home/user/big bs=1M count=768 conv=fsync 2>/tmp/dd.err; echo status $?; tail -1 /tmp/dd.err; rm -f /home/user/big"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Stdout, "status 0") {
+		t.Fatalf("a 512 MiB base sandbox wrote 768 MiB: %s", res.Stdout)
+	}
+}
+
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	if len(lines) > n {
