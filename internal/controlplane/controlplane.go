@@ -54,7 +54,7 @@ type Node interface {
 	TemplateImage(ctx context.Context, tpl node.TemplateSpec) (*node.TemplateImage, error)
 	CreateFromImage(ctx context.Context, img *node.TemplateImage, spec node.CreateSpec, id node.Identity) error
 	DropTemplateImage(templateID string) error
-	SetPoolSize(tpl node.TemplateSpec, limits node.PoolLimits, size int)
+	SetPoolSize(tpl node.TemplateSpec, limits node.PoolLimits, waiting network.Policy, size int)
 	PoolStatus(templateID string) node.PoolStatus
 	Claim(templateID string, limits node.PoolLimits) (string, bool)
 	Rekey(ctx context.Context, id string, identity node.Identity) error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/store"
 )
@@ -34,8 +35,14 @@ func (cp *ControlPlane) SetPoolSize(template string, size int) (node.PoolStatus,
 		return node.PoolStatus{}, fmt.Errorf("persist pool size: %w", err)
 	}
 	d := cp.cfg.Defaults
-	cp.cfg.Node.SetPoolSize(tpl, cp.poolLimits(d.VCPUs, d.MemoryMB, d.DiskMB), size)
+	cp.cfg.Node.SetPoolSize(tpl, cp.poolLimits(d.VCPUs, d.MemoryMB, d.DiskMB), cp.defaultPolicy(), size)
 	return cp.cfg.Node.PoolStatus(tpl.ID), nil
+}
+
+// defaultPolicy is the network policy of a create request that sets none,
+// which pooled sandboxes wait under.
+func (cp *ControlPlane) defaultPolicy() network.Policy {
+	return Sandbox{Network: &NetworkPolicy{AllowInternet: true}, Traffic: cp.trafficOf(nil)}.policy()
 }
 
 // PoolStatus reports the warm pool of a template (by id).
@@ -64,7 +71,7 @@ func (cp *ControlPlane) ApplyPools(defaults map[string]int) {
 		if err != nil {
 			continue
 		}
-		cp.cfg.Node.SetPoolSize(tpl, cp.poolLimits(d.VCPUs, d.MemoryMB, d.DiskMB), size)
+		cp.cfg.Node.SetPoolSize(tpl, cp.poolLimits(d.VCPUs, d.MemoryMB, d.DiskMB), cp.defaultPolicy(), size)
 	}
 }
 
@@ -81,7 +88,7 @@ func (cp *ControlPlane) PrepareTemplate(ctx context.Context, template string) er
 
 // ForgetTemplate drops a deleted template's image and pool.
 func (cp *ControlPlane) ForgetTemplate(name, templateID string) {
-	cp.cfg.Node.SetPoolSize(node.TemplateSpec{ID: templateID}, node.PoolLimits{}, 0)
+	cp.cfg.Node.SetPoolSize(node.TemplateSpec{ID: templateID}, node.PoolLimits{}, network.Policy{}, 0)
 	if err := cp.cfg.Node.DropTemplateImage(templateID); err != nil {
 		cp.log.Error("drop template image", "template", templateID, "err", err)
 	}

@@ -55,6 +55,9 @@ type EgressConfig struct {
 type Egress struct {
 	cfg EgressConfig
 	mu  sync.Mutex // serialises uplink allocation within this process
+
+	loadedMu sync.Mutex
+	loaded   map[string]loadedRules // by slot name; see loaded.go
 }
 
 // NewEgress validates the configuration, loads the host table and enables
@@ -82,7 +85,7 @@ func NewEgress(cfg EgressConfig) (*Egress, error) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}
-	return &Egress{cfg: cfg}, nil
+	return &Egress{cfg: cfg, loaded: map[string]loadedRules{}}, nil
 }
 
 // Apply gives the slot the uplink its policy needs (none when offline) and
@@ -93,15 +96,12 @@ func (e *Egress) Apply(s *Slot, p Policy) error {
 		if err := deleteUplink(s.Name); err != nil {
 			return err
 		}
-		if err := loadRules(s.GatewayNS, gatewayRules(p, e.cfg.UplinkPool, e.cfg.AllowPrivate)); err != nil {
-			return fmt.Errorf("slot %s: %w", s.Name, err)
-		}
-		return nil
+		return e.loadPolicyRules(s, p)
 	}
 	// The rules go in before the uplink exists or forwarding is on, so the
 	// sandbox never has an unfiltered moment.
-	if err := loadRules(s.GatewayNS, gatewayRules(p, e.cfg.UplinkPool, e.cfg.AllowPrivate)); err != nil {
-		return fmt.Errorf("slot %s: %w", s.Name, err)
+	if err := e.loadPolicyRules(s, p); err != nil {
+		return err
 	}
 	if err := e.ensureUplink(s); err != nil {
 		return fmt.Errorf("slot %s: uplink: %w", s.Name, err)
@@ -341,17 +341,11 @@ func configureAddr(h *netlink.Handle, name string, addr, via netip.Addr) error {
 // loadRules loads an nftables ruleset in one transaction, in the named
 // namespace or, for "", in the host's.
 func loadRules(namespace, ruleset string) error {
-	args := []string{"-f", "-"}
-	name := "nft"
-	if namespace != "" {
-		name = "nsenter"
-		args = append([]string{"--net=" + nsDir + "/" + namespace, "nft"}, args...)
-	}
-	cmd := exec.Command(name, args...)
+	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(ruleset)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	if err := runIn(namespace, cmd); err != nil {
 		where := namespace
 		if where == "" {
 			where = "host"
@@ -359,6 +353,17 @@ func loadRules(namespace, ruleset string) error {
 		return fmt.Errorf("nft in %s: %w: %s", where, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
+}
+
+// runIn runs cmd in the named network namespace ("" for the host's). The
+// child is forked from a thread that entered the namespace, so it starts
+// there: one process instead of nsenter's two, which matters on the path
+// of every create and policy change.
+func runIn(namespace string, cmd *exec.Cmd) error {
+	if namespace == "" {
+		return cmd.Run()
+	}
+	return inNamespace(namespace, cmd.Run)
 }
 
 // inNamespace runs fn on a thread inside the named network namespace; the

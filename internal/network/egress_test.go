@@ -361,3 +361,45 @@ func TestOfflineRemovesUplinkAndDestroyCleansUp(t *testing.T) {
 		t.Fatal("uplink outlived its slot")
 	}
 }
+
+// A held policy refuses everything until the hold is lifted, and lifting
+// it (the cheap path: one set element) opens exactly that policy.
+func TestEgressHoldRefusesUntilReleased(t *testing.T) {
+	f := newEgressFixture(t, "hold")
+	server := net.JoinHostPort(f.internet.ServerAddr.String(), "80")
+	open := Policy{AllowInternet: true}
+	held := open
+	held.Hold = true
+
+	f.apply(held)
+	f.refused(server)
+	f.apply(open)
+	if body, err := f.fetch(f.internet.URL()); err != nil || body != nettest.Greeting {
+		t.Fatalf("released sandbox: %q, %v", body, err)
+	}
+	f.apply(held)
+	f.refused(server)
+	f.apply(open)
+	if body, err := f.fetch(f.internet.URL()); err != nil || body != nettest.Greeting {
+		t.Fatalf("released again: %q, %v", body, err)
+	}
+}
+
+// What Egress remembers of a slot's rules must not outlive its namespace:
+// a slot made anew under the same name (a restore) gets its rules loaded.
+func TestEgressReloadsRulesIntoARebuiltSlot(t *testing.T) {
+	f := newEgressFixture(t, "rebuild")
+	server := net.JoinHostPort(f.internet.ServerAddr.String(), "80")
+	f.apply(Policy{})
+	f.refused(server)
+	if err := f.slot.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Create(f.slot.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.slot = s
+	f.apply(Policy{})
+	f.refused(server)
+}

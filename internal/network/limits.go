@@ -53,8 +53,11 @@ const limitsTable = "space_limits"
 // connection count nor drops queued packets.
 func (e *Egress) applyLimits(s *Slot, sandbox Limits) error {
 	l := e.cfg.Limits.Tighter(sandbox)
-	if err := applyConnectionLimit(s.GatewayNS, l.MaxConnections); err != nil {
-		return err
+	if known, ok := e.loadedFor(s); !ok || !known.connLimitSet || known.connLimit != l.MaxConnections {
+		if err := applyConnectionLimit(s.GatewayNS, l.MaxConnections); err != nil {
+			return err
+		}
+		e.remember(s, func(k *loadedRules) { k.connLimit, k.connLimitSet = l.MaxConnections, true })
 	}
 	// Traffic to the sandbox is shaped where it leaves the host for the
 	// uplink, traffic from it where it leaves the gateway for the host.
@@ -131,10 +134,10 @@ func applyConnectionLimit(gatewayNS string, n int) error {
 // listTable returns a table of the named namespace as nft prints it;
 // loaded is false when there is no such table.
 func listTable(namespace, table string) (ruleset string, loaded bool) {
-	cmd := exec.Command("nsenter", "--net="+nsDir+"/"+namespace, "nft", "list", "table", tableFamily, table)
+	cmd := exec.Command("nft", "list", "table", tableFamily, table)
 	var out bytes.Buffer
 	cmd.Stdout = &out
-	if err := cmd.Run(); err != nil {
+	if err := runIn(namespace, cmd); err != nil {
 		return "", false
 	}
 	return out.String(), true

@@ -38,6 +38,12 @@ type Policy struct {
 	// and 443) through the gateway's proxy even without domain rules, for
 	// sandboxes whose requests the gateway must see (credential rules).
 	InspectHTTP bool
+	// Hold refuses everything the sandbox starts (the agent channel is
+	// unaffected) while the rest of the policy is loaded. A warm pool's
+	// sandboxes wait held under the policy their owners will most likely
+	// ask for; lifting the hold is one set element, so a claim does not
+	// reload the rules (a reload waits for the kernel's RCU grace periods).
+	Hold bool
 }
 
 // HasDomainRules reports whether the policy names domains, which routes
@@ -160,6 +166,7 @@ const (
 	tableFamily = "inet"
 	tableName   = "space"
 	uplinkLink  = "up0"
+	releasedSet = "released"
 )
 
 // gatewayRules renders the ruleset of a slot's gateway namespace. Loading it
@@ -199,6 +206,13 @@ func gatewayRules(p Policy, uplinkPool netip.Prefix, allowPrivate []netip.Prefix
 	w("\tset %s {", DNSAllowedSet)
 	w("\t\ttype ipv4_addr; flags timeout;")
 	w("\t}")
+	// The sandbox's address is in this set unless the policy holds it.
+	w("\tset %s {", releasedSet)
+	w("\t\ttype ipv4_addr;")
+	if !p.Hold {
+		w("\t\telements = { %s }", SandboxAddr)
+	}
+	w("\t}")
 
 	// Refusing rather than dropping makes denied connections fail at once.
 	w("\tchain refuse {")
@@ -234,6 +248,7 @@ func gatewayRules(p Policy, uplinkPool netip.Prefix, allowPrivate []netip.Prefix
 	w("\tchain input {")
 	w("\t\ttype filter hook input priority filter; policy accept;")
 	w("\t\tiifname %q ct state established,related accept", gatewayLink)
+	w("\t\tiifname %q ip saddr != @%s goto refuse", gatewayLink, releasedSet)
 	if !p.Offline {
 		// The services run in the node's process: bound what one sandbox
 		// can make it hold (connections) or do (queries sent upstream).
@@ -260,6 +275,7 @@ func gatewayRules(p Policy, uplinkPool netip.Prefix, allowPrivate []netip.Prefix
 	w("\t\tmeta nfproto ipv6 drop")
 	w("\t\tip saddr != %s drop", SandboxAddr)
 	w("\t\tct state established,related accept")
+	w("\t\tip saddr != @%s goto refuse", releasedSet)
 	if p.Offline {
 		w("\t\tgoto refuse")
 	} else {

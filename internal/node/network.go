@@ -37,6 +37,9 @@ func (n *Node) destroySlot(slot *network.Slot) error {
 	if n.cfg.Gateway != nil {
 		n.cfg.Gateway.Release(slot.Name)
 	}
+	if n.cfg.Egress != nil {
+		n.cfg.Egress.Forget(slot.Name)
+	}
 	return slot.Destroy()
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/sandboxid"
 )
@@ -22,6 +23,7 @@ type PoolLimits struct {
 type warmPool struct {
 	tpl     TemplateSpec
 	limits  PoolLimits
+	waiting network.Policy
 	size    int
 	ready   []string
 	filling bool
@@ -49,8 +51,10 @@ type pools struct {
 }
 
 // SetPoolSize sets how many idle sandboxes of the template to keep ready;
-// 0 drains the pool.
-func (n *Node) SetPoolSize(tpl TemplateSpec, limits PoolLimits, size int) {
+// 0 drains the pool. Pooled sandboxes wait with the network policy their
+// owners will most likely ask for, held (nothing gets out): a claim with
+// that policy only lifts the hold instead of reloading the gateway's rules.
+func (n *Node) SetPoolSize(tpl TemplateSpec, limits PoolLimits, waiting network.Policy, size int) {
 	n.pools.mu.Lock()
 	if n.pools.byTpl == nil {
 		n.pools.byTpl = map[string]*warmPool{}
@@ -60,7 +64,8 @@ func (n *Node) SetPoolSize(tpl TemplateSpec, limits PoolLimits, size int) {
 		p = &warmPool{}
 		n.pools.byTpl[tpl.ID] = p
 	}
-	p.tpl, p.limits, p.size = tpl, limits, size
+	waiting.Hold = true
+	p.tpl, p.limits, p.waiting, p.size = tpl, limits, waiting, size
 	var drain []string
 	if len(p.ready) > size {
 		drain = p.ready[size:]
@@ -132,13 +137,13 @@ func (n *Node) fill(templateID string) {
 			n.pools.mu.Unlock()
 			return
 		}
-		tpl, limits := p.tpl, p.limits
+		tpl, limits, waiting := p.tpl, p.limits, p.waiting
 		n.pools.mu.Unlock()
 
 		for n.pools.active.busy() {
 			time.Sleep(10 * time.Millisecond)
 		}
-		id, err := n.restorePooled(tpl, limits)
+		id, err := n.restorePooled(tpl, limits, waiting)
 		if err != nil {
 			n.log.Warn("pool refill", "template", templateID, "err", err)
 			time.Sleep(5 * time.Second)
@@ -157,7 +162,7 @@ func (n *Node) fill(templateID string) {
 	}
 }
 
-func (n *Node) restorePooled(tpl TemplateSpec, limits PoolLimits) (string, error) {
+func (n *Node) restorePooled(tpl TemplateSpec, limits PoolLimits, waiting network.Policy) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	img, err := n.TemplateImage(ctx, tpl)
@@ -167,7 +172,7 @@ func (n *Node) restorePooled(tpl TemplateSpec, limits PoolLimits) (string, error
 	id := sandboxid.New()
 	err = n.ResumeFrom(ctx, RestoreSpec{
 		ID: id, ImageDir: img.ImageDir, FromVolume: img.Volume, Limits: limits.Limits, DiskMB: limits.DiskMB,
-		AccessToken: img.Token,
+		AccessToken: img.Token, Network: waiting,
 	})
 	if err != nil {
 		_ = n.release(context.Background(), id)

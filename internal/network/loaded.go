@@ -1,0 +1,138 @@
+package network
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"syscall"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
+)
+
+// loadedRules is what Egress last loaded into one slot's gateway namespace.
+// Reloading a ruleset costs the kernel's RCU grace periods (tens of
+// milliseconds on a busy node), so a change that only sets or lifts the
+// hold, or none at all, skips it.
+type loadedRules struct {
+	// netns identifies the gateway namespace the rules went into: a slot
+	// rebuilt under the same name (a restore) starts without them.
+	netns uint64
+	// rules is the ruleset as rendered without the hold.
+	rules string
+	held  bool
+	// connLimit is the connection bound in the limits table (0: none),
+	// valid when connLimitSet.
+	connLimit    int
+	connLimitSet bool
+}
+
+// namespaceID is the inode of a named namespace's file, which changes
+// when the namespace is made anew.
+func namespaceID(name string) (uint64, error) {
+	fi, err := os.Stat(nsDir + "/" + name)
+	if err != nil {
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("stat %s: no inode", name)
+	}
+	return st.Ino, nil
+}
+
+// loadedFor returns what is known to be loaded in the slot's gateway
+// namespace now, if anything.
+func (e *Egress) loadedFor(s *Slot) (loadedRules, bool) {
+	id, err := namespaceID(s.GatewayNS)
+	if err != nil {
+		return loadedRules{}, false
+	}
+	e.loadedMu.Lock()
+	defer e.loadedMu.Unlock()
+	l, ok := e.loaded[s.Name]
+	if !ok || l.netns != id {
+		return loadedRules{}, false
+	}
+	return l, true
+}
+
+func (e *Egress) remember(s *Slot, update func(*loadedRules)) {
+	id, err := namespaceID(s.GatewayNS)
+	if err != nil {
+		return
+	}
+	e.loadedMu.Lock()
+	defer e.loadedMu.Unlock()
+	l, ok := e.loaded[s.Name]
+	if !ok || l.netns != id {
+		l = loadedRules{netns: id}
+	}
+	update(&l)
+	e.loaded[s.Name] = l
+}
+
+// Forget drops what Egress remembers of a slot; call it when the slot is
+// destroyed.
+func (e *Egress) Forget(slotName string) {
+	e.loadedMu.Lock()
+	defer e.loadedMu.Unlock()
+	delete(e.loaded, slotName)
+}
+
+// loadPolicyRules brings the gateway's table to policy p: nothing when it
+// is there already, one set element when only the hold differs, otherwise
+// a reload of the whole table in one transaction.
+func (e *Egress) loadPolicyRules(s *Slot, p Policy) error {
+	unheld := p
+	unheld.Hold = false
+	key := gatewayRules(unheld, e.cfg.UplinkPool, e.cfg.AllowPrivate)
+	if l, ok := e.loadedFor(s); ok && l.rules == key {
+		if l.held == p.Hold {
+			return nil
+		}
+		if err := setHold(s.GatewayNS, p.Hold); err == nil {
+			e.remember(s, func(l *loadedRules) { l.held = p.Hold })
+			return nil
+		}
+		// Fall back to a full load, which sets the hold as well.
+	}
+	e.Forget(s.Name)
+	if err := loadRules(s.GatewayNS, gatewayRules(p, e.cfg.UplinkPool, e.cfg.AllowPrivate)); err != nil {
+		return fmt.Errorf("slot %s: %w", s.Name, err)
+	}
+	e.remember(s, func(l *loadedRules) { l.rules, l.held = key, p.Hold })
+	return nil
+}
+
+// setHold adds or removes the sandbox's address in the released set.
+func setHold(gatewayNS string, hold bool) error {
+	ns, err := netns.GetFromName(gatewayNS)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", gatewayNS, err)
+	}
+	defer ns.Close()
+	conn, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		return fmt.Errorf("nftables in %s: %w", gatewayNS, err)
+	}
+	set := &nftables.Set{
+		Table:   &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName},
+		Name:    releasedSet,
+		KeyType: nftables.TypeIPAddr,
+	}
+	addr := netip.MustParseAddr(SandboxAddr).As4()
+	elems := []nftables.SetElement{{Key: addr[:]}}
+	if hold {
+		err = conn.SetDeleteElements(set, elems)
+	} else {
+		err = conn.SetAddElements(set, elems)
+	}
+	if err != nil {
+		return fmt.Errorf("hold in %s: %w", gatewayNS, err)
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("hold in %s: %w", gatewayNS, err)
+	}
+	return nil
+}
