@@ -366,25 +366,9 @@ func (s *slotGateway) denied(format string, args ...any) {
 // connection leaves through the slot's uplink like the sandbox's own
 // traffic would.
 func (s *slotGateway) dial(ctx context.Context, addr string) (net.Conn, error) {
-	type result struct {
-		conn net.Conn
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// The thread is never unlocked: after Setns it belongs to the
-		// gateway namespace and must die with this goroutine.
-		runtime.LockOSThread()
-		if err := netns.Set(s.ns); err != nil {
-			done <- result{err: fmt.Errorf("enter %s: %w", s.slot.GatewayNS, err)}
-			return
-		}
-		d := net.Dialer{Timeout: 10 * time.Second}
-		c, err := d.DialContext(ctx, "tcp4", addr)
-		done <- result{c, err}
-	}()
-	r := <-done
-	return r.conn, r.err
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return s.slot.DialContext(ctx, "tcp4", addr)
 }
 
 // inNamespace runs fn on a thread in namespace ns; sockets it opens keep

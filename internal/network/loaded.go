@@ -18,7 +18,10 @@ type loadedRules struct {
 	// netns identifies the gateway namespace the rules went into: a slot
 	// rebuilt under the same name (a restore) starts without them.
 	netns uint64
-	// rules is the ruleset as rendered without the hold.
+	// rules is the ruleset as rendered without the hold, followed by the
+	// policy's domain rules: a change of those must reload too, as the
+	// reload empties the resolver's set (dns_allowed) for the gateway to
+	// refill with what the new policy still allows.
 	rules string
 	held  bool
 	// connLimit is the connection bound in the limits table (0: none),
@@ -86,7 +89,8 @@ func (e *Egress) Forget(slotName string) {
 func (e *Egress) loadPolicyRules(s *Slot, p Policy) error {
 	unheld := p
 	unheld.Hold = false
-	key := gatewayRules(unheld, e.cfg.UplinkPool, e.cfg.AllowPrivate)
+	key := gatewayRules(unheld, e.cfg.UplinkPool, e.cfg.AllowPrivate) +
+		fmt.Sprintf("# allow %q deny %q\n", p.AllowDomains, p.DenyDomains)
 	if l, ok := e.loadedFor(s); ok && l.rules == key {
 		if l.held == p.Hold {
 			return nil
