@@ -255,3 +255,38 @@ func TestExecStreamsOutputAndExitCode(t *testing.T) {
 		t.Errorf("session request = %+v", got)
 	}
 }
+
+func TestSandboxCreateSendsNetworkAndCredentialFlags(t *testing.T) {
+	var got apiv1.CreateSandboxRequest
+	useServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := json.NewDecoder(r.Body).Decode(&got); err != nil {
+			t.Error(err)
+		}
+		w.WriteHeader(http.StatusAccepted)
+		json.NewEncoder(w).Encode(apiv1.Sandbox{ID: "abc"})
+	}))
+	code, out, errOut := runMain(t, "", "sandbox", "create", "--no-internet", "--allow", "api.example.com",
+		"--allow", "10.1.0.0/16", "--deny", "*.bad.example", "--private-ports",
+		"--credential", "api.example.com:Authorization=Bearer ${KEY}",
+		"--credential-env", "api.example.com:KEY_ENV=KEY")
+	if code != 0 || out != "abc\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	n := got.Network
+	if n == nil || n.AllowInternet == nil || *n.AllowInternet || n.AllowPublicTraffic == nil || *n.AllowPublicTraffic ||
+		strings.Join(n.Allow, " ") != "api.example.com 10.1.0.0/16" || strings.Join(n.Deny, " ") != "*.bad.example" {
+		t.Fatalf("network sent: %+v", n)
+	}
+	want := []apiv1.CredentialRule{
+		{Host: "api.example.com", Header: "Authorization", Value: "Bearer ${KEY}"},
+		{Host: "api.example.com", Env: "KEY_ENV", Secret: "KEY"},
+	}
+	if len(got.Credentials) != 2 || got.Credentials[0] != want[0] || got.Credentials[1] != want[1] {
+		t.Fatalf("credentials sent: %+v", got.Credentials)
+	}
+
+	code, _, errOut = runMain(t, "", "sandbox", "create", "--credential", "no-colon")
+	if code != 2 || !strings.Contains(errOut, "HOST:HEADER=VALUE") {
+		t.Fatalf("bad --credential: exit %d, %q", code, errOut)
+	}
+}

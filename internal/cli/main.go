@@ -53,6 +53,7 @@ func init() {
 		{"restore", "restore a sandbox from a snapshot", runRestore},
 		{"branch", "start copies of a sandbox", runBranch},
 		{"events", "show a sandbox's lifecycle events", runEvents},
+		{"network", "show or change a sandbox's egress policy", runNetwork},
 		{"serve", "run the space server", runServe},
 		{"bench", "benchmark a space server", runBench},
 		{"redteam", "attack a space server from inside its sandboxes", runRedteam},

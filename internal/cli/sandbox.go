@@ -37,6 +37,11 @@ starting when the command returns.`)
 	fs.IntVar(&req.TimeoutS, "timeout-s", 0, "lifetime in seconds (0: server default)")
 	wait := fs.Bool("wait", false, "wait until the sandbox is running")
 	waitTimeout := fs.Duration("wait-timeout", 2*time.Minute, "how long --wait waits")
+	var network networkFlags
+	network.register(fs)
+	privatePorts := fs.Bool("private-ports", false, "exposed ports need the sandbox's traffic token")
+	var credentials credentialFlags
+	credentials.register(fs)
 	positional, err := fs.parse(args, true)
 	if err != nil {
 		return err
@@ -45,6 +50,15 @@ starting when the command returns.`)
 		return fs.usageErrorf("sandbox create takes no arguments, got %q", positional[0])
 	}
 	req.Env, req.Metadata = env.orNil(), metadata.orNil()
+	req.Network = network.policy()
+	if *privatePorts {
+		if req.Network == nil {
+			req.Network = &apiv1.NetworkPolicy{}
+		}
+		public := false
+		req.Network.AllowPublicTraffic = &public
+	}
+	req.Credentials = credentials.rules
 	c, err := connect()
 	if err != nil {
 		return err

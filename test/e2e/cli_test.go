@@ -82,6 +82,15 @@ func TestCLI(t *testing.T) {
 			defer space(t, "", "sandbox", "rm", f)
 		}
 	}
+	// Egress policy, shown and replaced.
+	out, errOut, code = space(t, "", "network", id, "--no-internet", "--allow", "example.com", "--deny", "192.0.2.0/24")
+	if code != 0 || !strings.Contains(out, `"allow_internet": false`) || !strings.Contains(out, "example.com") {
+		t.Fatalf("space network: exit %d\n%s%s", code, out, errOut)
+	}
+	_, errOut, code = space(t, "", "network", id, "--allow", "not a rule")
+	if code != 1 || !strings.Contains(errOut, "not a rule") {
+		t.Fatalf("space network with a bad rule: exit %d, %q; want 1 and a sentence", code, errOut)
+	}
 	_, errOut, code = space(t, "", "pause", "nosuchsandbox0000000")
 	if code != 1 || !strings.Contains(errOut, "not found") {
 		t.Fatalf("pause of an unknown sandbox: exit %d, %q", code, errOut)

@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// networkFlags are the egress policy flags of `sandbox create` and
+// `network`.
+type networkFlags struct {
+	allow, deny stringList
+	noInternet  bool
+	none        bool
+}
+
+func (n *networkFlags) register(fs *flagSet) {
+	fs.Var(&n.allow, "allow", "let the sandbox reach `RULE`: a domain, *.domain, address or CIDR (repeatable)")
+	fs.Var(&n.deny, "deny", "keep the sandbox from `RULE`, whatever else allows it (repeatable)")
+	fs.BoolVar(&n.noInternet, "no-internet", false, "reach only what --allow names")
+	fs.BoolVar(&n.none, "no-network", false, "no network at all: loopback only")
+}
+
+// policy is the flags' policy, nil when none was given (the server's
+// default then applies).
+func (n *networkFlags) policy() *apiv1.NetworkPolicy {
+	if n.none {
+		return &apiv1.NetworkPolicy{Mode: apiv1.NetworkModeNone}
+	}
+	if len(n.allow) == 0 && len(n.deny) == 0 && !n.noInternet {
+		return nil
+	}
+	internet := !n.noInternet
+	return &apiv1.NetworkPolicy{AllowInternet: &internet, Allow: n.allow, Deny: n.deny}
+}
+
+// credentialFlags are the credential rules of `sandbox create`.
+type credentialFlags struct {
+	rules []apiv1.CredentialRule
+}
+
+func (c *credentialFlags) register(fs *flagSet) {
+	fs.Func("credential", "requests to `HOST:HEADER=VALUE` get that header; VALUE may name secrets as ${NAME} (repeatable)", func(s string) error {
+		host, rest, ok := strings.Cut(s, ":")
+		header, value, ok2 := strings.Cut(rest, "=")
+		if !ok || !ok2 || host == "" || header == "" {
+			return fmt.Errorf("%q is not HOST:HEADER=VALUE", s)
+		}
+		c.rules = append(c.rules, apiv1.CredentialRule{Host: host, Header: header, Value: value})
+		return nil
+	})
+	fs.Func("credential-env", "env var ENV holds a placeholder the gateway swaps for secret SECRET in requests to HOST: `HOST:ENV=SECRET` (repeatable)", func(s string) error {
+		host, rest, ok := strings.Cut(s, ":")
+		env, secret, ok2 := strings.Cut(rest, "=")
+		if !ok || !ok2 || host == "" || env == "" || secret == "" {
+			return fmt.Errorf("%q is not HOST:ENV=SECRET", s)
+		}
+		c.rules = append(c.rules, apiv1.CredentialRule{Host: host, Env: env, Secret: secret})
+		return nil
+	})
+}
+
+func runNetwork(ctx context.Context, args []string) error {
+	fs := newFlagSet("space network ID [flags]", `
+Show a sandbox's egress policy, or replace it with the one the flags give.
+The new policy applies to new connections at once; open ones stay.`)
+	var n networkFlags
+	n.register(fs)
+	positional, err := fs.parse(args, true)
+	if err != nil {
+		return err
+	}
+	if len(positional) != 1 {
+		return fs.usageErrorf("network needs one sandbox ID")
+	}
+	c, err := connect()
+	if err != nil {
+		return err
+	}
+	id := positional[0]
+	sb, err := c.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if p := n.policy(); p != nil {
+		if sb, err = c.SetNetwork(ctx, id, *p); err != nil {
+			return err
+		}
+	}
+	out, err := json.MarshalIndent(sb.Network, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, string(out))
+	return nil
+}
