@@ -96,11 +96,11 @@ func (e *Egress) Apply(s *Slot, p Policy) error {
 		if err := deleteUplink(s.Name); err != nil {
 			return err
 		}
-		return e.loadPolicyRules(s, p)
+		return e.loadPolicyRules(s, p, 0, false)
 	}
 	// The rules go in before the uplink exists or forwarding is on, so the
 	// sandbox never has an unfiltered moment.
-	if err := e.loadPolicyRules(s, p); err != nil {
+	if err := e.loadPolicyRules(s, p, e.cfg.Limits.Tighter(p.Limits).MaxConnections, true); err != nil {
 		return err
 	}
 	if err := e.ensureUplink(s); err != nil {

@@ -85,14 +85,17 @@ func (e *Egress) Forget(slotName string) {
 
 // loadPolicyRules brings the gateway's table to policy p: nothing when it
 // is there already, one set element when only the hold differs, otherwise
-// a reload of the whole table in one transaction.
-func (e *Egress) loadPolicyRules(s *Slot, p Policy) error {
+// a reload of the whole table in one transaction. A reload also brings the
+// connection-limit table to connLimit (when withLimit) if it is not known
+// to hold that bound already, saving a second nft run on a new slot.
+func (e *Egress) loadPolicyRules(s *Slot, p Policy, connLimit int, withLimit bool) error {
 	unheld := p
 	unheld.Hold = false
 	key := gatewayRules(unheld, e.cfg.UplinkPool, e.cfg.AllowPrivate) +
 		fmt.Sprintf("# allow %q deny %q\n", p.AllowDomains, p.DenyDomains)
-	if l, ok := e.loadedFor(s); ok && l.rules == key {
-		if l.held == p.Hold {
+	known, ok := e.loadedFor(s)
+	if ok && known.rules == key {
+		if known.held == p.Hold {
 			return nil
 		}
 		if err := setHold(s.GatewayNS, p.Hold); err == nil {
@@ -101,11 +104,21 @@ func (e *Egress) loadPolicyRules(s *Slot, p Policy) error {
 		}
 		// Fall back to a full load, which sets the hold as well.
 	}
-	e.Forget(s.Name)
-	if err := loadRules(s.GatewayNS, gatewayRules(p, e.cfg.UplinkPool, e.cfg.AllowPrivate)); err != nil {
+	script := gatewayRules(p, e.cfg.UplinkPool, e.cfg.AllowPrivate)
+	addLimit := withLimit && !(ok && known.connLimitSet && known.connLimit == connLimit)
+	if addLimit {
+		script += limitRules(connLimit)
+	}
+	if err := loadRules(s.GatewayNS, script); err != nil {
+		e.Forget(s.Name)
 		return fmt.Errorf("slot %s: %w", s.Name, err)
 	}
-	e.remember(s, func(l *loadedRules) { l.rules, l.held = key, p.Hold })
+	e.remember(s, func(l *loadedRules) {
+		l.rules, l.held = key, p.Hold
+		if addLimit {
+			l.connLimit, l.connLimitSet = connLimit, true
+		}
+	})
 	return nil
 }
 
