@@ -80,6 +80,9 @@ type Proxy struct {
 	// ports carries traffic to ports other than envd; its connections are
 	// pooled per sandbox and port (the URL host names both).
 	ports *http.Transport
+	// grpcPorts carries gRPC (HTTP/2 with trailers, end to end) to a
+	// sandbox service speaking HTTP/2 without TLS.
+	grpcPorts *http.Transport
 }
 
 // New builds a proxy.
@@ -99,11 +102,17 @@ func New(cfg Config) *Proxy {
 		// Sandbox services are often plain HTTP/1.1 servers; no h2c.
 		ForceAttemptHTTP2: false,
 	}
+	p.grpcPorts = &http.Transport{DialContext: p.dialSandboxPort, DisableKeepAlives: true}
+	p.grpcPorts.Protocols = new(http.Protocols)
+	p.grpcPorts.Protocols.SetUnencryptedHTTP2(true)
 	return p
 }
 
 // Close drops idle connections to sandbox services.
-func (p *Proxy) Close() { p.ports.CloseIdleConnections() }
+func (p *Proxy) Close() {
+	p.ports.CloseIdleConnections()
+	p.grpcPorts.CloseIdleConnections()
+}
 
 // target is where one request goes.
 type target struct {
@@ -149,7 +158,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	enableFullDuplex(w)
-	p.service(t).ServeHTTP(w, r)
+	p.service(t, r).ServeHTTP(w, r)
 }
 
 // trafficRefusal says why a request carrying token (the value of the
@@ -310,8 +319,13 @@ func (p *Proxy) envd(sb *node.Sandbox) *httputil.ReverseProxy {
 }
 
 // service forwards to another port inside the sandbox, HTTP/1.1 and
-// WebSocket upgrades alike.
-func (p *Proxy) service(t target) *httputil.ReverseProxy {
+// WebSocket upgrades alike; a client's HTTP/2 becomes HTTP/1.1 to the
+// service, except gRPC, which needs HTTP/2 end to end (h2c inside).
+func (p *Proxy) service(t target, r *http.Request) *httputil.ReverseProxy {
+	transport := p.ports
+	if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+		transport = p.grpcPorts
+	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
@@ -319,7 +333,7 @@ func (p *Proxy) service(t target) *httputil.ReverseProxy {
 			pr.Out.Host = pr.In.Host // services may care for their own Host
 			pr.SetXForwarded()
 		},
-		Transport:     p.ports,
+		Transport:     transport,
 		FlushInterval: -1,
 		ErrorHandler:  p.proxyError(t.id, t.port),
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -38,38 +39,62 @@ func (s *Server) startCompat(keys *auth.Keys) (err error) {
 	}()
 	if s.cfg.E2BListen != "" {
 		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Domain: s.cfg.Domain, Logger: s.cfg.Logger})
-		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, h); err != nil {
+		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, h, nil); err != nil {
 			return err
 		}
 	}
 	if s.cfg.ProxyListen != "" {
+		var tlsConfig *tls.Config
+		if s.cfg.ProxyTLSCert != "" || s.cfg.ProxyTLSKey != "" {
+			cert, err := tls.LoadX509KeyPair(s.cfg.ProxyTLSCert, s.cfg.ProxyTLSKey)
+			if err != nil {
+				return fmt.Errorf("sandbox proxy: --proxy-tls-cert and --proxy-tls-key: %w", err)
+			}
+			tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		}
 		s.compat.proxy = proxy.New(proxy.Config{ControlPlane: s.cp, Domain: s.cfg.Domain, Logger: s.cfg.Logger})
-		if s.compat.proxyURL, err = s.serveCompat("sandbox proxy", s.cfg.ProxyListen, s.compat.proxy); err != nil {
+		if s.compat.proxyURL, err = s.serveCompat("sandbox proxy", s.cfg.ProxyListen, s.compat.proxy, tlsConfig); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// serveCompat serves h on addr in the background and returns its URL.
-// No write timeout: envd streams (process output, watches) last as long
-// as the processes do.
-func (s *Server) serveCompat(what, addr string, h http.Handler) (string, error) {
+// serveCompat serves h on addr in the background and returns its URL:
+// HTTP/1.1 and HTTP/2 without TLS (h2c, prior knowledge), or with
+// tlsConfig HTTPS with HTTP/2 by ALPN. No write timeout: envd streams
+// (process output, watches) last as long as the processes do.
+func (s *Server) serveCompat(what, addr string, h http.Handler, tlsConfig *tls.Config) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("%s: listen on %s: %w (choose another address with --e2b-listen/--proxy-listen, or \"\" to turn it off)", what, addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	scheme := "http"
+	if tlsConfig != nil {
+		srv.Protocols.SetHTTP2(true)
+		srv.TLSConfig = tlsConfig
+		scheme = "https"
+	} else {
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	done := make(chan struct{})
 	s.compat.servers = append(s.compat.servers, srv)
 	s.compat.done = append(s.compat.done, done)
 	go func() {
 		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if tlsConfig != nil {
+			// ServeTLS offers h2 by ALPN as srv.Protocols says.
+			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.cfg.Logger.Error(what, "err", err)
 		}
 	}()
-	return "http://" + ln.Addr().String(), nil
+	return scheme + "://" + ln.Addr().String(), nil
 }
 
 // shutdownCompat stops the compatibility listeners. Streams still open

@@ -58,6 +58,9 @@ type Config struct {
 	// proxy's addresses (empty: off); Domain is the sandbox domain they
 	// announce and route (empty: none, header routing only).
 	E2BListen, ProxyListen, Domain string
+	// ProxyTLSCert and ProxyTLSKey, both set, make the sandbox proxy serve
+	// HTTPS (HTTP/2 by ALPN) instead of plain HTTP (HTTP/1.1 and h2c).
+	ProxyTLSCert, ProxyTLSKey string
 	// Network configures sandbox egress; see network.EgressConfig. An
 	// invalid (zero) UplinkPool gives sandboxes no network at all.
 	Network network.EgressConfig

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -67,6 +68,25 @@ func TestPortsPublicByHostAndHeaders(t *testing.T) {
 	serveWeb(t, sb.ID, "")
 	requireServed(t, "by host", portRequest(t, sb.ID, "8080", "/index.html", false, ""))
 	requireServed(t, "by headers", portRequest(t, sb.ID, "8080", "/index.html", true, ""))
+
+	// A client speaking HTTP/2 without TLS (prior knowledge) is served
+	// too; the HTTP/1.1 service behind the proxy does not notice.
+	h2c := &http.Transport{Protocols: new(http.Protocols)}
+	h2c.Protocols.SetUnencryptedHTTP2(true)
+	req, err := http.NewRequestWithContext(testContext(t), http.MethodGet, env.srv.ProxyURL()+"/index.html", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "8080-" + sb.ID + ".sbx.example.test"
+	resp, err := (&http.Client{Transport: h2c}).Do(req)
+	if err != nil {
+		t.Fatalf("HTTP/2 through the proxy: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK || string(body) != "served\n" {
+		t.Fatalf("HTTP/2 through the proxy: %s %d %q", resp.Proto, resp.StatusCode, body)
+	}
 }
 
 // With allow_public_traffic false, ports take only requests carrying the
