@@ -13,17 +13,22 @@ import (
 // that any client (nc) can take.
 func ServeSource(t testing.TB, namespace, addr string, size int64) {
 	t.Helper()
-	l := ListenIn(t, namespace, addr)
+	serveEach(ListenIn(t, namespace, addr), func(c net.Conn) {
+		defer c.Close()
+		_, _ = io.CopyN(c, zeros{}, size)
+	})
+}
+
+// serveEach runs handle on its own goroutine for every connection l
+// accepts, until l is closed.
+func serveEach(l net.Listener, handle func(net.Conn)) {
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				_, _ = io.CopyN(c, zeros{}, size)
-			}()
+			go handle(c)
 		}
 	}()
 }
@@ -34,20 +39,11 @@ func ServeSource(t testing.TB, namespace, addr string, size int64) {
 // not close its side first.
 func ServeSink(t testing.TB, namespace, addr string, size int64) {
 	t.Helper()
-	l := ListenIn(t, namespace, addr)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				n, _ := io.CopyN(io.Discard, c, size)
-				_, _ = io.WriteString(c, strconv.FormatInt(n, 10))
-			}()
-		}
-	}()
+	serveEach(ListenIn(t, namespace, addr), func(c net.Conn) {
+		defer c.Close()
+		n, _ := io.CopyN(io.Discard, c, size)
+		_, _ = io.WriteString(c, strconv.FormatInt(n, 10))
+	})
 }
 
 // Holder accepts TCP connections and keeps them open until their client
@@ -71,6 +67,8 @@ func Hold(t testing.TB, namespace, addr string) *Holder {
 			if err != nil {
 				return
 			}
+			// Counted before the next accept, so a count read after a
+			// client connected includes it.
 			h.mu.Lock()
 			h.conns[c] = true
 			h.accepted++
