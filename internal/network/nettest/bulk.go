@@ -67,8 +67,6 @@ func Hold(t testing.TB, namespace, addr string) *Holder {
 			if err != nil {
 				return
 			}
-			// Counted before the next accept, so a count read after a
-			// client connected includes it.
 			h.mu.Lock()
 			h.conns[c] = true
 			h.accepted++
