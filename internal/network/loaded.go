@@ -3,8 +3,6 @@ package network
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"syscall"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
@@ -15,9 +13,10 @@ import (
 // milliseconds on a busy node), so a change that only sets or lifts the
 // hold, or none at all, skips it.
 type loadedRules struct {
-	// netns identifies the gateway namespace the rules went into: a slot
-	// rebuilt under the same name (a restore) starts without them.
-	netns uint64
+	// epoch identifies the slot's namespaces the rules went into (see
+	// slotEpochs): a slot rebuilt under the same name (a restore) starts
+	// without them.
+	epoch uint64
 	// rules is the ruleset as rendered without the hold, followed by the
 	// policy's domain rules: a change of those must reload too, as the
 	// reload empties the resolver's set (dns_allowed) for the gateway to
@@ -30,46 +29,26 @@ type loadedRules struct {
 	connLimitSet bool
 }
 
-// namespaceID is the inode of a named namespace's file, which changes
-// when the namespace is made anew.
-func namespaceID(name string) (uint64, error) {
-	fi, err := os.Stat(nsDir + "/" + name)
-	if err != nil {
-		return 0, err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, fmt.Errorf("stat %s: no inode", name)
-	}
-	return st.Ino, nil
-}
-
 // loadedFor returns what is known to be loaded in the slot's gateway
 // namespace now, if anything.
 func (e *Egress) loadedFor(s *Slot) (loadedRules, bool) {
-	id, err := namespaceID(s.GatewayNS)
-	if err != nil {
-		return loadedRules{}, false
-	}
+	epoch := slotEpochs.of(s.Name)
 	e.loadedMu.Lock()
 	defer e.loadedMu.Unlock()
 	l, ok := e.loaded[s.Name]
-	if !ok || l.netns != id {
+	if !ok || l.epoch != epoch {
 		return loadedRules{}, false
 	}
 	return l, true
 }
 
 func (e *Egress) remember(s *Slot, update func(*loadedRules)) {
-	id, err := namespaceID(s.GatewayNS)
-	if err != nil {
-		return
-	}
+	epoch := slotEpochs.of(s.Name)
 	e.loadedMu.Lock()
 	defer e.loadedMu.Unlock()
 	l, ok := e.loaded[s.Name]
-	if !ok || l.netns != id {
-		l = loadedRules{netns: id}
+	if !ok || l.epoch != epoch {
+		l = loadedRules{epoch: epoch}
 	}
 	update(&l)
 	e.loaded[s.Name] = l

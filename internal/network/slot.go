@@ -23,6 +23,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -84,7 +85,52 @@ func Create(name string) (*Slot, error) {
 		_ = s.Destroy()
 		return nil, fmt.Errorf("create network slot %s: %w", name, err)
 	}
+	slotEpochs.renew(name)
 	return s, nil
+}
+
+// slotEpochs numbers each slot's namespaces as this process made (or first
+// saw) them. What is remembered about a slot (Egress's loaded rules) is
+// tied to its epoch, so it cannot outlive the namespaces even where the
+// kernel hands a new namespace the inode number of a freed one.
+var slotEpochs epochs
+
+type epochs struct {
+	mu     sync.Mutex
+	last   uint64
+	byName map[string]uint64
+}
+
+// of returns the slot's epoch, giving a slot made before this process
+// started (an adopted sandbox's) one of its own.
+func (e *epochs) of(name string) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n, ok := e.byName[name]; ok {
+		return n
+	}
+	return e.renewLocked(name)
+}
+
+func (e *epochs) renew(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.renewLocked(name)
+}
+
+func (e *epochs) renewLocked(name string) uint64 {
+	if e.byName == nil {
+		e.byName = map[string]uint64{}
+	}
+	e.last++
+	e.byName[name] = e.last
+	return e.last
+}
+
+func (e *epochs) drop(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.byName, name)
 }
 
 func (s *Slot) create() error {
@@ -178,6 +224,7 @@ func upLink(h *netlink.Handle, name string) error {
 // Destroy removes the slot's uplink and both namespaces (and with them the
 // veth pair). Removing a slot that does not exist is not an error.
 func (s *Slot) Destroy() error {
+	slotEpochs.drop(s.Name)
 	var errs []error
 	if err := deleteUplink(s.Name); err != nil {
 		errs = append(errs, err)
