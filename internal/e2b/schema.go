@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -55,8 +56,6 @@ func (req *newSandbox) unsupported() string {
 		return "volumeMounts is not supported by space: persistent volumes cannot be mounted into E2B sandboxes; remove the volumeMounts option"
 	case !emptyJSON(req.IAM):
 		return "iam is not supported by space: no IAM tokens can be issued to sandboxes; remove the iam option"
-	case req.AllowInternetAccess != nil && !*req.AllowInternetAccess:
-		return "allow_internet_access: false is not supported by space: sandboxes cannot be created without internet access through the E2B API"
 	}
 	if !emptyJSON(req.Network) {
 		var network map[string]json.RawMessage
@@ -70,17 +69,24 @@ func (req *newSandbox) unsupported() string {
 		sort.Strings(keys)
 		for _, k := range keys {
 			v := network[k]
-			if k == "allowPublicTraffic" {
+			switch k {
+			case "allowPublicTraffic":
 				var public *bool
 				if err := json.Unmarshal(v, &public); err != nil {
 					return "network.allowPublicTraffic must be true or false"
+				}
+				continue
+			case "allowOut", "denyOut":
+				var rules []string
+				if err := json.Unmarshal(v, &rules); err != nil {
+					return fmt.Sprintf("network.%s must be a list of addresses, CIDRs or domains", k)
 				}
 				continue
 			}
 			if emptyJSON(v) {
 				continue
 			}
-			return fmt.Sprintf("network.%s is not supported by space: egress rules cannot be configured through the E2B API; remove it", k)
+			return fmt.Sprintf("network.%s is not supported by space; remove it", k)
 		}
 	}
 	return ""
@@ -103,14 +109,66 @@ func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
 		enabled := *req.AutoResume.Enabled
 		out.AutoResume = &enabled
 	}
-	// unsupported checked the option's type.
-	var network struct {
-		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+	policy, msg := req.networkPolicy()
+	out.Network = policy
+	return out, msg
+}
+
+// e2bNetwork is E2B's SandboxNetworkConfig as space serves it.
+type e2bNetwork struct {
+	AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
+	AllowOut           []string `json:"allowOut"`
+	DenyOut            []string `json:"denyOut"`
+}
+
+// everywhere is how E2B's egress rules say "all of the internet".
+const everywhere = "0.0.0.0/0"
+
+// networkPolicy translates allow_internet_access and network into space's
+// policy (nil: the default). E2B lets allowOut win over denyOut, space
+// lets a deny win: denyOut 0.0.0.0/0 (E2B's "only what allowOut names")
+// becomes allow_internet false, and a denyOut range covering an allowOut
+// address is refused rather than silently reversed.
+func (req *newSandbox) networkPolicy() (*apiv1.NetworkPolicy, string) {
+	var n e2bNetwork
+	if !emptyJSON(req.Network) {
+		if err := json.Unmarshal(req.Network, &n); err != nil {
+			return nil, "network must be an object: " + err.Error()
+		}
 	}
-	if !emptyJSON(req.Network) && json.Unmarshal(req.Network, &network) == nil && network.AllowPublicTraffic != nil {
-		out.Network = &apiv1.NetworkPolicy{AllowPublicTraffic: network.AllowPublicTraffic}
+	if req.AllowInternetAccess == nil && n.AllowPublicTraffic == nil && len(n.AllowOut) == 0 && len(n.DenyOut) == 0 {
+		return nil, ""
 	}
-	return out, ""
+	internet := req.AllowInternetAccess == nil || *req.AllowInternetAccess
+	p := &apiv1.NetworkPolicy{AllowPublicTraffic: n.AllowPublicTraffic, Allow: n.AllowOut}
+	for _, d := range n.DenyOut {
+		if strings.TrimSpace(d) == everywhere {
+			internet = false
+			continue
+		}
+		p.Deny = append(p.Deny, d)
+	}
+	for _, d := range p.Deny {
+		deny, err := netip.ParsePrefix(strings.TrimSpace(d))
+		if err != nil {
+			continue // an address or a domain; space validates it
+		}
+		for _, a := range p.Allow {
+			allow, err := netip.ParsePrefix(strings.TrimSpace(a))
+			if err != nil {
+				addr, aerr := netip.ParseAddr(strings.TrimSpace(a))
+				if aerr != nil {
+					continue
+				}
+				allow = netip.PrefixFrom(addr, addr.BitLen())
+			}
+			if deny.Bits() <= allow.Bits() && deny.Contains(allow.Addr()) {
+				return nil, fmt.Sprintf("network.denyOut %q covers network.allowOut %q: in space a deny rule wins over an allow rule; deny everything with %q and list what is allowed in allowOut instead", d, a, everywhere)
+			}
+		}
+	}
+	p.AllowInternet = &internet
+	return p, ""
 }
 
 // sandboxJSON is E2B's Sandbox (create, connect and fork responses).
@@ -154,7 +212,9 @@ type sandboxDetail struct {
 
 // networkDetail is the part of E2B's SandboxNetworkConfig space serves.
 type networkDetail struct {
-	AllowPublicTraffic bool `json:"allowPublicTraffic"`
+	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
 }
 
 type lifecycleDetail struct {
@@ -247,9 +307,15 @@ func (h *Handler) detailView(s controlplane.Sandbox) sandboxDetail {
 	if s.Lifecycle.OnTimeout == "suspend" {
 		onTimeout = "pause"
 	}
+	network := networkDetail{AllowPublicTraffic: s.TrafficToken() == ""}
+	internet := true
+	if n := s.Network; n != nil {
+		internet = n.AllowInternet && !n.Offline
+		network.AllowOut, network.DenyOut = n.Allow, n.Deny
+	}
 	return sandboxDetail{
 		listedSandbox: listedView(s), EnvdAccessToken: s.AccessToken, Domain: h.domain(),
-		AllowInternetAccess: true, Network: networkDetail{AllowPublicTraffic: s.TrafficToken() == ""},
+		AllowInternetAccess: internet, Network: network,
 		Lifecycle: lifecycleDetail{AutoResume: s.Lifecycle.AutoResume, OnTimeout: onTimeout},
 	}
 }

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -238,8 +240,10 @@ func TestE2BAPIErrors(t *testing.T) {
 		{`{"templateID":"minimal","mcp":{"github":{}}}`, "mcp"},
 		{`{"templateID":"minimal","volumeMounts":[{"name":"v","path":"/data"}]}`, "volumeMounts"},
 		{`{"templateID":"minimal","iam":{"tokens":{"a":{}}}}`, "iam"},
-		{`{"templateID":"minimal","network":{"denyOut":["0.0.0.0/0"]}}`, "network.denyOut"},
-		{`{"templateID":"minimal","allow_internet_access":false}`, "allow_internet_access"},
+		{`{"templateID":"minimal","network":{"maskRequestHost":"x.example"}}`, "network.maskRequestHost"},
+		{`{"templateID":"minimal","network":{"allowOut":"1.2.3.4"}}`, "network.allowOut"},
+		{`{"templateID":"minimal","network":{"denyOut":["10.0.0.0/8"],"allowOut":["10.1.2.3"]}}`, "deny rule wins"},
+		{`{"templateID":"minimal","network":{"allowOut":["not a rule"]}}`, "not a rule"},
 		{`{"templateID":"minimal","timeout":-1}`, "timeout"},
 		{`{"timeout":60}`, "templateID"},
 		{``, "empty"},
@@ -497,4 +501,46 @@ func TestE2BForkMetricsSnapshots(t *testing.T) {
 		t.Fatalf("delete snapshot: %d %s", resp.status, resp.body)
 	}
 	e2bRequest(t, http.MethodDelete, "/templates/"+snap.SnapshotID, nil, nil).wantError(t, http.StatusNotFound, snap.SnapshotID)
+}
+
+// E2B's egress options become space's policy: allow_internet_access and
+// denyOut 0.0.0.0/0 close the internet, allowOut opens addresses and
+// domains, and the sandbox detail reports them back.
+func TestE2BNetworkOptions(t *testing.T) {
+	requireServer(t)
+	resp := e2bRequest(t, http.MethodPost, "/sandboxes",
+		`{"templateID":"minimal","allow_internet_access":true,"network":{"denyOut":["0.0.0.0/0","192.0.2.0/24"],"allowOut":["198.51.100.7","example.com"]}}`, nil)
+	if resp.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", resp.status, resp.body)
+	}
+	var created struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	if err := json.Unmarshal(resp.body, &created); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.client.DeleteSandbox(context.Background(), created.SandboxID) })
+	sb, err := env.client.GetSandbox(testContext(t), created.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := sb.Network
+	if n == nil || n.AllowInternet == nil || *n.AllowInternet ||
+		strings.Join(n.Allow, " ") != "198.51.100.7/32 example.com" || strings.Join(n.Deny, " ") != "192.0.2.0/24" {
+		t.Fatalf("space policy of an E2B sandbox: %+v", n)
+	}
+	detail := e2bRequest(t, http.MethodGet, "/sandboxes/"+created.SandboxID, nil, nil)
+	var d struct {
+		AllowInternetAccess bool `json:"allowInternetAccess"`
+		Network             struct {
+			AllowOut []string `json:"allowOut"`
+			DenyOut  []string `json:"denyOut"`
+		} `json:"network"`
+	}
+	if err := json.Unmarshal(detail.body, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.AllowInternetAccess || len(d.Network.AllowOut) != 2 || len(d.Network.DenyOut) != 1 {
+		t.Fatalf("E2B detail: %s", detail.body)
+	}
 }
