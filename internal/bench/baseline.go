@@ -9,12 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/space-platform/space/internal/storage"
 )
 
 // The baselines run runsc directly on the server's host, on the same
@@ -146,17 +146,7 @@ func writeTrueBundle(bundle, rootfs string) error {
 // removeRunscDir removes a scratch runsc directory, first detaching what
 // runsc mounted inside it (the empty network namespace of --network none).
 func removeRunscDir(dir string) {
-	data, _ := os.ReadFile("/proc/self/mountinfo")
-	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			points = append(points, f[4])
-		}
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	for _, p := range points {
-		_ = syscall.Unmount(p, syscall.MNT_DETACH)
-	}
+	storage.UnmountUnder(dir)
 	_ = os.RemoveAll(dir)
 }
 

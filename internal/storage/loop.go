@@ -177,6 +177,28 @@ func mountSource(dir string) (string, bool) {
 	return src, found
 }
 
+// UnmountUnder detaches every mount below dir, deepest first, so that dir
+// can be removed: a volume image, or the empty network namespace runsc
+// bind-mounts into its state directory.
+func UnmountUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			if p := unescapeMountinfo(f[4]); strings.HasPrefix(p, dir+"/") {
+				points = append(points, p)
+			}
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range points {
+		_ = unix.Unmount(p, unix.MNT_DETACH)
+	}
+}
+
 // unescapeMountinfo decodes the octal escapes (\040 for space) mountinfo
 // uses in paths.
 func unescapeMountinfo(s string) string {

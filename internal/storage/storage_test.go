@@ -434,3 +434,30 @@ func quotaInconsistent(t *testing.T, p *Pool) bool {
 	}
 	return bytes.Contains(out, []byte("inconsistent"))
 }
+
+func TestUnmountUnderDetachesNestedMountsDeepestFirst(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	outer, inner := filepath.Join(dir, "a"), filepath.Join(dir, "a", "b")
+	if err := os.MkdirAll(outer, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "tmpfs", outer).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v: %s", err, out)
+	}
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "tmpfs", inner).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v: %s", err, out)
+	}
+	UnmountUnder(dir)
+	for _, p := range []string{inner, outer} {
+		if _, mounted := mountSource(p); mounted {
+			t.Errorf("%s is still mounted", p)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+}

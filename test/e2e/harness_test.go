@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/space-platform/space/internal/network/nettest"
 	"github.com/space-platform/space/internal/server"
+	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/internal/template"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
@@ -166,7 +166,7 @@ func cleanup() {
 // directory and detaches the loop device of its volume image.
 func releaseDataDir(dir string) {
 	killRuntimes(dir)
-	unmountUnder(dir)
+	storage.UnmountUnder(dir)
 	_ = exec.Command("sh", "-c", "losetup -j "+filepath.Join(dir, "volumes.img")+" | cut -d: -f1 | xargs -r losetup -d").Run()
 }
 
@@ -185,25 +185,6 @@ func killRuntimes(dir string) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
-}
-
-// unmountUnder detaches every mount below dir, deepest first: the volume
-// image and the empty network namespace runsc bind-mounts into its state.
-func unmountUnder(dir string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			points = append(points, f[4])
-		}
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	for _, p := range points {
-		_ = syscall.Unmount(p, syscall.MNT_DETACH)
-	}
 }
 
 func repoRoot() (string, error) {
