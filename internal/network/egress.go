@@ -109,9 +109,16 @@ func (e *Egress) Apply(s *Slot, p Policy) error {
 	if err := e.applyLimits(s, p.Limits); err != nil {
 		return fmt.Errorf("slot %s: limits: %w", s.Name, err)
 	}
-	return inNamespace(s.GatewayNS, func() error {
+	if known, ok := e.loadedFor(s); ok && known.forwarding {
+		return nil
+	}
+	err := inNamespace(s.GatewayNS, func() error {
 		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
 	})
+	if err == nil {
+		e.remember(s, func(l *loadedRules) { l.forwarding = true })
+	}
+	return err
 }
 
 // UplinkAddrs returns the host's and the gateway's address on the slot's

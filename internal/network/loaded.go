@@ -27,6 +27,8 @@ type loadedRules struct {
 	// valid when connLimitSet.
 	connLimit    int
 	connLimitSet bool
+	// forwarding is set once IPv4 forwarding is on in the namespace.
+	forwarding bool
 }
 
 // loadedFor returns what is known to be loaded in the slot's gateway
@@ -70,8 +72,8 @@ func (e *Egress) Forget(slotName string) {
 func (e *Egress) loadPolicyRules(s *Slot, p Policy, connLimit int, withLimit bool) error {
 	unheld := p
 	unheld.Hold = false
-	key := gatewayRules(unheld, e.cfg.UplinkPool, e.cfg.AllowPrivate) +
-		fmt.Sprintf("# allow %q deny %q\n", p.AllowDomains, p.DenyDomains)
+	unheldRules := gatewayRules(unheld, e.cfg.UplinkPool, e.cfg.AllowPrivate)
+	key := unheldRules + fmt.Sprintf("# allow %q deny %q\n", p.AllowDomains, p.DenyDomains)
 	known, ok := e.loadedFor(s)
 	if ok && known.rules == key {
 		if known.held == p.Hold {
@@ -83,7 +85,10 @@ func (e *Egress) loadPolicyRules(s *Slot, p Policy, connLimit int, withLimit boo
 		}
 		// Fall back to a full load, which sets the hold as well.
 	}
-	script := gatewayRules(p, e.cfg.UplinkPool, e.cfg.AllowPrivate)
+	script := unheldRules
+	if p.Hold {
+		script = gatewayRules(p, e.cfg.UplinkPool, e.cfg.AllowPrivate)
+	}
 	addLimit := withLimit && !(ok && known.connLimitSet && known.connLimit == connLimit)
 	if addLimit {
 		script += limitRules(connLimit)
