@@ -289,4 +289,10 @@ func TestSandboxCreateSendsNetworkAndCredentialFlags(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "HOST:HEADER=VALUE") {
 		t.Fatalf("bad --credential: exit %d, %q", code, errOut)
 	}
+	for _, bad := range []string{"api.example.com:KEY_ENV=", "api.example.com:=KEY", ":KEY_ENV=KEY"} {
+		code, _, errOut = runMain(t, "", "sandbox", "create", "--credential-env", bad)
+		if code != 2 || !strings.Contains(errOut, "HOST:ENV=SECRET") {
+			t.Fatalf("bad --credential-env %q: exit %d, %q", bad, code, errOut)
+		}
+	}
 }

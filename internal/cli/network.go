@@ -50,23 +50,38 @@ type credentialFlags struct {
 
 func (c *credentialFlags) register(fs *flagSet) {
 	fs.Func("credential", "requests to `HOST:HEADER=VALUE` get that header; VALUE may name secrets as ${NAME} (repeatable)", func(s string) error {
-		host, rest, ok := strings.Cut(s, ":")
-		header, value, ok2 := strings.Cut(rest, "=")
-		if !ok || !ok2 || host == "" || header == "" {
-			return fmt.Errorf("%q is not HOST:HEADER=VALUE", s)
+		host, header, value, err := parseHostRule(s, "HOST:HEADER=VALUE")
+		if err != nil {
+			return err
 		}
 		c.rules = append(c.rules, apiv1.CredentialRule{Host: host, Header: header, Value: value})
 		return nil
 	})
 	fs.Func("credential-env", "env var ENV holds a placeholder the gateway swaps for secret SECRET in requests to HOST: `HOST:ENV=SECRET` (repeatable)", func(s string) error {
-		host, rest, ok := strings.Cut(s, ":")
-		env, secret, ok2 := strings.Cut(rest, "=")
-		if !ok || !ok2 || host == "" || env == "" || secret == "" {
-			return fmt.Errorf("%q is not HOST:ENV=SECRET", s)
+		host, env, secret, err := parseHostRule(s, "HOST:ENV=SECRET")
+		if err != nil {
+			return err
+		}
+		if secret == "" {
+			return fmt.Errorf("%q is not %s", s, "HOST:ENV=SECRET")
 		}
 		c.rules = append(c.rules, apiv1.CredentialRule{Host: host, Env: env, Secret: secret})
 		return nil
 	})
+}
+
+// parseHostRule splits "HOST:KEY=VALUE"; host and key must not be empty.
+// form names the shape in the error.
+func parseHostRule(s, form string) (host, key, value string, err error) {
+	host, rest, ok := strings.Cut(s, ":")
+	if !ok || host == "" {
+		return "", "", "", fmt.Errorf("%q is not %s", s, form)
+	}
+	key, value, err = parseKeyValue(rest)
+	if err != nil {
+		return "", "", "", fmt.Errorf("%q is not %s", s, form)
+	}
+	return host, key, value, nil
 }
 
 func runNetwork(ctx context.Context, args []string) error {
