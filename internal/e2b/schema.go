@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -149,20 +149,16 @@ func (req *newSandbox) networkPolicy() (*apiv1.NetworkPolicy, string) {
 		p.Deny = append(p.Deny, d)
 	}
 	for _, d := range p.Deny {
-		deny, err := netip.ParsePrefix(strings.TrimSpace(d))
+		deny, err := network.ParsePrefixes([]string{d})
 		if err != nil {
-			continue // an address or a domain; space validates it
+			continue // a domain, or malformed: space validates it
 		}
 		for _, a := range p.Allow {
-			allow, err := netip.ParsePrefix(strings.TrimSpace(a))
+			allow, err := network.ParsePrefixes([]string{a})
 			if err != nil {
-				addr, aerr := netip.ParseAddr(strings.TrimSpace(a))
-				if aerr != nil {
-					continue
-				}
-				allow = netip.PrefixFrom(addr, addr.BitLen())
+				continue
 			}
-			if deny.Bits() <= allow.Bits() && deny.Contains(allow.Addr()) {
+			if deny[0].Bits() <= allow[0].Bits() && deny[0].Contains(allow[0].Addr()) {
 				return nil, fmt.Sprintf("network.denyOut %q covers network.allowOut %q: in space a deny rule wins over an allow rule; deny everything with %q and list what is allowed in allowOut instead", d, a, everywhere)
 			}
 		}
