@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -239,12 +238,7 @@ func TestEgressDomainRulesSurviveServerRestart(t *testing.T) {
 	if addrs, out := lookup(t, sb.ID, "allowed.test", ""); len(addrs) != 1 {
 		t.Fatalf("allowed.test before the restart: %v\n%s", addrs, out)
 	}
-	if err := env.srv.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := startServer(); err != nil {
-		t.Fatal(err)
-	}
+	restartServer(t)
 	if addrs, out := lookup(t, sb.ID, "allowed.test", ""); len(addrs) != 1 || addrs[0] != w.SharedAddr.String() {
 		t.Fatalf("allowed.test after the restart: %v\n%s", addrs, out)
 	}

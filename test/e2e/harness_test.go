@@ -145,6 +145,18 @@ func startServer() error {
 	return nil
 }
 
+// restartServer stops the shared server and starts it again on the same
+// data directory, as an operator's restart would.
+func restartServer(t *testing.T) {
+	t.Helper()
+	if err := env.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := startServer(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // cleanup deletes every sandbox and leaves no mount or file behind, unless
 // SPACE_TEST_KEEP is set for debugging.
 func cleanup() {

@@ -150,12 +150,7 @@ func TestSuspendedSandboxSurvivesServerRestartAndAutoResumes(t *testing.T) {
 	if _, err := env.client.Suspend(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.srv.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := startServer(); err != nil {
-		t.Fatal(err)
-	}
+	restartServer(t)
 	got, err := env.client.GetSandbox(ctx, sb.ID)
 	if err != nil || got.State != apiv1.StateSuspended || got.Metadata["who"] != "restart" || got.AccessToken != sb.AccessToken {
 		t.Fatalf("after restart: %+v, %v", got, err)

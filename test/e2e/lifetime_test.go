@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -43,12 +42,7 @@ func TestSandboxesSurviveClientDisconnectAndServerRestart(t *testing.T) {
 	if _, err := env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{Cmd: []string{"sleep", "1000"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.srv.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := startServer(); err != nil {
-		t.Fatal(err)
-	}
+	restartServer(t)
 	got, err := env.client.GetSandbox(ctx, sb.ID)
 	if err != nil || got.State != apiv1.StateRunning {
 		t.Fatalf("after restart: %+v, %v", got, err)
