@@ -6,14 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/space-platform/space/internal/network"
 )
@@ -257,7 +255,7 @@ func (g *Gateway) start(slot *network.Slot, p network.Policy) (_ *slotGateway, e
 	var udp net.PacketConn
 	var tcpDNS, httpL, tlsL net.Listener
 	var log *nflog
-	err = inNamespace(ns, func() error {
+	err = network.InNamespace(ns, func() error {
 		var lc net.ListenConfig
 		var err error
 		if udp, err = lc.ListenPacket(ctx, "udp4", fmt.Sprintf("%s:%d", network.GatewayAddr, network.ResolverPort)); err != nil {
@@ -369,19 +367,4 @@ func (s *slotGateway) dial(ctx context.Context, addr string) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return s.slot.DialContext(ctx, "tcp4", addr)
-}
-
-// inNamespace runs fn on a thread in namespace ns; sockets it opens keep
-// the namespace. The thread is discarded afterwards.
-func inNamespace(ns netns.NsHandle, fn func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Setns(int(ns), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("enter namespace: %w", err)
-			return
-		}
-		done <- fn()
-	}()
-	return <-done
 }

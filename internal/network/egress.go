@@ -373,19 +373,27 @@ func runIn(namespace string, cmd *exec.Cmd) error {
 	return inNamespace(namespace, cmd.Run)
 }
 
-// inNamespace runs fn on a thread inside the named network namespace; the
-// thread is discarded afterwards (see DialContext).
+// inNamespace runs fn on a thread inside the named network namespace (see
+// InNamespace).
 func inNamespace(name string, fn func() error) error {
 	h, err := netns.GetFromName(name)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", name, err)
 	}
 	defer h.Close()
+	return InNamespace(h, fn)
+}
+
+// InNamespace runs fn on an OS thread that entered network namespace ns:
+// sockets fn opens, and processes it starts, belong to ns for their whole
+// life. The thread is never unlocked, so it dies with fn's goroutine
+// rather than return to the scheduler's pool in the wrong namespace.
+func InNamespace(ns netns.NsHandle, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := netns.Set(h); err != nil {
-			done <- fmt.Errorf("enter %s: %w", name, err)
+		if err := netns.Set(ns); err != nil {
+			done <- fmt.Errorf("enter namespace: %w", err)
 			return
 		}
 		done <- fn()

@@ -241,31 +241,14 @@ func (s *Slot) Destroy() error {
 // agent port) from inside the slot's gateway namespace. The socket keeps that
 // namespace for its whole life, whatever thread later uses it.
 func (s *Slot) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	gw, err := netns.GetFromName(s.GatewayNS)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", s.GatewayNS, err)
-	}
-	defer gw.Close()
-	type result struct {
-		conn net.Conn
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// The thread is never unlocked: after Setns it belongs to another
-		// namespace, so it must die with this goroutine rather than return
-		// to the scheduler's pool.
-		runtime.LockOSThread()
-		if err := netns.Set(gw); err != nil {
-			done <- result{err: fmt.Errorf("enter %s: %w", s.GatewayNS, err)}
-			return
-		}
+	var conn net.Conn
+	err := inNamespace(s.GatewayNS, func() error {
 		var d net.Dialer
-		conn, err := d.DialContext(ctx, network, addr)
-		done <- result{conn, err}
-	}()
-	r := <-done
-	return r.conn, r.err
+		var err error
+		conn, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
 }
 
 // newNamedNS creates a persistent named network namespace.
