@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -102,9 +105,18 @@ func (s *filesystemService) Remove(_ context.Context, req *connect.Request[files
 	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil
 }
 
+// maxListDirEntries bounds an E2B ListDir answer, which envd returns in
+// one message: past it the agent would hold (and the client decode) an
+// answer of unbounded size. Larger trees are listed in pages through the
+// agent's GET /list (the space API's GET .../files?cursor=).
+const maxListDirEntries = 50_000
+
 // ListDir lists entries up to depth levels below path (0 is treated as 1:
-// direct children). Symlinked directories are not descended into, so link
-// cycles cannot loop.
+// direct children), children of each directory sorted by name like envd.
+// Symlinked directories are not descended into, so link cycles cannot
+// loop. A tree of more than maxListDirEntries entries is refused with
+// resource_exhausted rather than truncated, so no client mistakes a part
+// for the whole.
 func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystempb.ListDirRequest]) (*connect.Response[filesystempb.ListDirResponse], error) {
 	_, root, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
@@ -122,38 +134,78 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 		depth = 1
 	}
 	var entries []*filesystempb.EntryInfo
-	err = s.walk(ctx, root, depth, func(path string, fi fs.FileInfo) {
+	err = s.walk(ctx, root, depth, func(path string, fi fs.FileInfo) error {
+		if len(entries) == maxListDirEntries {
+			return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+				"list dir: %s holds more than %d entries; list it in pages (GET /v1/sandboxes/{id}/files?path=...&cursor=...)", root, maxListDirEntries))
+		}
 		entries = append(entries, s.agent.entryInfoFrom(path, fi))
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	slices.SortFunc(entries, func(a, b *filesystempb.EntryInfo) int { return comparePreOrder(a.GetPath(), b.GetPath()) })
 	return connect.NewResponse(&filesystempb.ListDirResponse{Entries: entries}), nil
 }
 
-func (s *filesystemService) walk(ctx context.Context, dir string, depth int, visit func(string, fs.FileInfo)) error {
+// comparePreOrder orders paths component by component, which is pre-order
+// with each directory's children sorted by name ("a", "a/b", "a-c").
+func comparePreOrder(a, b string) int {
+	for {
+		ha, ta, moreA := strings.Cut(a, "/")
+		hb, tb, moreB := strings.Cut(b, "/")
+		if c := strings.Compare(ha, hb); c != 0 {
+			return c
+		}
+		switch {
+		case !moreA && !moreB:
+			return 0
+		case !moreA:
+			return -1
+		case !moreB:
+			return 1
+		}
+		a, b = ta, tb
+	}
+}
+
+// walk visits the tree below dir, reading each directory in chunks so
+// that a huge directory is never held twice (names and entries).
+func (s *filesystemService) walk(ctx context.Context, dir string, depth int, visit func(string, fs.FileInfo) error) error {
 	if err := ctx.Err(); err != nil {
 		return connect.NewError(connect.CodeCanceled, err)
 	}
-	children, err := os.ReadDir(dir)
+	f, err := os.Open(dir)
 	if err != nil {
 		return fsError("read dir", err)
 	}
-	for _, child := range children {
-		path := filepath.Join(dir, child.Name())
-		fi, err := child.Info()
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // removed while listing
-		}
-		if err != nil {
-			return fsError("stat", err)
-		}
-		visit(path, fi)
-		if depth > 1 && fi.IsDir() {
-			if err := s.walk(ctx, path, depth-1, visit); err != nil {
+	defer f.Close()
+	for {
+		children, err := f.ReadDir(256)
+		for _, child := range children {
+			path := filepath.Join(dir, child.Name())
+			fi, err := child.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // removed while listing
+			}
+			if err != nil {
+				return fsError("stat", err)
+			}
+			if err := visit(path, fi); err != nil {
 				return err
 			}
+			if depth > 1 && fi.IsDir() {
+				if err := s.walk(ctx, path, depth-1, visit); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(children) == 0) {
+			return nil
+		}
+		if err != nil {
+			return fsError("read dir", err)
 		}
 	}
-	return nil
 }

@@ -85,6 +85,7 @@ func (a *Agent) routes() *http.ServeMux {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", a.handleFileDownload)
 	mux.HandleFunc("POST /files", a.handleFileUpload)
+	mux.HandleFunc("GET /list", a.handleList)
 	mux.HandleFunc("POST /init", a.handleInit)
 	mux.Handle("GET /envs", a.requireToken(http.HandlerFunc(a.handleEnvs)))
 	mux.Handle("GET /metrics", a.requireToken(http.HandlerFunc(a.handleMetrics)))

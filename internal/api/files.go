@@ -1,7 +1,13 @@
 package api
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path"
@@ -10,6 +16,8 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/agent/gen/filesystempb"
+	"github.com/space-platform/space/internal/dirlist"
+	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -70,25 +78,23 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if info.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY {
-		depth := uint32(1)
-		if v := r.URL.Query().Get("depth"); v != "" {
-			n, err := strconv.ParseUint(v, 10, 32)
-			if err != nil || n < 1 || n > 64 {
-				writeError(w, http.StatusBadRequest, "depth must be an integer between 1 and 64")
-				return
-			}
-			depth = uint32(n)
+		opts, ok := listOptions(w, r)
+		if !ok {
+			return
 		}
-		entries, err := sb.ListDir(r.Context(), p, user, depth)
+		page, err := sb.ListPage(r.Context(), p, user, opts)
 		if err != nil {
 			s.fail(w, err)
 			return
 		}
-		out := apiv1.FileList{Path: info.GetPath(), Entries: []apiv1.FileEntry{}}
-		for _, e := range entries {
-			out.Entries = append(out.Entries, entryView(e))
-		}
-		writeJSON(w, http.StatusOK, out)
+		defer page.Close()
+		streamListing(w, s, info.GetPath(), func() (apiv1.FileEntry, string, error) {
+			e, err := page.Next()
+			if err != nil {
+				return apiv1.FileEntry{}, page.NextCursor(), err
+			}
+			return entryView(e), "", nil
+		})
 		return
 	}
 	body, size, err := sb.ReadFile(r.Context(), p, user)
@@ -205,30 +211,15 @@ func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request, snap, 
 	}
 	defer f.Close()
 	if info.IsDir() {
-		entries, err := f.ReadDir(-1)
-		if err != nil {
-			s.fail(w, err)
+		opts, ok := listOptions(w, r)
+		if !ok {
 			return
 		}
-		out := apiv1.FileList{Path: p, Entries: []apiv1.FileEntry{}}
-		for _, e := range entries {
-			ei, err := e.Info()
-			if err != nil {
-				continue
-			}
-			kind := "file"
-			switch {
-			case ei.IsDir():
-				kind = "dir"
-			case ei.Mode()&os.ModeSymlink != 0:
-				kind = "symlink"
-			}
-			out.Entries = append(out.Entries, apiv1.FileEntry{
-				Name: e.Name(), Path: path.Join(p, e.Name()), Type: kind, Size: ei.Size(),
-				Mode: uint32(ei.Mode().Perm()), ModifiedAt: ei.ModTime().UTC(),
-			})
+		if opts.Depth > 1 {
+			writeError(w, http.StatusBadRequest, "snapshot listings have depth 1")
+			return
 		}
-		writeJSON(w, http.StatusOK, out)
+		s.listSnapshotDir(w, r, snap, p, opts)
 		return
 	}
 	if !info.Mode().IsRegular() {
@@ -239,4 +230,137 @@ func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request, snap, 
 	w.Header().Set("Content-Length", strconv.FormatInt(info.Size(), 10))
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(w, f)
+}
+
+// listSnapshotDir writes one page of a snapshot directory's listing, read
+// in bounded memory like the agent reads a live one.
+func (s *Server) listSnapshotDir(w http.ResponseWriter, r *http.Request, snap, p string, opts node.ListOptions) {
+	root, err := s.cp.OpenSnapshotDir(r.PathValue("id"), snap, p)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	defer root.Close()
+	after, err := dirlist.DecodeCursor(opts.Cursor)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	limit := opts.Limit
+	if limit == 0 {
+		limit = dirlist.DefaultLimit
+	}
+	// dirlist visits entries in a callback; a goroutine turns that into
+	// the pull that streamListing wants, one entry at a time.
+	type item struct {
+		e    apiv1.FileEntry
+		next string
+		err  error
+	}
+	items := make(chan item)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		next, err := dirlist.Page(ctx, root, 1, limit, after, func(rel string, fi fs.FileInfo) error {
+			kind := "file"
+			switch {
+			case fi.IsDir():
+				kind = "dir"
+			case fi.Mode()&os.ModeSymlink != 0:
+				kind = "symlink"
+			}
+			e := apiv1.FileEntry{
+				Name: path.Base(rel), Path: path.Join(p, rel), Type: kind, Size: fi.Size(),
+				Mode: uint32(fi.Mode().Perm()), ModifiedAt: fi.ModTime().UTC(),
+			}
+			select {
+			case items <- item{e: e}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		if err == nil {
+			err = io.EOF
+		} else {
+			s.log.Warn("list snapshot directory", "snapshot", snap, "err", err)
+			err = errors.New("reading the snapshot directory failed")
+		}
+		select {
+		case items <- item{next: dirlist.EncodeCursor(next), err: err}:
+		case <-ctx.Done():
+		}
+	}()
+	streamListing(w, s, p, func() (apiv1.FileEntry, string, error) {
+		it := <-items
+		return it.e, it.next, it.err
+	})
+}
+
+// listOptions reads depth, limit and cursor of a directory listing.
+func listOptions(w http.ResponseWriter, r *http.Request) (node.ListOptions, bool) {
+	q := r.URL.Query()
+	var opts node.ListOptions
+	for _, p := range []struct {
+		name string
+		max  int
+		dst  *int
+	}{{"depth", dirlist.MaxDepth, &opts.Depth}, {"limit", dirlist.MaxLimit, &opts.Limit}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > p.max {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s must be an integer between 1 and %d", p.name, p.max))
+			return opts, false
+		}
+		*p.dst = n
+	}
+	opts.Cursor = q.Get("cursor")
+	if _, err := dirlist.DecodeCursor(opts.Cursor); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return opts, false
+	}
+	return opts, true
+}
+
+// streamListing writes a FileList while its entries arrive from next
+// (which returns io.EOF, with the next page's cursor, after the last), so
+// that no layer holds a whole page. The status is decided by the first
+// entry; a failure after that cuts the connection, so that a client never
+// takes a broken answer for a complete (if short) page.
+func streamListing(w http.ResponseWriter, s *Server, dir string, next func() (apiv1.FileEntry, string, error)) {
+	first, cursor, err := next()
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	enc := json.NewEncoder(bw)
+	head, _ := json.Marshal(dir)
+	fmt.Fprintf(bw, `{"path":%s,"entries":[`, head)
+	for n := 0; err == nil; n++ {
+		if n > 0 {
+			bw.WriteString(",")
+		}
+		if enc.Encode(first) != nil {
+			panic(http.ErrAbortHandler)
+		}
+		first, cursor, err = next()
+	}
+	if !errors.Is(err, io.EOF) {
+		s.log.Warn("directory listing broke off", "path", dir, "err", err)
+		_ = bw.Flush()
+		panic(http.ErrAbortHandler)
+	}
+	bw.WriteString("]")
+	if cursor != "" {
+		tail, _ := json.Marshal(cursor)
+		fmt.Fprintf(bw, `,"next_cursor":%s`, tail)
+	}
+	bw.WriteString("}\n")
+	_ = bw.Flush()
 }

@@ -48,6 +48,7 @@ type Node interface {
 	DeleteVolume(name string) error
 	VolumeExists(name string) bool
 	OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error)
+	OpenDirInVolume(volume, path string) (*os.Root, error)
 	SettleCheckpoint(ctx context.Context, id, imageDir string) bool
 	Quiesce(ctx context.Context, id string)
 

@@ -185,16 +185,32 @@ func (cp *ControlPlane) dropSnapshotData(s Snapshot) {
 // earlier file can be recovered without restoring the sandbox. name is a
 // snapshot of sandboxID (or its id).
 func (cp *ControlPlane) OpenSnapshotFile(sandboxID, name, p string) (*os.File, fs.FileInfo, error) {
+	snap, err := cp.snapshotOf(sandboxID, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cp.cfg.Node.OpenInVolume(snap.Volume, p)
+}
+
+// OpenSnapshotDir opens a directory of a snapshot's filesystem as a root
+// that lookups cannot leave, for listing it in pages.
+func (cp *ControlPlane) OpenSnapshotDir(sandboxID, name, p string) (*os.Root, error) {
+	snap, err := cp.snapshotOf(sandboxID, name)
+	if err != nil {
+		return nil, err
+	}
+	return cp.cfg.Node.OpenDirInVolume(snap.Volume, p)
+}
+
+// snapshotOf finds a snapshot of sandboxID by name or id.
+func (cp *ControlPlane) snapshotOf(sandboxID, name string) (Snapshot, error) {
 	snap, err := cp.findSnapshot(sandboxID, name)
 	if err != nil {
 		if byID, idErr := cp.ResolveSnapshot(name); idErr == nil && byID.SandboxID == sandboxID {
 			snap, err = byID, nil
 		}
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return cp.cfg.Node.OpenInVolume(snap.Volume, p)
+	return snap, err
 }
 
 // Restore rolls a sandbox back in place to one of its snapshots: memory,

@@ -11,11 +11,14 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/space-platform/space/internal/agent/gen/filesystempb"
+	"github.com/space-platform/space/internal/dirlist"
 )
 
 // AgentError is a failed call to a sandbox's agent, with the HTTP status
@@ -99,14 +102,90 @@ func (sb *Sandbox) Stat(ctx context.Context, path, user string) (*filesystempb.E
 	return resp.Msg.GetEntry(), nil
 }
 
-// ListDir lists a directory to the given depth (1 = direct children).
-func (sb *Sandbox) ListDir(ctx context.Context, path, user string, depth uint32) ([]*filesystempb.EntryInfo, error) {
-	resp, err := sb.Agent.FS.ListDir(ctx, fsRequest(&filesystempb.ListDirRequest{Path: path, Depth: depth}, user))
-	if err != nil {
-		return nil, fileErr("list", path, err)
-	}
-	return resp.Msg.GetEntries(), nil
+// ListOptions selects one page of a directory listing; zero values are
+// the agent's defaults (depth 1, dirlist.DefaultLimit entries).
+type ListOptions struct {
+	Depth, Limit int
+	Cursor       string // next_cursor of the previous page
 }
+
+// DirPage is one page of a listing as it streams from the agent: Next
+// returns entries one at a time and nothing is held beyond the current
+// line. The caller closes it.
+type DirPage struct {
+	body io.ReadCloser
+	dec  *json.Decoder
+	path string
+	next string
+	done bool
+}
+
+// ListPage starts one page of a listing of path. Errors about the request
+// (missing path, not a directory, bad cursor) come back here, before any
+// entry.
+func (sb *Sandbox) ListPage(ctx context.Context, path, user string, opts ListOptions) (*DirPage, error) {
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("username", user)
+	}
+	if opts.Depth > 0 {
+		q.Set("depth", strconv.Itoa(opts.Depth))
+	}
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Cursor != "" {
+		q.Set("cursor", opts.Cursor)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, agentBaseURL+"/list?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := sb.Agent.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, agentAgentError(resp)
+	}
+	return &DirPage{body: resp.Body, dec: json.NewDecoder(resp.Body), path: path}, nil
+}
+
+// Next returns the next entry, or io.EOF after the last one. An answer
+// that ends early (the agent died, the listing failed midway) is an error,
+// never a short page.
+func (p *DirPage) Next() (*filesystempb.EntryInfo, error) {
+	if p.done {
+		return nil, io.EOF
+	}
+	var line dirlist.Line
+	if err := p.dec.Decode(&line); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("list %s: the agent's answer broke off: %w", p.path, err)
+	}
+	switch {
+	case line.Error != "":
+		return nil, fmt.Errorf("list %s: %s", p.path, line.Error)
+	case line.Done:
+		p.done, p.next = true, line.NextCursor
+		return nil, io.EOF
+	}
+	var e filesystempb.EntryInfo
+	if err := protojson.Unmarshal(line.Entry, &e); err != nil {
+		return nil, fmt.Errorf("list %s: bad entry from the agent: %w", p.path, err)
+	}
+	return &e, nil
+}
+
+// NextCursor is the cursor of the following page ("" when this was the
+// last); valid once Next has returned io.EOF.
+func (p *DirPage) NextCursor() string { return p.next }
+
+// Close releases the stream.
+func (p *DirPage) Close() error { return p.body.Close() }
 
 // Remove deletes a file or a directory tree.
 func (sb *Sandbox) Remove(ctx context.Context, path, user string) error {
@@ -159,37 +238,74 @@ func fileErr(op, path string, err error) error {
 	return fmt.Errorf("%s %s: %w", op, path, err)
 }
 
-// OpenInVolume opens an absolute path, as the sandbox saw it, inside a
-// captured (read-only) volume, such as a snapshot's filesystem. The lookup
-// cannot leave the volume, whatever symlinks it holds.
-func (n *Node) OpenInVolume(volume, p string) (*os.File, fs.FileInfo, error) {
+// OpenDirInVolume opens an absolute directory path, as the sandbox saw
+// it, inside a captured volume as an os.Root, so that listing it cannot
+// leave the directory whatever symlinks it holds.
+func (n *Node) OpenDirInVolume(volume, p string) (*os.Root, error) {
+	root, rel, err := n.volumeRoot(volume, p)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	dir, err := root.OpenRoot(rel)
+	if err != nil {
+		return nil, volumeLookupError(p, err)
+	}
+	return dir, nil
+}
+
+func (n *Node) volumeRoot(volume, p string) (*os.Root, string, error) {
 	if !path.IsAbs(p) {
-		return nil, nil, &AgentError{Status: http.StatusBadRequest, Message: "paths in a snapshot must be absolute: " + p}
+		return nil, "", &AgentError{Status: http.StatusBadRequest, Message: "paths in a snapshot must be absolute: " + p}
 	}
 	if !n.cfg.Volumes.Exists(volume) {
-		return nil, nil, &AgentError{Status: http.StatusNotFound, Message: "snapshot filesystem is gone"}
+		return nil, "", &AgentError{Status: http.StatusNotFound, Message: "snapshot filesystem is gone"}
 	}
 	root, err := os.OpenRoot(n.cfg.Volumes.Path(volume))
 	if err != nil {
-		return nil, nil, fmt.Errorf("open snapshot volume: %w", err)
+		// The volume's host path stays in the server's log, not the answer.
+		n.log.Error("open snapshot volume", "volume", volume, "err", err)
+		return nil, "", errors.New("cannot open the snapshot's filesystem")
 	}
-	defer root.Close()
 	rel := strings.TrimPrefix(path.Clean(p), "/")
 	if rel == "" {
 		rel = "."
 	}
+	return root, rel, nil
+}
+
+// volumeLookupError describes a failed lookup inside a volume by the
+// sandbox's path p only: the *PathError's own path would be a host path.
+func volumeLookupError(p string, err error) error {
+	status := http.StatusBadRequest
+	if errors.Is(err, fs.ErrNotExist) {
+		status = http.StatusNotFound
+	}
+	msg := "cannot open"
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		msg = pe.Err.Error()
+	}
+	return &AgentError{Status: status, Message: fmt.Sprintf("%s in snapshot: %s", p, msg)}
+}
+
+// OpenInVolume opens an absolute path, as the sandbox saw it, inside a
+// captured (read-only) volume, such as a snapshot's filesystem. The lookup
+// cannot leave the volume, whatever symlinks it holds.
+func (n *Node) OpenInVolume(volume, p string) (*os.File, fs.FileInfo, error) {
+	root, rel, err := n.volumeRoot(volume, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
 	f, err := root.Open(rel)
 	if err != nil {
-		status := http.StatusBadRequest
-		if errors.Is(err, fs.ErrNotExist) {
-			status = http.StatusNotFound
-		}
-		return nil, nil, &AgentError{Status: status, Message: fmt.Sprintf("%s in snapshot: %v", p, err)}
+		return nil, nil, volumeLookupError(p, err)
 	}
 	info, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, nil, volumeLookupError(p, err)
 	}
 	return f, info, nil
 }

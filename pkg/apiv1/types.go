@@ -235,10 +235,14 @@ type FileEntry struct {
 	SymlinkTarget string    `json:"symlink_target,omitempty"`
 }
 
-// FileList is the JSON body returned for a directory.
+// FileList is the JSON body returned for a directory: one page of at most
+// limit entries, in pre-order with each directory's children sorted by
+// name. NextCursor, when set, is the cursor query parameter that returns
+// the following page.
 type FileList struct {
-	Path    string      `json:"path"`
-	Entries []FileEntry `json:"entries"`
+	Path       string      `json:"path"`
+	Entries    []FileEntry `json:"entries"`
+	NextCursor string      `json:"next_cursor,omitempty"`
 }
 
 // MkdirRequest is the body of POST .../files/mkdir.

@@ -46,9 +46,47 @@ func (c *Client) readFile(ctx context.Context, id, path string, extra url.Values
 }
 
 // ListDir lists a directory inside the sandbox down to depth levels (0
-// leaves the choice to the server, which lists one level).
+// leaves the choice to the server, which lists one level), fetching every
+// page. For directories too large to hold, use ListDirPage.
 func (c *Client) ListDir(ctx context.Context, id, path string, depth int) (*apiv1.FileList, error) {
-	resp, err := c.getFiles(ctx, id, path, depth, nil)
+	var all *apiv1.FileList
+	opts := ListDirOptions{Depth: depth}
+	for {
+		page, err := c.ListDirPage(ctx, id, path, opts)
+		if err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = page
+		} else {
+			all.Entries = append(all.Entries, page.Entries...)
+		}
+		if page.NextCursor == "" {
+			all.NextCursor = ""
+			return all, nil
+		}
+		opts.Cursor = page.NextCursor
+	}
+}
+
+// ListDirOptions selects a page of a directory listing.
+type ListDirOptions struct {
+	Depth  int    // levels below the directory; 0 is the server's default (1)
+	Limit  int    // entries per page; 0 is the server's default (1,000)
+	Cursor string // NextCursor of the previous page; "" for the first
+}
+
+// ListDirPage returns one page of a directory listing; its NextCursor, if
+// set, fetches the next.
+func (c *Client) ListDirPage(ctx context.Context, id, path string, opts ListDirOptions) (*apiv1.FileList, error) {
+	extra := url.Values{}
+	if opts.Limit > 0 {
+		extra.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Cursor != "" {
+		extra.Set("cursor", opts.Cursor)
+	}
+	resp, err := c.getFiles(ctx, id, path, opts.Depth, extra)
 	if err != nil {
 		return nil, err
 	}
