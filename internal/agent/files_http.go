@@ -92,7 +92,11 @@ func (a *Agent) handleFileDownload(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, &httpError{status: http.StatusBadRequest, err: err})
 		return
 	}
-	f, err := os.Open(path)
+	var f *os.File
+	err = asUser(u, func() (err error) {
+		f, err = os.Open(path)
+		return err
+	})
 	if err != nil {
 		writeHTTPError(w, fmt.Errorf("open %s: %w", path, err))
 		return
@@ -198,7 +202,7 @@ func (a *Agent) uploadRaw(r *http.Request, u *userAccount) ([]fileWriteInfo, err
 	default:
 		return nil, newHTTPError(http.StatusBadRequest, "unsupported content encoding %q", enc)
 	}
-	if err := writeFileDurably(dst, body, u); err != nil {
+	if err := asUser(u, func() error { return writeFileDurably(dst, body, u) }); err != nil {
 		return nil, err
 	}
 	return []fileWriteInfo{{Name: filepath.Base(dst), Type: "file", Path: dst}}, nil
@@ -240,7 +244,7 @@ func (a *Agent) uploadMultipart(r *http.Request, u *userAccount) ([]fileWriteInf
 			_ = part.Close()
 			return nil, &httpError{status: http.StatusBadRequest, err: err}
 		}
-		err = writeFileDurably(dst, part, u)
+		err = asUser(u, func() error { return writeFileDurably(dst, part, u) })
 		_ = part.Close()
 		if err != nil {
 			return nil, err

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -85,6 +86,12 @@ func TestUploadMultipartMultipleNestedFiles(t *testing.T) {
 	b := filepath.Join(env.dir, "up", "b.bin")
 	mustMkdir(t, filepath.Dir(b))
 	writeFile(t, b, "old content that is longer than the new one")
+	// Writes happen with the tester's permissions: give it the tree.
+	for _, p := range []string{filepath.Dir(b), b} {
+		if err := os.Chown(p, testUID, testUID); err != nil {
+			t.Fatal(err)
+		}
+	}
 	body, ctype := multipartBody([]uploadFile{
 		{a, bytes.NewReader([]byte("alpha"))},
 		{b, bytes.NewReader([]byte("beta"))},
@@ -254,4 +261,34 @@ func TestFilesAuthAndErrors(t *testing.T) {
 	req.Header.Set(accessTokenHeader, testToken)
 	resp, b = doRequest(t, env.h1Client, req)
 	assertJSONError(t, resp, b, http.StatusBadRequest)
+}
+
+// A write as a user honours that user's permissions: a root-owned 0755
+// directory refuses it (403) and nothing is created, while root may.
+func TestUploadHonoursTheUsersPermissions(t *testing.T) {
+	env := newTestEnv(t)
+	locked := filepath.Join(env.dir, "locked")
+	mustMkdir(t, locked)
+	for _, target := range []string{filepath.Join(locked, "f.txt"), filepath.Join(locked, "sub", "f.txt")} {
+		req, _ := http.NewRequest(http.MethodPost, env.filesURL(url.Values{"username": {"tester"}, "path": {target}}), strings.NewReader("x"))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set(accessTokenHeader, testToken)
+		resp, body := doRequest(t, env.h1Client, req)
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("write of %s as tester: %d %s, want 403", target, resp.StatusCode, body)
+		}
+	}
+	if ents, _ := os.ReadDir(locked); len(ents) != 0 {
+		t.Errorf("refused writes left %v", ents)
+	}
+	req, _ := http.NewRequest(http.MethodPost, env.filesURL(url.Values{"username": {"root"}, "path": {filepath.Join(locked, "f.txt")}}), strings.NewReader("x"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set(accessTokenHeader, testToken)
+	if resp, body := doRequest(t, env.h1Client, req); resp.StatusCode != http.StatusOK {
+		t.Errorf("write as root: %d %s", resp.StatusCode, body)
+	}
+	// The agent's own threads kept root: a later root write still works.
+	if err := os.WriteFile(filepath.Join(locked, "g"), nil, 0o644); err != nil {
+		t.Errorf("agent process lost root: %v", err)
+	}
 }

@@ -58,7 +58,7 @@ func (s *filesystemService) MakeDir(_ context.Context, req *connect.Request[file
 	if _, err := os.Lstat(path); err == nil {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("make dir: %s already exists", path))
 	}
-	if err := mkdirAllOwned(path, u); err != nil {
+	if err := asUser(u, func() error { return mkdirAllOwned(path, u) }); err != nil {
 		return nil, fsError("make dir", err)
 	}
 	info, err := s.agent.entryInfo(path)
@@ -77,13 +77,16 @@ func (s *filesystemService) Move(_ context.Context, req *connect.Request[filesys
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	if _, err := os.Lstat(src); err != nil {
-		return nil, fsError("move", err)
-	}
-	if err := mkdirAllOwned(filepath.Dir(dst), u); err != nil {
-		return nil, fsError("move", err)
-	}
-	if err := os.Rename(src, dst); err != nil {
+	err = asUser(u, func() error {
+		if _, err := os.Lstat(src); err != nil {
+			return err
+		}
+		if err := mkdirAllOwned(filepath.Dir(dst), u); err != nil {
+			return err
+		}
+		return os.Rename(src, dst)
+	})
+	if err != nil {
 		return nil, fsError("move", err)
 	}
 	info, err := s.agent.entryInfo(dst)
@@ -94,12 +97,12 @@ func (s *filesystemService) Move(_ context.Context, req *connect.Request[filesys
 }
 
 func (s *filesystemService) Remove(_ context.Context, req *connect.Request[filesystempb.RemoveRequest]) (*connect.Response[filesystempb.RemoveResponse], error) {
-	_, path, err := s.resolve(req, req.Msg.GetPath())
+	u, path, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
 	// Like envd: recursive, and removing a missing path is not an error.
-	if err := os.RemoveAll(path); err != nil {
+	if err := asUser(u, func() error { return os.RemoveAll(path) }); err != nil {
 		return nil, fsError("remove", err)
 	}
 	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil

@@ -3,7 +3,10 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +51,14 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sb.API())
 }
 
+// sandboxStates are the states GET .../wait can wait for; any other would
+// wait until the timeout for nothing.
+var sandboxStates = map[string]bool{
+	apiv1.StateStarting: true, apiv1.StateRunning: true, apiv1.StatePausing: true, apiv1.StatePaused: true,
+	apiv1.StateSuspending: true, apiv1.StateSuspended: true, apiv1.StateResuming: true,
+	apiv1.StateSnapshotting: true, apiv1.StateStopping: true, apiv1.StateStopped: true, apiv1.StateFailed: true,
+}
+
 // maxWait bounds GET .../wait so a forgotten client does not hold a request forever.
 const maxWait = 10 * time.Minute
 
@@ -55,6 +66,10 @@ func (s *Server) waitSandbox(w http.ResponseWriter, r *http.Request) {
 	state := r.URL.Query().Get("state")
 	if state == "" {
 		state = apiv1.StateRunning
+	}
+	if !sandboxStates[state] {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q is not a sandbox state (%s)", state, strings.Join(slices.Sorted(maps.Keys(sandboxStates)), ", ")))
+		return
 	}
 	timeout := 60 * time.Second
 	if v := r.URL.Query().Get("timeout_s"); v != "" {

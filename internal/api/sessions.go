@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -50,8 +51,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &req) {
 		return
 	}
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		writeError(w, http.StatusBadRequest, "cmd must name a program: [\"program\", \"arg\", ...]")
+	if !checkCommand(w, req.Cmd, req.Env, req.Cwd, req.User) {
 		return
 	}
 	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
@@ -185,6 +185,15 @@ func (s *Server) sessionStdin(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	closeStdin := false
+	if v := r.URL.Query().Get("close"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("close must be true or false, got %q", v))
+			return
+		}
+		closeStdin = b
+	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBody))
 	if err != nil {
 		s.fail(w, err)
@@ -196,7 +205,7 @@ func (s *Server) sessionStdin(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if closeStdin, _ := strconv.ParseBool(r.URL.Query().Get("close")); closeStdin {
+	if closeStdin {
 		if err := sb.CloseStdin(r.Context(), sess); err != nil {
 			writeError(w, http.StatusConflict, err.Error())
 			return
@@ -266,8 +275,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &req) {
 		return
 	}
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		writeError(w, http.StatusBadRequest, "cmd must name a program: [\"program\", \"arg\", ...]")
+	if !checkCommand(w, req.Cmd, req.Env, req.Cwd, req.User) {
 		return
 	}
 	if req.TimeoutS < 0 {
@@ -289,4 +297,29 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, apiv1.ExecResult{Stdout: string(res.Stdout), Stderr: string(res.Stderr), ExitCode: res.ExitCode, OutputTruncated: res.Truncated})
+}
+
+// checkCommand rejects, before the sandbox is asked, a command that execve
+// could not run as given: an empty program, NUL bytes (which would cut an
+// argument short), or env that CheckEnv refuses.
+func checkCommand(w http.ResponseWriter, cmd []string, env map[string]string, cwd, user string) bool {
+	if len(cmd) == 0 || cmd[0] == "" {
+		writeError(w, http.StatusBadRequest, "cmd must name a program: [\"program\", \"arg\", ...]")
+		return false
+	}
+	for i, a := range cmd {
+		if strings.ContainsRune(a, 0) || !utf8.ValidString(a) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("cmd[%d] must be UTF-8 without NUL bytes", i))
+			return false
+		}
+	}
+	if strings.ContainsRune(cwd, 0) || strings.ContainsRune(user, 0) {
+		writeError(w, http.StatusBadRequest, "cwd and user must not contain NUL bytes")
+		return false
+	}
+	if err := controlplane.CheckEnv(env); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/runtime"
@@ -18,9 +19,16 @@ import (
 const (
 	maxTimeoutS    = 30 * 24 * 3600
 	maxEnvEntries  = 512
+	maxEnvKeyLen   = 1024
+	maxEnvValueLen = 128 << 10 // Linux's MAX_ARG_STRLEN: the most execve takes
 	maxMetaEntries = 64
-	maxMetaLen     = 512
-	createTimeout  = 3 * time.Minute
+	maxMetaKeyLen  = 256
+	maxMetaValLen  = 2048
+	// minSnapshotIntervalS is the floor of rolling snapshots: each one
+	// captures memory and disk, so a smaller interval would let one client
+	// keep the node busy snapshotting.
+	minSnapshotIntervalS = 60
+	createTimeout        = 3 * time.Minute
 )
 
 func invalid(format string, args ...any) error {
@@ -217,23 +225,56 @@ func (cp *ControlPlane) checkRequest(req *apiv1.CreateSandboxRequest) error {
 		return invalid("on_timeout must be kill or suspend, got %q", req.OnTimeout)
 	case req.IdleSuspendS < -1:
 		return invalid("idle_suspend_s must be -1 (never), 0 (default) or positive")
-	case req.SnapshotIntervalS < 0:
-		return invalid("snapshot_interval_s must be 0 (none) or a number of seconds")
+	case req.SnapshotIntervalS < 0 || (req.SnapshotIntervalS > 0 && req.SnapshotIntervalS < minSnapshotIntervalS):
+		return invalid("snapshot_interval_s must be 0 (no rolling snapshots) or at least %d seconds, got %d",
+			minSnapshotIntervalS, req.SnapshotIntervalS)
 	case req.SnapshotRetentionS < 0:
 		return invalid("snapshot_retention_s must not be negative")
-	case len(req.Env) > maxEnvEntries:
-		return invalid("at most %d env entries", maxEnvEntries)
-	case len(req.Metadata) > maxMetaEntries:
-		return invalid("at most %d metadata entries", maxMetaEntries)
 	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return invalid("env name %q is not a valid variable name", k)
+	if err := CheckEnv(req.Env); err != nil {
+		return err
+	}
+	return CheckMetadata(req.Metadata)
+}
+
+// CheckEnv rejects environment variables that execve could not pass on or
+// that would change their meaning: names with "=" or NUL, values with NUL,
+// text that is not UTF-8, and sizes past the limits. Every request that
+// carries env (create, exec, sessions) is checked with it.
+func CheckEnv(env map[string]string) error {
+	if len(env) > maxEnvEntries {
+		return invalid("at most %d env entries, got %d", maxEnvEntries, len(env))
+	}
+	for k, v := range env {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00") || !utf8.ValidString(k):
+			return invalid("env name %q is not a valid variable name (non-empty UTF-8 without \"=\" or NUL)", k)
+		case len(k) > maxEnvKeyLen:
+			return invalid("env name %.32q... is longer than %d bytes", k, maxEnvKeyLen)
+		case strings.ContainsRune(v, 0) || !utf8.ValidString(v):
+			return invalid("env %s: values must be UTF-8 without NUL bytes", k)
+		case len(v) > maxEnvValueLen:
+			return invalid("env %s: value longer than %d bytes", k, maxEnvValueLen)
 		}
 	}
-	for k, v := range req.Metadata {
-		if k == "" || len(k) > maxMetaLen || len(v) > maxMetaLen {
-			return invalid("metadata keys must be non-empty and keys and values at most %d bytes", maxMetaLen)
+	return nil
+}
+
+// CheckMetadata bounds a sandbox's metadata (tags): at most maxMetaEntries
+// entries, keys of 1 to maxMetaKeyLen bytes, values of at most
+// maxMetaValLen bytes, all UTF-8 without NUL.
+func CheckMetadata(md map[string]string) error {
+	if len(md) > maxMetaEntries {
+		return invalid("at most %d metadata entries, got %d", maxMetaEntries, len(md))
+	}
+	for k, v := range md {
+		switch {
+		case k == "" || len(k) > maxMetaKeyLen:
+			return invalid("metadata keys must be 1 to %d bytes", maxMetaKeyLen)
+		case len(v) > maxMetaValLen:
+			return invalid("metadata %s: value longer than %d bytes", k, maxMetaValLen)
+		case strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) || !utf8.ValidString(k) || !utf8.ValidString(v):
+			return invalid("metadata keys and values must be UTF-8 without NUL bytes")
 		}
 	}
 	return nil

@@ -100,6 +100,9 @@ func (sb *Sandbox) Exec(ctx context.Context, spec ExecSpec) (*ExecResult, error)
 		}
 	}
 	err = stream.Err()
+	if bad := startRefused(err, spec.User); bad != nil {
+		return nil, &AgentError{Status: http.StatusBadRequest, Message: fmt.Sprintf("exec %q: %s", spec.Cmd[0], bad.Message())}
+	}
 	if connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return nil, fmt.Errorf("exec %q: %w", spec.Cmd[0], ErrExecTimeout)
 	}
@@ -108,6 +111,27 @@ func (sb *Sandbox) Exec(ctx context.Context, spec ExecSpec) (*ExecResult, error)
 	}
 	return nil, &AgentError{Status: http.StatusBadGateway, Message: fmt.Sprintf(
 		"exec %q: lost the sandbox's agent before the command ended (is the sandbox still running?): %v", spec.Cmd[0], err)}
+}
+
+// startRefused returns the agent's refusal to start a command for a reason
+// in the request (unknown user, missing program or cwd, permission), which
+// is the client's to fix, or nil for any other failure.
+func startRefused(err error, user string) *connect.Error {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	switch ce.Code() {
+	case connect.CodeInvalidArgument, connect.CodePermissionDenied, connect.CodeNotFound:
+		return ce
+	case connect.CodeUnauthenticated:
+		// The node always sends the right token, so the agent refuses
+		// only the user the request selected.
+		if user != "" {
+			return ce
+		}
+	}
+	return nil
 }
 
 // setUser selects the user a request runs as, the way E2B's SDKs do.

@@ -84,7 +84,16 @@ func agentAgentError(resp *http.Response) error {
 	if json.Unmarshal(data, &body) != nil || body.Message == "" {
 		body.Message = fmt.Sprintf("agent answered %s", resp.Status)
 	}
-	return &AgentError{Status: resp.StatusCode, Message: body.Message}
+	status := resp.StatusCode
+	switch {
+	case status == http.StatusUnauthorized:
+		// The node sends the right token; the agent refused the user
+		// the request named (?user=), which is the client's error.
+		status = http.StatusBadRequest
+	case status >= 500 && status != http.StatusInsufficientStorage:
+		status = http.StatusBadGateway
+	}
+	return &AgentError{Status: status, Message: body.Message}
 }
 
 func fsRequest[T any](msg *T, user string) *connect.Request[T] {
@@ -187,8 +196,13 @@ func (p *DirPage) NextCursor() string { return p.next }
 // Close releases the stream.
 func (p *DirPage) Close() error { return p.body.Close() }
 
-// Remove deletes a file or a directory tree.
+// Remove deletes a file or a directory tree. A missing path is 404: the
+// agent's Remove, like envd's, succeeds on one, but an API client that
+// deletes a path it mistyped should hear about it.
 func (sb *Sandbox) Remove(ctx context.Context, path, user string) error {
+	if _, err := sb.Stat(ctx, path, user); err != nil {
+		return err
+	}
 	_, err := sb.Agent.FS.Remove(ctx, fsRequest(&filesystempb.RemoveRequest{Path: path}, user))
 	return fileErr("remove", path, err)
 }
@@ -225,6 +239,10 @@ func fileErr(op, path string, err error) error {
 		case connect.CodeAlreadyExists:
 			status = http.StatusConflict
 		case connect.CodeInvalidArgument:
+			status = http.StatusBadRequest
+		case connect.CodeUnauthenticated:
+			// The node sends the right token; what the agent refused is
+			// the user the request named (?user=).
 			status = http.StatusBadRequest
 		case connect.CodePermissionDenied:
 			status = http.StatusForbidden

@@ -178,11 +178,15 @@ func trafficRefusal(want, token, id string) string {
 }
 
 // unreachable answers a request for a sandbox that is not there or not
-// running. E2B's proxy answers 502, which the SDKs understand as "the
-// sandbox is not running" (isRunning() → false, Connect → Unavailable).
+// running. An unknown sandbox is 404, like on the API, except on envd's
+// port: there E2B's proxy answers 502, which the SDKs understand as "the
+// sandbox is not running" (isRunning() → false after kill, Connect →
+// Unavailable), so a 404 would break them.
 func (p *Proxy) unreachable(w http.ResponseWriter, t target, err error) {
 	var stateErr *controlplane.StateError
 	switch {
+	case errors.Is(err, controlplane.ErrNotFound) && t.port != EnvdPort:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", t.id))
 	case errors.Is(err, controlplane.ErrNotFound):
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %q not found", t.id))
 	case errors.As(err, &stateErr):

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/e2b"
 	"github.com/space-platform/space/internal/proxy"
@@ -39,7 +40,7 @@ func (s *Server) startCompat(keys *auth.Keys) (err error) {
 	}()
 	if s.cfg.E2BListen != "" {
 		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Domain: s.cfg.Domain, Logger: s.cfg.Logger})
-		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, h, nil); err != nil {
+		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, api.HidePaths(h, s.cfg.DataDir), nil); err != nil {
 			return err
 		}
 	}

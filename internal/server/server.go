@@ -248,7 +248,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 
-	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Metrics: reg, Logger: cfg.Logger})
+	handler := api.HidePaths(api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Metrics: reg, Logger: cfg.Logger}), cfg.DataDir)
 	if err := s.startCompat(keys); err != nil {
 		cancel()
 		return nil, err

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -169,4 +170,96 @@ func waitTemplate(t *testing.T, name string) *apiv1.Template {
 	}
 	t.Fatalf("template %s not ready in time", name)
 	return nil
+}
+
+// Requests that are the client's fault answer 4xx with the reason, not
+// 502 or 500; a full disk is 507; and no error names a host path.
+func TestHonestStatusCodes(t *testing.T) {
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	small := newSandbox(t, apiv1.CreateSandboxRequest{DiskMB: 16})
+	ctx := testContext(t)
+	key := env.srv.AdminKey
+	sess, err := env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{Cmd: []string{"cat"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A root-owned 0755 directory the default user may read but not write.
+	if res, err := env.client.Exec(ctx, sb.ID, apiv1.ExecRequest{User: "root", Cmd: []string{"/bin/sh", "-c",
+		"mkdir -p /srv/rootonly/sub && touch /srv/rootonly/f && chmod 755 /srv/rootonly /srv/rootonly/sub"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("make a root-owned directory: %+v %v", res, err)
+	}
+	base := "/v1/sandboxes/" + sb.ID
+	longKey := strings.Repeat("k", 257)
+	var manyMeta []string
+	for i := range 65 {
+		manyMeta = append(manyMeta, fmt.Sprintf(`"k%d":"v"`, i))
+	}
+	big := strings.NewReader(strings.Repeat("x", 64<<20))
+	cases := []struct {
+		name, method, path string
+		body               io.Reader
+		want               int
+		contains           string
+	}{
+		{"exec unknown user", "POST", base + "/exec", strings.NewReader(`{"cmd":["true"],"user":"nosuch"}`), 400, "nosuch"},
+		{"exec missing cwd", "POST", base + "/exec", strings.NewReader(`{"cmd":["true"],"cwd":"/no/such/dir"}`), 400, "/no/such/dir"},
+		{"exec missing binary", "POST", base + "/exec", strings.NewReader(`{"cmd":["/no/such/binary"]}`), 400, "/no/such/binary"},
+		{"exec NUL in an argument", "POST", base + "/exec", strings.NewReader(`{"cmd":["echo","a\u0000b"]}`), 400, "NUL"},
+		{"exec = in an env name", "POST", base + "/exec", strings.NewReader(`{"cmd":["true"],"env":{"A=B":"c"}}`), 400, "env"},
+		{"exec NUL in an env value", "POST", base + "/exec", strings.NewReader(`{"cmd":["true"],"env":{"A":"b\u0000c"}}`), 400, "NUL"},
+		{"session NUL in an argument", "POST", base + "/sessions", strings.NewReader(`{"cmd":["echo","a\u0000b"]}`), 400, "NUL"},
+		{"files as an unknown user", "GET", base + "/files?path=/tmp&user=nosuch", nil, 400, "nosuch"},
+		{"write as an unknown user", "PUT", base + "/files?path=/tmp/x&user=nosuch", strings.NewReader("x"), 400, "nosuch"},
+		{"wait for a bogus state", "GET", base + "/wait?state=bogus&timeout_s=1", nil, 400, "bogus"},
+		{"delete a missing file", "DELETE", base + "/files?path=/no/such/file", nil, 404, "/no/such/file"},
+		{"stdin close=maybe", "POST", base + "/sessions/" + sess.ID + "/stdin?close=maybe", nil, 400, "maybe"},
+		{"write as user into a root-owned dir", "PUT", base + "/files?path=/srv/rootonly/new&user=user", strings.NewReader("x"), 403, "permission denied"},
+		{"overwrite a root-owned file as user", "PUT", base + "/files?path=/srv/rootonly/f&user=user", strings.NewReader("x"), 403, "permission denied"},
+		{"mkdir as user in a root-owned dir", "POST", base + "/files/mkdir?user=user", strings.NewReader(`{"path":"/srv/rootonly/d"}`), 403, "permission denied"},
+		{"move as user out of a root-owned dir", "POST", base + "/files/move?user=user", strings.NewReader(`{"from":"/srv/rootonly/f","to":"/home/user/stolen"}`), 403, "permission denied"},
+		{"delete as user in a root-owned dir", "DELETE", base + "/files?path=/srv/rootonly/f&user=user", nil, 403, "permission denied"},
+		{"disk quota exceeded", "PUT", "/v1/sandboxes/" + small.ID + "/files?path=/home/user/big", big, 507, ""},
+		{"snapshot interval below the floor", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","snapshot_interval_s":59}`), 400, "60"},
+		{"env name with =", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","env":{"A=B":"c"}}`), 400, "env"},
+		{"env value with NUL", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","env":{"A":"\u0000"}}`), 400, "NUL"},
+		{"metadata with NUL", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","metadata":{"a":"b\u0000"}}`), 400, "NUL"},
+		{"metadata key too long", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","metadata":{"` + longKey + `":"v"}}`), 400, "256"},
+		{"metadata value too long", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","metadata":{"k":"` + strings.Repeat("v", 2049) + `"}}`), 400, "2048"},
+		{"too many metadata entries", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","metadata":{` + strings.Join(manyMeta, ",") + `}}`), 400, "64"},
+	}
+	before := sandboxIDs(t)
+	var bodies []string
+	for _, c := range cases {
+		code, e := call(t, c.method, c.path, key, c.body)
+		bodies = append(bodies, e.Message)
+		if code != c.want || !strings.Contains(e.Message, c.contains) {
+			t.Errorf("%s: %s %s = %d %q, want %d mentioning %q", c.name, c.method, c.path, code, e.Message, c.want, c.contains)
+		}
+	}
+	if after := sandboxIDs(t); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Errorf("refused creates changed the sandbox list: %v → %v", before, after)
+	}
+	// Nothing the refused writes named exists; the root-owned file is intact.
+	if out := execOK(t, sb.ID, "ls -A /srv/rootonly; cat /srv/rootonly/f; ls /home/user/stolen 2>&1 || true"); strings.TrimSpace(out) != "f\nsub\nls: /home/user/stolen: No such file or directory" {
+		t.Errorf("after refused writes: %q", out)
+	}
+
+	// An unknown sandbox through the proxy (any port but envd's) is 404.
+	unknown := http.Header{}
+	unknown.Set("E2b-Sandbox-Id", "nosuchsandbox0000000")
+	unknown.Set("E2b-Sandbox-Port", "8080")
+	resp := proxyRequest(t, http.MethodGet, "/", "", nil, unknown)
+	resp.wantError(t, http.StatusNotFound, "not found")
+	bodies = append(bodies, string(resp.body))
+
+	// No error names a host path.
+	for _, b := range bodies {
+		for _, host := range []string{env.dataDir, "/var/lib/space", env.binDir, env.repoRoot, "/var/tmp/"} {
+			if host != "" && strings.Contains(b, host) {
+				t.Errorf("error %q names the host path %s", b, host)
+			}
+		}
+	}
+	execOK(t, sb.ID, "true")
+	execOK(t, small.ID, "true")
 }
