@@ -7,8 +7,14 @@
 //   - the Connect RPC services process.Process and filesystem.Filesystem
 //     (JSON and binary codecs), generated from proto/;
 //   - GET/POST /files for downloads and streamed, fsynced uploads;
+//   - GET /list (a space extension) for one page of a directory listing as
+//     JSON lines, read in bounded memory (see package dirlist);
 //   - POST /init (re-keying and defaults), GET /envs, GET /metrics and
 //     GET /health.
+//
+// File operations (uploads, downloads, make dir, move, remove) run with the
+// permissions of the selected user, on a thread whose credentials are that
+// user's (asuser.go); envd instead acts as root and chowns.
 //
 // As PID 1 it also reaps orphaned zombies and forwards termination signals to
 // the process groups it started; see reaper.go and pid1.go.

@@ -9,8 +9,8 @@
 // removed: every entry that exists during the whole listing is returned
 // exactly once, entries created or removed meanwhile may or may not be.
 //
-// Cost: each page reads every directory on its path in full (getdents in
-// small chunks) and keeps at most 2*(limit+1) names of one directory, or
+// Cost: each page reads every directory on its path in full (64 KiB
+// getdents reads) and keeps at most 2*(limit+1) names of one directory, or
 // 2*dirBatch per directory level for deep listings.
 package dirlist
 
@@ -25,6 +25,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // FS opens directories and describes entries by paths relative to the
@@ -46,9 +47,6 @@ func (d Dir) Lstat(name string) (fs.FileInfo, error) { return os.Lstat(path.Join
 // a time: a directory further down the tree needs its own batch while the
 // parent's is still held.
 const dirBatch = 1024
-
-// readChunk is how many names each getdents round returns.
-const readChunk = 256
 
 // EncodeCursor makes a cursor, opaque to clients, from the relative path
 // of the last entry of a page.
@@ -187,41 +185,74 @@ func join(dir, name string) string {
 
 // smallestAfter reads directory f from its start and returns, sorted, the
 // n smallest names greater than after, and whether there are more. It
-// holds at most 2n names.
+// holds at most 2n names and one getdents buffer.
 func smallestAfter(f *os.File, after string, n int) ([]string, bool, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, false, err
 	}
 	cand := make([]string, 0, 2*n) // never grows: trimmed to n when full
 	bound, bounded, more := "", false, false
-	for {
-		chunk, err := f.Readdirnames(readChunk)
-		for _, name := range chunk {
-			if name <= after {
-				continue
-			}
-			if bounded && name >= bound {
-				more = true
-				continue
-			}
-			cand = append(cand, name)
-			if len(cand) >= 2*n {
-				slices.Sort(cand)
-				// Keep the n smallest in the same array: its size stays 2n.
-				cand = cand[:n]
-				bound, bounded, more = cand[n-1], true, true
-			}
+	err := readNames(f, func(name string) {
+		if name <= after {
+			return
 		}
-		if errors.Is(err, io.EOF) || (err == nil && len(chunk) == 0) {
-			break
+		if bounded && name >= bound {
+			more = true
+			return
 		}
-		if err != nil {
-			return nil, false, err
+		cand = append(cand, name)
+		if len(cand) >= 2*n {
+			slices.Sort(cand)
+			// Keep the n smallest in the same array: its size stays 2n.
+			cand = cand[:n]
+			bound, bounded, more = cand[n-1], true, true
 		}
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	slices.Sort(cand)
 	if len(cand) > n {
 		cand, more = cand[:n], true
 	}
 	return cand, more, nil
+}
+
+// direntBuf is the getdents buffer: large, because a page reads the whole
+// directory and each system call is dear under gVisor (os.File.Readdirnames
+// uses 8 KiB).
+const direntBuf = 64 << 10
+
+// readNames calls each with every name of directory f from its current
+// offset, except "." and "..".
+func readNames(f *os.File, each func(string)) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, direntBuf)
+	names := make([]string, 0, 512)
+	for {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, rerr = syscall.ReadDirent(int(fd), buf)
+			return rerr != syscall.EAGAIN
+		}); err != nil {
+			return err
+		}
+		if rerr == syscall.EINTR {
+			continue
+		}
+		if rerr != nil {
+			return rerr
+		}
+		if n <= 0 {
+			return nil
+		}
+		_, _, names = syscall.ParseDirent(buf[:n], -1, names[:0])
+		for _, name := range names {
+			each(name)
+		}
+	}
 }

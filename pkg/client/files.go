@@ -76,17 +76,21 @@ type ListDirOptions struct {
 	Cursor string // NextCursor of the previous page; "" for the first
 }
 
+func (o ListDirOptions) query() url.Values {
+	q := url.Values{}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	return q
+}
+
 // ListDirPage returns one page of a directory listing; its NextCursor, if
 // set, fetches the next.
 func (c *Client) ListDirPage(ctx context.Context, id, path string, opts ListDirOptions) (*apiv1.FileList, error) {
-	extra := url.Values{}
-	if opts.Limit > 0 {
-		extra.Set("limit", strconv.Itoa(opts.Limit))
-	}
-	if opts.Cursor != "" {
-		extra.Set("cursor", opts.Cursor)
-	}
-	resp, err := c.getFiles(ctx, id, path, opts.Depth, extra)
+	resp, err := c.getFiles(ctx, id, path, opts.Depth, opts.query())
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +103,71 @@ func (c *Client) ListDirPage(ctx context.Context, id, path string, opts ListDirO
 		return nil, fmt.Errorf("decode listing of %s: %w", path, err)
 	}
 	return &list, nil
+}
+
+// ListDirEach streams one page of a directory listing, calling fn with each
+// entry as it is decoded, so that not even one page is held in memory. It
+// returns the page's NextCursor ("" after the last page). An error from fn
+// stops the listing and is returned.
+func (c *Client) ListDirEach(ctx context.Context, id, path string, opts ListDirOptions, fn func(apiv1.FileEntry) error) (string, error) {
+	resp, err := c.getFiles(ctx, id, path, opts.Depth, opts.query())
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if !isJSON(resp) {
+		return "", fmt.Errorf("list %s: %w", path, ErrNotDirectory)
+	}
+	next, err := decodeListing(json.NewDecoder(resp.Body), fn)
+	if err != nil {
+		return "", fmt.Errorf("decode listing of %s: %w", path, err)
+	}
+	return next, nil
+}
+
+// decodeListing walks a FileList object token by token.
+func decodeListing(dec *json.Decoder, fn func(apiv1.FileEntry) error) (string, error) {
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", fmt.Errorf("want a JSON object (%v)", err)
+	}
+	next := ""
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		switch t {
+		case "entries":
+			if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+				return "", fmt.Errorf("entries: want an array (%v)", err)
+			}
+			for dec.More() {
+				var e apiv1.FileEntry
+				if err := dec.Decode(&e); err != nil {
+					return "", err
+				}
+				if err := fn(e); err != nil {
+					return "", err
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return "", err
+			}
+		case "next_cursor":
+			if err := dec.Decode(&next); err != nil {
+				return "", err
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return "", err
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return "", err
+	}
+	return next, nil
 }
 
 func (c *Client) getFiles(ctx context.Context, id, path string, depth int, extra url.Values) (*http.Response, error) {
