@@ -52,6 +52,7 @@ type userDB struct {
 	groupStamp  fileStamp
 	passwd      []passwdEntry
 	groups      []groupEntry
+	namesAt     time.Time // last refresh by a name lookup
 }
 
 type fileStamp struct {
@@ -167,10 +168,24 @@ func (db *userDB) lookup(name string) (*userAccount, error) {
 
 // userName and groupName map IDs to names for EntryInfo; unknown IDs are
 // shown as numbers, like ls does.
+// nameRefreshEvery is how stale the names shown for owners may be. Looking
+// names up refreshes at most this often: a listing names the owner of every
+// entry, and two stat calls per entry (of /etc/passwd and /etc/group) made
+// listings of large directories much slower under gVisor. Selecting a user
+// (lookup) always re-reads.
+const nameRefreshEvery = time.Second
+
+func (db *userDB) refreshNames() {
+	if now := time.Now(); now.Sub(db.namesAt) >= nameRefreshEvery {
+		db.refresh()
+		db.namesAt = now
+	}
+}
+
 func (db *userDB) userName(uid uint32) string {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	db.refresh()
+	db.refreshNames()
 	for _, p := range db.passwd {
 		if p.uid == uid {
 			return p.name
@@ -185,7 +200,7 @@ func (db *userDB) userName(uid uint32) string {
 func (db *userDB) groupName(gid uint32) string {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	db.refresh()
+	db.refreshNames()
 	for _, g := range db.groups {
 		if g.gid == gid {
 			return g.name

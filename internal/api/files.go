@@ -88,7 +88,7 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer page.Close()
-		streamListing(w, s, info.GetPath(), func() (apiv1.FileEntry, string, error) {
+		s.streamListing(w, info.GetPath(), func() (apiv1.FileEntry, string, error) {
 			e, err := page.Next()
 			if err != nil {
 				return apiv1.FileEntry{}, page.NextCursor(), err
@@ -291,7 +291,7 @@ func (s *Server) listSnapshotDir(w http.ResponseWriter, r *http.Request, snap, p
 		case <-ctx.Done():
 		}
 	}()
-	streamListing(w, s, p, func() (apiv1.FileEntry, string, error) {
+	s.streamListing(w, p, func() (apiv1.FileEntry, string, error) {
 		it := <-items
 		return it.e, it.next, it.err
 	})
@@ -330,7 +330,7 @@ func listOptions(w http.ResponseWriter, r *http.Request) (node.ListOptions, bool
 // that no layer holds a whole page. The status is decided by the first
 // entry; a failure after that cuts the connection, so that a client never
 // takes a broken answer for a complete (if short) page.
-func streamListing(w http.ResponseWriter, s *Server, dir string, next func() (apiv1.FileEntry, string, error)) {
+func (s *Server) streamListing(w http.ResponseWriter, dir string, next func() (apiv1.FileEntry, string, error)) {
 	first, cursor, err := next()
 	if err != nil && !errors.Is(err, io.EOF) {
 		s.fail(w, err)
