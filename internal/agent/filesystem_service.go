@@ -15,6 +15,7 @@ import (
 
 	"github.com/space-platform/space/internal/agent/gen/filesystempb"
 	"github.com/space-platform/space/internal/agent/gen/filesystempb/filesystempbconnect"
+	"github.com/space-platform/space/internal/dirlist"
 )
 
 // filesystemService implements filesystem.Filesystem. Paths are resolved
@@ -132,10 +133,9 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 	if !fi.IsDir() {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("list dir: %s is not a directory", root))
 	}
-	depth := int(req.Msg.GetDepth())
-	if depth < 1 {
-		depth = 1
-	}
+	// Each level holds an open directory; past dirlist.MaxDepth (64) the
+	// depth is clipped, which for a real tree changes nothing.
+	depth := min(max(int(req.Msg.GetDepth()), 1), dirlist.MaxDepth)
 	var entries []*filesystempb.EntryInfo
 	err = s.walk(ctx, root, depth, func(path string, fi fs.FileInfo) error {
 		if len(entries) == maxListDirEntries {
