@@ -1,0 +1,47 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestCheckEnvAndMetadata(t *testing.T) {
+	many := map[string]string{}
+	for i := range maxMetaEntries + 1 {
+		many[fmt.Sprint("k", i)] = "v"
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"good env", CheckEnv(map[string]string{"PATH": "/bin", "EMPTY": "", "UTF": "é"})},
+		{"good metadata", CheckMetadata(map[string]string{"team": "a", "k": strings.Repeat("v", maxMetaValLen)})},
+	} {
+		if c.err != nil {
+			t.Errorf("%s refused: %v", c.name, c.err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"= in env name", CheckEnv(map[string]string{"A=B": "c"})},
+		{"empty env name", CheckEnv(map[string]string{"": "c"})},
+		{"NUL in env name", CheckEnv(map[string]string{"A\x00": "c"})},
+		{"NUL in env value", CheckEnv(map[string]string{"A": "b\x00"})},
+		{"invalid UTF-8 env value", CheckEnv(map[string]string{"A": "\xff"})},
+		{"invalid UTF-8 env name", CheckEnv(map[string]string{"\xff": "a"})},
+		{"huge env value", CheckEnv(map[string]string{"A": strings.Repeat("x", maxEnvValueLen+1)})},
+		{"NUL in metadata value", CheckMetadata(map[string]string{"a": "\x00"})},
+		{"invalid UTF-8 metadata key", CheckMetadata(map[string]string{"\xfe": "a"})},
+		{"long metadata key", CheckMetadata(map[string]string{strings.Repeat("k", maxMetaKeyLen+1): "a"})},
+		{"long metadata value", CheckMetadata(map[string]string{"k": strings.Repeat("v", maxMetaValLen+1)})},
+		{"too many metadata entries", CheckMetadata(many)},
+	} {
+		if !errors.Is(c.err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", c.name, c.err)
+		}
+	}
+}
