@@ -43,9 +43,12 @@ type Node interface {
 	Suspend(ctx context.Context, id, imageDir string) error
 	Capture(ctx context.Context, id, volume, imageDir string) error
 	ResumeFrom(ctx context.Context, spec node.RestoreSpec) error
+	RevertRestore(ctx context.Context, id string) (bool, error)
+	CommitRestore(id string) error
 	Halt(ctx context.Context, id string)
 	BootFromDisk(ctx context.Context, spec node.CreateSpec) error
 	DeleteVolume(name string) error
+	ListVolumes(prefix string) ([]string, error)
 	VolumeExists(name string) bool
 	OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error)
 	SettleCheckpoint(ctx context.Context, id, imageDir string) bool
@@ -139,6 +142,11 @@ type ControlPlane struct {
 	lastActive map[string]time.Time
 	// eventsMu serialises appends to the event history in the store.
 	eventsMu sync.Mutex
+	// snapMu guards snapshotUsers and makes "look up and hold a snapshot"
+	// atomic against DeleteSnapshot.
+	snapMu sync.Mutex
+	// snapshotUsers names, per snapshot key, the operations reading it now.
+	snapshotUsers map[string][]string
 }
 
 // record is the persisted sandbox plus its in-memory lock.
@@ -179,6 +187,12 @@ type Sandbox struct {
 	// BranchOf and Snapshot say where a sandbox was restored from.
 	BranchOf string `json:"branch_of,omitempty"`
 	Snapshot string `json:"snapshot,omitempty"`
+	// Source is the capture a branch or a sandbox started from a snapshot
+	// restores from, so that a start a crash interrupted can run again.
+	Source *Source `json:"source,omitempty"`
+	// Restoring is the snapshot a restore in place is bringing in while the
+	// restore is unfinished: recovery then puts the old sandbox back.
+	Restoring string `json:"restoring,omitempty"`
 	// Recovered says how the sandbox came back after the host lost it.
 	Recovered string `json:"recovered,omitempty"`
 	// LastSnapshotAt drives rolling snapshots.
@@ -224,6 +238,8 @@ func New(cfg Config) *ControlPlane {
 		sandboxes:  map[string]*record{},
 		changed:    make(chan struct{}),
 		lastActive: map[string]time.Time{},
+
+		snapshotUsers: map[string][]string{},
 	}
 	cp.createLatency = cfg.Metrics.Histogram("space_sandbox_create_seconds",
 		"Time from create request to running.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})

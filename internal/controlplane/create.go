@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -112,25 +113,25 @@ func (cp *ControlPlane) createPooled(req apiv1.CreateSandboxRequest, tpl node.Te
 // createFromSnapshot starts a new sandbox from a snapshot's memory and
 // filesystem, with an identity of its own.
 func (cp *ControlPlane) createFromSnapshot(req apiv1.CreateSandboxRequest) (Sandbox, error) {
-	snap, err := cp.ResolveSnapshot(req.Snapshot)
+	snap, release, err := cp.holdSnapshot(func() (Snapshot, error) { return cp.ResolveSnapshot(req.Snapshot) },
+		"a start of a new sandbox from it")
 	if err != nil {
 		return Sandbox{}, err
 	}
 	if err := cp.checkRequest(&req); err != nil {
+		release()
 		return Sandbox{}, err
 	}
+	src := snap.source()
 	r, err := cp.admit(req, snap.Template, snap.TemplateID, func(s *Sandbox) {
-		s.Snapshot = snap.SandboxID + "/" + snap.Name
+		s.Snapshot = src.Snapshot
+		s.Source = &src
 	})
 	if err != nil {
+		release()
 		return Sandbox{}, err
 	}
-	cp.launch(r, func(ctx context.Context, s Sandbox) error {
-		return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
-			ID: s.ID, ImageDir: snap.ImageDir, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
-			AccessToken: snap.AccessToken, NewIdentity: cp.identity(s), Network: s.policy(),
-		})
-	})
+	cp.startCopies([]*record{r}, src, release)
 	return cp.snapshot(r), nil
 }
 
@@ -284,6 +285,7 @@ func (cp *ControlPlane) launch(r *record, act func(ctx context.Context, s Sandbo
 			cp.fail(context.WithoutCancel(ctx), r, "start failed: "+err.Error())
 			return
 		}
+		crashpoint.Hit("start-ran")
 		if err := cp.setState(r, apiv1.StateRunning, ""); err != nil {
 			cp.log.Error("record running", "sandbox", s.ID, "err", err)
 			return
@@ -320,6 +322,7 @@ func (cp *ControlPlane) stop(ctx context.Context, r *record, reason string) erro
 	if err := cp.setState(r, apiv1.StateStopping, reason); err != nil {
 		return err
 	}
+	crashpoint.Hit("stop-recorded")
 	if err := cp.cfg.Node.Destroy(ctx, s.ID); err != nil {
 		_ = cp.setState(r, apiv1.StateFailed, "stop failed: "+err.Error())
 		return fmt.Errorf("stop %s: %w", s.ID, err)
@@ -327,6 +330,7 @@ func (cp *ControlPlane) stop(ctx context.Context, r *record, reason string) erro
 	if err := os.RemoveAll(cp.suspendImage(s.ID)); err != nil {
 		cp.log.Error("remove suspend image", "sandbox", s.ID, "err", err)
 	}
+	crashpoint.Hit("stop-destroyed")
 	return cp.setState(r, apiv1.StateStopped, reason)
 }
 

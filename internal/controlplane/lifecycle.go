@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -87,10 +88,14 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 	}
 	cp.touch(r.ID)
 	err := cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error {
-		return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
+		err := cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
 			ID: s.ID, ImageDir: s.ImageDir, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken,
 			Network: s.policy(),
 		})
+		if err == nil {
+			crashpoint.Hit("resume-resumed")
+		}
+		return err
 	}, func(s *Sandbox) {
 		s.ExpiresAt = time.Now().UTC().Add(time.Duration(s.TimeoutS) * time.Second)
 		// The image describes the past now; recovering from it after the

@@ -9,10 +9,13 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -37,6 +40,11 @@ type Snapshot struct {
 	TemplateID  string `json:"template_id"`
 	AccessToken string `json:"access_token"`
 	SizeBytes   int64  `json:"size_bytes"`
+}
+
+// source is what a sandbox started from the snapshot restores from.
+func (s Snapshot) source() Source {
+	return Source{Volume: s.Volume, ImageDir: s.ImageDir, AccessToken: s.AccessToken, Snapshot: snapshotKey(s.SandboxID, s.Name)}
 }
 
 // API returns the public view of a snapshot.
@@ -92,6 +100,7 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 	if err != nil {
 		return Snapshot{}, err
 	}
+	crashpoint.Hit("snapshot-captured")
 	snap.SizeBytes = dirSize(snap.ImageDir)
 	if err := cp.cfg.Store.Put(snapshotBucket, snapshotKey(s.ID, name), snap); err != nil {
 		cp.dropSnapshotData(snap)
@@ -159,17 +168,59 @@ func (cp *ControlPlane) ResolveSnapshot(ref string) (Snapshot, error) {
 	return Snapshot{}, fmt.Errorf("snapshot %s: %w", ref, ErrNotFound)
 }
 
-// DeleteSnapshot removes a snapshot's record, filesystem and image.
+// DeleteSnapshot removes a snapshot's record, filesystem and image. A
+// snapshot that a restore or a start from it is reading cannot be deleted
+// until that ends: the answer is a StateError (409) naming the operations.
 func (cp *ControlPlane) DeleteSnapshot(sandboxID, name string) error {
+	cp.snapMu.Lock()
 	snap, err := cp.findSnapshot(sandboxID, name)
+	if err != nil {
+		cp.snapMu.Unlock()
+		return err
+	}
+	if users := cp.snapshotUsers[snapshotKey(sandboxID, name)]; len(users) > 0 {
+		cp.snapMu.Unlock()
+		return &StateError{ID: sandboxID, State: "lending snapshot " + name + " to " + strings.Join(users, " and "),
+			Want: "delete that snapshot until the operation ends"}
+	}
+	err = cp.cfg.Store.Delete(snapshotBucket, snapshotKey(sandboxID, name))
+	cp.snapMu.Unlock()
 	if err != nil {
 		return err
 	}
-	if err := cp.cfg.Store.Delete(snapshotBucket, snapshotKey(sandboxID, name)); err != nil {
-		return err
-	}
+	// Nothing can take the snapshot any more: its record is gone.
 	cp.dropSnapshotData(snap)
 	return nil
+}
+
+// holdSnapshot finds a snapshot with resolve and marks it in use by op (a
+// phrase such as "a restore of sandbox X") until release is called, so
+// DeleteSnapshot refuses it meanwhile. Finding and marking are one step
+// under snapMu: a snapshot found here is never deleted under its user.
+func (cp *ControlPlane) holdSnapshot(resolve func() (Snapshot, error), op string) (snap Snapshot, release func(), err error) {
+	cp.snapMu.Lock()
+	defer cp.snapMu.Unlock()
+	if snap, err = resolve(); err != nil {
+		return Snapshot{}, nil, err
+	}
+	key := snapshotKey(snap.SandboxID, snap.Name)
+	cp.snapshotUsers[key] = append(cp.snapshotUsers[key], op)
+	var once sync.Once
+	return snap, func() {
+		once.Do(func() {
+			cp.snapMu.Lock()
+			defer cp.snapMu.Unlock()
+			users := cp.snapshotUsers[key]
+			if i := slices.Index(users, op); i >= 0 {
+				users = slices.Delete(users, i, i+1)
+			}
+			if len(users) == 0 {
+				delete(cp.snapshotUsers, key)
+			} else {
+				cp.snapshotUsers[key] = users
+			}
+		})
+	}, nil
 }
 
 func (cp *ControlPlane) dropSnapshotData(s Snapshot) {
@@ -197,21 +248,53 @@ func (cp *ControlPlane) OpenSnapshotFile(sandboxID, name, p string) (*os.File, f
 	return cp.cfg.Node.OpenInVolume(snap.Volume, p)
 }
 
-// Restore rolls a sandbox back in place to one of its snapshots: memory,
-// processes and filesystem become what they were when it was taken. The
-// sandbox keeps its id, token, env and metadata.
+// Restore rolls a sandbox back in place to a snapshot (one of its own, by
+// name, or any by "<sandbox>/<name>" or id): memory, processes and
+// filesystem become what they were when it was taken. The sandbox keeps
+// its id, token, env and metadata.
+//
+// A restore that fails leaves the sandbox as it was: a running or paused
+// sandbox is first suspended to its suspend image, its root volume is only
+// set aside (node.ResumeFrom), and on failure both come back. The restore
+// takes effect when it is recorded; recovery undoes one that was not.
 func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, error) {
-	snap, err := cp.ResolveSnapshot(ref)
-	if err != nil {
-		if snap, err = cp.findSnapshot(id, ref); err != nil {
-			return Sandbox{}, err
+	snap, release, err := cp.holdSnapshot(func() (Snapshot, error) {
+		snap, err := cp.ResolveSnapshot(ref)
+		if err != nil {
+			return cp.findSnapshot(id, ref)
 		}
+		return snap, nil
+	}, "a restore of sandbox "+id)
+	if err != nil {
+		return Sandbox{}, err
 	}
+	defer release()
 	return cp.locked(id, func(r *record) error {
 		if err := cp.require(r, "restore a snapshot", apiv1.StateRunning, apiv1.StatePaused, apiv1.StateSuspended); err != nil {
 			return err
 		}
 		s := cp.snapshot(r)
+		from, image := s.State, cp.suspendImage(s.ID)
+		if from == apiv1.StateSuspended && s.ImageDir != "" {
+			image = s.ImageDir
+		}
+		ref := snap.SandboxID + "/" + snap.Name
+		// Recorded before anything moves, so that recovery after a crash
+		// knows to put the old sandbox back.
+		if err := cp.setState(r, apiv1.StateResuming, "restoring snapshot "+ref, func(s *Sandbox) {
+			s.Restoring, s.ImageDir = ref, image
+		}); err != nil {
+			return err
+		}
+		if from != apiv1.StateSuspended {
+			// The suspend image is what a failed restore comes back from.
+			if err := cp.cfg.Node.Suspend(ctx, s.ID, image); err != nil {
+				// Suspend leaves the sandbox as it was when it fails.
+				cp.endRestore(r, from, "restore of "+ref+" failed: "+err.Error(), "")
+				return fmt.Errorf("restore %s: %w", s.ID, err)
+			}
+		}
+		crashpoint.Hit("restore-suspended")
 		spec := node.RestoreSpec{
 			ID: s.ID, ImageDir: snap.ImageDir, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
 			AccessToken: snap.AccessToken, Rollback: true, Network: s.policy(),
@@ -219,20 +302,69 @@ func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, e
 		if snap.SandboxID != s.ID || snap.AccessToken != s.AccessToken {
 			spec.NewIdentity = cp.identity(s)
 		}
-		err := cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "restored snapshot "+snap.Name, func() error {
-			if s.State != apiv1.StateSuspended {
-				cp.cfg.Node.Halt(ctx, s.ID)
-			}
-			return cp.cfg.Node.ResumeFrom(ctx, spec)
-		}, func(s *Sandbox) { s.Snapshot = snap.SandboxID + "/" + snap.Name })
-		if err != nil {
-			// The old runtime is gone; what is left is the suspended image,
-			// if there was one, or nothing that runs.
-			cp.fail(ctx, r, "restore of "+snap.Name+" failed: "+err.Error())
+		if err := cp.cfg.Node.ResumeFrom(ctx, spec); err != nil {
+			// The node has put the old root volume back; bring back the
+			// old memory too.
+			cp.unrestore(ctx, r, from, image, "restore of "+ref+" failed: "+err.Error())
+			return fmt.Errorf("restore %s: %w", s.ID, err)
+		}
+		crashpoint.Hit("restore-resumed")
+		if err := cp.setState(r, apiv1.StateRunning, "restored snapshot "+snap.Name, func(s *Sandbox) {
+			s.Snapshot, s.Restoring, s.ImageDir, s.SuspendedAt = ref, "", "", nil
+		}); err != nil {
 			return err
+		}
+		crashpoint.Hit("restore-recorded")
+		// Recorded: the old root volume and memory are not needed any more.
+		if err := cp.cfg.Node.CommitRestore(s.ID); err != nil {
+			cp.log.Warn("drop the volume a restore replaced", "sandbox", s.ID, "err", err)
+		}
+		if err := os.RemoveAll(image); err != nil {
+			cp.log.Warn("drop the image a restore replaced", "sandbox", s.ID, "err", err)
 		}
 		return nil
 	})
+}
+
+// unrestore brings a sandbox whose restore failed back to state from, from
+// the suspend image the restore made (or had). Should that fail too, the
+// sandbox stays suspended on that image: still whole, resumed on next use.
+func (cp *ControlPlane) unrestore(ctx context.Context, r *record, from, image, reason string) {
+	s := cp.snapshot(r)
+	if from == apiv1.StateSuspended {
+		cp.endRestore(r, from, reason, image)
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	err := cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
+		ID: s.ID, ImageDir: image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken, Network: s.policy(),
+	})
+	if err == nil && from == apiv1.StatePaused {
+		err = cp.cfg.Node.Pause(ctx, s.ID)
+	}
+	if err != nil {
+		cp.log.Error("bring back a sandbox after a failed restore", "sandbox", s.ID, "err", err)
+		cp.cfg.Node.Halt(ctx, s.ID)
+		cp.endRestore(r, apiv1.StateSuspended, reason+"; left suspended: "+err.Error(), image)
+		return
+	}
+	cp.endRestore(r, from, reason, "")
+	if err := os.RemoveAll(image); err != nil {
+		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
+	}
+}
+
+// endRestore records the end of a restore that did not happen.
+func (cp *ControlPlane) endRestore(r *record, to, reason, image string) {
+	if err := cp.setState(r, to, reason, func(s *Sandbox) {
+		s.Restoring, s.ImageDir = "", image
+		if to == apiv1.StateSuspended && s.SuspendedAt == nil {
+			now := time.Now().UTC()
+			s.SuspendedAt = &now
+		}
+	}); err != nil {
+		cp.log.Error("record failed restore", "sandbox", r.ID, "err", err)
+	}
 }
 
 // identity is what a restored copy must be told about itself.

@@ -45,6 +45,7 @@ type Volumes interface {
 	Path(name string) string
 	List(prefix string) ([]string, error)
 	Exists(name string) bool
+	Rename(src, dst string) error
 }
 
 // Config wires a node.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 )
@@ -78,11 +79,10 @@ func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
 	if _, err := n.cfg.Volumes.Snapshot(spec.Template.RootfsVolume, vol, false); err != nil {
 		return fmt.Errorf("root volume: %w", err)
 	}
-	if spec.DiskMB > 0 {
-		if err := n.cfg.Volumes.SetLimit(vol, int64(spec.DiskMB)<<20); err != nil {
-			return fmt.Errorf("disk limit: %w", err)
-		}
+	if err := n.setDiskLimit(vol, spec.DiskMB); err != nil {
+		return fmt.Errorf("disk limit: %w", err)
 	}
+	crashpoint.Hit("create-volume")
 	return n.boot(ctx, spec)
 }
 
@@ -229,8 +229,10 @@ func (n *Node) release(ctx context.Context, id string) error {
 	if err := n.destroySlot(network.SlotFor(id)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := n.cfg.Volumes.Delete(volumeName(id)); err != nil {
-		errs = append(errs, err)
+	for _, v := range []string{volumeName(id), previousVolumeName(id), stagedVolumeName(id)} {
+		if err := n.cfg.Volumes.Delete(v); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("release %s: %w", id, err)
@@ -253,12 +255,16 @@ func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
 	for _, id := range running {
 		ids[id] = true
 	}
-	vols, err := n.cfg.Volumes.List("sandboxes")
-	if err != nil {
-		return fmt.Errorf("sweep: %w", err)
-	}
-	for _, v := range vols {
-		ids[path.Base(v)] = true
+	// A restore in place interrupted by a crash of its sandbox's owner
+	// leaves volumes under these names too.
+	for _, dir := range []string{"sandboxes", "restoring", "previous"} {
+		vols, err := n.cfg.Volumes.List(dir)
+		if err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
+		for _, v := range vols {
+			ids[path.Base(v)] = true
+		}
 	}
 	var errs []error
 	for id := range ids {
