@@ -200,7 +200,7 @@ func (f *fakeNode) SettleCheckpoint(_ context.Context, _, dir string) bool {
 	return node.ImageComplete(dir)
 }
 func (f *fakeNode) SetNetwork(context.Context, string, network.Policy) error { return nil }
-func (f *fakeNode) Sweep(context.Context, func(string) bool) error        { return nil }
+func (f *fakeNode) Sweep(context.Context, func(string) bool) error           { return nil }
 func (f *fakeNode) BootFromDisk(_ context.Context, spec node.CreateSpec) error {
 	f.record("boot " + spec.ID)
 	f.mu.Lock()
