@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -327,7 +326,7 @@ func (cp *ControlPlane) stop(ctx context.Context, r *record, reason string) erro
 		_ = cp.setState(r, apiv1.StateFailed, "stop failed: "+err.Error())
 		return fmt.Errorf("stop %s: %w", s.ID, err)
 	}
-	if err := os.RemoveAll(cp.suspendImage(s.ID)); err != nil {
+	if err := cp.removeImage(cp.suspendImage(s.ID)); err != nil {
 		cp.log.Error("remove suspend image", "sandbox", s.ID, "err", err)
 	}
 	crashpoint.Hit("stop-destroyed")

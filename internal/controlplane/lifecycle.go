@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/space-platform/space/internal/crashpoint"
@@ -62,6 +63,22 @@ func (cp *ControlPlane) suspendImage(id string) string {
 	return filepath.Join(cp.cfg.ImagesDir, id, "suspend")
 }
 
+// removeImage removes a checkpoint image and the directories above it
+// that it leaves empty (images/<id>/snapshots, images/<id>), so that no
+// empty directory outlives what it held.
+func (cp *ControlPlane) removeImage(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	root := cp.cfg.ImagesDir + string(filepath.Separator)
+	for p := filepath.Dir(dir); cp.cfg.ImagesDir != "" && strings.HasPrefix(p, root); p = filepath.Dir(p) {
+		if os.Remove(p) != nil {
+			break // not empty, so neither is what holds it
+		}
+	}
+	return nil
+}
+
 // Pause freezes a running sandbox's processes; memory stays resident.
 func (cp *ControlPlane) Pause(ctx context.Context, id string) (Sandbox, error) {
 	return cp.locked(id, func(r *record) error {
@@ -105,7 +122,7 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(s.ImageDir); err != nil {
+	if err := cp.removeImage(s.ImageDir); err != nil {
 		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
 	}
 	return nil

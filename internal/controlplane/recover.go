@@ -167,7 +167,7 @@ func (cp *ControlPlane) dropSuspendImage(r *record) error {
 	if err := cp.update(r, func(s *Sandbox) { s.ImageDir = "" }); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(image); err != nil {
+	if err := cp.removeImage(image); err != nil {
 		cp.log.Warn("remove stale suspend image", "sandbox", r.ID, "err", err)
 	}
 	return nil
@@ -400,7 +400,7 @@ func (cp *ControlPlane) dropCapture(volume, image string) {
 	if err := cp.cfg.Node.DeleteVolume(volume); err != nil {
 		cp.log.Warn("drop branch capture", "volume", volume, "err", err)
 	}
-	if err := os.RemoveAll(image); err != nil {
+	if err := cp.removeImage(image); err != nil {
 		cp.log.Warn("drop branch capture image", "image", image, "err", err)
 	}
 }

@@ -227,7 +227,7 @@ func (cp *ControlPlane) dropSnapshotData(s Snapshot) {
 	if err := cp.cfg.Node.DeleteVolume(s.Volume); err != nil {
 		cp.log.Error("delete snapshot volume", "snapshot", s.ID, "err", err)
 	}
-	if err := os.RemoveAll(s.ImageDir); err != nil {
+	if err := cp.removeImage(s.ImageDir); err != nil {
 		cp.log.Error("delete snapshot image", "snapshot", s.ID, "err", err)
 	}
 }
@@ -319,7 +319,7 @@ func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, e
 		if err := cp.cfg.Node.CommitRestore(s.ID); err != nil {
 			cp.log.Warn("drop the volume a restore replaced", "sandbox", s.ID, "err", err)
 		}
-		if err := os.RemoveAll(image); err != nil {
+		if err := cp.removeImage(image); err != nil {
 			cp.log.Warn("drop the image a restore replaced", "sandbox", s.ID, "err", err)
 		}
 		return nil
@@ -349,7 +349,7 @@ func (cp *ControlPlane) unrestore(ctx context.Context, r *record, from, image, r
 		return
 	}
 	cp.endRestore(r, from, reason, "")
-	if err := os.RemoveAll(image); err != nil {
+	if err := cp.removeImage(image); err != nil {
 		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
 	}
 }

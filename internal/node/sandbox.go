@@ -82,7 +82,7 @@ func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
 	if err := n.setDiskLimit(vol, spec.DiskMB); err != nil {
 		return fmt.Errorf("disk limit: %w", err)
 	}
-	crashpoint.Hit("create-volume")
+	crashpoint.Hit("copy-volume")
 	return n.boot(ctx, spec)
 }
 

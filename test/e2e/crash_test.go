@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -23,8 +24,13 @@ type crashServer struct {
 	t       *testing.T
 	dataDir string
 	listen  string
-	cmd     *exec.Cmd
-	client  *client.Client
+	// crashFile, when set, is the file SPACE_TEST_CRASH_AT names: the
+	// server kills itself at the crash point written into it
+	// (internal/crashpoint).
+	crashFile string
+	cmd       *exec.Cmd
+	exited    chan struct{} // closed when the process has ended
+	client    *client.Client
 }
 
 func (s *crashServer) start() {
@@ -39,9 +45,17 @@ func (s *crashServer) start() {
 	}
 	defer log.Close()
 	s.cmd.Stdout, s.cmd.Stderr = log, log
+	if s.crashFile != "" {
+		s.cmd.Env = append(os.Environ(), "SPACE_TEST_CRASH_AT="+s.crashFile)
+	}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		_ = cmd.Wait()
+		close(exited)
+	}(s.cmd, s.exited)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		key, err := os.ReadFile(filepath.Join(s.dataDir, "admin.key"))
@@ -72,7 +86,17 @@ func (s *crashServer) stop(base string) {
 // kill ends the server with SIGKILL: no cleanup of any kind runs.
 func (s *crashServer) kill() {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	_, _ = s.cmd.Process.Wait()
+	<-s.exited
+}
+
+// died reports whether the server ended (at its crash point) within d.
+func (s *crashServer) died(d time.Duration) bool {
+	select {
+	case <-s.exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 func freePort(t *testing.T) string {
@@ -209,15 +233,30 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatalf("delete %s: %v", sb.ID, err)
 		}
 	}
-	if vols, _ := os.ReadDir(filepath.Join(s.dataDir, "volumes", "sandboxes")); len(vols) != 0 {
-		t.Errorf("%d sandbox volumes left", len(vols))
-	}
+	var ids []string
 	for _, sb := range list {
-		if n := runtimeProcesses(sb.ID); n != 0 {
-			t.Errorf("%d processes of %s left", n, sb.ID)
+		ids = append(ids, sb.ID)
+	}
+	s.checkNothingLeft(ids)
+}
+
+// checkNothingLeft checks, once every sandbox was deleted, that none of
+// ids left processes, network namespaces, volumes, runtime bundles or
+// mounts behind.
+func (s *crashServer) checkNothingLeft(ids []string) {
+	t := s.t
+	t.Helper()
+	for _, dir := range []string{"sandboxes", "restoring", "previous"} {
+		if vols, _ := os.ReadDir(filepath.Join(s.dataDir, "volumes", dir)); len(vols) != 0 {
+			t.Errorf("%d volumes left in %s", len(vols), dir)
 		}
-		if _, err := os.Stat("/run/netns/space-" + sb.ID); err == nil {
-			t.Errorf("network namespace of %s left", sb.ID)
+	}
+	for _, id := range ids {
+		if n := runtimeProcesses(id); n != 0 {
+			t.Errorf("%d processes of %s left", n, id)
+		}
+		if ns := netnsLeft(id); ns != "" {
+			t.Errorf("network namespace %s of %s left", ns, id)
 		}
 	}
 	bundles, _ := os.ReadDir(filepath.Join(s.dataDir, "runtime", "bundles"))
@@ -230,6 +269,34 @@ func TestCrashRecovery(t *testing.T) {
 			f[4] != filepath.Join(s.dataDir, "volumes") && !strings.HasSuffix(f[4], "null-netns") {
 			t.Errorf("mount left: %s", f[4])
 		}
+	}
+}
+
+// netnsLeft names a network namespace file of sandbox id that exists, or
+// is "".
+func netnsLeft(id string) string {
+	slot := network.SlotFor(id)
+	dir := filepath.Dir(slot.NetNSPath())
+	for _, ns := range []string{slot.SandboxNS, slot.GatewayNS} {
+		if _, err := os.Stat(filepath.Join(dir, ns)); err == nil {
+			return ns
+		}
+	}
+	return ""
+}
+
+// loseRuntime kills a sandbox's processes and deletes its network
+// namespaces, as a host reboot would.
+func loseRuntime(id string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
+			pid, _ := strconv.Atoi(strings.Split(p, "/")[2])
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	for _, ns := range []string{"space-" + id, "space-" + id + "-gw"} {
+		_ = exec.Command("ip", "netns", "delete", ns).Run()
 	}
 }
 
@@ -280,16 +347,7 @@ func TestHostRebootRecovery(t *testing.T) {
 	// "Reboot": the server, every sandbox process and every namespace die.
 	s.kill()
 	for _, id := range ids {
-		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, p := range procs {
-			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
-				pid, _ := strconv.Atoi(strings.Split(p, "/")[2])
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		for _, ns := range []string{"space-" + id, "space-" + id + "-gw"} {
-			_ = exec.Command("ip", "netns", "delete", ns).Run()
-		}
+		loseRuntime(id)
 	}
 	time.Sleep(200 * time.Millisecond)
 	s.start()
