@@ -290,8 +290,7 @@ func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, e
 			// The suspend image is what a failed restore comes back from.
 			if err := cp.cfg.Node.Suspend(ctx, s.ID, image); err != nil {
 				// Suspend leaves the sandbox as it was when it fails.
-				cp.endRestore(r, from, "restore of "+ref+" failed: "+err.Error(), "")
-				return fmt.Errorf("restore %s: %w", s.ID, err)
+				return cp.restoreFailed(r, ref, err, func(reason string) { cp.endRestore(r, from, reason, "") })
 			}
 		}
 		crashpoint.Hit("restore-suspended")
@@ -305,8 +304,7 @@ func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, e
 		if err := cp.cfg.Node.ResumeFrom(ctx, spec); err != nil {
 			// The node has put the old root volume back; bring back the
 			// old memory too.
-			cp.unrestore(ctx, r, from, image, "restore of "+ref+" failed: "+err.Error())
-			return fmt.Errorf("restore %s: %w", s.ID, err)
+			return cp.restoreFailed(r, ref, err, func(reason string) { cp.unrestore(ctx, r, from, image, reason) })
 		}
 		crashpoint.Hit("restore-resumed")
 		if err := cp.setState(r, apiv1.StateRunning, "restored snapshot "+snap.Name, func(s *Sandbox) {
@@ -324,6 +322,16 @@ func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, e
 		}
 		return nil
 	})
+}
+
+// restoreFailed logs why a restore failed, lets undo put the sandbox back
+// (with the reason to record), and returns the error the client sees: it
+// says what state the sandbox is in, and not the node's error, which names
+// host paths.
+func (cp *ControlPlane) restoreFailed(r *record, ref string, err error, undo func(reason string)) error {
+	cp.log.Error("restore failed", "sandbox", r.ID, "snapshot", ref, "err", err)
+	undo("restore of " + ref + " failed; the sandbox is as it was")
+	return fmt.Errorf("restore of %s into sandbox %s failed; the sandbox is %s as it was before", ref, r.ID, cp.snapshot(r).State)
 }
 
 // unrestore brings a sandbox whose restore failed back to state from, from
@@ -345,7 +353,7 @@ func (cp *ControlPlane) unrestore(ctx context.Context, r *record, from, image, r
 	if err != nil {
 		cp.log.Error("bring back a sandbox after a failed restore", "sandbox", s.ID, "err", err)
 		cp.cfg.Node.Halt(ctx, s.ID)
-		cp.endRestore(r, apiv1.StateSuspended, reason+"; left suspended: "+err.Error(), image)
+		cp.endRestore(r, apiv1.StateSuspended, reason+", suspended on its image", image)
 		return
 	}
 	cp.endRestore(r, from, reason, "")
