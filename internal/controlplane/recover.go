@@ -28,10 +28,15 @@ import (
 //     sandbox is treated as running (above).
 //   - suspended, paused: stay so (a paused sandbox whose runtime is gone is
 //     recovered like a running one).
-//   - starting: the start is run again from scratch.
-//   - stopping: the stop is finished.
+//   - starting: the start is run again from scratch; a branch or a start
+//     from a snapshot is restored again from its capture if that is whole.
+//   - stopping: the stop is finished (and a deleted sandbox forgotten).
+//   - a restore that was not recorded (Restoring) is undone first.
 //
-// Afterwards anything on the node that no sandbox or snapshot owns is removed.
+// An adopted runtime makes the sandbox's suspend image stale: it is
+// dropped. Afterwards anything on the node that no sandbox or snapshot owns
+// is removed: runtimes, slots, volumes, images, captures, empty image
+// directories.
 func (cp *ControlPlane) Recover(ctx context.Context) error {
 	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
 	if err != nil {
