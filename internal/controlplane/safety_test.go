@@ -219,7 +219,12 @@ func (fakeTemplates) Resolve(id string) (node.TemplateSpec, string, error) {
 // a server restart finds them) and the node fn prepares.
 func newTestCP(t *testing.T, fn *fakeNode, sandboxes ...Sandbox) *ControlPlane {
 	t.Helper()
-	dir := t.TempDir()
+	return newTestCPIn(t, t.TempDir(), fn, sandboxes...)
+}
+
+// newTestCPIn is newTestCP with its store and images (dir/images) in dir.
+func newTestCPIn(t *testing.T, dir string, fn *fakeNode, sandboxes ...Sandbox) *ControlPlane {
+	t.Helper()
 	st, err := store.Open(filepath.Join(dir, "state.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -428,7 +433,7 @@ func TestRecoverySettlesRestoreAndResume(t *testing.T) {
 	restoring.Restoring, restoring.ImageDir = "b/bs", image
 	resuming := sandbox("s", apiv1.StateResuming)
 	resuming.ImageDir = resumeImage
-	cp := newTestCP(t, fn, restoring, resuming)
+	cp := newTestCPIn(t, dir, fn, restoring, resuming)
 
 	if fn.called("revert r") != 1 {
 		t.Fatal("the interrupted restore was not reverted")
@@ -470,21 +475,7 @@ func TestRecoveryRestartsBranchesAndSweepsCaptures(t *testing.T) {
 	fn.volumes[capture.Volume], fn.volumes["snapshots/src/branch-2"], fn.volumes["snapshots/old/x"] = true, true, true
 	branch := sandbox("br", apiv1.StateStarting)
 	branch.BranchOf, branch.Source = "src", &capture
-	st, err := store.Open(filepath.Join(dir, "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for _, s := range []Sandbox{sandbox("src", apiv1.StateRunning), branch} {
-		if err := st.Put(sandboxBucket, s.ID, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cp := New(Config{Store: st, Node: fn, Templates: fakeTemplates{}, ImagesDir: images,
-		Capacity: Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 1}})
-	if err := cp.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	cp := newTestCPIn(t, dir, fn, sandbox("src", apiv1.StateRunning), branch)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := cp.Wait(ctx, "br", apiv1.StateRunning); err != nil {

@@ -234,14 +234,7 @@ func (m *crashMatrix) checkLeaks(after string, live map[string]apiv1.Sandbox) {
 // write is there (or the sandbox is the snapshot a recorded restore brought
 // in), nothing is failed, and nothing leaked.
 func TestCrashMatrix(t *testing.T) {
-	requireServer(t)
-	if testing.Short() {
-		t.Skip("starts and kills a separate server many times")
-	}
-	base := t.TempDir()
-	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t), crashFile: filepath.Join(base, "crash-at")}
-	s.start()
-	defer s.stop(base)
+	s := newCrashServer(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	m := &crashMatrix{t: t, s: s, ctx: ctx, acked: map[string]map[string]string{}, seen: map[string]bool{}, deleted: map[string]bool{}}

@@ -99,6 +99,24 @@ func (s *crashServer) died(d time.Duration) bool {
 	}
 }
 
+// newCrashServer starts a separate server in a fresh directory (skipping
+// the test where that cannot be done), and stops it when the test ends.
+// With crashPoints, it can be told to kill itself (crashServer.crashFile).
+func newCrashServer(t *testing.T, crashPoints bool) *crashServer {
+	requireServer(t)
+	if testing.Short() {
+		t.Skip("starts and kills a separate server")
+	}
+	base := t.TempDir()
+	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
+	if crashPoints {
+		s.crashFile = filepath.Join(base, "crash-at")
+	}
+	s.start()
+	t.Cleanup(func() { s.stop(base) })
+	return s
+}
+
 func freePort(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -111,14 +129,7 @@ func freePort(t *testing.T) string {
 // Killing the server at any moment loses nothing that was acknowledged and
 // leaves nothing behind once everything is deleted.
 func TestCrashRecovery(t *testing.T) {
-	requireServer(t)
-	if testing.Short() {
-		t.Skip("starts and kills a separate server several times")
-	}
-	base := t.TempDir()
-	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
-	s.start()
-	defer s.stop(base)
+	s := newCrashServer(t, false)
 	ctx := testContext(t)
 	wait := func(id, state string) *apiv1.Sandbox {
 		t.Helper()
@@ -316,14 +327,7 @@ func execOK2(t *testing.T, c *client.Client, id string) {
 // sandboxes come back suspended; running ones come back from their disk,
 // flagged as recovered.
 func TestHostRebootRecovery(t *testing.T) {
-	requireServer(t)
-	if testing.Short() {
-		t.Skip("starts and kills a separate server")
-	}
-	base := t.TempDir()
-	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
-	s.start()
-	defer s.stop(base)
+	s := newCrashServer(t, false)
 	ctx := testContext(t)
 	var ids []string
 	for i := 0; i < 2; i++ {
