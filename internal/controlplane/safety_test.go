@@ -501,3 +501,33 @@ func TestRecoveryRestartsBranchesAndSweepsCaptures(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A snapshot a new sandbox is being started from cannot be deleted either,
+// until the start ended.
+func TestSnapshotInUseByStartCannotBeDeleted(t *testing.T) {
+	cp, fn := twoRunning(t)
+	cp.cfg.Defaults = Defaults{VCPUs: 1, MemoryMB: 256, DiskMB: 1024, TimeoutS: 300}
+	fn.entered, fn.proceed = make(chan struct{}), make(chan struct{})
+	sb, err := cp.Create(apiv1.CreateSandboxRequest{Snapshot: "b/bs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-fn.entered
+	if err := cp.DeleteSnapshot("b", "bs"); err == nil || !strings.Contains(err.Error(), "a start of a new sandbox") {
+		t.Fatalf("delete of a snapshot a start reads: %v; want a StateError naming the start", err)
+	}
+	close(fn.proceed)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cp.Wait(ctx, sb.ID, apiv1.StateRunning); err != nil {
+		t.Fatal(err)
+	}
+	// The hold ends with the start (released right after it).
+	deadline := time.Now().Add(5 * time.Second)
+	for cp.DeleteSnapshot("b", "bs") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the snapshot stayed held after the start ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
