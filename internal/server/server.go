@@ -111,6 +111,7 @@ type Server struct {
 	st        *store.Store
 	pool      *storage.Pool
 	templates *template.Manager
+	slots     *network.Namespaces
 	cp        *controlplane.ControlPlane
 	gateway   *gateway.Gateway
 	http      *http.Server
@@ -174,7 +175,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform})
+	// The slots' network namespaces live in a directory of this
+	// installation's, out of reach of `ip netns` (see network.Namespaces).
+	if s.slots, err = network.OpenNamespaces(filepath.Join(cfg.DataDir, "netns")); err != nil {
+		return nil, err
+	}
+	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform, Namespaces: s.slots})
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +207,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	nd, err := node.New(node.Config{
-		Egress: egress, Gateway: s.gateway,
+		Namespaces: s.slots, Egress: egress, Gateway: s.gateway,
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
@@ -275,6 +281,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 // Templates exposes the template manager (for the CLI's local builds and tests).
 func (s *Server) Templates() *template.Manager { return s.templates }
+
+// Namespaces exposes the directory of the sandboxes' network slots (for tests).
+func (s *Server) Namespaces() *network.Namespaces { return s.slots }
 
 // buildTemplates builds missing built-in templates, one after the other.
 func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
