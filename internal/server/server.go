@@ -58,6 +58,9 @@ type Config struct {
 	// proxy's addresses (empty: off); Domain is the sandbox domain they
 	// announce and route (empty: none, header routing only).
 	E2BListen, ProxyListen, Domain string
+	// HTTP bounds connections on each listener (see HTTPLimits); unset
+	// timeouts take their defaults.
+	HTTP HTTPLimits
 	// ProxyTLSCert and ProxyTLSKey, both set, make the sandbox proxy serve
 	// HTTPS (HTTP/2 by ALPN) instead of plain HTTP (HTTP/1.1 and h2c).
 	ProxyTLSCert, ProxyTLSKey string
@@ -84,6 +87,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir:        "/var/lib/space",
 		Listen:         "127.0.0.1:7070",
+		HTTP:           DefaultHTTPLimits(),
 		E2BListen:      "127.0.0.1:3000",
 		ProxyListen:    "127.0.0.1:3001",
 		Platform:       "systrap",
@@ -259,13 +263,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		cancel()
 		return nil, err
 	}
-	if s.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
+	if s.http, s.listener, err = listenHTTP(cfg.Listen, handler, cfg.HTTP); err != nil {
 		cancel()
 		_ = s.shutdownCompat(ctx)
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return nil, err
 	}
 	s.URL = "http://" + s.listener.Addr().String()
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
 		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
