@@ -78,13 +78,18 @@ func (n *Namespaces) Close() error {
 // Slot returns the slot that belongs to name, whether or not it exists. A
 // slot left in LegacyDir by an older version is used where it is.
 func (n *Namespaces) Slot(name string) *Slot {
-	s := slotIn(n.dir, name)
-	if !s.Sandbox.exists() {
-		if legacy := slotIn(LegacyDir, name); legacy.Sandbox.exists() {
-			legacy.legacy = true
-			return legacy
-		}
+	s := n.slot(name)
+	if !s.Sandbox.exists() && s.stale[0].exists() {
+		return &Slot{Name: name, Sandbox: s.stale[0], Gateway: s.stale[1], stale: []Namespace{s.Sandbox, s.Gateway}}
 	}
+	return s
+}
+
+// slot is name's slot in the directory, with its files in LegacyDir to
+// remove along with it.
+func (n *Namespaces) slot(name string) *Slot {
+	s, legacy := slotIn(n.dir, name), slotIn(LegacyDir, name)
+	s.stale = []Namespace{legacy.Sandbox, legacy.Gateway}
 	return s
 }
 
@@ -132,6 +137,8 @@ func slotNames(dir string) ([]string, error) {
 type Namespace struct {
 	Name string
 	Path string
+	// legacy is set for a file in LegacyDir.
+	legacy bool
 }
 
 // Open returns a handle on the namespace; the caller closes it.
@@ -206,6 +213,11 @@ const (
 // deletes it. A file that is gone, or no longer a mount, counts as done;
 // EBUSY, which a mount being torn down elsewhere can cause for a moment,
 // is retried.
+//
+// A file in LegacyDir that stays busy is pinned by a mount that `ip netns
+// add` hid beneath its bind of that directory, out of this node's reach.
+// Failing for it would fail the sandbox's deletion forever, so it is left
+// to the host's next reboot (or an `umount /run/netns`).
 func (ns Namespace) remove() error {
 	var err error
 	for attempt := 0; attempt < removeAttempts; attempt++ {
@@ -222,6 +234,9 @@ func (ns Namespace) remove() error {
 		if !errors.Is(err, unix.EBUSY) {
 			break
 		}
+	}
+	if ns.legacy && errors.Is(err, unix.EBUSY) {
+		return nil
 	}
 	return fmt.Errorf("delete netns %s: %w", ns.Name, withoutPath(err))
 }

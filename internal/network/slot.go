@@ -25,7 +25,6 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // Addresses every slot uses; see the package comment for why they are fixed.
@@ -50,16 +49,16 @@ type Slot struct {
 	Name    string
 	Sandbox Namespace // where the sandbox runs ("space-<name>")
 	Gateway Namespace // its gateway ("space-<name>-gw")
-	// legacy is set for a slot found in LegacyDir.
-	legacy bool
+	// stale are the slot's namespace files in its other directory (the
+	// node's or LegacyDir), which Destroy removes as well.
+	stale []Namespace
 }
 
 func slotIn(dir, name string) *Slot {
-	return &Slot{
-		Name:    name,
-		Sandbox: Namespace{Name: nsPrefix + name, Path: filepath.Join(dir, nsPrefix+name)},
-		Gateway: Namespace{Name: nsPrefix + name + gatewaySuffix, Path: filepath.Join(dir, nsPrefix+name+gatewaySuffix)},
+	ns := func(file string) Namespace {
+		return Namespace{Name: file, Path: filepath.Join(dir, file), legacy: dir == LegacyDir}
 	}
+	return &Slot{Name: name, Sandbox: ns(nsPrefix + name), Gateway: ns(nsPrefix + name + gatewaySuffix)}
 }
 
 // NetNSPath is the path handed to the runtime as the sandbox's network namespace.
@@ -73,7 +72,7 @@ func (s *Slot) Exists() bool {
 // Create builds the slot's namespaces and veth pair. A half-built slot left by
 // a crash is removed first (in LegacyDir too).
 func (n *Namespaces) Create(name string) (*Slot, error) {
-	s := slotIn(n.dir, name)
+	s := n.slot(name)
 	if err := s.Destroy(); err != nil {
 		return nil, err
 	}
@@ -218,7 +217,7 @@ func upLink(h *netlink.Handle, name string) error {
 }
 
 // Destroy removes the slot's uplink and both namespaces (and with them the
-// veth pair): their mounts and files, in the slot's directory and in
+// veth pair): their mounts and files, in the node's directory and in
 // LegacyDir. Removing a slot that does not exist is not an error.
 func (s *Slot) Destroy() error {
 	slotEpochs.drop(s.Name)
@@ -226,23 +225,8 @@ func (s *Slot) Destroy() error {
 	if err := deleteUplink(s.Name); err != nil {
 		errs = append(errs, err)
 	}
-	legacy := slotIn(LegacyDir, s.Name)
-	if s.legacy {
-		legacy = s
-	} else {
-		for _, ns := range []Namespace{s.Sandbox, s.Gateway} {
-			if err := ns.remove(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	for _, ns := range []Namespace{legacy.Sandbox, legacy.Gateway} {
-		// A file there that stays busy once unmounted is pinned by a mount
-		// that `ip netns add` hid beneath its bind of LegacyDir, out of
-		// this node's reach. Failing for it would fail the sandbox's
-		// deletion forever, so it is left to the host's next reboot (or
-		// an `umount /run/netns`).
-		if err := ns.remove(); err != nil && !errors.Is(err, unix.EBUSY) {
+	for _, ns := range append([]Namespace{s.Sandbox, s.Gateway}, s.stale...) {
+		if err := ns.remove(); err != nil {
 			errs = append(errs, err)
 		}
 	}

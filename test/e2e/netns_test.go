@@ -67,3 +67,43 @@ func ipLinkComplains() bool {
 	out, _ := exec.Command("ip", "link").CombinedOutput()
 	return strings.Contains(string(out), "Peer netns reference is invalid")
 }
+
+// After an upgrade, recovery removes the slot an older version left in
+// /run/netns for a sandbox of this server that no longer runs, and leaves
+// the namespaces there that are not its own (another installation's).
+func TestRecoveryRemovesOldLocationSlots(t *testing.T) {
+	requireServer(t)
+	ctx := testContext(t)
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	if _, err := env.client.Suspend(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	stranger := fmt.Sprintf("%s%05d", "zz0stranger", os.Getpid()%100000)
+	for _, ns := range []string{"space-" + sb.ID, "space-" + sb.ID + "-gw", "space-" + stranger, "space-" + stranger + "-gw"} {
+		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
+	}
+	restartServer(t)
+	for _, ns := range []string{"space-" + sb.ID, "space-" + sb.ID + "-gw"} {
+		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
+			t.Errorf("old-location namespace %s of a suspended sandbox survived recovery", ns)
+		}
+	}
+	for _, ns := range []string{"space-" + stranger, "space-" + stranger + "-gw"} {
+		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err != nil {
+			t.Errorf("recovery removed %s, which is not this server's: %v", ns, err)
+		}
+	}
+	if _, err := env.client.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	execOK(t, sb.ID, "true")
+	if err := env.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if left := leftovers(sb.ID); len(left) > 0 {
+		t.Errorf("sandbox %s left %v", sb.ID, left)
+	}
+}
