@@ -118,12 +118,16 @@ func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
 			c.Close()
 		}
 	}()
+	began := time.Now()
 	for i := 0; i < conns; i++ {
 		open = append(open, idleConn{keepAlive(t, addr), time.Now()})
 	}
 	// Both ends are in this process; a few files of the baseline may have
-	// been transient.
-	if n := openFDs(t); n < baseline+2*conns-16 {
+	// been transient. On a loaded machine the first connections may reach
+	// their timeout before the last are open.
+	if opening := time.Since(began); opening >= idle/2 {
+		t.Logf("opening took %s; not counting the files of open connections", opening)
+	} else if n := openFDs(t); n < baseline+2*conns-16 {
 		t.Fatalf("%d files open with %d connections (both ends in this process), %d before", n, conns, baseline)
 	}
 
