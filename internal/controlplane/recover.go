@@ -75,9 +75,10 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[Source][]*record) error {
 	s := cp.snapshot(r)
 	if terminal(s.State) {
-		// Released when it ended, unless the crash came first; releasing
-		// is idempotent.
-		return cp.cfg.Node.Destroy(ctx, s.ID)
+		// Released when it ended; what a crash left of it (a slot, a
+		// volume) the node's sweep below removes, as it keeps only live
+		// sandboxes.
+		return nil
 	}
 	if s.State != apiv1.StateSuspended {
 		cp.cfg.Node.Quiesce(ctx, s.ID)

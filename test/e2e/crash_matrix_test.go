@@ -227,8 +227,8 @@ func (m *crashMatrix) checkLeaks(after string, live map[string]apiv1.Sandbox) {
 		if sb, ok := live[id]; ok && sb.State != apiv1.StateSuspended && sb.State != apiv1.StateStopped {
 			continue
 		}
-		if ns := netnsLeft(id); ns != "" {
-			t.Errorf("after a crash at %s: network namespace %s of %s, which does not run, is left", after, ns, id)
+		if left := namespaceFiles(m.s.dataDir, id); len(left) > 0 {
+			t.Errorf("after a crash at %s: network namespace of %s, which does not run, is left: %v", after, id, left)
 		}
 	}
 }

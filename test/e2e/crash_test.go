@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -266,8 +266,8 @@ func (s *crashServer) checkNothingLeft(ids []string) {
 		if n := runtimeProcesses(id); n != 0 {
 			t.Errorf("%d processes of %s left", n, id)
 		}
-		if ns := netnsLeft(id); ns != "" {
-			t.Errorf("network namespace %s of %s left", ns, id)
+		if left := namespaceFiles(s.dataDir, id); len(left) > 0 {
+			t.Errorf("network namespace of %s left: %v", id, left)
 		}
 	}
 	bundles, _ := os.ReadDir(filepath.Join(s.dataDir, "runtime", "bundles"))
@@ -277,27 +277,13 @@ func (s *crashServer) checkNothingLeft(ids []string) {
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], s.dataDir) &&
-			f[4] != filepath.Join(s.dataDir, "volumes") && !strings.HasSuffix(f[4], "null-netns") {
+			f[4] != filepath.Join(s.dataDir, "volumes") && f[4] != filepath.Join(s.dataDir, "netns") && !strings.HasSuffix(f[4], "null-netns") {
 			t.Errorf("mount left: %s", f[4])
 		}
 	}
 }
 
-// netnsLeft names a network namespace file of sandbox id that exists, or
-// is "".
-func netnsLeft(id string) string {
-	slot := network.SlotFor(id)
-	dir := filepath.Dir(slot.NetNSPath())
-	for _, ns := range []string{slot.SandboxNS, slot.GatewayNS} {
-		if _, err := os.Stat(filepath.Join(dir, ns)); err == nil {
-			return ns
-		}
-	}
-	return ""
-}
-
-// loseRuntime kills a sandbox's processes and deletes its network
-// namespaces, as a host reboot would.
+// loseRuntime kills a sandbox's processes, as a host reboot would.
 func loseRuntime(id string) {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
@@ -305,9 +291,6 @@ func loseRuntime(id string) {
 			pid, _ := strconv.Atoi(strings.Split(p, "/")[2])
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-	}
-	for _, ns := range []string{"space-" + id, "space-" + id + "-gw"} {
-		_ = exec.Command("ip", "netns", "delete", ns).Run()
 	}
 }
 
@@ -353,6 +336,10 @@ func TestHostRebootRecovery(t *testing.T) {
 	for _, id := range ids {
 		loseRuntime(id)
 	}
+	// As after a reboot, the namespace files stay as plain files without
+	// their mounts, and the directory is no mount of itself any more.
+	storage.UnmountUnder(filepath.Join(s.dataDir, "netns"))
+	_ = syscall.Unmount(filepath.Join(s.dataDir, "netns"), syscall.MNT_DETACH)
 	time.Sleep(200 * time.Millisecond)
 	s.start()
 
