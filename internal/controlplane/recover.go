@@ -154,6 +154,11 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 	// The runtime is gone (host reboot, or it died with the server).
 	if s.ImageDir != "" && node.ImageComplete(s.ImageDir) && s.State != apiv1.StateSuspended {
 		cp.cfg.Node.Halt(ctx, s.ID)
+		if s.Restoring != "" {
+			// The image is the one the restore made of the sandbox as it
+			// was: nothing is lost, so it is not flagged recovered.
+			return cp.moveTo(r, apiv1.StateSuspended, "restore of "+s.Restoring+" interrupted by a server restart; suspended as it was before")
+		}
 		if err := cp.moveTo(r, apiv1.StateSuspended, "the host lost the sandbox; brought back as suspended from its last image"); err != nil {
 			return err
 		}

@@ -442,6 +442,9 @@ func TestRecoverySettlesRestoreAndResume(t *testing.T) {
 	if r.State != apiv1.StateSuspended || r.Restoring != "" || r.ImageDir != image {
 		t.Fatalf("interrupted restore: %s, restoring %q, image %q; want suspended on its own image", r.State, r.Restoring, r.ImageDir)
 	}
+	if r.Recovered != "" {
+		t.Fatalf("an undone restore lost nothing, yet is flagged recovered: %q", r.Recovered)
+	}
 	if fn.called("commit r") != 0 {
 		t.Fatal("an unrecorded restore was committed")
 	}
