@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
@@ -123,4 +124,64 @@ func readString(t *testing.T, id, path string) string {
 		return "<unreadable: " + err.Error() + ">"
 	}
 	return string(b)
+}
+
+// A start of a new sandbox from B's snapshot racing the deletion of that
+// snapshot: the create answers 202 or 404, the delete 204 or 409, and a
+// sandbox whose create was accepted runs, holding the snapshot's files.
+func TestCreateFromSnapshotDeleteRace(t *testing.T) {
+	b := newSandbox(t, apiv1.CreateSandboxRequest{})
+	ctx := testContext(t)
+	c := env.client
+	if _, err := c.WriteFile(ctx, b.ID, "/home/user/from-b.txt", strings.NewReader("the snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 10
+	started := 0
+	snapshotExists := false
+	for i := 0; i < rounds; i++ {
+		if !snapshotExists {
+			if _, err := c.CreateSnapshot(ctx, b.ID, "bs"); err != nil {
+				t.Fatalf("round %d: snapshot: %v", i, err)
+			}
+		}
+		var created *apiv1.Sandbox
+		var createErr, deleteErr error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			created, createErr = c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Snapshot: b.ID + "/bs"})
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			deleteErr = c.DeleteSnapshot(ctx, b.ID, "bs")
+		}()
+		close(start)
+		wg.Wait()
+		for what, err := range map[string]error{"create": createErr, "delete snapshot": deleteErr} {
+			if code := statusOf(err); code != 0 && code != http.StatusNotFound && code != http.StatusConflict {
+				t.Fatalf("round %d: %s answered %v; want 2xx, 404 or 409", i, what, err)
+			}
+		}
+		snapshotExists = deleteErr != nil
+		if createErr != nil {
+			continue
+		}
+		started++
+		sb, err := c.WaitSandbox(ctx, created.ID, apiv1.StateRunning, time.Minute)
+		if err != nil {
+			t.Fatalf("round %d: accepted sandbox from the snapshot: %+v, %v", i, sb, err)
+		}
+		if s := readString(t, created.ID, "/home/user/from-b.txt"); s != "the snapshot" {
+			t.Fatalf("round %d: the new sandbox holds %q", i, s)
+		}
+		if err := c.DeleteSandbox(ctx, created.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d rounds: %d starts accepted", rounds, started)
 }
