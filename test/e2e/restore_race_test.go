@@ -39,27 +39,10 @@ func TestRestoreDeleteRace(t *testing.T) {
 		if _, err := c.WriteFile(ctx, a.ID, mine, strings.NewReader("acknowledged")); err != nil {
 			t.Fatalf("round %d: write: %v", i, err)
 		}
-		var restoreErr, deleteErr error
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, restoreErr = c.Restore(ctx, a.ID, b.ID+"/bs")
-		}()
-		go func() {
-			defer wg.Done()
-			<-start
-			deleteErr = c.DeleteSnapshot(ctx, b.ID, "bs")
-		}()
-		close(start)
-		wg.Wait()
-		for what, err := range map[string]error{"restore": restoreErr, "delete snapshot": deleteErr} {
-			if code := statusOf(err); code != 0 && code != http.StatusNotFound && code != http.StatusConflict {
-				t.Fatalf("round %d: %s answered %v; want 2xx, 404 or 409", i, what, err)
-			}
-		}
+		restoreErr, deleteErr := raceSnapshotDelete(t, i, "restore", func() error {
+			_, err := c.Restore(ctx, a.ID, b.ID+"/bs")
+			return err
+		}, func() error { return c.DeleteSnapshot(ctx, b.ID, "bs") })
 		if statusOf(deleteErr) == http.StatusConflict && !strings.Contains(deleteErr.Error(), "restore") {
 			t.Errorf("round %d: the 409 does not name the restore: %v", i, deleteErr)
 		}
@@ -95,6 +78,33 @@ func TestRestoreDeleteRace(t *testing.T) {
 	execOK(t, a.ID, "true")
 	execOK(t, b.ID, "true")
 	t.Logf("%d rounds: %d restores won, %d deletes won, %d deletes refused with 409", rounds, restored, deleted, refused)
+}
+
+// raceSnapshotDelete runs use (a call named what) and del at the same
+// instant and fails the test unless both answered 2xx, 404 or 409.
+func raceSnapshotDelete(t *testing.T, round int, what string, use, del func() error) (useErr, delErr error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		<-start
+		useErr = use()
+	}()
+	go func() {
+		defer wg.Done()
+		<-start
+		delErr = del()
+	}()
+	close(start)
+	wg.Wait()
+	for name, err := range map[string]error{what: useErr, "delete snapshot": delErr} {
+		if code := statusOf(err); code != 0 && code != http.StatusNotFound && code != http.StatusConflict {
+			t.Fatalf("round %d: %s answered %v; want 2xx, 404 or 409", round, name, err)
+		}
+	}
+	return useErr, delErr
 }
 
 // statusOf is an API error's status code, 0 for success; other errors
@@ -146,27 +156,10 @@ func TestCreateFromSnapshotDeleteRace(t *testing.T) {
 			}
 		}
 		var created *apiv1.Sandbox
-		var createErr, deleteErr error
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			<-start
-			created, createErr = c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Snapshot: b.ID + "/bs"})
-		}()
-		go func() {
-			defer wg.Done()
-			<-start
-			deleteErr = c.DeleteSnapshot(ctx, b.ID, "bs")
-		}()
-		close(start)
-		wg.Wait()
-		for what, err := range map[string]error{"create": createErr, "delete snapshot": deleteErr} {
-			if code := statusOf(err); code != 0 && code != http.StatusNotFound && code != http.StatusConflict {
-				t.Fatalf("round %d: %s answered %v; want 2xx, 404 or 409", i, what, err)
-			}
-		}
+		createErr, deleteErr := raceSnapshotDelete(t, i, "create", func() (err error) {
+			created, err = c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Snapshot: b.ID + "/bs"})
+			return err
+		}, func() error { return c.DeleteSnapshot(ctx, b.ID, "bs") })
 		snapshotExists = deleteErr != nil
 		if createErr != nil {
 			continue
