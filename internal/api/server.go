@@ -22,7 +22,7 @@ import (
 
 // Templates is the template catalog as the API uses it.
 type Templates interface {
-	Submit(name string, recipeYAML []byte) (apiv1.Template, error)
+	Submit(name string, recipeYAML []byte, build TemplateBuild) (apiv1.Template, error)
 	Get(name string) (apiv1.Template, error)
 	List() []apiv1.Template
 	Logs(name string, from int) (lines []string, done bool, err error)

@@ -28,6 +28,7 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/gvisor"
 	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/internal/store"
@@ -74,6 +75,9 @@ type Config struct {
 	// EgressCAFile adds PEM certificates to the system roots that upstream
 	// servers of credential injection are verified against.
 	EgressCAFile string
+	// MaxTemplateArchiveBytes bounds an OCI archive uploaded with a
+	// template recipe (DefaultMaxTemplateArchiveBytes when zero).
+	MaxTemplateArchiveBytes int64
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -215,12 +219,19 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.templates, err = template.NewManager(template.Config{
 		DataDir: cfg.DataDir, Volumes: s.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
 		TrustedCA: ca.CertPEM(),
+		Sandboxes: buildSandboxes{node: nd, limits: runtime.Limits{
+			VCPUs: cfg.Defaults.VCPUs, MemoryMB: max(cfg.Defaults.MemoryMB, buildMemoryMB), Pids: cfg.Defaults.Pids,
+		}},
 	}); err != nil {
 		return nil, err
 	}
 
 	reg := metrics.NewRegistry()
-	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
+	maxArchive := cfg.MaxTemplateArchiveBytes
+	if maxArchive <= 0 {
+		maxArchive = DefaultMaxTemplateArchiveBytes
+	}
+	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }, maxArchive: maxArchive}
 	reg.GaugeFunc("space_pool_ready", "Warm pool sandboxes ready, by template.", "template", func() map[string]float64 {
 		out := map[string]float64{}
 		for _, t := range s.templates.List() {
@@ -289,7 +300,7 @@ func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
 		}
 		say("building template %s (first start; progress follows)", name)
 		w := &prefixWriter{prefix: "space: [" + name + "] ", out: s.cfg.Progress}
-		if _, err := s.templates.Build(ctx, name, recipe, "", w); err != nil {
+		if _, err := s.templates.Build(ctx, name, recipe, template.Source{}, w); err != nil {
 			say("template %s failed: %v", name, err)
 			continue
 		}

@@ -243,7 +243,7 @@ func TestOCIRefusesEscapes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeOCILayout(t, filepath.Join(dir, "img"), [][]byte{makeTar(t, entries, false)}, nil)
-			_, err := e.m.Build(context.Background(), "evil", mustParse(t, "from: oci-layout:img\n"), dir, nil)
+			_, err := e.m.Build(context.Background(), "evil", mustParse(t, "from: oci-layout:img\n"), Source{Dir: dir, HostPaths: true}, nil)
 			if err == nil {
 				t.Fatal("escaping layer was accepted")
 			}
