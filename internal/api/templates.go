@@ -20,9 +20,14 @@ type TemplateBuild struct {
 	// paths (from: oci-layout:/oci-archive:, files: with host sources).
 	Admin bool
 	// Archive streams the uploaded OCI archive of a from: upload recipe;
-	// nil without one. Submit reads it to the end (or to its limit).
-	Archive io.Reader
+	// nil without one. Submit reads it to the end or to ArchiveLimit
+	// bytes, refusing it with ErrArchiveTooLarge beyond.
+	Archive      io.Reader
+	ArchiveLimit int64
 }
+
+// DefaultMaxTemplateArchive bounds uploaded template archives.
+const DefaultMaxTemplateArchive = 2 << 30
 
 // Errors of a build request, returned wrapped by Templates.Submit.
 var (
@@ -65,6 +70,14 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 // must come before the archive, so that a bad recipe is refused before
 // any of the archive is stored.
 func (s *Server) createTemplateUpload(w http.ResponseWriter, r *http.Request, build TemplateBuild) {
+	build.ArchiveLimit = s.cfg.MaxTemplateArchive
+	// A body whose declared length is over the limit is refused before
+	// any of it is read (a client sending Expect: 100-continue then sends
+	// none of it).
+	if r.ContentLength > s.cfg.MaxTemplateArchive+s.cfg.MaxJSONBody+64<<10 {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v: the limit is %d bytes, the request has %d", ErrArchiveTooLarge, s.cfg.MaxTemplateArchive, r.ContentLength))
+		return
+	}
 	mr, err := r.MultipartReader()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "multipart body: "+err.Error())

@@ -9,9 +9,6 @@ import (
 	"github.com/space-platform/space/internal/template"
 )
 
-// DefaultMaxTemplateArchiveBytes bounds uploaded template archives.
-const DefaultMaxTemplateArchiveBytes = 2 << 30
-
 // buildMemoryMB is the least memory a build sandbox gets: apt and dpkg
 // need more than a small default sandbox may have.
 const buildMemoryMB = 1024

@@ -16,8 +16,6 @@ import (
 type catalog struct {
 	m  *template.Manager
 	cp func() *controlplane.ControlPlane
-	// maxArchive bounds an uploaded OCI archive (bytes).
-	maxArchive int64
 }
 
 func (c catalog) view(t *template.Template) apiv1.Template {
@@ -49,7 +47,7 @@ func (c catalog) Submit(name string, recipeYAML []byte, build api.TemplateBuild)
 	// relative file sources are refused by the manager's validation.
 	src := template.Source{HostPaths: build.Admin}
 	if build.Archive != nil {
-		if src.Archive, err = c.m.StageUpload(build.Archive, c.maxArchive); err != nil {
+		if src.Archive, err = c.m.StageUpload(build.Archive, build.ArchiveLimit); err != nil {
 			if errors.Is(err, template.ErrArchiveTooLarge) {
 				return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrArchiveTooLarge, err)
 			}

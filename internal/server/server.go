@@ -76,7 +76,7 @@ type Config struct {
 	// servers of credential injection are verified against.
 	EgressCAFile string
 	// MaxTemplateArchiveBytes bounds an OCI archive uploaded with a
-	// template recipe (DefaultMaxTemplateArchiveBytes when zero).
+	// template recipe (api.DefaultMaxTemplateArchive when zero).
 	MaxTemplateArchiveBytes int64
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
@@ -227,11 +227,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 
 	reg := metrics.NewRegistry()
-	maxArchive := cfg.MaxTemplateArchiveBytes
-	if maxArchive <= 0 {
-		maxArchive = DefaultMaxTemplateArchiveBytes
-	}
-	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }, maxArchive: maxArchive}
+	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
 	reg.GaugeFunc("space_pool_ready", "Warm pool sandboxes ready, by template.", "template", func() map[string]float64 {
 		out := map[string]float64{}
 		for _, t := range s.templates.List() {
@@ -259,7 +255,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 
-	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Metrics: reg, Logger: cfg.Logger})
+	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Metrics: reg, Logger: cfg.Logger,
+		MaxTemplateArchive: cfg.MaxTemplateArchiveBytes})
 	if err := s.startCompat(keys); err != nil {
 		cancel()
 		return nil, err
