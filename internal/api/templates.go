@@ -29,6 +29,10 @@ type TemplateBuild struct {
 // DefaultMaxTemplateArchive bounds uploaded template archives.
 const DefaultMaxTemplateArchive = 2 << 30
 
+// drainOversized is how much of an oversized upload is read past the
+// limit before the connection is cut.
+const drainOversized = 64 << 20
+
 // Errors of a build request, returned wrapped by Templates.Submit.
 var (
 	// ErrHostPathsForbidden: a non-admin recipe named a host path (403).
@@ -133,6 +137,10 @@ func (s *Server) submitTemplate(w http.ResponseWriter, name, recipe string, buil
 	case errors.Is(err, ErrHostPathsForbidden):
 		writeError(w, http.StatusForbidden, err.Error())
 	case errors.Is(err, ErrArchiveTooLarge):
+		// Read (and drop) a bounded rest of the body, so that a client
+		// still sending it sees the answer rather than a reset
+		// connection; beyond that the connection is cut.
+		_, _ = io.CopyN(io.Discard, build.Archive, drainOversized)
 		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
 	case err != nil:
 		s.fail(w, err)
