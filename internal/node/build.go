@@ -1,13 +1,10 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -85,9 +82,10 @@ func (n *Node) StartBuild(ctx context.Context, volume string, limits runtime.Lim
 	return &BuildSandbox{ID: id, sb: sb, n: n}, nil
 }
 
-// Run runs script with /bin/sh -c as root in / and passes each line of
-// its combined output to logLine. A non-zero exit is an error saying so.
-func (b *BuildSandbox) Run(ctx context.Context, script string, env map[string]string, logLine func(string)) error {
+// Run runs script with /bin/sh -c as root in / and writes its stdout and
+// stderr, in the order they arrive, to out. A non-zero exit is an error
+// saying so.
+func (b *BuildSandbox) Run(ctx context.Context, script string, env map[string]string, out io.Writer) error {
 	cwd := "/"
 	req := connect.NewRequest(&processpb.StartRequest{
 		Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}, Envs: env, Cwd: &cwd},
@@ -98,21 +96,11 @@ func (b *BuildSandbox) Run(ctx context.Context, script string, env map[string]st
 		return fmt.Errorf("start step: %w", err)
 	}
 	defer stream.Close()
-	// stdout and stderr come as chunks; one writer splits both into lines
-	// in the order they arrive.
-	pr, pw := io.Pipe()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		splitLines(pr, logLine)
-	}()
-	defer func() { pw.Close(); wg.Wait() }()
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		if d := ev.GetData(); d != nil {
-			_, _ = pw.Write(d.GetStdout())
-			_, _ = pw.Write(d.GetStderr())
+			_, _ = out.Write(d.GetStdout())
+			_, _ = out.Write(d.GetStderr())
 		}
 		if e := ev.GetEnd(); e != nil {
 			switch {
@@ -178,30 +166,4 @@ func (n *Node) buildRunning(id string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.builds[id]
-}
-
-// splitLines passes each non-empty line of r (\r ends a line too, for
-// progress bars) to logLine.
-func splitLines(r io.Reader, logLine func(string)) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
-		for i, c := range data {
-			if c == '\n' || c == '\r' {
-				return i + 1, data[:i], nil
-			}
-		}
-		if atEOF && len(data) > 0 {
-			return len(data), data, nil
-		}
-		return 0, nil, nil
-	})
-	for sc.Scan() {
-		if line := strings.TrimRight(sc.Text(), " \t"); line != "" {
-			logLine(line)
-		}
-	}
-	// A line longer than the buffer ends the scan; drain so the writer
-	// never blocks.
-	_, _ = io.Copy(io.Discard, r)
 }

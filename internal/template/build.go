@@ -417,7 +417,7 @@ func (m *Manager) customize(ctx context.Context, p *buildPlan, work, rootfs stri
 	}
 	for i, script := range p.recipe.Run {
 		step("run: " + summarize(script))
-		if err := sb.Run(ctx, script, env, logLine); err != nil {
+		if err := runStep(ctx, sb, script, env, logLine); err != nil {
 			return fmt.Errorf("run[%d] %q: %w", i, summarize(script), err)
 		}
 	}
@@ -510,7 +510,7 @@ func copyFiles(ctx context.Context, sb BuildSandbox, files []FileCopy, baseDir s
 			mode, _ := parseMode(f.Mode) // validated
 			fmt.Fprintf(&after, "chmod %o %s\n", mode, q(dest))
 		}
-		if err := sb.Run(ctx, before.String(), nil, logLine); err != nil {
+		if err := runStep(ctx, sb, before.String(), nil, logLine); err != nil {
 			return fmt.Errorf("files[%d]: prepare %s: %w", i, f.Dest, err)
 		}
 		for _, w := range writes {
@@ -518,7 +518,7 @@ func copyFiles(ctx context.Context, sb BuildSandbox, files []FileCopy, baseDir s
 				return fmt.Errorf("files[%d]: %w", i, err)
 			}
 		}
-		if err := sb.Run(ctx, after.String(), nil, logLine); err != nil {
+		if err := runStep(ctx, sb, after.String(), nil, logLine); err != nil {
 			return fmt.Errorf("files[%d]: finish %s: %w", i, f.Dest, err)
 		}
 	}

@@ -181,7 +181,7 @@ apt-get install -y -q --no-install-recommends -o Dpkg::Use-Pty=0 ` + list + "\n"
 	for k, v := range env {
 		stepEnv[k] = v
 	}
-	return sb.Run(ctx, script, stepEnv, logLine)
+	return runStep(ctx, sb, script, stepEnv, logLine)
 }
 
 // cleanDebianRootfs drops what debootstrap leaves behind that a template

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -56,7 +57,7 @@ type fakeSandbox struct {
 
 // Run records the script; a script containing "exit N" fails with that
 // status after printing its first echo, like a shell would.
-func (b *fakeSandbox) Run(_ context.Context, script string, env map[string]string, logLine func(string)) error {
+func (b *fakeSandbox) Run(_ context.Context, script string, env map[string]string, out io.Writer) error {
 	b.f.mu.Lock()
 	b.f.runs = append(b.f.runs, fakeRun{script, env})
 	b.f.mu.Unlock()
@@ -65,7 +66,7 @@ func (b *fakeSandbox) Run(_ context.Context, script string, env map[string]strin
 	}
 	for _, line := range strings.Split(script, ";") {
 		if msg, ok := strings.CutPrefix(strings.TrimSpace(line), "echo "); ok {
-			logLine(msg)
+			fmt.Fprintln(out, msg)
 		}
 	}
 	if _, code, ok := strings.Cut(script, "exit "); ok && !strings.Contains(script, "set -e") {

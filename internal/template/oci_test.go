@@ -238,7 +238,17 @@ func TestOCIRefusesEscapes(t *testing.T) {
 			{name: "up", typ: tar.TypeSymlink, link: "../../../../../../../../" + outside},
 			{name: "up/escaped", body: "x"},
 		},
+		"hardlink through a symlink": {
+			{name: "hostdir", typ: tar.TypeSymlink, link: outside},
+			{name: "pw", typ: tar.TypeLink, link: "hostdir/host-file"},
+		},
+		"hardlink climbing out": {{name: "pw", typ: tar.TypeLink, link: "../../../../../../.." + outside + "/host-file"}},
+		"absolute symlink as a parent": {
+			{name: "etc", typ: tar.TypeSymlink, link: outside},
+			{name: "etc/escaped", body: "x"},
+		},
 	}
+	os.WriteFile(filepath.Join(outside, "host-file"), []byte("host"), 0o644)
 	for name, entries := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -249,6 +259,10 @@ func TestOCIRefusesEscapes(t *testing.T) {
 			}
 			if _, serr := os.Stat(filepath.Join(outside, "escaped")); serr == nil {
 				t.Fatal("layer wrote outside the rootfs")
+			}
+			var st syscall.Stat_t
+			if syscall.Stat(filepath.Join(outside, "host-file"), &st) == nil && st.Nlink != 1 {
+				t.Fatalf("the host file got %d links", st.Nlink)
 			}
 			t.Logf("refused: %v", err)
 		})

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 )
 
@@ -141,43 +140,10 @@ func TestHostPathsAndUploads(t *testing.T) {
 	}
 }
 
-// A hostile layer cannot reach outside the rootfs through "..", absolute
-// or relative symlinks, or hard links, and cannot plant device nodes.
-func TestHostileLayer(t *testing.T) {
+// An absolute hard link names a path inside the rootfs, and device
+// nodes are skipped (TestOCIRefusesEscapes has the layers that must fail).
+func TestHostileLayerLinksAndDevices(t *testing.T) {
 	e := newTestEnv(t)
-	outside := t.TempDir()
-	os.WriteFile(filepath.Join(outside, "host-file"), []byte("host"), 0o644)
-	cases := map[string][]tarEntry{
-		"hardlink through a symlink": {
-			{name: "hostdir", typ: tar.TypeSymlink, link: outside},
-			{name: "pw", typ: tar.TypeLink, link: "hostdir/host-file"},
-		},
-		"hardlink climbing out": {{name: "pw", typ: tar.TypeLink, link: "../../../../../../.." + outside + "/host-file"}},
-		"absolute symlink as a parent": {
-			{name: "etc", typ: tar.TypeSymlink, link: outside},
-			{name: "etc/escaped", body: "x"},
-		},
-	}
-	for name, entries := range cases {
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			writeOCILayout(t, filepath.Join(dir, "img"), [][]byte{makeTar(t, entries, false)}, nil)
-			_, err := e.m.Build(context.Background(), "evil", mustParse(t, "from: oci-layout:img\n"), Source{Dir: dir, HostPaths: true}, nil)
-			if err == nil {
-				t.Fatal("escaping layer was accepted")
-			}
-			if _, serr := os.Stat(filepath.Join(outside, "escaped")); serr == nil {
-				t.Fatal("layer wrote outside the rootfs")
-			}
-			var st syscall.Stat_t
-			if syscall.Stat(filepath.Join(outside, "host-file"), &st) == nil && st.Nlink != 1 {
-				t.Fatalf("the host file got %d links", st.Nlink)
-			}
-		})
-	}
-
-	// An absolute hard link names a path inside the rootfs, and device
-	// nodes are skipped.
 	dir := t.TempDir()
 	writeOCILayout(t, filepath.Join(dir, "img"), [][]byte{makeTar(t, []tarEntry{
 		{name: "etc/", typ: tar.TypeDir}, {name: "etc/passwd", body: "image's own"},
