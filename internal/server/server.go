@@ -218,7 +218,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if s.templates, err = template.NewManager(template.Config{
 		DataDir: cfg.DataDir, Volumes: s.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
-		TrustedCA: ca.CertPEM(),
+		TrustedCA:      ca.CertPEM(),
+		BuildDiskBytes: int64(cfg.Defaults.DiskMB) << 20,
 		Sandboxes: buildSandboxes{node: nd, limits: runtime.Limits{
 			VCPUs: cfg.Defaults.VCPUs, MemoryMB: max(cfg.Defaults.MemoryMB, buildMemoryMB), Pids: cfg.Defaults.Pids,
 		}},

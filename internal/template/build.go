@@ -397,6 +397,11 @@ func (m *Manager) customize(ctx context.Context, p *buildPlan, work, rootfs stri
 	if err := finalizeRootfs(rootfs); err != nil {
 		return err
 	}
+	if m.cfg.BuildDiskBytes > 0 {
+		if err := m.cfg.Volumes.SetLimit(work, m.cfg.BuildDiskBytes); err != nil {
+			return fmt.Errorf("disk limit of the build: %w", err)
+		}
+	}
 	logLine("starting the build sandbox (gVisor)")
 	sb, err := m.cfg.Sandboxes.Start(ctx, work)
 	if err != nil {

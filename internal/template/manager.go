@@ -102,6 +102,9 @@ type Config struct {
 	// Sandboxes boots the build sandboxes that packages, run steps and
 	// file copies run in; nil refuses recipes that have any.
 	Sandboxes BuildSandboxes
+	// BuildDiskBytes bounds a build's work volume while its steps run,
+	// as a sandbox's disk_mb does (0: no bound).
+	BuildDiskBytes int64
 	// Logf receives build events; nil discards them.
 	Logf func(format string, args ...any)
 }
