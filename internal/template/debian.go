@@ -24,13 +24,17 @@ import (
 // bootstrapSuites are the Debian suites a recipe may name.
 var bootstrapSuites = map[string]string{"bookworm": "bookworm"}
 
-// bootstrapPackages are included in every bootstrap stage: those of the
-// built-in Debian recipes (base, code-interpreter-v1; a test checks), so
-// that they build without downloading packages in the build sandbox.
-var bootstrapPackages = []string{
-	"bash", "ca-certificates", "coreutils", "curl", "git", "procps",
-	"python3", "python3-ipykernel", "python3-jupyter-client", "sudo",
-}
+// bootstrapPackages are in every bootstrap stage: those of the built-in
+// Debian recipes (base, code-interpreter-v1; a test checks), so that they
+// build without downloading packages in the build sandbox. debootstrap
+// includes the first ones; its own dependency handling cannot configure
+// the rest (python3-zmq fails), so apt-get installs them into the stage
+// next, still on the host and still without any recipe input.
+var (
+	bootstrapInclude  = []string{"bash", "ca-certificates", "coreutils", "curl", "git", "procps", "python3", "sudo"}
+	bootstrapExtras   = []string{"python3-ipykernel", "python3-jupyter-client"}
+	bootstrapPackages = append(slices.Clone(bootstrapInclude), bootstrapExtras...)
+)
 
 // bootstrapVolume names the stage volume of a suite.
 func (m *Manager) bootstrapVolume(suite string) string {
@@ -128,6 +132,11 @@ func (m *Manager) debootstrap(ctx context.Context, rootfs, suite string, logLine
 	if err := m.hostRun(cmd, logLine); err != nil {
 		return fmt.Errorf("debootstrap %s: %w (see the build log)", suite, err)
 	}
+	extras := exec.CommandContext(ctx, "unshare", stageAptArgs(rootfs)...)
+	extras.Env = []string{"PATH=" + defaultPath, "LC_ALL=C"}
+	if err := m.hostRun(extras, logLine); err != nil {
+		return fmt.Errorf("bootstrap stage: apt-get install %s: %w (see the build log)", strings.Join(bootstrapExtras, " "), err)
+	}
 	if err := cleanDebianRootfs(rootfs); err != nil {
 		return err
 	}
@@ -154,9 +163,25 @@ func debootstrapArgs(suite, rootfs, debCache, mirror string) []string {
 		// leave them behind on failure; a private mount namespace cannot.
 		"--mount", "--pid", "--fork", "--kill-child", "--propagation", "private",
 		"debootstrap", "--variant=minbase", "--cache-dir=" + debCache,
-		"--include=" + strings.Join(bootstrapPackages, ","),
+		"--include=" + strings.Join(bootstrapInclude, ","),
 		suite, rootfs, mirror,
 	}
+}
+
+// stageAptArgs installs bootstrapExtras into the freshly bootstrapped
+// rootfs (nothing but Debian's packages is in it yet) with apt-get in a
+// chroot: a private mount and PID namespace, so that /proc and any daemon
+// a package starts go with it; policy-rc.d keeps services from starting.
+func stageAptArgs(rootfs string) []string {
+	q := shellQuote
+	script := "set -e\n" +
+		"mount -t proc proc " + q(rootfs+"/proc") + "\n" +
+		"printf '#!/bin/sh\\nexit 101\\n' > " + q(rootfs+"/usr/sbin/policy-rc.d") + "\n" +
+		"chmod 0755 " + q(rootfs+"/usr/sbin/policy-rc.d") + "\n" +
+		"chroot " + q(rootfs) + " /usr/bin/env -i PATH=" + defaultPath + " DEBIAN_FRONTEND=noninteractive LC_ALL=C /bin/sh -c " +
+		q("apt-get update -q && apt-get install -y -q --no-install-recommends -o Dpkg::Use-Pty=0 "+strings.Join(bootstrapExtras, " ")) + "\n" +
+		"rm -f " + q(rootfs+"/usr/sbin/policy-rc.d") + "\n"
+	return []string{"--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "/bin/sh", "-c", script}
 }
 
 // aptInstall installs packages with apt-get in the build sandbox. When the
