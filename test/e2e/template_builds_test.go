@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -201,6 +202,27 @@ func TestTemplateUploadOverLimit(t *testing.T) {
 	}
 	if _, err := env.client.GetTemplate(ctx, "too-big"); !client.IsNotFound(err) {
 		t.Errorf("refused upload left a template: %v", err)
+	}
+
+	// The recipe must come first, so that a bad one is refused before
+	// the archive is stored.
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, _ := mw.CreateFormFile("archive", "image.tar")
+	fw.Write([]byte("not read"))
+	mw.WriteField("recipe", "from: upload\n")
+	mw.Close()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, env.srv.URL+"/v1/templates", &body)
+	req.Header.Set("Authorization", "Bearer "+env.srv.AdminKey)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "must come before") {
+		t.Errorf("archive before recipe: %d %s", resp.StatusCode, msg)
 	}
 }
 
