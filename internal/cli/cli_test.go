@@ -169,6 +169,8 @@ func TestUsageErrorsAndHelp(t *testing.T) {
 		{args: []string{"template", "build"}, code: 2, inStderr: "template build needs a recipe"},
 		{args: []string{"keys", "create"}, code: 2, inStderr: "keys create needs --name"},
 		{args: []string{"snapshot", "rm", "sb1"}, code: 2, inStderr: "at least one snapshot name"},
+		{args: []string{"serve", "--http-idle-timeout", "0s"}, code: 2, inStderr: "--http-idle-timeout must be positive"},
+		{args: []string{"serve", "--http-max-connections", "-1"}, code: 2, inStderr: "--http-max-connections 0 (unlimited) or positive"},
 	}
 	for _, tt := range tests {
 		code, out, errOut := runMain(t, "", tt.args...)

@@ -24,6 +24,9 @@ the server stops; a restarted server adopts them.`)
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where state, volumes and templates live")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the HTTP API")
 	fs.StringVar(&cfg.E2BListen, "e2b-listen", cfg.E2BListen, "address of the E2B-compatible API (E2B_API_URL); empty to turn it off")
+	fs.DurationVar(&cfg.HTTP.ReadHeaderTimeout, "http-read-header-timeout", cfg.HTTP.ReadHeaderTimeout, "how long a client of any listener (API, E2B API, proxy) may take to send a request's headers")
+	fs.DurationVar(&cfg.HTTP.IdleTimeout, "http-idle-timeout", cfg.HTTP.IdleTimeout, "close keep-alive connections of any listener after this long without a request")
+	fs.IntVar(&cfg.HTTP.MaxConnections, "http-max-connections", cfg.HTTP.MaxConnections, "connections open at once on each listener (0: unlimited); further ones wait until one closes")
 	fs.StringVar(&cfg.ProxyListen, "proxy-listen", cfg.ProxyListen, "address of the sandbox traffic proxy (E2B_SANDBOX_URL); empty to turn it off")
 	fs.StringVar(&cfg.ProxyTLSCert, "proxy-tls-cert", "", "PEM certificate (chain) for the sandbox proxy to serve HTTPS with, e.g. for *.<domain>")
 	fs.StringVar(&cfg.ProxyTLSKey, "proxy-tls-key", "", "PEM private key of --proxy-tls-cert")
@@ -65,6 +68,9 @@ the server stops; a restarted server adopts them.`)
 	cfg.MaxTemplateArchiveBytes = *archiveMiB << 20
 	if cfg.Defaults.BandwidthMbit < 0 || cfg.Defaults.MaxConnections < 0 {
 		return fs.usageErrorf("--sandbox-bandwidth-mbit and --sandbox-max-connections must be 0 (unlimited) or positive")
+	}
+	if cfg.HTTP.ReadHeaderTimeout <= 0 || cfg.HTTP.IdleTimeout <= 0 || cfg.HTTP.MaxConnections < 0 {
+		return fs.usageErrorf("--http-read-header-timeout and --http-idle-timeout must be positive, --http-max-connections 0 (unlimited) or positive")
 	}
 	if err := parseNetworkFlags(&cfg, *uplinkPool, *allowPrivate); err != nil {
 		return fs.usageErrorf("%v", err)

@@ -43,7 +43,7 @@ func (n *Node) StartBuild(ctx context.Context, volume string, limits runtime.Lim
 			n.stopBuild(context.WithoutCancel(ctx), id)
 		}
 	}()
-	slot, err := network.Create(id)
+	slot, err := n.cfg.Namespaces.Create(id)
 	if err != nil {
 		return nil, fmt.Errorf("build sandbox: %w", err)
 	}
@@ -136,7 +136,7 @@ func (n *Node) stopBuild(ctx context.Context, id string) error {
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := n.destroySlot(network.SlotFor(id)); err != nil {
+	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

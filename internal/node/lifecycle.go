@@ -142,7 +142,7 @@ func (n *Node) releaseRuntime(ctx context.Context, id string) {
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		n.log.Warn("release runtime", "sandbox", id, "err", err)
 	}
-	if err := n.destroySlot(network.SlotFor(id)); err != nil {
+	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
 		n.log.Warn("release network slot", "sandbox", id, "err", err)
 	}
 	if sb, err := n.Sandbox(id); err == nil {
@@ -227,9 +227,9 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 	if !n.cfg.Volumes.Exists(vol) {
 		return fmt.Errorf("restore %s: root volume is missing", spec.ID)
 	}
-	slot := network.SlotFor(spec.ID)
+	slot := n.cfg.Namespaces.Slot(spec.ID)
 	if !slot.Exists() {
-		if slot, err = network.Create(spec.ID); err != nil {
+		if slot, err = n.cfg.Namespaces.Create(spec.ID); err != nil {
 			return err
 		}
 	} else if err := slot.Prepare(); err != nil {

@@ -59,6 +59,9 @@ type Config struct {
 	ImagesDir string
 	// SessionOutputLimit bounds each session's journal (bytes).
 	SessionOutputLimit int64
+	// Namespaces is the directory of the slots' network namespaces
+	// (<data-dir>/netns); required.
+	Namespaces *network.Namespaces
 	// Egress connects sandboxes to the host's network under their
 	// policies; nil leaves every sandbox without a way out.
 	Egress *network.Egress
@@ -97,6 +100,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.ImagesDir == "" {
 		cfg.ImagesDir = filepath.Join(cfg.StateDir, "images")
+	}
+	if cfg.Namespaces == nil {
+		return nil, errors.New("node: no network namespace directory")
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, sandboxes: map[string]*Sandbox{}}
 	n.agentDir = filepath.Join(cfg.StateDir, "agent")

@@ -89,7 +89,7 @@ func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
 // boot starts the runtime on the sandbox's existing root volume and gives
 // the agent its identity.
 func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
-	slot, err := network.Create(spec.ID)
+	slot, err := n.cfg.Namespaces.Create(spec.ID)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func (n *Node) release(ctx context.Context, id string) error {
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := n.destroySlot(network.SlotFor(id)); err != nil {
+	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := n.cfg.Volumes.Delete(volumeName(id)); err != nil {
@@ -240,18 +240,23 @@ func (n *Node) release(ctx context.Context, id string) error {
 
 // Sweep removes runtime sandboxes, network slots and volumes that belong to
 // no sandbox in keep: leftovers of a crash between steps. Candidates come
-// from this installation's runtime state and volumes only; network
-// namespaces are host-wide and may belong to another installation. A slot
-// can not outlive both, since Create makes the volume first and release
-// removes it last.
+// from this installation's runtime state, volumes and network namespace
+// directory.
+//
+// Slots in network.LegacyDir, where older versions kept them, are another
+// matter: that directory is host-wide and may hold other installations'.
+// Of those, only the slots of sandboxes in keep whose runtime is gone are
+// removed (the slot of a runtime that survived an upgrade is still in use).
 func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
 	ids := map[string]bool{}
 	running, err := n.cfg.Runtime.List(ctx)
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	alive := map[string]bool{}
 	for _, id := range running {
 		ids[id] = true
+		alive[id] = true
 	}
 	vols, err := n.cfg.Volumes.List("sandboxes")
 	if err != nil {
@@ -259,6 +264,13 @@ func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
 	}
 	for _, v := range vols {
 		ids[path.Base(v)] = true
+	}
+	slots, err := n.cfg.Namespaces.Names()
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	for _, id := range slots {
+		ids[id] = true
 	}
 	var errs []error
 	for id := range ids {
@@ -270,7 +282,29 @@ func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
 			errs = append(errs, err)
 		}
 	}
+	legacy, err := network.LegacyNames()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("sweep: %w", err))
+	}
+	for _, id := range legacy {
+		if ids[id] && !keep(id) {
+			continue // released above
+		}
+		if !keep(id) || alive[id] && n.runtimeAlive(ctx, id) {
+			continue
+		}
+		n.log.Info("removing network slot left by an older version", "sandbox", id)
+		if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
+			errs = append(errs, fmt.Errorf("sweep: %w", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// runtimeAlive reports whether the sandbox's runtime is running or paused.
+func (n *Node) runtimeAlive(ctx context.Context, id string) bool {
+	st, err := n.cfg.Runtime.State(ctx, id)
+	return err == nil && (st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused)
 }
 
 func randomHex(n int) string {

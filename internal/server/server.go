@@ -59,6 +59,9 @@ type Config struct {
 	// proxy's addresses (empty: off); Domain is the sandbox domain they
 	// announce and route (empty: none, header routing only).
 	E2BListen, ProxyListen, Domain string
+	// HTTP bounds connections on each listener (see HTTPLimits); unset
+	// timeouts take their defaults.
+	HTTP HTTPLimits
 	// ProxyTLSCert and ProxyTLSKey, both set, make the sandbox proxy serve
 	// HTTPS (HTTP/2 by ALPN) instead of plain HTTP (HTTP/1.1 and h2c).
 	ProxyTLSCert, ProxyTLSKey string
@@ -88,6 +91,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir:        "/var/lib/space",
 		Listen:         "127.0.0.1:7070",
+		HTTP:           DefaultHTTPLimits(),
 		E2BListen:      "127.0.0.1:3000",
 		ProxyListen:    "127.0.0.1:3001",
 		Platform:       "systrap",
@@ -115,6 +119,7 @@ type Server struct {
 	st        *store.Store
 	pool      *storage.Pool
 	templates *template.Manager
+	slots     *network.Namespaces
 	cp        *controlplane.ControlPlane
 	gateway   *gateway.Gateway
 	http      *http.Server
@@ -178,7 +183,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform})
+	// The slots' network namespaces live in a directory of this
+	// installation's, out of reach of `ip netns` (see network.Namespaces).
+	if s.slots, err = network.OpenNamespaces(filepath.Join(cfg.DataDir, "netns")); err != nil {
+		return nil, err
+	}
+	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform, Namespaces: s.slots})
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +215,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	nd, err := node.New(node.Config{
-		Egress: egress, Gateway: s.gateway,
+		Namespaces: s.slots, Egress: egress, Gateway: s.gateway,
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
@@ -262,13 +272,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		cancel()
 		return nil, err
 	}
-	if s.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
+	if s.http, s.listener, err = listenHTTP(cfg.Listen, handler, cfg.HTTP); err != nil {
 		cancel()
 		_ = s.shutdownCompat(ctx)
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return nil, err
 	}
 	s.URL = "http://" + s.listener.Addr().String()
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
 		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -284,6 +293,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 // Templates exposes the template manager (for the CLI's local builds and tests).
 func (s *Server) Templates() *template.Manager { return s.templates }
+
+// Namespaces exposes the directory of the sandboxes' network slots (for tests).
+func (s *Server) Namespaces() *network.Namespaces { return s.slots }
 
 // buildTemplates builds missing built-in templates, one after the other.
 func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {

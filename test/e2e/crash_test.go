@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -216,8 +217,8 @@ func TestCrashRecovery(t *testing.T) {
 		if n := runtimeProcesses(sb.ID); n != 0 {
 			t.Errorf("%d processes of %s left", n, sb.ID)
 		}
-		if _, err := os.Stat("/run/netns/space-" + sb.ID); err == nil {
-			t.Errorf("network namespace of %s left", sb.ID)
+		if left := namespaceFiles(s.dataDir, sb.ID); len(left) > 0 {
+			t.Errorf("network namespace of %s left: %v", sb.ID, left)
 		}
 	}
 	bundles, _ := os.ReadDir(filepath.Join(s.dataDir, "runtime", "bundles"))
@@ -227,7 +228,7 @@ func TestCrashRecovery(t *testing.T) {
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], s.dataDir) &&
-			f[4] != filepath.Join(s.dataDir, "volumes") && !strings.HasSuffix(f[4], "null-netns") {
+			f[4] != filepath.Join(s.dataDir, "volumes") && f[4] != filepath.Join(s.dataDir, "netns") && !strings.HasSuffix(f[4], "null-netns") {
 			t.Errorf("mount left: %s", f[4])
 		}
 	}
@@ -287,10 +288,11 @@ func TestHostRebootRecovery(t *testing.T) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		for _, ns := range []string{"space-" + id, "space-" + id + "-gw"} {
-			_ = exec.Command("ip", "netns", "delete", ns).Run()
-		}
 	}
+	// As after a reboot, the namespace files stay as plain files without
+	// their mounts, and the directory is no mount of itself any more.
+	storage.UnmountUnder(filepath.Join(s.dataDir, "netns"))
+	_ = syscall.Unmount(filepath.Join(s.dataDir, "netns"), syscall.MNT_DETACH)
 	time.Sleep(200 * time.Millisecond)
 	s.start()
 
