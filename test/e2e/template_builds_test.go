@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/network/nettest"
 	"github.com/space-platform/space/internal/redteam"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
@@ -292,4 +293,31 @@ func busyboxImage(t *testing.T) []byte {
 	}
 	w.Close()
 	return out.Bytes()
+}
+
+// Build steps have the network a default sandbox has: names resolve
+// through the slot's gateway and the (fake) internet answers, so apt and
+// downloads work, while the host stays closed (TestTemplateBuildEscapesAreBlocked).
+func TestTemplateBuildStepsHaveNetwork(t *testing.T) {
+	requireServer(t)
+	ctx := testContext(t)
+	// busybox's resolver and nc: its static wget crashes in gVisor.
+	recipe := `name: fetched
+from: template:minimal
+run:
+  - |
+    ip=$(nslookup ` + nettest.OtherName + ` | awk '/^Address: / {a=$2} END {print a}'); printf 'GET / HTTP/1.0\r\nHost: ` + nettest.OtherName + `\r\n\r\n' | nc -w 10 "$ip" 80 > /etc/fetched
+`
+	if _, err := env.client.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Recipe: recipe}); err != nil {
+		t.Fatal(err)
+	}
+	waitTemplate(t, "fetched")
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: "fetched"})
+	if got := execOK(t, sb.ID, "cat /etc/fetched"); !strings.Contains(got, "host="+nettest.OtherName) {
+		t.Errorf("the build step fetched %q", got)
+	}
+	env.client.DeleteSandbox(ctx, sb.ID)
+	if err := env.client.DeleteTemplate(ctx, "fetched"); err != nil {
+		t.Errorf("delete: %v", err)
+	}
 }
