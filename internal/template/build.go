@@ -402,6 +402,14 @@ func (m *Manager) customize(ctx context.Context, p *buildPlan, work, rootfs stri
 			return fmt.Errorf("disk limit of the build: %w", err)
 		}
 	}
+	ctx, cancel := context.WithTimeoutCause(ctx, m.cfg.BuildTimeout,
+		fmt.Errorf("the build's packages, steps and files took longer than %s", m.cfg.BuildTimeout))
+	defer cancel()
+	defer func() {
+		if err != nil && context.Cause(ctx) != nil && ctx.Err() == context.DeadlineExceeded {
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+		}
+	}()
 	logLine("starting the build sandbox (gVisor)")
 	sb, err := m.cfg.Sandboxes.Start(ctx, work)
 	if err != nil {

@@ -105,6 +105,10 @@ type Config struct {
 	// BuildDiskBytes bounds a build's work volume while its steps run,
 	// as a sandbox's disk_mb does (0: no bound).
 	BuildDiskBytes int64
+	// BuildTimeout bounds the time a build's sandbox runs its packages,
+	// steps and files (DefaultBuildTimeout when zero): a step that never
+	// ends must not hold a sandbox for ever.
+	BuildTimeout time.Duration
 	// Logf receives build events; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -142,6 +146,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.BuildTimeout <= 0 {
+		cfg.BuildTimeout = DefaultBuildTimeout
 	}
 	st, err := openStore(filepath.Join(cfg.DataDir, "templates"))
 	if err != nil {
@@ -210,6 +217,9 @@ func (m *Manager) Close() error {
 }
 
 const workSuffix = ".build"
+
+// DefaultBuildTimeout is Config.BuildTimeout's default.
+const DefaultBuildTimeout = time.Hour
 
 func rootfsVolume(id string) string { return "templates/" + id }
 func workVolume(id string) string   { return "templates/" + id + workSuffix }

@@ -57,12 +57,16 @@ type fakeSandbox struct {
 
 // Run records the script; a script containing "exit N" fails with that
 // status after printing its first echo, like a shell would.
-func (b *fakeSandbox) Run(_ context.Context, script string, env map[string]string, out io.Writer) error {
+func (b *fakeSandbox) Run(ctx context.Context, script string, env map[string]string, out io.Writer) error {
 	b.f.mu.Lock()
 	b.f.runs = append(b.f.runs, fakeRun{script, env})
 	b.f.mu.Unlock()
 	if strings.Contains(script, "sleep 1") {
 		time.Sleep(time.Second)
+	}
+	if strings.Contains(script, "sleep forever") {
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	for _, line := range strings.Split(script, ";") {
 		if msg, ok := strings.CutPrefix(strings.TrimSpace(line), "echo "); ok {

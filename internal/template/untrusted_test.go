@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // No field of a user's recipe reaches a command the builder runs on the
@@ -186,4 +187,18 @@ func tarDir(t *testing.T, dir string) []byte {
 		t.Fatal(err)
 	}
 	return makeTar(t, entries, false)
+}
+
+// A step that never ends fails the build at the build timeout, and the
+// sandbox is stopped.
+func TestBuildTimeout(t *testing.T) {
+	e := newTestEnv(t)
+	e.m.cfg.BuildTimeout = 300 * time.Millisecond
+	_, err := e.m.Build(context.Background(), "forever", mustParse(t, "from: minimal\nrun: ['sleep forever']\n"), Source{}, nil)
+	if !errors.Is(err, ErrBuildFailed) || !strings.Contains(err.Error(), "took longer than 300ms") {
+		t.Fatalf("endless step: %v", err)
+	}
+	if e.boxes.stopped != len(e.boxes.started) {
+		t.Fatalf("sandboxes started %d, stopped %d", len(e.boxes.started), e.boxes.stopped)
+	}
 }
