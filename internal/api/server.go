@@ -22,7 +22,7 @@ import (
 
 // Templates is the template catalog as the API uses it.
 type Templates interface {
-	Submit(name string, recipeYAML []byte) (apiv1.Template, error)
+	Submit(name string, recipeYAML []byte, build TemplateBuild) (apiv1.Template, error)
 	Get(name string) (apiv1.Template, error)
 	List() []apiv1.Template
 	Logs(name string, from int) (lines []string, done bool, err error)
@@ -41,6 +41,9 @@ type Config struct {
 	// MaxJSONBody bounds JSON request bodies; MaxFileBody bounds uploads.
 	MaxJSONBody int64
 	MaxFileBody int64
+	// MaxTemplateArchive bounds an OCI archive uploaded with a recipe
+	// (DefaultMaxTemplateArchive when zero).
+	MaxTemplateArchive int64
 }
 
 // Server is the HTTP handler of the API.
@@ -66,6 +69,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.MaxFileBody == 0 {
 		cfg.MaxFileBody = 1 << 30
+	}
+	if cfg.MaxTemplateArchive <= 0 {
+		cfg.MaxTemplateArchive = DefaultMaxTemplateArchive
 	}
 	s := &Server{cfg: cfg, cp: cfg.ControlPlane, log: cfg.Logger, mux: http.NewServeMux()}
 	s.sessions = cfg.Metrics.Counter("space_sessions_started_total", "Command sessions started.")

@@ -50,6 +50,7 @@ the server stops; a restarted server adopts them.`)
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "key the secrets in state.db are encrypted with, created if missing (default <data-dir>/secrets.key)")
 	fs.StringVar(&cfg.EgressCAFile, "egress-ca-file", "", "PEM certificates trusted, besides the system roots, for upstream servers of credential injection")
 	pools := fs.String("pool", "base=2", "warm pool sizes by template, e.g. base=2,minimal=1 (sizes set through the API win)")
+	archiveMiB := fs.Int64("max-template-archive-mib", 2048, "largest OCI archive a template build may upload, in MiB")
 	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
 	if err := parseNoArgs(fs, args, "serve"); err != nil {
 		return err
@@ -61,6 +62,10 @@ the server stops; a restarted server adopts them.`)
 		}
 	}
 	cfg.VolumeImageBytes = *imageGiB << 30
+	if *archiveMiB <= 0 {
+		return fs.usageErrorf("--max-template-archive-mib must be positive")
+	}
+	cfg.MaxTemplateArchiveBytes = *archiveMiB << 20
 	if cfg.Defaults.BandwidthMbit < 0 || cfg.Defaults.MaxConnections < 0 {
 		return fs.usageErrorf("--sandbox-bandwidth-mbit and --sandbox-max-connections must be 0 (unlimited) or positive")
 	}

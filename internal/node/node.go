@@ -85,6 +85,7 @@ type Node struct {
 	sandboxes     map[string]*Sandbox
 	templateLocks map[string]*sync.Mutex
 	pools         pools
+	builds        map[string]bool // build sandboxes running (build.go)
 }
 
 // agentName is the agent's file name inside runtime.AgentMountPoint.

@@ -280,7 +280,7 @@ func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
 	}
 	var errs []error
 	for id := range ids {
-		if keep(id) {
+		if keep(id) || n.buildRunning(id) {
 			continue
 		}
 		n.log.Info("removing orphaned sandbox resources", "sandbox", id)

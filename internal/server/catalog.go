@@ -38,15 +38,27 @@ func mapTemplateErr(err error) error {
 	return err
 }
 
-func (c catalog) Submit(name string, recipeYAML []byte) (apiv1.Template, error) {
+func (c catalog) Submit(name string, recipeYAML []byte, build api.TemplateBuild) (apiv1.Template, error) {
 	r, err := template.ParseRecipe(recipeYAML)
 	if err != nil {
 		return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
 	}
 	// Recipes posted over the API have no directory of their own, so
 	// relative file sources are refused by the manager's validation.
-	t, err := c.m.Submit(name, r, "")
-	if err != nil {
+	src := template.Source{HostPaths: build.Admin}
+	if build.Archive != nil {
+		if src.Archive, err = c.m.StageUpload(build.Archive, build.ArchiveLimit); err != nil {
+			if errors.Is(err, template.ErrArchiveTooLarge) {
+				return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrArchiveTooLarge, err)
+			}
+			return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
+		}
+	}
+	t, err := c.m.Submit(name, r, src)
+	switch {
+	case errors.Is(err, template.ErrHostPaths):
+		return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrHostPathsForbidden, err)
+	case err != nil:
 		return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
 	}
 	return c.view(t), nil

@@ -28,6 +28,7 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/gvisor"
 	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/internal/store"
@@ -77,6 +78,9 @@ type Config struct {
 	// EgressCAFile adds PEM certificates to the system roots that upstream
 	// servers of credential injection are verified against.
 	EgressCAFile string
+	// MaxTemplateArchiveBytes bounds an OCI archive uploaded with a
+	// template recipe (api.DefaultMaxTemplateArchive when zero).
+	MaxTemplateArchiveBytes int64
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -224,7 +228,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if s.templates, err = template.NewManager(template.Config{
 		DataDir: cfg.DataDir, Volumes: s.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
-		TrustedCA: ca.CertPEM(),
+		TrustedCA:      ca.CertPEM(),
+		BuildDiskBytes: int64(cfg.Defaults.DiskMB) << 20,
+		Sandboxes: buildSandboxes{node: nd, limits: runtime.Limits{
+			VCPUs: cfg.Defaults.VCPUs, MemoryMB: max(cfg.Defaults.MemoryMB, buildMemoryMB), Pids: cfg.Defaults.Pids,
+		}},
 	}); err != nil {
 		return nil, err
 	}
@@ -258,7 +266,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 
-	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Metrics: reg, Logger: cfg.Logger})
+	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Metrics: reg, Logger: cfg.Logger,
+		MaxTemplateArchive: cfg.MaxTemplateArchiveBytes})
 	if err := s.startCompat(keys); err != nil {
 		cancel()
 		return nil, err
@@ -301,7 +310,7 @@ func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
 		}
 		say("building template %s (first start; progress follows)", name)
 		w := &prefixWriter{prefix: "space: [" + name + "] ", out: s.cfg.Progress}
-		if _, err := s.templates.Build(ctx, name, recipe, "", w); err != nil {
+		if _, err := s.templates.Build(ctx, name, recipe, template.Source{}, w); err != nil {
 			say("template %s failed: %v", name, err)
 			continue
 		}

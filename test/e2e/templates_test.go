@@ -85,3 +85,6 @@ func TestAPIKeys(t *testing.T) {
 		t.Fatal("revoked key still accepted")
 	}
 }
+
+// e2eMaxArchive is the shared server's upload limit (harness_test.go).
+const e2eMaxArchive = 8 << 20
