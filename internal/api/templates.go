@@ -30,7 +30,7 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "recipe is required (the YAML text of a template recipe)")
 		return
 	}
-	t, err := s.cfg.Templates.Submit(req.Name, []byte(req.Recipe))
+	t, err := s.cfg.Templates.Submit(scopeOf(r), req.Name, []byte(req.Recipe))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -38,12 +38,16 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, t)
 }
 
-func (s *Server) listTemplates(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, apiv1.TemplateList{Templates: s.cfg.Templates.List()})
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	scope, ok := listScope(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.TemplateList{Templates: s.cfg.Templates.List(scope)})
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.cfg.Templates.Get(r.PathValue("name"))
+	t, err := s.cfg.Templates.Get(scopeOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -57,7 +61,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		}
 		from = n
 	}
-	lines, _, err := s.cfg.Templates.Logs(t.ID, from)
+	lines, _, err := s.cfg.Templates.Logs(scopeOf(r), t.ID, from)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -69,7 +73,8 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 // templateLogs streams a build's log lines as server-sent events and ends
 // with a done event carrying the template.
 func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
-	t, err := s.cfg.Templates.Get(r.PathValue("name"))
+	name := r.PathValue("name")
+	t, err := s.cfg.Templates.Get(scopeOf(r), name)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -86,7 +91,7 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	for {
-		lines, done, err := s.cfg.Templates.Logs(t.ID, from)
+		lines, done, err := s.cfg.Templates.Logs(scopeOf(r), t.ID, from)
 		if err != nil {
 			return
 		}
@@ -96,7 +101,7 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "event: log\nid: %d\ndata: %s\n\n", from, data)
 		}
 		if done {
-			final, err := s.cfg.Templates.Get(t.ID)
+			final, err := s.cfg.Templates.Get(scopeOf(r), name)
 			if err == nil {
 				data, _ := json.Marshal(final)
 				fmt.Fprintf(w, "event: done\ndata: %s\n\n", data)
@@ -118,7 +123,7 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Templates.Delete(r.PathValue("name")); err != nil {
+	if err := s.cfg.Templates.Delete(scopeOf(r), r.PathValue("name")); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -131,7 +136,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &req) {
 		return
 	}
-	t, err := s.cfg.Templates.SetPool(r.PathValue("name"), req.Size)
+	t, err := s.cfg.Templates.SetPool(scopeOf(r), r.PathValue("name"), req.Size)
 	if err != nil {
 		s.fail(w, err)
 		return

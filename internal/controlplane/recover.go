@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -152,7 +153,7 @@ func (cp *ControlPlane) restart(ctx context.Context, r *record) error {
 	s := cp.snapshot(r)
 	cp.cfg.Node.Halt(ctx, s.ID)
 	if s.Snapshot == "" && s.BranchOf == "" {
-		tpl, _, err := cp.cfg.Templates.Resolve(s.TemplateID)
+		tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, s.TemplateID)
 		if err != nil {
 			return err
 		}
@@ -175,7 +176,7 @@ func (cp *ControlPlane) restart(ctx context.Context, r *record) error {
 // lost, and flags it.
 func (cp *ControlPlane) reboot(ctx context.Context, r *record) error {
 	s := cp.snapshot(r)
-	tpl, _, err := cp.cfg.Templates.Resolve(s.TemplateID)
+	tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, s.TemplateID)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -37,6 +38,8 @@ type Snapshot struct {
 	TemplateID  string `json:"template_id"`
 	AccessToken string `json:"access_token"`
 	SizeBytes   int64  `json:"size_bytes"`
+	// Project is the source sandbox's project, which owns the snapshot.
+	Project string `json:"project,omitempty"`
 }
 
 // API returns the public view of a snapshot.
@@ -79,11 +82,14 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 		return Snapshot{}, &StateError{ID: r.ID, State: "holding a snapshot named " + name, Want: "take another with the same name"}
 	}
 	s := cp.snapshot(r)
+	if err := cp.checkSnapshotQuota(s.Project); err != nil {
+		return Snapshot{}, err
+	}
 	snapID := newID()
 	snap := Snapshot{
 		ID: snapID, Name: name, SandboxID: s.ID, CreatedAt: time.Now().UTC(), Rolling: rolling,
 		Volume: path.Join("snapshots", s.ID, snapID), ImageDir: filepath.Join(cp.cfg.ImagesDir, s.ID, "snapshots", snapID),
-		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken,
+		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken, Project: project.Of(s.Project),
 	}
 	back := s.State
 	err := cp.step(r, apiv1.StateSnapshotting, back, "", func() error {
@@ -142,8 +148,20 @@ func (cp *ControlPlane) findSnapshot(sandboxID, name string) (Snapshot, error) {
 	return s, nil
 }
 
-// ResolveSnapshot finds a snapshot by "<sandbox>/<name>" or by its id.
-func (cp *ControlPlane) ResolveSnapshot(ref string) (Snapshot, error) {
+// ResolveSnapshot finds a snapshot the scope sees by "<sandbox>/<name>" or
+// by its id; another project's snapshot is not found, like a missing one.
+func (cp *ControlPlane) ResolveSnapshot(scope project.Scope, ref string) (Snapshot, error) {
+	s, err := cp.resolveSnapshot(ref)
+	if err == nil && !scope.Sees(s.Project) {
+		if sbx, name, ok := strings.Cut(ref, "/"); ok {
+			return Snapshot{}, fmt.Errorf("snapshot %s of sandbox %s: %w", name, sbx, ErrNotFound)
+		}
+		return Snapshot{}, fmt.Errorf("snapshot %s: %w", ref, ErrNotFound)
+	}
+	return s, err
+}
+
+func (cp *ControlPlane) resolveSnapshot(ref string) (Snapshot, error) {
 	if sbx, name, ok := strings.Cut(ref, "/"); ok {
 		return cp.findSnapshot(sbx, name)
 	}
@@ -157,6 +175,22 @@ func (cp *ControlPlane) ResolveSnapshot(ref string) (Snapshot, error) {
 		}
 	}
 	return Snapshot{}, fmt.Errorf("snapshot %s: %w", ref, ErrNotFound)
+}
+
+// CheckRestoreRef reports whether sandbox id may be restored to ref in
+// the scope: the snapshot Restore would pick must be one the scope sees.
+// It answers exactly as Restore does for a missing snapshot.
+func (cp *ControlPlane) CheckRestoreRef(scope project.Scope, id, ref string) error {
+	snap, err := cp.resolveSnapshot(ref)
+	if err != nil {
+		if snap, err = cp.findSnapshot(id, ref); err != nil {
+			return err
+		}
+	}
+	if !scope.Sees(snap.Project) {
+		return fmt.Errorf("snapshot %s of sandbox %s: %w", ref, id, ErrNotFound) // as findSnapshot says
+	}
+	return nil
 }
 
 // DeleteSnapshot removes a snapshot's record, filesystem and image.
@@ -187,7 +221,7 @@ func (cp *ControlPlane) dropSnapshotData(s Snapshot) {
 func (cp *ControlPlane) OpenSnapshotFile(sandboxID, name, p string) (*os.File, fs.FileInfo, error) {
 	snap, err := cp.findSnapshot(sandboxID, name)
 	if err != nil {
-		if byID, idErr := cp.ResolveSnapshot(name); idErr == nil && byID.SandboxID == sandboxID {
+		if byID, idErr := cp.resolveSnapshot(name); idErr == nil && byID.SandboxID == sandboxID {
 			snap, err = byID, nil
 		}
 	}
@@ -201,7 +235,7 @@ func (cp *ControlPlane) OpenSnapshotFile(sandboxID, name, p string) (*os.File, f
 // processes and filesystem become what they were when it was taken. The
 // sandbox keeps its id, token, env and metadata.
 func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, error) {
-	snap, err := cp.ResolveSnapshot(ref)
+	snap, err := cp.resolveSnapshot(ref)
 	if err != nil {
 		if snap, err = cp.findSnapshot(id, ref); err != nil {
 			return Sandbox{}, err
@@ -264,7 +298,7 @@ func (cp *ControlPlane) pruneSnapshots(now time.Time) {
 			continue
 		}
 		keep := cp.cfg.Defaults.SnapshotRetention
-		if sb, err := cp.Get(s.SandboxID); err == nil && sb.Lifecycle.SnapshotRetentionS > 0 {
+		if sb, err := cp.Get(project.Everything, s.SandboxID); err == nil && sb.Lifecycle.SnapshotRetentionS > 0 {
 			keep = time.Duration(sb.Lifecycle.SnapshotRetentionS) * time.Second
 		}
 		if now.Sub(s.CreatedAt) > keep {
