@@ -102,8 +102,10 @@ func (c catalog) view(scope project.Scope, e entry) apiv1.Template {
 	t := e.t
 	pool := c.cp().PoolStatus(t.ID)
 	from := t.From
-	if strings.HasPrefix(from, "template:") {
-		from = "template:" + t.ParentID // the parent's name may be another project's
+	if parent, ok := strings.CutPrefix(from, template.FromTemplate+":"); ok {
+		if _, builtin := c.m.Names()[parent]; !builtin || strings.Contains(parent, "/") {
+			from = template.FromTemplate + ":" + t.ParentID // the parent may be another project's
+		}
 	}
 	return apiv1.Template{
 		Name: e.display, Project: e.owner, Builtin: e.owner == "",
@@ -147,14 +149,17 @@ func (c catalog) Submit(scope project.Scope, name string, recipeYAML []byte) (ap
 	if _, builtin := c.m.Names()[name]; builtin {
 		return apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
 	}
-	// A parent template is one this project sees; name it by ID so that
-	// the manager does not look it up outside the project.
+	// A parent template is one this project sees; a project's own is
+	// named by ID, since the manager looks bare names up among the
+	// built-in templates only.
 	if base, err := template.ParseFrom(r.From); err == nil && base.Kind == template.FromTemplate {
 		parent, err := c.lookup(scope, base.Arg)
 		if err != nil {
 			return apiv1.Template{}, fmt.Errorf("%w: from: %v", api.ErrBadRecipe, err)
 		}
-		r.From = template.FromTemplate + ":" + parent.t.ID
+		if parent.owner != "" || parent.canonical != base.Arg {
+			r.From = template.FromTemplate + ":" + parent.t.ID
+		}
 	}
 	// Recipes posted over the API have no directory of their own, so
 	// relative file sources are refused by the manager's validation.

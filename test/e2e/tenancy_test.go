@@ -400,6 +400,40 @@ func TestProjectsCannotReachEachOther(t *testing.T) {
 		}
 	})
 
+	t.Run("project B's own requests naming project A's objects", func(t *testing.T) {
+		own := newSandboxAs(t, b.clients[0], apiv1.CreateSandboxRequest{})
+		key := b.secretKeys[0]
+		same := func(what string, got, want rawResponse) {
+			t.Helper()
+			if got.status != http.StatusNotFound || got.status != want.status || target.replaceIn(got.message()) != missing.replaceIn(want.message()) {
+				t.Errorf("%s: A's answers %d %q, a missing one's %d %q; want the same 404", what, got.status, got.message(), want.status, want.message())
+			}
+		}
+		for _, ref := range []func(ids) string{
+			func(i ids) string { return i.snapshotID },
+			func(i ids) string { return i.sandbox + "/" + i.snapshot },
+		} {
+			same("restore B's sandbox to A's snapshot "+ref(target),
+				raw(t, env.srv.URL, key, "POST", "/v1/sandboxes/"+own.ID+"/restore", `{"snapshot":"`+ref(target)+`"}`),
+				raw(t, env.srv.URL, key, "POST", "/v1/sandboxes/"+own.ID+"/restore", `{"snapshot":"`+ref(missing)+`"}`))
+			same("create from A's snapshot "+ref(target),
+				raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"snapshot":"`+ref(target)+`"}`),
+				raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"snapshot":"`+ref(missing)+`"}`))
+		}
+		same("A's template by id",
+			raw(t, env.srv.URL, key, "GET", "/v1/templates/"+target.templateID, ""),
+			raw(t, env.srv.URL, key, "GET", "/v1/templates/"+missing.templateID, ""))
+		same("create from A's template by id",
+			raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"template":"`+target.templateID+`"}`),
+			raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"template":"`+missing.templateID+`"}`))
+		same("create from A's template by its admin name",
+			raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"template":"`+a.project+`/tenant-tpl"}`),
+			raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"template":"`+missing.project+`/tenant-tpl-missing"}`))
+		if got, err := b.clients[0].GetSandbox(ctx, own.ID); err != nil || got.State != apiv1.StateRunning || got.Snapshot != "" {
+			t.Fatalf("project B's own sandbox after the refused restores: %+v, %v", got, err)
+		}
+	})
+
 	after := readState(t, a1, sb.ID, sess.ID, "tenant-tpl", a.project)
 	if before.String() != after.String() || after.sandbox.State != apiv1.StateRunning || after.mark != "project A" || after.session != apiv1.SessionRunning {
 		t.Fatalf("project B's attempts changed project A:\nbefore %s\nafter  %s", before, after)
