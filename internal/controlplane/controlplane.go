@@ -228,7 +228,7 @@ type Lifecycle = apiv1.Lifecycle
 // API returns the public view of a sandbox.
 func (s *Sandbox) API() apiv1.Sandbox {
 	return apiv1.Sandbox{
-		ID: s.ID, Project: project.Of(s.Project), Template: strings.TrimPrefix(s.Template, project.Of(s.Project)+"/"), TemplateID: s.TemplateID, State: s.State, Reason: s.Reason,
+		ID: s.ID, Project: project.Of(s.Project), Template: s.TemplateName(), TemplateID: s.TemplateID, State: s.State, Reason: s.Reason,
 		VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, Env: s.Env, Metadata: s.Metadata,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, AccessToken: s.AccessToken,
 		SuspendedAt: s.SuspendedAt, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
@@ -236,6 +236,12 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		Lifecycle: s.Lifecycle, TrafficAccessToken: s.TrafficToken(),
 		Credentials: credentialsAPI(s.Credentials),
 	}
+}
+
+// TemplateName is the sandbox's template as its project names it: the
+// catalog files a project's templates as "<project>/<name>".
+func (s *Sandbox) TemplateName() string {
+	return strings.TrimPrefix(s.Template, project.Of(s.Project)+"/")
 }
 
 // New builds a control plane; call Recover before serving requests.

@@ -518,7 +518,7 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request) {
 	running := 0
 	for _, s := range h.cfg.ControlPlane.List(scopeOf(r), controlplane.Filter{Metadata: md}) {
 		state, ok := e2bState(s.State)
-		if !ok || (len(states) > 0 && !states[state]) || (template != "" && s.Template != template) {
+		if !ok || (len(states) > 0 && !states[state]) || (template != "" && s.TemplateName() != template) {
 			continue
 		}
 		if !startedAfter.IsZero() && (s.StartedAt == nil || !s.StartedAt.After(startedAfter)) {
