@@ -823,3 +823,34 @@ func copyFile(from, to string) error {
 	}
 	return os.WriteFile(to, data, 0o600)
 }
+
+// Through the proxy, knowing a suspended sandbox's id is not enough to wake
+// it: only a request carrying its access token resumes it.
+func TestProxyDoesNotResumeForStrangers(t *testing.T) {
+	requireServer(t)
+	ctx := testContext(t)
+	a, b := newTenant(t, "ten-sleep"), newTenant(t, "ten-poke")
+	sb := newSandboxAs(t, a.clients[0], apiv1.CreateSandboxRequest{})
+	if _, err := a.clients[0].Suspend(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Set("E2b-Sandbox-Id", sb.ID)
+	h.Set("E2b-Sandbox-Port", "49983")
+	for _, token := range []string{"", b.secretKeys[0], strings.Repeat("0", len(sb.AccessToken))} {
+		h.Set("X-Access-Token", token)
+		if resp := proxyRequest(t, http.MethodGet, "/health", "", nil, h); resp.status != http.StatusUnauthorized {
+			t.Fatalf("envd of a suspended sandbox with token %q: %d %s, want 401", token, resp.status, resp.body)
+		}
+	}
+	if got, err := a.clients[0].GetSandbox(ctx, sb.ID); err != nil || got.State != apiv1.StateSuspended {
+		t.Fatalf("after requests without its token: %+v, %v; want still suspended", got, err)
+	}
+	h.Set("X-Access-Token", sb.AccessToken)
+	if resp := proxyRequest(t, http.MethodGet, "/health", "", nil, h); resp.status >= 300 {
+		t.Fatalf("envd with the sandbox's own token: %d %s", resp.status, resp.body)
+	}
+	if got, err := a.clients[0].GetSandbox(ctx, sb.ID); err != nil || got.State != apiv1.StateRunning {
+		t.Fatalf("after a request with its token: %+v, %v; want running", got, err)
+	}
+}
