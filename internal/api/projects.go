@@ -20,10 +20,8 @@ func (s *Server) projectView(name string) apiv1.Project {
 		}
 	}
 	return apiv1.Project{
-		Name:     name,
-		Quota:    apiv1.Quota{MaxSandboxes: q.MaxSandboxes, MaxMemoryMB: q.MaxMemoryMB, MaxSnapshots: q.MaxSnapshots, CreatesPerSecond: q.CreatesPerSecond},
-		Settings: apiv1.QuotaSettings{MaxSandboxes: o.MaxSandboxes, MaxMemoryMB: o.MaxMemoryMB, MaxSnapshots: o.MaxSnapshots, CreatesPerSecond: o.CreatesPerSecond},
-		Usage:    apiv1.ProjectUsage{Sandboxes: u.Sandboxes, MemoryMB: u.MemoryMB, Snapshots: u.Snapshots, Keys: keys},
+		Name: name, Quota: q, Settings: o,
+		Usage: apiv1.ProjectUsage{Sandboxes: u.Sandboxes, MemoryMB: u.MemoryMB, Snapshots: u.Snapshots, Keys: keys},
 	}
 }
 
@@ -67,12 +65,11 @@ func (s *Server) setProject(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	var req apiv1.QuotaSettings
-	if !s.readJSON(w, r, &req) {
+	var o project.Override
+	if !s.readJSON(w, r, &o) {
 		return
 	}
-	o := project.Override{MaxSandboxes: req.MaxSandboxes, MaxMemoryMB: req.MaxMemoryMB, MaxSnapshots: req.MaxSnapshots, CreatesPerSecond: req.CreatesPerSecond}
-	if err := o.Validate(); err != nil {
+	if err := project.ValidateOverride(o); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}

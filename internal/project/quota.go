@@ -8,36 +8,25 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/store"
+	"github.com/space-platform/space/pkg/apiv1"
 )
 
 const quotaBucket = "project_quotas"
 
-// Quota is what one project may hold at once. Zero means unlimited.
-type Quota struct {
-	// MaxSandboxes bounds the project's sandboxes that are not stopped or
-	// failed (suspended ones count: they can resume at any time).
-	MaxSandboxes int `json:"max_sandboxes"`
-	// MaxMemoryMB bounds the sum of memory_mb of those sandboxes.
-	MaxMemoryMB int `json:"max_memory_mb"`
-	// MaxSnapshots bounds the project's stored snapshots, rolling ones
-	// included.
-	MaxSnapshots int `json:"max_snapshots"`
-	// CreatesPerSecond bounds sandbox creates (branches count one each),
-	// with bursts of up to max(1, CreatesPerSecond).
-	CreatesPerSecond float64 `json:"creates_per_second"`
-}
+// Quota is what one project may hold at once; zero fields are unlimited.
+// MaxSandboxes counts sandboxes not stopped or failed (suspended ones
+// count: they can resume at any time), MaxMemoryMB the sum of their
+// memory_mb, MaxSnapshots stored snapshots (rolling ones included), and
+// CreatesPerSecond sandbox creates (branches count one each), with bursts
+// of up to max(1, CreatesPerSecond). Its wire form is the record's.
+type Quota = apiv1.Quota
 
 // Override is a project's own quota settings: a nil field takes the
 // server's default.
-type Override struct {
-	MaxSandboxes     *int     `json:"max_sandboxes,omitempty"`
-	MaxMemoryMB      *int     `json:"max_memory_mb,omitempty"`
-	MaxSnapshots     *int     `json:"max_snapshots,omitempty"`
-	CreatesPerSecond *float64 `json:"creates_per_second,omitempty"`
-}
+type Override = apiv1.QuotaSettings
 
-// Validate rejects negative limits.
-func (o Override) Validate() error {
+// ValidateOverride rejects negative limits.
+func ValidateOverride(o Override) error {
 	for name, v := range map[string]*int{"max_sandboxes": o.MaxSandboxes, "max_memory_mb": o.MaxMemoryMB, "max_snapshots": o.MaxSnapshots} {
 		if v != nil && *v < 0 {
 			return fmt.Errorf("%s must be 0 (unlimited) or positive, got %d", name, *v)
@@ -49,7 +38,8 @@ func (o Override) Validate() error {
 	return nil
 }
 
-func (o Override) over(d Quota) Quota {
+// over lays o over the defaults d.
+func over(o Override, d Quota) Quota {
 	if o.MaxSandboxes != nil {
 		d.MaxSandboxes = *o.MaxSandboxes
 	}
@@ -107,7 +97,7 @@ func (q *Quotas) Defaults() Quota { return q.defaults }
 func (q *Quotas) Of(p string) Quota {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.overrides[Of(p)].over(q.defaults)
+	return over(q.overrides[Of(p)], q.defaults)
 }
 
 // Override returns project p's own settings.
@@ -122,7 +112,7 @@ func (q *Quotas) Set(p string, o Override) (Quota, error) {
 	if err := ValidName(p); err != nil {
 		return Quota{}, err
 	}
-	if err := o.Validate(); err != nil {
+	if err := ValidateOverride(o); err != nil {
 		return Quota{}, err
 	}
 	q.mu.Lock()
@@ -134,7 +124,7 @@ func (q *Quotas) Set(p string, o Override) (Quota, error) {
 	}
 	q.overrides[p] = o
 	delete(q.buckets, p) // a new rate starts with a full bucket
-	return o.over(q.defaults), nil
+	return over(o, q.defaults), nil
 }
 
 // Projects lists the projects that have overrides, sorted.
@@ -155,7 +145,7 @@ func (q *Quotas) AllowCreate(p string, n int) (retryAfter time.Duration, ok bool
 	p = Of(p)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	rate := q.overrides[p].over(q.defaults).CreatesPerSecond
+	rate := over(q.overrides[p], q.defaults).CreatesPerSecond
 	if rate <= 0 {
 		return 0, true
 	}

@@ -327,7 +327,7 @@ type CreateKeyRequest struct {
 	Admin   bool   `json:"admin,omitempty"`
 }
 
-// Quota is a project's limits (0: unlimited).
+// Quota is a project's limits (0: unlimited); see docs/api.md, Projects.
 type Quota struct {
 	MaxSandboxes     int     `json:"max_sandboxes"`
 	MaxMemoryMB      int     `json:"max_memory_mb"`
