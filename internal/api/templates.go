@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -48,8 +47,7 @@ var (
 // streams to the server's disk; Submit bounds it.
 func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateTemplateRequest
-	key, _ := r.Context().Value(keyContext{}).(auth.Key)
-	build := TemplateBuild{Admin: key.Admin}
+	build := TemplateBuild{Admin: keyOf(r).Admin}
 	ct := r.Header.Get("Content-Type")
 	switch {
 	case strings.HasPrefix(ct, "multipart/form-data"):
@@ -67,7 +65,7 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.submitTemplate(w, req.Name, req.Recipe, build)
+	s.submitTemplate(w, r, req.Name, req.Recipe, build)
 }
 
 // createTemplateUpload reads a multipart build request: the recipe part
@@ -117,22 +115,22 @@ func (s *Server) createTemplateUpload(w http.ResponseWriter, r *http.Request, bu
 				return
 			}
 			build.Archive = part
-			s.submitTemplate(w, name, string(recipe), build)
+			s.submitTemplate(w, r, name, string(recipe), build)
 			return
 		default:
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("multipart body: unknown part %q (want name, recipe, archive)", part.FormName()))
 			return
 		}
 	}
-	s.submitTemplate(w, name, string(recipe), build)
+	s.submitTemplate(w, r, name, string(recipe), build)
 }
 
-func (s *Server) submitTemplate(w http.ResponseWriter, name, recipe string, build TemplateBuild) {
+func (s *Server) submitTemplate(w http.ResponseWriter, r *http.Request, name, recipe string, build TemplateBuild) {
 	if strings.TrimSpace(recipe) == "" {
 		writeError(w, http.StatusBadRequest, "recipe is required (the YAML text of a template recipe)")
 		return
 	}
-	t, err := s.cfg.Templates.Submit(name, []byte(recipe), build)
+	t, err := s.cfg.Templates.Submit(scopeOf(r), name, []byte(recipe), build)
 	switch {
 	case errors.Is(err, ErrHostPathsForbidden):
 		writeError(w, http.StatusForbidden, err.Error())
@@ -149,12 +147,16 @@ func (s *Server) submitTemplate(w http.ResponseWriter, name, recipe string, buil
 	}
 }
 
-func (s *Server) listTemplates(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, apiv1.TemplateList{Templates: s.cfg.Templates.List()})
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	scope, ok := listScope(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.TemplateList{Templates: s.cfg.Templates.List(scope)})
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.cfg.Templates.Get(r.PathValue("name"))
+	t, err := s.cfg.Templates.Get(scopeOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -168,7 +170,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		}
 		from = n
 	}
-	lines, _, err := s.cfg.Templates.Logs(t.ID, from)
+	lines, _, err := s.cfg.Templates.Logs(scopeOf(r), t.ID, from)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -180,7 +182,8 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 // templateLogs streams a build's log lines as server-sent events and ends
 // with a done event carrying the template.
 func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
-	t, err := s.cfg.Templates.Get(r.PathValue("name"))
+	name := r.PathValue("name")
+	t, err := s.cfg.Templates.Get(scopeOf(r), name)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -197,7 +200,7 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	for {
-		lines, done, err := s.cfg.Templates.Logs(t.ID, from)
+		lines, done, err := s.cfg.Templates.Logs(scopeOf(r), t.ID, from)
 		if err != nil {
 			return
 		}
@@ -207,7 +210,7 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "event: log\nid: %d\ndata: %s\n\n", from, data)
 		}
 		if done {
-			final, err := s.cfg.Templates.Get(t.ID)
+			final, err := s.cfg.Templates.Get(scopeOf(r), name)
 			if err == nil {
 				data, _ := json.Marshal(final)
 				fmt.Fprintf(w, "event: done\ndata: %s\n\n", data)
@@ -229,7 +232,7 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Templates.Delete(r.PathValue("name")); err != nil {
+	if err := s.cfg.Templates.Delete(scopeOf(r), r.PathValue("name")); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -242,7 +245,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &req) {
 		return
 	}
-	t, err := s.cfg.Templates.SetPool(r.PathValue("name"), req.Size)
+	t, err := s.cfg.Templates.SetPool(scopeOf(r), r.PathValue("name"), req.Size)
 	if err != nil {
 		s.fail(w, err)
 		return

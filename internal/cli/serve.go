@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,8 +53,29 @@ the server stops; a restarted server adopts them.`)
 	pools := fs.String("pool", "base=2", "warm pool sizes by template, e.g. base=2,minimal=1 (sizes set through the API win)")
 	archiveMiB := fs.Int64("max-template-archive-mib", 2048, "largest OCI archive a template build may upload, in MiB")
 	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
+	fs.IntVar(&cfg.ProjectQuota.MaxSandboxes, "project-max-sandboxes", 0, "sandboxes each project may have at once, suspended ones included (0: unlimited; PUT /v1/projects/{name} sets one project's)")
+	fs.IntVar(&cfg.ProjectQuota.MaxMemoryMB, "project-max-memory-mb", 0, "sum of memory_mb of each project's sandboxes (0: unlimited)")
+	fs.IntVar(&cfg.ProjectQuota.MaxSnapshots, "project-max-snapshots", 0, "snapshots each project may keep, rolling ones included (0: unlimited)")
+	fs.Float64Var(&cfg.ProjectQuota.CreatesPerSecond, "project-creates-per-second", 0, "sandbox creates a second for each project, branches counting one each (0: unlimited)")
+	fs.IntVar(&cfg.MaxRequestsPerKey, "max-requests-per-key", 256, "requests (streams included) one API key may have in flight on the API; past it 429")
+	resetAdmin := fs.Bool("reset-admin-key", false, "mint a new admin key, write it to <data-dir>/admin.key (0600), print it and exit; run on the host with the server stopped")
 	if err := parseNoArgs(fs, args, "serve"); err != nil {
 		return err
+	}
+	if cfg.ProjectQuota.MaxSandboxes < 0 || cfg.ProjectQuota.MaxMemoryMB < 0 || cfg.ProjectQuota.MaxSnapshots < 0 || cfg.ProjectQuota.CreatesPerSecond < 0 {
+		return fs.usageErrorf("--project-* quotas must be 0 (unlimited) or positive")
+	}
+	if cfg.MaxRequestsPerKey < 1 {
+		return fs.usageErrorf("--max-requests-per-key must be positive")
+	}
+	if *resetAdmin {
+		key, err := server.ResetAdminKey(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "space: new admin key written to %s (the old keys still work; revoke them with this one)\n", filepath.Join(cfg.DataDir, "admin.key"))
+		fmt.Fprintln(stdout, key)
+		return nil
 	}
 	cfg.BuildTemplates = nil
 	for _, t := range strings.Split(*templates, ",") {

@@ -51,14 +51,18 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 		Env: maps.Clone(src.Env), OnTimeout: src.Lifecycle.OnTimeout, AutoResume: &src.Lifecycle.AutoResume,
 		IdleSuspendS: src.Lifecycle.IdleSuspendS, Network: src.Network.api(),
 	}
-	if err := cp.checkRequest(&req); err != nil {
+	if err := cp.checkRequest(src.Project, &req); err != nil {
+		release()
+		return nil, err
+	}
+	if err := cp.allowCreates(src.Project, count); err != nil {
 		release()
 		return nil, err
 	}
 	capture := Source{Volume: volume, ImageDir: image, AccessToken: src.AccessToken}
 	var admitted []*record
 	for i := 0; i < count; i++ {
-		r, err := cp.admit(req, src.Template, src.TemplateID, func(s *Sandbox) {
+		r, err := cp.admit(src.Project, req, src.Template, src.TemplateID, func(s *Sandbox) {
 			s.BranchOf = src.ID
 			s.Traffic = src.Traffic.forBranch()
 			s.Metadata = maps.Clone(src.Metadata)

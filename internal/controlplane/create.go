@@ -10,6 +10,7 @@ import (
 
 	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -29,25 +30,29 @@ func invalid(format string, args ...any) error {
 
 // Create validates a request, records the sandbox as starting and starts it
 // in the background, from a template or from a snapshot. The returned
-// sandbox is in state starting.
-func (cp *ControlPlane) Create(req apiv1.CreateSandboxRequest) (Sandbox, error) {
+// sandbox is in state starting. It belongs to the scope's project; the
+// template, snapshot and secrets it names must be ones the scope sees.
+func (cp *ControlPlane) Create(scope project.Scope, req apiv1.CreateSandboxRequest) (Sandbox, error) {
 	if req.Snapshot != "" {
-		return cp.createFromSnapshot(req)
+		return cp.createFromSnapshot(scope, req)
 	}
 	if req.Template == "" {
 		req.Template = cp.cfg.Defaults.Template
 	}
-	if err := cp.checkRequest(&req); err != nil {
+	if err := cp.checkRequest(scope.Owner(), &req); err != nil {
 		return Sandbox{}, err
 	}
-	tpl, tplName, err := cp.cfg.Templates.Resolve(req.Template)
+	tpl, tplName, err := cp.cfg.Templates.Resolve(scope, req.Template)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if sb, ok, err := cp.createPooled(req, tpl, tplName); ok {
+	if err := cp.allowCreates(scope.Owner(), 1); err != nil {
+		return Sandbox{}, err
+	}
+	if sb, ok, err := cp.createPooled(scope.Owner(), req, tpl, tplName); ok {
 		return sb, err
 	}
-	r, err := cp.admit(req, tplName, tpl.ID, func(s *Sandbox) {})
+	r, err := cp.admit(scope.Owner(), req, tplName, tpl.ID, func(s *Sandbox) {})
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -78,12 +83,12 @@ func (cp *ControlPlane) poolLimits(vcpus, memoryMB, diskMB int) node.PoolLimits 
 // createPooled serves a create from the template's warm pool: the claimed
 // sandbox only needs its identity, so it is running when this returns. ok
 // is false when no pooled sandbox matched.
-func (cp *ControlPlane) createPooled(req apiv1.CreateSandboxRequest, tpl node.TemplateSpec, tplName string) (Sandbox, bool, error) {
+func (cp *ControlPlane) createPooled(owner string, req apiv1.CreateSandboxRequest, tpl node.TemplateSpec, tplName string) (Sandbox, bool, error) {
 	id, ok := cp.cfg.Node.Claim(tpl.ID, cp.poolLimits(req.VCPUs, req.MemoryMB, req.DiskMB))
 	if !ok {
 		return Sandbox{}, false, nil
 	}
-	r, err := cp.admit(req, tplName, tpl.ID, func(s *Sandbox) { s.ID = id })
+	r, err := cp.admit(owner, req, tplName, tpl.ID, func(s *Sandbox) { s.ID = id })
 	if err != nil {
 		_ = cp.cfg.Node.Destroy(context.Background(), id)
 		return Sandbox{}, true, err
@@ -111,18 +116,22 @@ func (cp *ControlPlane) createPooled(req apiv1.CreateSandboxRequest, tpl node.Te
 
 // createFromSnapshot starts a new sandbox from a snapshot's memory and
 // filesystem, with an identity of its own.
-func (cp *ControlPlane) createFromSnapshot(req apiv1.CreateSandboxRequest) (Sandbox, error) {
-	snap, release, err := cp.holdSnapshot(func() (Snapshot, error) { return cp.ResolveSnapshot(req.Snapshot) },
+func (cp *ControlPlane) createFromSnapshot(scope project.Scope, req apiv1.CreateSandboxRequest) (Sandbox, error) {
+	snap, release, err := cp.holdSnapshot(func() (Snapshot, error) { return cp.ResolveSnapshot(scope, req.Snapshot) },
 		"a start of a new sandbox from it")
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if err := cp.checkRequest(&req); err != nil {
+	if err := cp.checkRequest(scope.Owner(), &req); err != nil {
+		release()
+		return Sandbox{}, err
+	}
+	if err := cp.allowCreates(scope.Owner(), 1); err != nil {
 		release()
 		return Sandbox{}, err
 	}
 	src := snap.source()
-	r, err := cp.admit(req, snap.Template, snap.TemplateID, func(s *Sandbox) {
+	r, err := cp.admit(scope.Owner(), req, snap.Template, snap.TemplateID, func(s *Sandbox) {
 		s.Snapshot = src.Snapshot
 		s.Source = &src
 	})
@@ -134,11 +143,12 @@ func (cp *ControlPlane) createFromSnapshot(req apiv1.CreateSandboxRequest) (Sand
 	return cp.snapshot(r), nil
 }
 
-// admit records a new sandbox as starting, if the node can hold it.
-func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID string, adjust func(*Sandbox)) (*record, error) {
+// admit records a new sandbox of project owner as starting, if the node
+// and the project's quota can hold it.
+func (cp *ControlPlane) admit(owner string, req apiv1.CreateSandboxRequest, tplName, tplID string, adjust func(*Sandbox)) (*record, error) {
 	now := time.Now().UTC()
 	r := &record{Sandbox: Sandbox{
-		ID: newID(), Template: tplName, TemplateID: tplID, State: apiv1.StateStarting,
+		ID: newID(), Project: project.Of(owner), Template: tplName, TemplateID: tplID, State: apiv1.StateStarting,
 		VCPUs: req.VCPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		Env: req.Env, Metadata: req.Metadata, AccessToken: newToken(),
 		CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second), TimeoutS: req.TimeoutS,
@@ -150,6 +160,10 @@ func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID str
 	withCredentials(&r.Sandbox, req.Credentials)
 	adjust(&r.Sandbox)
 	cp.mu.Lock()
+	if err := cp.checkQuota(r.Project, req.MemoryMB); err != nil {
+		cp.mu.Unlock()
+		return nil, err
+	}
 	if err := cp.checkCommitment(req.MemoryMB); err != nil {
 		cp.mu.Unlock()
 		return nil, err
@@ -174,13 +188,14 @@ func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID str
 	return r, nil
 }
 
-// checkRequest fills defaults and rejects what no node could run.
-func (cp *ControlPlane) checkRequest(req *apiv1.CreateSandboxRequest) error {
+// checkRequest fills defaults and rejects what no node could run, for a
+// sandbox of project owner.
+func (cp *ControlPlane) checkRequest(owner string, req *apiv1.CreateSandboxRequest) error {
 	d, c := cp.cfg.Defaults, cp.cfg.Capacity
 	if _, err := checkNetwork(req.Network); err != nil {
 		return err
 	}
-	if err := cp.checkCredentials(req); err != nil {
+	if err := cp.checkCredentials(owner, req); err != nil {
 		return err
 	}
 	if err := cp.checkTraffic(req.Network); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -224,7 +225,7 @@ func (cp *ControlPlane) restart(ctx context.Context, r *record, copies map[Sourc
 	s := cp.snapshot(r)
 	cp.cfg.Node.Halt(ctx, s.ID)
 	if s.Snapshot == "" && s.BranchOf == "" {
-		tpl, _, err := cp.cfg.Templates.Resolve(s.TemplateID)
+		tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, s.TemplateID)
 		if err != nil {
 			return err
 		}
@@ -279,7 +280,7 @@ func (cp *ControlPlane) findSnapshotKey(key string) (Snapshot, error) {
 // lost, and flags it.
 func (cp *ControlPlane) reboot(ctx context.Context, r *record) error {
 	s := cp.snapshot(r)
-	tpl, _, err := cp.cfg.Templates.Resolve(s.TemplateID)
+	tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, s.TemplateID)
 	if err != nil {
 		return err
 	}

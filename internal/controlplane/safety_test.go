@@ -14,6 +14,7 @@ import (
 
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -211,7 +212,7 @@ func (f *fakeNode) BootFromDisk(_ context.Context, spec node.CreateSpec) error {
 
 type fakeTemplates struct{}
 
-func (fakeTemplates) Resolve(id string) (node.TemplateSpec, string, error) {
+func (fakeTemplates) Resolve(_ project.Scope, id string) (node.TemplateSpec, string, error) {
 	return node.TemplateSpec{ID: id}, id, nil
 }
 
@@ -267,7 +268,7 @@ func twoRunning(t *testing.T) (*ControlPlane, *fakeNode) {
 
 func mustGet(t *testing.T, cp *ControlPlane, id string) Sandbox {
 	t.Helper()
-	s, err := cp.Get(id)
+	s, err := cp.Get(project.Everything, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +282,7 @@ func TestSnapshotInUseCannotBeDeleted(t *testing.T) {
 	fn.entered, fn.proceed = make(chan struct{}), make(chan struct{})
 	done := make(chan error)
 	go func() {
-		_, err := cp.Restore(context.Background(), "a", "b/bs")
+		_, err := cp.Restore(context.Background(), project.Everything, "a", "b/bs")
 		done <- err
 	}()
 	<-fn.entered
@@ -297,7 +298,7 @@ func TestSnapshotInUseCannotBeDeleted(t *testing.T) {
 	if err := cp.DeleteSnapshot("b", "bs"); err != nil {
 		t.Fatalf("delete after the restore ended: %v", err)
 	}
-	if _, err := cp.Restore(context.Background(), "a", "b/bs"); !errors.Is(err, ErrNotFound) {
+	if _, err := cp.Restore(context.Background(), project.Everything, "a", "b/bs"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("restore of a deleted snapshot: %v; want not found", err)
 	}
 	if s := mustGet(t, cp, "a"); s.State != apiv1.StateRunning {
@@ -332,7 +333,7 @@ func TestFailedRestoreLeavesSandboxAsItWas(t *testing.T) {
 				}
 				return nil
 			}
-			if _, err := cp.Restore(ctx, "a", "b/bs"); err == nil {
+			if _, err := cp.Restore(ctx, project.Everything, "a", "b/bs"); err == nil {
 				t.Fatal("restore succeeded despite the injected failure")
 			}
 			s := mustGet(t, cp, "a")
@@ -374,7 +375,7 @@ func TestFailedRestoreNeverFails(t *testing.T) {
 	cp, fn := twoRunning(t)
 	ctx := context.Background()
 	fn.restoreErr = func(node.RestoreSpec) error { return errors.New("injected") }
-	if _, err := cp.Restore(ctx, "a", "b/bs"); err == nil {
+	if _, err := cp.Restore(ctx, project.Everything, "a", "b/bs"); err == nil {
 		t.Fatal("restore succeeded despite the injected failure")
 	}
 	s := mustGet(t, cp, "a")
@@ -384,7 +385,7 @@ func TestFailedRestoreNeverFails(t *testing.T) {
 
 	cp, fn = twoRunning(t)
 	fn.suspendErr = errors.New("injected")
-	if _, err := cp.Restore(ctx, "a", "b/bs"); err == nil {
+	if _, err := cp.Restore(ctx, project.Everything, "a", "b/bs"); err == nil {
 		t.Fatal("restore succeeded despite the failed suspend")
 	}
 	if s := mustGet(t, cp, "a"); s.State != apiv1.StateRunning || s.ImageDir != "" || s.Restoring != "" {
@@ -399,7 +400,7 @@ func TestFailedRestoreNeverFails(t *testing.T) {
 // and forgets the suspend image it went through.
 func TestRestoreCommitsAfterRecording(t *testing.T) {
 	cp, fn := twoRunning(t)
-	got, err := cp.Restore(context.Background(), "a", "b/bs")
+	got, err := cp.Restore(context.Background(), project.Everything, "a", "b/bs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +512,7 @@ func TestSnapshotInUseByStartCannotBeDeleted(t *testing.T) {
 	cp, fn := twoRunning(t)
 	cp.cfg.Defaults = Defaults{VCPUs: 1, MemoryMB: 256, DiskMB: 1024, TimeoutS: 300}
 	fn.entered, fn.proceed = make(chan struct{}), make(chan struct{})
-	sb, err := cp.Create(apiv1.CreateSandboxRequest{Snapshot: "b/bs"})
+	sb, err := cp.Create(project.Everything, apiv1.CreateSandboxRequest{Snapshot: "b/bs"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -40,6 +41,8 @@ type Snapshot struct {
 	TemplateID  string `json:"template_id"`
 	AccessToken string `json:"access_token"`
 	SizeBytes   int64  `json:"size_bytes"`
+	// Project is the source sandbox's project, which owns the snapshot.
+	Project string `json:"project,omitempty"`
 }
 
 // source is what a sandbox started from the snapshot restores from.
@@ -87,11 +90,14 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 		return Snapshot{}, &StateError{ID: r.ID, State: "holding a snapshot named " + name, Want: "take another with the same name"}
 	}
 	s := cp.snapshot(r)
+	if err := cp.checkSnapshotQuota(s.Project); err != nil {
+		return Snapshot{}, err
+	}
 	snapID := newID()
 	snap := Snapshot{
 		ID: snapID, Name: name, SandboxID: s.ID, CreatedAt: time.Now().UTC(), Rolling: rolling,
 		Volume: path.Join("snapshots", s.ID, snapID), ImageDir: filepath.Join(cp.cfg.ImagesDir, s.ID, "snapshots", snapID),
-		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken,
+		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken, Project: project.Of(s.Project),
 	}
 	back := s.State
 	err := cp.step(r, apiv1.StateSnapshotting, back, "", func() error {
@@ -151,8 +157,20 @@ func (cp *ControlPlane) findSnapshot(sandboxID, name string) (Snapshot, error) {
 	return s, nil
 }
 
-// ResolveSnapshot finds a snapshot by "<sandbox>/<name>" or by its id.
-func (cp *ControlPlane) ResolveSnapshot(ref string) (Snapshot, error) {
+// ResolveSnapshot finds a snapshot the scope sees by "<sandbox>/<name>" or
+// by its id; another project's snapshot is not found, like a missing one.
+func (cp *ControlPlane) ResolveSnapshot(scope project.Scope, ref string) (Snapshot, error) {
+	s, err := cp.resolveSnapshot(ref)
+	if err == nil && !scope.Sees(s.Project) {
+		if sbx, name, ok := strings.Cut(ref, "/"); ok {
+			return Snapshot{}, fmt.Errorf("snapshot %s of sandbox %s: %w", name, sbx, ErrNotFound)
+		}
+		return Snapshot{}, fmt.Errorf("snapshot %s: %w", ref, ErrNotFound)
+	}
+	return s, err
+}
+
+func (cp *ControlPlane) resolveSnapshot(ref string) (Snapshot, error) {
 	if sbx, name, ok := strings.Cut(ref, "/"); ok {
 		return cp.findSnapshot(sbx, name)
 	}
@@ -238,7 +256,7 @@ func (cp *ControlPlane) dropSnapshotData(s Snapshot) {
 func (cp *ControlPlane) OpenSnapshotFile(sandboxID, name, p string) (*os.File, fs.FileInfo, error) {
 	snap, err := cp.findSnapshot(sandboxID, name)
 	if err != nil {
-		if byID, idErr := cp.ResolveSnapshot(name); idErr == nil && byID.SandboxID == sandboxID {
+		if byID, idErr := cp.resolveSnapshot(name); idErr == nil && byID.SandboxID == sandboxID {
 			snap, err = byID, nil
 		}
 	}
@@ -249,7 +267,7 @@ func (cp *ControlPlane) OpenSnapshotFile(sandboxID, name, p string) (*os.File, f
 }
 
 // Restore rolls a sandbox back in place to a snapshot (one of its own, by
-// name, or any by "<sandbox>/<name>" or id): memory, processes and
+// name, or any the scope sees by "<sandbox>/<name>" or id): memory, processes and
 // filesystem become what they were when it was taken. The sandbox keeps
 // its id, token, env and metadata.
 //
@@ -257,11 +275,17 @@ func (cp *ControlPlane) OpenSnapshotFile(sandboxID, name, p string) (*os.File, f
 // sandbox is first suspended to its suspend image, its root volume is only
 // set aside (node.ResumeFrom), and on failure both come back. The restore
 // takes effect when it is recorded; recovery undoes one that was not.
-func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, error) {
+func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, ref string) (Sandbox, error) {
 	snap, release, err := cp.holdSnapshot(func() (Snapshot, error) {
-		snap, err := cp.ResolveSnapshot(ref)
+		snap, err := cp.resolveSnapshot(ref)
 		if err != nil {
-			return cp.findSnapshot(id, ref)
+			if snap, err = cp.findSnapshot(id, ref); err != nil {
+				return Snapshot{}, err
+			}
+		}
+		if !scope.Sees(snap.Project) {
+			// Answered as findSnapshot answers a missing one.
+			return Snapshot{}, fmt.Errorf("snapshot %s of sandbox %s: %w", ref, id, ErrNotFound)
 		}
 		return snap, nil
 	}, "a restore of sandbox "+id)
@@ -404,7 +428,7 @@ func (cp *ControlPlane) pruneSnapshots(now time.Time) {
 			continue
 		}
 		keep := cp.cfg.Defaults.SnapshotRetention
-		if sb, err := cp.Get(s.SandboxID); err == nil && sb.Lifecycle.SnapshotRetentionS > 0 {
+		if sb, err := cp.Get(project.Everything, s.SandboxID); err == nil && sb.Lifecycle.SnapshotRetentionS > 0 {
 			keep = time.Duration(sb.Lifecycle.SnapshotRetentionS) * time.Second
 		}
 		if now.Sub(s.CreatedAt) > keep {

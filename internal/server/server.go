@@ -28,6 +28,7 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/gvisor"
 	"github.com/space-platform/space/internal/storage"
@@ -81,6 +82,12 @@ type Config struct {
 	// MaxTemplateArchiveBytes bounds an OCI archive uploaded with a
 	// template recipe (api.DefaultMaxTemplateArchive when zero).
 	MaxTemplateArchiveBytes int64
+	// ProjectQuota is every project's quota unless set for it through the
+	// API (PUT /v1/projects/{name}); zero fields are unlimited.
+	ProjectQuota project.Quota
+	// MaxRequestsPerKey bounds one API key's requests in flight on the
+	// main API (0: api.DefaultMaxRequestsPerKey).
+	MaxRequestsPerKey int
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -160,6 +167,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if s.AdminKey, err = ensureAdminKey(keys, cfg.DataDir, say); err != nil {
+		return nil, err
+	}
+	quotas, err := project.OpenQuotas(s.st, cfg.ProjectQuota)
+	if err != nil {
 		return nil, err
 	}
 	secretStore, ca, interceptor, err := s.openCredentials()
@@ -253,6 +264,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Capacity:  nodeCapacity(cfg.MemoryOvercommit, s.pool.Root()),
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
 		Secrets:   secretStore,
+		Quotas:    quotas,
 	})
 	if err := s.cp.Recover(ctx); err != nil {
 		return nil, err
@@ -266,8 +278,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 
-	handler := api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Metrics: reg, Logger: cfg.Logger,
-		MaxTemplateArchive: cfg.MaxTemplateArchiveBytes})
+	handler := api.New(api.Config{
+		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: reg, Logger: cfg.Logger,
+		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
+	})
 	if err := s.startCompat(keys); err != nil {
 		cancel()
 		return nil, err
@@ -354,15 +368,51 @@ func ensureAdminKey(keys *auth.Keys, dataDir string, say func(string, ...any)) (
 		}
 		return strings.TrimSpace(string(data)), nil
 	}
-	_, secret, err := keys.Create("admin", true)
+	secret, err := mintAdminKey(keys, "admin", path)
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write admin key: %w", err)
-	}
 	say("created admin API key (shown once; also saved to %s): %s", path, secret)
 	return secret, nil
+}
+
+// mintAdminKey creates an admin key of the default project and writes it
+// to path (0600), replacing what the file held.
+func mintAdminKey(keys *auth.Keys, name, path string) (string, error) {
+	_, secret, err := keys.Create(name, project.Default, true)
+	if err != nil {
+		return "", err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write admin key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("write admin key: %w", err)
+	}
+	return secret, nil
+}
+
+// ResetAdminKey mints a new admin key on the host, for an operator who
+// lost every admin key: it writes <data-dir>/admin.key (0600) and returns
+// the key. The server must be stopped, since it holds state.db open; the
+// old keys stay valid (revoke them with the new one).
+func ResetAdminKey(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "state.db")
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("no space state in %s (is --data-dir right?)", dataDir)
+	}
+	st, err := store.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("%w (stop the running server first: it holds the state database)", err)
+	}
+	defer st.Close()
+	keys, err := auth.Open(st)
+	if err != nil {
+		return "", err
+	}
+	return mintAdminKey(keys, "admin-reset-"+time.Now().UTC().Format("20060102-150405"), filepath.Join(dataDir, "admin.key"))
 }
 
 // findTool locates a helper binary: the configured path, an environment

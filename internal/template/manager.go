@@ -272,6 +272,30 @@ func removeUpload(path string) {
 	}
 }
 
+// SubmitAs is Submit under a catalog name of the caller's choosing, which
+// unlike a recipe name may hold a '/': the server files each project's
+// templates as "<project>/<name>", apart from the built-in ones and from
+// other projects' (the recipe's ID stays the content hash, so equal
+// recipes share one rootfs, and Delete keeps it while any name points at
+// it). name is validated like Submit's.
+func (m *Manager) SubmitAs(catalogName, name string, r *Recipe, src Source) (*Template, error) {
+	p, err := m.plan(name, r, src)
+	if err != nil {
+		removeUpload(src.Archive)
+		return nil, err
+	}
+	p.name = catalogName
+	t, _, err := m.startOrJoin(m.ctx, p, src.Archive)
+	return t, err
+}
+
+// Names returns every catalog name and the ID it points at.
+func (m *Manager) Names() map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.names)
+}
+
 // Build is the synchronous Submit: it builds (or joins the build of, or
 // returns the already built) template and writes progress and step output
 // to progress (which may be nil).

@@ -230,7 +230,7 @@ func TestTemplateUploadOverLimit(t *testing.T) {
 // userClient is a non-admin key's client, revoked when the test ends.
 func userClient(t *testing.T) *client.Client {
 	t.Helper()
-	key, err := env.client.CreateKey(testContext(t), "e2e-"+strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	key, err := env.client.CreateKey(testContext(t), apiv1.CreateKeyRequest{Name: "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))})
 	if err != nil {
 		t.Fatal(err)
 	}
