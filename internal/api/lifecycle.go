@@ -53,7 +53,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(snaps) == 0 {
 		// Distinguish "no snapshots" from "no such sandbox".
-		if _, err := s.cp.Get(r.PathValue("id")); err != nil {
+		if _, err := s.cp.Get(scopeOf(r), r.PathValue("id")); err != nil {
 			s.fail(w, err)
 			return
 		}
@@ -82,7 +82,8 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "snapshot is required (a name of this sandbox's snapshots, <sandbox>/<name>, or a snapshot id)")
 		return
 	}
-	sb, err := s.cp.Restore(r.Context(), r.PathValue("id"), req.Snapshot)
+	// The snapshot named in the body must be the key's project's too.
+	sb, err := s.cp.Restore(r.Context(), scopeOf(r), r.PathValue("id"), req.Snapshot)
 	if err != nil {
 		s.fail(w, err)
 		return

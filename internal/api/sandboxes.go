@@ -20,7 +20,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &req) || !credentialsNeedAdmin(w, r, req) {
 		return
 	}
-	sb, err := s.cp.Create(req)
+	sb, err := s.cp.Create(scopeOf(r), req)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -29,6 +29,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	scope, ok := listScope(w, r)
+	if !ok {
+		return
+	}
 	f := controlplane.Filter{State: r.URL.Query().Get("state"), Metadata: map[string]string{}}
 	for k, vs := range r.URL.Query() {
 		if name, ok := strings.CutPrefix(k, "metadata."); ok && len(vs) > 0 {
@@ -36,14 +40,14 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out := apiv1.SandboxList{Sandboxes: []apiv1.Sandbox{}}
-	for _, sb := range s.cp.List(f) {
+	for _, sb := range s.cp.List(scope, f) {
 		out.Sandboxes = append(out.Sandboxes, sb.API())
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.cp.Get(r.PathValue("id"))
+	sb, err := s.cp.Get(scopeOf(r), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -19,7 +20,23 @@ type Secrets interface {
 }
 
 func secretView(i secrets.Info) apiv1.Secret {
-	return apiv1.Secret{Name: i.Name, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
+	return apiv1.Secret{Name: i.Name, Project: project.Of(i.Project), CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
+}
+
+// secretProject is the project a secrets request addresses: the body's or
+// ?project=, else the key's own.
+func secretProject(w http.ResponseWriter, r *http.Request, p string) (string, bool) {
+	if p == "" {
+		p = r.URL.Query().Get("project")
+	}
+	if p == "" {
+		return scopeOf(r).Owner(), true
+	}
+	if err := project.ValidName(p); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return "", false
+	}
+	return p, true
 }
 
 // setSecret creates or replaces a secret (POST /v1/secrets): 201 when
@@ -29,7 +46,15 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &req) {
 		return
 	}
-	info, created, err := s.cfg.Secrets.Set(req.Name, []byte(req.Value))
+	p, ok := secretProject(w, r, req.Project)
+	if !ok {
+		return
+	}
+	if err := secrets.ValidName(req.Name); err != nil {
+		s.failSecret(w, err)
+		return
+	}
+	info, created, err := s.cfg.Secrets.Set(secrets.Ref(p, req.Name), []byte(req.Value))
 	if err != nil {
 		s.failSecret(w, err)
 		return
@@ -41,7 +66,11 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, secretView(info))
 }
 
-func (s *Server) listSecrets(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+	scope, ok := listScope(w, r)
+	if !ok {
+		return
+	}
 	list, err := s.cfg.Secrets.List()
 	if err != nil {
 		s.failSecret(w, err)
@@ -49,7 +78,9 @@ func (s *Server) listSecrets(w http.ResponseWriter, _ *http.Request) {
 	}
 	out := apiv1.SecretList{Secrets: []apiv1.Secret{}}
 	for _, i := range list {
-		out.Secrets = append(out.Secrets, secretView(i))
+		if scope.Sees(i.Project) {
+			out.Secrets = append(out.Secrets, secretView(i))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -58,14 +89,22 @@ func (s *Server) listSecrets(w http.ResponseWriter, _ *http.Request) {
 // use it: they would fail on their next request (409 names them).
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if users := s.cp.SecretUsers(name); len(users) > 0 {
+	p, ok := secretProject(w, r, "")
+	if !ok {
+		return
+	}
+	if err := secrets.ValidName(name); err != nil {
+		s.failSecret(w, fmt.Errorf("secret %q: %w", name, secrets.ErrNotFound))
+		return
+	}
+	if users := s.cp.SecretUsers(p, name); len(users) > 0 {
 		if len(users) > 5 {
 			users = append(users[:5], fmt.Sprintf("and %d more", len(users)-5))
 		}
 		writeError(w, http.StatusConflict, fmt.Sprintf("secret %s is used by the credential rules of sandboxes %s; delete those first", name, strings.Join(users, ", ")))
 		return
 	}
-	if err := s.cfg.Secrets.Delete(name); err != nil {
+	if err := s.cfg.Secrets.Delete(secrets.Ref(p, name)); err != nil {
 		s.failSecret(w, err)
 		return
 	}

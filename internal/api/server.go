@@ -11,23 +11,28 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// Templates is the template catalog as the API uses it.
+// Templates is the template catalog as the API uses it. Every call sees
+// the catalog as the caller's scope does: built-in templates and the
+// scope's project's; a template outside it is not found.
 type Templates interface {
-	Submit(name string, recipeYAML []byte) (apiv1.Template, error)
-	Get(name string) (apiv1.Template, error)
-	List() []apiv1.Template
-	Logs(name string, from int) (lines []string, done bool, err error)
-	Delete(name string) error
-	SetPool(name string, size int) (apiv1.Template, error)
+	Submit(scope project.Scope, name string, recipeYAML []byte, build TemplateBuild) (apiv1.Template, error)
+	Get(scope project.Scope, name string) (apiv1.Template, error)
+	List(scope project.Scope) []apiv1.Template
+	Logs(scope project.Scope, name string, from int) (lines []string, done bool, err error)
+	Delete(scope project.Scope, name string) error
+	SetPool(scope project.Scope, name string, size int) (apiv1.Template, error)
 }
 
 // Config wires the API.
@@ -36,12 +41,23 @@ type Config struct {
 	Templates    Templates
 	Keys         *auth.Keys
 	Secrets      Secrets
-	Metrics      *metrics.Registry
-	Logger       *slog.Logger
+	// Quotas are the per-project quotas the projects routes show and set.
+	Quotas  *project.Quotas
+	Metrics *metrics.Registry
+	Logger  *slog.Logger
 	// MaxJSONBody bounds JSON request bodies; MaxFileBody bounds uploads.
 	MaxJSONBody int64
 	MaxFileBody int64
+	// MaxTemplateArchive bounds an OCI archive uploaded with a recipe
+	// (DefaultMaxTemplateArchive when zero).
+	MaxTemplateArchive int64
+	// MaxRequestsPerKey bounds one key's requests in flight (streams
+	// included); past it the API answers 429. 0: DefaultMaxRequestsPerKey.
+	MaxRequestsPerKey int
 }
+
+// DefaultMaxRequestsPerKey is the per-key bound on requests in flight.
+const DefaultMaxRequestsPerKey = 256
 
 // Server is the HTTP handler of the API.
 type Server struct {
@@ -50,6 +66,9 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	sessions *metrics.Counter
+
+	inFlightMu sync.Mutex
+	inFlight   map[string]int // requests in flight by key id
 }
 
 // Routes lists every route the API serves as "METHOD /path"; the OpenAPI
@@ -67,7 +86,13 @@ func New(cfg Config) *Server {
 	if cfg.MaxFileBody == 0 {
 		cfg.MaxFileBody = 1 << 30
 	}
-	s := &Server{cfg: cfg, cp: cfg.ControlPlane, log: cfg.Logger, mux: http.NewServeMux()}
+	if cfg.MaxTemplateArchive <= 0 {
+		cfg.MaxTemplateArchive = DefaultMaxTemplateArchive
+	}
+	if cfg.MaxRequestsPerKey == 0 {
+		cfg.MaxRequestsPerKey = DefaultMaxRequestsPerKey
+	}
+	s := &Server{cfg: cfg, cp: cfg.ControlPlane, log: cfg.Logger, mux: http.NewServeMux(), inFlight: map[string]int{}}
 	s.sessions = cfg.Metrics.Counter("space_sessions_started_total", "Command sessions started.")
 	s.routes()
 	return s
@@ -79,7 +104,9 @@ func (s *Server) routes() {
 		Routes = append(Routes, pattern)
 		s.mux.HandleFunc(pattern, h)
 	}
-	authed := func(pattern string, h http.HandlerFunc) { open(pattern, s.requireKey(false, h)) }
+	// Every route a non-admin key may call is scoped by its pattern (see
+	// scoped): the object its path names must be one of the key's project.
+	authed := func(pattern string, h http.HandlerFunc) { open(pattern, s.requireKey(false, s.scoped(pattern, h))) }
 	admin := func(pattern string, h http.HandlerFunc) { open(pattern, s.requireKey(true, h)) }
 
 	open("GET /healthz", s.healthz)
@@ -131,6 +158,10 @@ func (s *Server) routes() {
 	admin("POST /v1/secrets", s.setSecret)
 	admin("GET /v1/secrets", s.listSecrets)
 	admin("DELETE /v1/secrets/{name}", s.deleteSecret)
+
+	admin("GET /v1/projects", s.listProjects)
+	admin("GET /v1/projects/{name}", s.getProject)
+	admin("PUT /v1/projects/{name}", s.setProject)
 }
 
 // ServeHTTP serves the API; unknown routes get a JSON 404 (or 405).
@@ -170,7 +201,71 @@ func (r *statusRecorder) WriteHeader(status int)      { r.status = status }
 
 type keyContext struct{}
 
-// requireKey checks the API key (Bearer or X-API-Key).
+// keyOf returns the key of an authenticated request.
+func keyOf(r *http.Request) auth.Key {
+	k, _ := r.Context().Value(keyContext{}).(auth.Key)
+	return k
+}
+
+// scopeOf is what the request's key sees: its project, or every project
+// for an admin key.
+func scopeOf(r *http.Request) project.Scope { return keyOf(r).Scope() }
+
+// listScope is the scope of a list request: an admin key may narrow it to
+// one project with ?project=; any other key sees its own project only.
+func listScope(w http.ResponseWriter, r *http.Request) (project.Scope, bool) {
+	scope, p := scopeOf(r), r.URL.Query().Get("project")
+	if p == "" {
+		return scope, true
+	}
+	if err := project.ValidName(p); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return scope, false
+	}
+	if !scope.All && p != scope.Owner() {
+		writeError(w, http.StatusForbidden, "a key of project "+scope.Owner()+" lists only its own project; ?project= of another needs an admin key")
+		return scope, false
+	}
+	return project.In(p), true
+}
+
+// scoped confines a route to the caller's project before its handler runs,
+// by the route's pattern: a sandbox route ({id}) answers 404 unless the
+// sandbox (or, once it is gone, its snapshots) belongs to a project the key
+// sees, and a template route ({name}) unless the scope sees the template.
+// The 404 is the one a missing id gets, body and all, so an id of another
+// project leaks nothing; no handler runs, so nothing changes. A route with
+// a path parameter of any other kind is a programming error: it panics at
+// start, so a new route cannot go out unscoped.
+func (s *Server) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc {
+	_, path, _ := strings.Cut(pattern, " ")
+	switch {
+	case strings.HasPrefix(path, "/v1/sandboxes/{id}"):
+		return func(w http.ResponseWriter, r *http.Request) {
+			id := r.PathValue("id")
+			if owner, ok := s.cp.Owner(id); !ok || !scopeOf(r).Sees(owner) {
+				s.fail(w, controlplane.NotFound(id))
+				return
+			}
+			next(w, r)
+		}
+	case strings.HasPrefix(path, "/v1/templates/{name}"):
+		return func(w http.ResponseWriter, r *http.Request) {
+			if _, err := s.cfg.Templates.Get(scopeOf(r), r.PathValue("name")); err != nil {
+				s.fail(w, err)
+				return
+			}
+			next(w, r)
+		}
+	case strings.Contains(path, "{"):
+		panic("api: route " + pattern + " has a path parameter but no project scoping")
+	}
+	return next
+}
+
+// requireKey checks the API key (Bearer or X-API-Key), bounds the key's
+// requests in flight, and ends the request (streams included) when the key
+// is revoked.
 func (s *Server) requireKey(admin bool, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		secret := r.Header.Get("X-API-Key")
@@ -190,7 +285,43 @@ func (s *Server) requireKey(admin bool, next http.HandlerFunc) http.HandlerFunc 
 			writeError(w, http.StatusForbidden, "this operation needs an admin key")
 			return
 		}
-		next(w, r.WithContext(context.WithValue(r.Context(), keyContext{}, key)))
+		if !s.enter(key.ID) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("this API key has %d requests in flight, the most allowed; wait for some to finish", s.cfg.MaxRequestsPerKey))
+			return
+		}
+		defer s.leave(key.ID)
+		revoked, unwatch := s.cfg.Keys.Watch(key.ID)
+		defer unwatch()
+		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), keyContext{}, key))
+		defer cancel()
+		go func() {
+			select {
+			case <-revoked:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		next(w, r.WithContext(ctx))
+	}
+}
+
+// enter counts a request of key id in, unless the key is at its bound.
+func (s *Server) enter(id string) bool {
+	s.inFlightMu.Lock()
+	defer s.inFlightMu.Unlock()
+	if s.inFlight[id] >= s.cfg.MaxRequestsPerKey {
+		return false
+	}
+	s.inFlight[id]++
+	return true
+}
+
+func (s *Server) leave(id string) {
+	s.inFlightMu.Lock()
+	defer s.inFlightMu.Unlock()
+	if s.inFlight[id]--; s.inFlight[id] <= 0 {
+		delete(s.inFlight, id)
 	}
 }
 
@@ -243,7 +374,15 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	var stateErr *controlplane.StateError
 	var fileErr *node.AgentError
 	var tooBig *http.MaxBytesError
+	var quotaErr *controlplane.QuotaError
 	switch {
+	case errors.As(err, &quotaErr):
+		if quotaErr.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(quotaErr.RetryAfter.Seconds())))
+		}
+		writeError(w, http.StatusTooManyRequests, quotaErr.Error())
+	case errors.Is(err, ErrTemplateShared):
+		writeError(w, http.StatusForbidden, err.Error())
 	case errors.As(err, &stateErr):
 		writeError(w, http.StatusConflict, stateErr.Error())
 	case errors.As(err, &fileErr):
@@ -273,5 +412,6 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 var (
 	ErrTemplateNotFound = errors.New("template not found")
 	ErrTemplateInUse    = errors.New("template is in use")
+	ErrTemplateShared   = errors.New("template is shared")
 	ErrBadRecipe        = errors.New("invalid recipe")
 )

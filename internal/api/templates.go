@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,38 +13,150 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// createTemplate accepts a recipe as JSON ({name, recipe}) or, with a YAML
-// content type, as the raw recipe with ?name=.
+// TemplateBuild is what a build request carries besides its recipe.
+type TemplateBuild struct {
+	// Admin is set for admin keys: only their recipes may name host
+	// paths (from: oci-layout:/oci-archive:, files: with host sources).
+	Admin bool
+	// Archive streams the uploaded OCI archive of a from: upload recipe;
+	// nil without one. Submit reads it to the end or to ArchiveLimit
+	// bytes, refusing it with ErrArchiveTooLarge beyond.
+	Archive      io.Reader
+	ArchiveLimit int64
+}
+
+// DefaultMaxTemplateArchive bounds uploaded template archives.
+const DefaultMaxTemplateArchive = 2 << 30
+
+// drainOversized is how much of an oversized upload is read past the
+// limit before the connection is cut.
+const drainOversized = 64 << 20
+
+// Errors of a build request, returned wrapped by Templates.Submit.
+var (
+	// ErrHostPathsForbidden: a non-admin recipe named a host path (403).
+	ErrHostPathsForbidden = errors.New("host paths in recipes need an admin key")
+	// ErrArchiveTooLarge: the uploaded archive is over the limit (413).
+	ErrArchiveTooLarge = errors.New("uploaded archive too large")
+)
+
+// createTemplate accepts a recipe as JSON ({name, recipe}), with a YAML
+// content type as the raw recipe with ?name=, or as multipart/form-data
+// with a "recipe" part (YAML) followed by an "archive" part (an OCI or
+// docker-save tar) that a from: upload recipe builds from. The archive
+// streams to the server's disk; Submit bounds it.
 func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateTemplateRequest
-	if ct := r.Header.Get("Content-Type"); strings.Contains(ct, "yaml") {
+	build := TemplateBuild{Admin: keyOf(r).Admin}
+	ct := r.Header.Get("Content-Type")
+	switch {
+	case strings.HasPrefix(ct, "multipart/form-data"):
+		s.createTemplateUpload(w, r, build)
+		return
+	case strings.Contains(ct, "yaml"):
 		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBody))
 		if err != nil {
 			s.fail(w, err)
 			return
 		}
 		req = apiv1.CreateTemplateRequest{Name: r.URL.Query().Get("name"), Recipe: string(data)}
-	} else if !s.readJSON(w, r, &req) {
+	default:
+		if !s.readJSON(w, r, &req) {
+			return
+		}
+	}
+	s.submitTemplate(w, r, req.Name, req.Recipe, build)
+}
+
+// createTemplateUpload reads a multipart build request: the recipe part
+// must come before the archive, so that a bad recipe is refused before
+// any of the archive is stored.
+func (s *Server) createTemplateUpload(w http.ResponseWriter, r *http.Request, build TemplateBuild) {
+	build.ArchiveLimit = s.cfg.MaxTemplateArchive
+	// A body whose declared length is over the limit is refused before
+	// any of it is read (a client sending Expect: 100-continue then sends
+	// none of it).
+	if r.ContentLength > s.cfg.MaxTemplateArchive+s.cfg.MaxJSONBody+64<<10 {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v: the limit is %d bytes, the request has %d", ErrArchiveTooLarge, s.cfg.MaxTemplateArchive, r.ContentLength))
 		return
 	}
-	if strings.TrimSpace(req.Recipe) == "" {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "multipart body: "+err.Error())
+		return
+	}
+	name := r.URL.Query().Get("name")
+	var recipe []byte
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "multipart body: "+err.Error())
+			return
+		}
+		switch part.FormName() {
+		case "name":
+			b, _ := io.ReadAll(io.LimitReader(part, 256))
+			name = strings.TrimSpace(string(b))
+		case "recipe":
+			if recipe, err = io.ReadAll(io.LimitReader(part, s.cfg.MaxJSONBody+1)); err != nil {
+				writeError(w, http.StatusBadRequest, "multipart body: "+err.Error())
+				return
+			}
+			if int64(len(recipe)) > s.cfg.MaxJSONBody {
+				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("recipe larger than %d bytes", s.cfg.MaxJSONBody))
+				return
+			}
+		case "archive":
+			if recipe == nil {
+				writeError(w, http.StatusBadRequest, `multipart body: the "recipe" part must come before the "archive" part`)
+				return
+			}
+			build.Archive = part
+			s.submitTemplate(w, r, name, string(recipe), build)
+			return
+		default:
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("multipart body: unknown part %q (want name, recipe, archive)", part.FormName()))
+			return
+		}
+	}
+	s.submitTemplate(w, r, name, string(recipe), build)
+}
+
+func (s *Server) submitTemplate(w http.ResponseWriter, r *http.Request, name, recipe string, build TemplateBuild) {
+	if strings.TrimSpace(recipe) == "" {
 		writeError(w, http.StatusBadRequest, "recipe is required (the YAML text of a template recipe)")
 		return
 	}
-	t, err := s.cfg.Templates.Submit(req.Name, []byte(req.Recipe))
-	if err != nil {
+	t, err := s.cfg.Templates.Submit(scopeOf(r), name, []byte(recipe), build)
+	switch {
+	case errors.Is(err, ErrHostPathsForbidden):
+		writeError(w, http.StatusForbidden, err.Error())
+	case errors.Is(err, ErrArchiveTooLarge):
+		// Read (and drop) a bounded rest of the body, so that a client
+		// still sending it sees the answer rather than a reset
+		// connection; beyond that the connection is cut.
+		_, _ = io.CopyN(io.Discard, build.Archive, drainOversized)
+		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
+	case err != nil:
 		s.fail(w, err)
-		return
+	default:
+		writeJSON(w, http.StatusAccepted, t)
 	}
-	writeJSON(w, http.StatusAccepted, t)
 }
 
-func (s *Server) listTemplates(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, apiv1.TemplateList{Templates: s.cfg.Templates.List()})
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	scope, ok := listScope(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.TemplateList{Templates: s.cfg.Templates.List(scope)})
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.cfg.Templates.Get(r.PathValue("name"))
+	t, err := s.cfg.Templates.Get(scopeOf(r), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -57,7 +170,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		}
 		from = n
 	}
-	lines, _, err := s.cfg.Templates.Logs(t.ID, from)
+	lines, _, err := s.cfg.Templates.Logs(scopeOf(r), t.ID, from)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -69,7 +182,8 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 // templateLogs streams a build's log lines as server-sent events and ends
 // with a done event carrying the template.
 func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
-	t, err := s.cfg.Templates.Get(r.PathValue("name"))
+	name := r.PathValue("name")
+	t, err := s.cfg.Templates.Get(scopeOf(r), name)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -86,7 +200,7 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	for {
-		lines, done, err := s.cfg.Templates.Logs(t.ID, from)
+		lines, done, err := s.cfg.Templates.Logs(scopeOf(r), t.ID, from)
 		if err != nil {
 			return
 		}
@@ -96,7 +210,7 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "event: log\nid: %d\ndata: %s\n\n", from, data)
 		}
 		if done {
-			final, err := s.cfg.Templates.Get(t.ID)
+			final, err := s.cfg.Templates.Get(scopeOf(r), name)
 			if err == nil {
 				data, _ := json.Marshal(final)
 				fmt.Fprintf(w, "event: done\ndata: %s\n\n", data)
@@ -118,7 +232,7 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Templates.Delete(r.PathValue("name")); err != nil {
+	if err := s.cfg.Templates.Delete(scopeOf(r), r.PathValue("name")); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -131,7 +245,7 @@ func (s *Server) setPool(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &req) {
 		return
 	}
-	t, err := s.cfg.Templates.SetPool(r.PathValue("name"), req.Size)
+	t, err := s.cfg.Templates.SetPool(scopeOf(r), r.PathValue("name"), req.Size)
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -1,6 +1,7 @@
 // Package auth owns API keys: minting them, checking them on every request
 // and revoking them. Keys are stored only as SHA-256 hashes; the key itself
-// is shown once, when it is created.
+// is shown once, when it is created. Every key belongs to a project; admin
+// keys also see every other project.
 package auth
 
 import (
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 )
 
@@ -21,14 +23,27 @@ const bucket = "api_keys"
 // ErrInvalidKey is returned for a key that does not exist or was revoked.
 var ErrInvalidKey = errors.New("invalid API key")
 
+// ErrLastAdmin refuses to revoke the only admin key: nothing could mint
+// another over the API (`space serve --reset-admin-key` can, on the host).
+var ErrLastAdmin = errors.New("the last admin key cannot be revoked")
+
 // Key is a stored API key (never the key itself).
 type Key struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Prefix    string    `json:"prefix"`
-	Hash      string    `json:"hash"`
-	Admin     bool      `json:"admin"`
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Prefix string `json:"prefix"`
+	Hash   string `json:"hash"`
+	Admin  bool   `json:"admin"`
+	// Project is the key's project; keys stored before projects existed
+	// load as project.Default.
+	Project   string    `json:"project,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// Scope is what requests with the key see: its project, or everything
+// for an admin key.
+func (k Key) Scope() project.Scope {
+	return project.Scope{Project: project.Of(k.Project), All: k.Admin}
 }
 
 // Keys is the key registry, cached in memory for the request path.
@@ -36,6 +51,9 @@ type Keys struct {
 	st     *store.Store
 	mu     sync.RWMutex
 	byHash map[string]Key
+	// revoked holds, per key id, the channels closed when it is revoked,
+	// so that long requests (attach streams) end with their key.
+	watchers map[string]map[chan struct{}]struct{}
 }
 
 // Open loads the registry.
@@ -44,8 +62,9 @@ func Open(st *store.Store) (*Keys, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load API keys: %w", err)
 	}
-	k := &Keys{st: st, byHash: map[string]Key{}}
+	k := &Keys{st: st, byHash: map[string]Key{}, watchers: map[string]map[chan struct{}]struct{}{}}
 	for _, key := range all {
+		key.Project = project.Of(key.Project)
 		k.byHash[key.Hash] = key
 	}
 	return k, nil
@@ -56,9 +75,14 @@ func hashKey(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Create mints a key. The secret has E2B's format (e2b_ and 40 hex digits)
-// so that E2B SDKs accept it unchanged.
-func (k *Keys) Create(name string, admin bool) (Key, string, error) {
+// Create mints a key of project proj ("" is project.Default). The secret
+// has E2B's format (e2b_ and 40 hex digits) so that E2B SDKs accept it
+// unchanged.
+func (k *Keys) Create(name, proj string, admin bool) (Key, string, error) {
+	proj = project.Of(proj)
+	if err := project.ValidName(proj); err != nil {
+		return Key{}, "", err
+	}
 	raw := make([]byte, 20)
 	if _, err := rand.Read(raw); err != nil {
 		return Key{}, "", err
@@ -72,6 +96,7 @@ func (k *Keys) Create(name string, admin bool) (Key, string, error) {
 		Prefix:    secret[:10],
 		Hash:      hashKey(secret),
 		Admin:     admin,
+		Project:   proj,
 		CreatedAt: time.Now().UTC(),
 	}
 	if err := k.st.Put(bucket, key.ID, key); err != nil {
@@ -109,20 +134,71 @@ func (k *Keys) List() []Key {
 	return out
 }
 
-// Revoke deletes a key by id.
+// Revoke deletes a key by id and ends the requests that use it (see
+// Watch). The last admin key is refused with ErrLastAdmin.
 func (k *Keys) Revoke(id string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for h, key := range k.byHash {
 		if key.ID == id {
+			if key.Admin && k.admins() == 1 {
+				return fmt.Errorf("revoke %s: %w; create another admin key first", id, ErrLastAdmin)
+			}
 			if err := k.st.Delete(bucket, id); err != nil {
 				return fmt.Errorf("revoke %s: %w", id, err)
 			}
 			delete(k.byHash, h)
+			for ch := range k.watchers[id] {
+				close(ch)
+			}
+			delete(k.watchers, id)
 			return nil
 		}
 	}
 	return fmt.Errorf("key %s: %w", id, store.ErrNotFound)
+}
+
+// admins counts admin keys. k.mu is held.
+func (k *Keys) admins() int {
+	n := 0
+	for _, key := range k.byHash {
+		if key.Admin {
+			n++
+		}
+	}
+	return n
+}
+
+// Watch returns a channel closed when key id is revoked, and a function
+// that stops watching (call it when the request ends). A key revoked
+// already gets a closed channel.
+func (k *Keys) Watch(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	live := false
+	for _, key := range k.byHash {
+		if key.ID == id {
+			live = true
+			break
+		}
+	}
+	if !live {
+		close(ch)
+		return ch, func() {}
+	}
+	if k.watchers[id] == nil {
+		k.watchers[id] = map[chan struct{}]struct{}{}
+	}
+	k.watchers[id][ch] = struct{}{}
+	return ch, func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		delete(k.watchers[id], ch)
+		if len(k.watchers[id]) == 0 {
+			delete(k.watchers, id)
+		}
+	}
 }
 
 // Empty reports whether no key exists yet (first start).

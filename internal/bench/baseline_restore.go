@@ -59,17 +59,22 @@ func (r *runner) measureRunscRestore(ctx context.Context) (*Summary, error) {
 		return nil, err
 	}
 	defer removeRunscDir(stateDir)
-	rt, err := gvisor.New(gvisor.Config{RunscPath: r.cfg.RunscPath, StateDir: stateDir, Platform: "systrap"})
+	// Slots of its own, unmounted with the state directory.
+	slots, err := network.OpenNamespaces(filepath.Join(stateDir, "netns"))
+	if err != nil {
+		return nil, err
+	}
+	rt, err := gvisor.New(gvisor.Config{RunscPath: r.cfg.RunscPath, StateDir: stateDir, Platform: "systrap", Namespaces: slots})
 	if err != nil {
 		return nil, err
 	}
 	return r.sample(ctx, KeyBaselineRunscRestore, func(ctx context.Context, _ int) (time.Duration, error) {
-		return r.restoreOnce(ctx, rt, imageDir, booted, agentDir, limits)
+		return r.restoreOnce(ctx, rt, slots, imageDir, booted, agentDir, limits)
 	})
 }
 
 // restoreOnce restores the image once and tears everything down again.
-func (r *runner) restoreOnce(ctx context.Context, rt *gvisor.Runtime, imageDir, booted, agentDir string, limits runtime.Limits) (time.Duration, error) {
+func (r *runner) restoreOnce(ctx context.Context, rt *gvisor.Runtime, slots *network.Namespaces, imageDir, booted, agentDir string, limits runtime.Limits) (time.Duration, error) {
 	// Short: the id names two network namespaces and a cgroup.
 	id := "bench" + randomHex(6)
 	volume := filepath.Join(r.cfg.DataDir, "volumes", "space-bench-"+id)
@@ -77,7 +82,7 @@ func (r *runner) restoreOnce(ctx context.Context, rt *gvisor.Runtime, imageDir, 
 		return 0, err
 	}
 	defer func() { _ = btrfs(context.WithoutCancel(ctx), "subvolume", "delete", volume) }()
-	slot, err := network.Create(id)
+	slot, err := slots.Create(id)
 	if err != nil {
 		return 0, err
 	}

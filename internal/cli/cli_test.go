@@ -167,8 +167,10 @@ func TestUsageErrorsAndHelp(t *testing.T) {
 		{args: []string{"cp", "sb1:rel", "b"}, code: 2, inStderr: "must be absolute"},
 		{args: []string{"branch", "sb1", "--count", "0"}, code: 2, inStderr: "--count must be at least 1"},
 		{args: []string{"template", "build"}, code: 2, inStderr: "template build needs a recipe"},
-		{args: []string{"keys", "create"}, code: 2, inStderr: "keys create needs --name"},
+		{args: []string{"keys", "create"}, code: 2, inStderr: "keys create needs a NAME"},
 		{args: []string{"snapshot", "rm", "sb1"}, code: 2, inStderr: "at least one snapshot name"},
+		{args: []string{"serve", "--http-idle-timeout", "0s"}, code: 2, inStderr: "--http-idle-timeout must be positive"},
+		{args: []string{"serve", "--http-max-connections", "-1"}, code: 2, inStderr: "--http-max-connections 0 (unlimited) or positive"},
 	}
 	for _, tt := range tests {
 		code, out, errOut := runMain(t, "", tt.args...)

@@ -45,6 +45,7 @@ func init() {
 		{"cp", "copy files between the local machine and a sandbox", runCp},
 		{"template", "build, list, inspect and remove templates", runTemplate},
 		{"keys", "create, list and revoke API keys (admin key only)", runKeys},
+		{"projects", "list projects and set their quotas (admin key only)", runProjects},
 		{"secrets", "store, list and remove secrets for credential rules (admin key only)", runSecrets},
 		{"pause", "pause a sandbox", runPause},
 		{"resume", "resume a paused or suspended sandbox", runResume},

@@ -28,9 +28,12 @@ func runSecretsSet(ctx context.Context, args []string) error {
 Store a secret for credential rules, replacing any value it had. The value
 is read from stdin (one trailing newline is dropped); on a terminal you are
 prompted for it without echo. The server keeps it encrypted and never shows
-it again. Needs the admin key.
+it again. Secrets belong to a project: PROJECT/NAME stores one of another
+project (a bare NAME is the admin key's project, "default"); only that
+project's sandboxes can name it in credential rules. Needs the admin key.
 
-  echo -n "$TOKEN" | space secrets set API_TOKEN`)
+  echo -n "$TOKEN" | space secrets set API_TOKEN
+  echo -n "$TOKEN" | space secrets set team-a/API_TOKEN`)
 	name, err := parseOneName(fs, args, "secrets set", "secret name")
 	if err != nil {
 		return err
@@ -97,15 +100,15 @@ func runSecretsList(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	t := newTable(stdout, "NAME", "CREATED", "UPDATED")
+	t := newTable(stdout, "PROJECT", "NAME", "CREATED", "UPDATED")
 	for _, s := range list {
-		t.row(s.Name, ago(s.CreatedAt), ago(s.UpdatedAt))
+		t.row(s.Project, s.Name, ago(s.CreatedAt), ago(s.UpdatedAt))
 	}
 	return t.flush()
 }
 
 func runSecretsRemove(ctx context.Context, args []string) error {
-	fs := newFlagSet("space secrets rm NAME...", "Remove secrets. A secret that a live sandbox's credential rules use is kept (delete the sandbox first). Needs the admin key.")
+	fs := newFlagSet("space secrets rm NAME...", "Remove secrets (PROJECT/NAME for another project's). A secret that a live sandbox's credential rules use is kept (delete the sandbox first). Needs the admin key.")
 	names, err := fs.parse(args, true)
 	if err != nil {
 		return err

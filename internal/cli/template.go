@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
 )
 
 var templateCommands = []command{
@@ -23,12 +24,14 @@ func runTemplate(ctx context.Context, args []string) error {
 }
 
 func runTemplateBuild(ctx context.Context, args []string) error {
-	fs := newFlagSet("space template build -f RECIPE [--name NAME]", `
+	fs := newFlagSet("space template build -f RECIPE [--name NAME] [--archive IMAGE.tar]", `
 Submit a template recipe (YAML) and follow the build log until it is done.
 Exits with 1 when the build fails. A recipe that was already built is ready
-at once.`)
+at once. With --archive, the OCI or docker-save archive is uploaded with the
+recipe, whose base must then be "from: upload".`)
 	recipePath := fs.String("f", "", "recipe `file` (YAML), - for stdin")
 	name := fs.String("name", "", "template `name`, overriding the recipe's")
+	archivePath := fs.String("archive", "", "OCI or docker-save image `tar` to upload for a from: upload recipe")
 	positional, err := fs.parse(args, true)
 	if err != nil {
 		return err
@@ -48,7 +51,13 @@ at once.`)
 		return err
 	}
 	started := time.Now()
-	tmpl, err := c.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Name: *name, Recipe: recipe})
+	req := apiv1.CreateTemplateRequest{Name: *name, Recipe: recipe}
+	var tmpl *apiv1.Template
+	if *archivePath != "" {
+		tmpl, err = uploadTemplate(ctx, c, req, *archivePath)
+	} else {
+		tmpl, err = c.CreateTemplate(ctx, req)
+	}
 	if err != nil {
 		return err
 	}
@@ -73,6 +82,23 @@ at once.`)
 		// for a meaningful percentage.
 		fmt.Fprintf(stdout, "[%6.1fs] %s\n", time.Since(started).Seconds(), ev.Line)
 	}
+}
+
+// uploadTemplate submits the recipe with the archive at path.
+func uploadTemplate(ctx context.Context, c *client.Client, req apiv1.CreateTemplateRequest, path string) (*apiv1.Template, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open the archive: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("open the archive: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("the archive %s is not a regular file", path)
+	}
+	return c.CreateTemplateFromArchive(ctx, req, f, info.Size())
 }
 
 func readRecipe(recipePath string) (string, error) {

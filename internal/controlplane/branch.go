@@ -3,13 +3,13 @@ package controlplane
 import (
 	"context"
 	"maps"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -38,13 +38,11 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 			return cp.cfg.Node.Capture(ctx, id, volume, image)
 		})
 	})
+	crashpoint.Hit("branch-captured")
 	if err != nil {
 		return nil, err
 	}
-	release := func() {
-		_ = cp.cfg.Node.DeleteVolume(volume)
-		_ = os.RemoveAll(image)
-	}
+	release := func() { cp.dropCapture(volume, image) }
 	if timeoutS == 0 {
 		timeoutS = src.TimeoutS
 	}
@@ -53,44 +51,73 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 		Env: maps.Clone(src.Env), OnTimeout: src.Lifecycle.OnTimeout, AutoResume: &src.Lifecycle.AutoResume,
 		IdleSuspendS: src.Lifecycle.IdleSuspendS, Network: src.Network.api(),
 	}
-	if err := cp.checkRequest(&req); err != nil {
+	if err := cp.checkRequest(src.Project, &req); err != nil {
 		release()
 		return nil, err
 	}
-	var (
-		out     []Sandbox
-		started sync.WaitGroup
-	)
+	if err := cp.allowCreates(src.Project, count); err != nil {
+		release()
+		return nil, err
+	}
+	capture := Source{Volume: volume, ImageDir: image, AccessToken: src.AccessToken}
+	var admitted []*record
 	for i := 0; i < count; i++ {
-		r, err := cp.admit(req, src.Template, src.TemplateID, func(s *Sandbox) {
+		r, err := cp.admit(src.Project, req, src.Template, src.TemplateID, func(s *Sandbox) {
 			s.BranchOf = src.ID
 			s.Traffic = src.Traffic.forBranch()
 			s.Metadata = maps.Clone(src.Metadata)
 			// Same placeholders: the branch's processes hold the source's env.
 			s.Credentials = slices.Clone(src.Credentials)
+			s.Source = &capture
 		})
 		if err != nil {
-			if len(out) == 0 {
+			if len(admitted) == 0 {
 				release()
 				return nil, err
 			}
 			break // the branches admitted so far go ahead
 		}
-		started.Add(1)
+		admitted = append(admitted, r)
+	}
+	crashpoint.Hit("branch-admitted")
+	cp.startCopies(admitted, capture, release)
+	out := make([]Sandbox, len(admitted))
+	for i, r := range admitted {
+		out[i] = cp.snapshot(r)
+	}
+	cp.recordEvent(src.ID, Event{Type: "branch", Message: "branched into " + strconv.Itoa(len(out))})
+	return out, nil
+}
+
+// Source is the capture (a read-only volume and a memory image) that a new
+// sandbox is restored from: a branch's capture or a snapshot.
+type Source struct {
+	Volume   string `json:"volume"`
+	ImageDir string `json:"image_dir"`
+	// AccessToken is the token the agent in the image holds.
+	AccessToken string `json:"access_token"`
+	// Snapshot is the key of the snapshot the capture belongs to, empty
+	// for a branch's private capture.
+	Snapshot string `json:"snapshot,omitempty"`
+}
+
+// startCopies starts each of rs (recorded as starting) as a copy of src
+// with an identity of its own, and calls done once every start has ended:
+// the copies share the capture until then.
+func (cp *ControlPlane) startCopies(rs []*record, src Source, done func()) {
+	var started sync.WaitGroup
+	started.Add(len(rs))
+	for _, r := range rs {
 		cp.launch(r, func(ctx context.Context, s Sandbox) error {
 			defer started.Done()
 			return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
-				ID: s.ID, ImageDir: image, FromVolume: volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
+				ID: s.ID, ImageDir: src.ImageDir, FromVolume: src.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
 				AccessToken: src.AccessToken, NewIdentity: cp.identity(s), Network: s.policy(),
 			})
 		})
-		out = append(out, cp.snapshot(r))
 	}
-	// Every branch restores from the same capture; drop it once all ran.
 	go func() {
 		started.Wait()
-		release()
+		done()
 	}()
-	cp.recordEvent(src.ID, Event{Type: "branch", Message: "branched into " + strconv.Itoa(len(out))})
-	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/sandboxid"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -43,9 +45,12 @@ type Node interface {
 	Suspend(ctx context.Context, id, imageDir string) error
 	Capture(ctx context.Context, id, volume, imageDir string) error
 	ResumeFrom(ctx context.Context, spec node.RestoreSpec) error
+	RevertRestore(ctx context.Context, id string) (bool, error)
+	CommitRestore(id string) error
 	Halt(ctx context.Context, id string)
 	BootFromDisk(ctx context.Context, spec node.CreateSpec) error
 	DeleteVolume(name string) error
+	ListVolumes(prefix string) ([]string, error)
 	VolumeExists(name string) bool
 	OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error)
 	OpenDirInVolume(volume, path string) (*os.Root, error)
@@ -64,9 +69,30 @@ type Node interface {
 
 // Templates resolves the template a sandbox is created from.
 type Templates interface {
-	// Resolve returns the template's node-level description and its name.
-	// It returns an error wrapping ErrUnknownTemplate or ErrTemplateNotReady.
-	Resolve(nameOrID string) (node.TemplateSpec, string, error)
+	// Resolve returns the template's node-level description and its
+	// catalog name, looking nameOrID up as the scope sees the catalog
+	// (its project's templates and the built-in ones). It returns an
+	// error wrapping ErrUnknownTemplate or ErrTemplateNotReady.
+	Resolve(scope project.Scope, nameOrID string) (node.TemplateSpec, string, error)
+}
+
+// Quotas are the per-project limits the control plane enforces;
+// *project.Quotas satisfies it.
+type Quotas interface {
+	Of(project string) project.Quota
+	AllowCreate(project string, n int) (retryAfter time.Duration, ok bool)
+}
+
+// QuotaError is a request refused by its project's quota. RetryAfter is
+// set when waiting helps (the create rate).
+type QuotaError struct {
+	Project    string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("project %s: quota exceeded: %s", e.Project, e.Message)
 }
 
 // Errors the API maps to status codes.
@@ -123,6 +149,8 @@ type Config struct {
 	ImagesDir string
 	// Secrets are the secrets credential rules may name.
 	Secrets Secrets
+	// Quotas limits each project; nil: unlimited.
+	Quotas Quotas
 }
 
 // ControlPlane is the single authority over sandbox state.
@@ -140,6 +168,11 @@ type ControlPlane struct {
 	lastActive map[string]time.Time
 	// eventsMu serialises appends to the event history in the store.
 	eventsMu sync.Mutex
+	// snapMu guards snapshotUsers and makes "look up and hold a snapshot"
+	// atomic against DeleteSnapshot.
+	snapMu sync.Mutex
+	// snapshotUsers names, per snapshot key, the operations reading it now.
+	snapshotUsers map[string][]string
 }
 
 // record is the persisted sandbox plus its in-memory lock.
@@ -153,7 +186,10 @@ type record struct {
 
 // Sandbox is the control plane's durable view of one sandbox.
 type Sandbox struct {
-	ID          string            `json:"id"`
+	ID string `json:"id"`
+	// Project owns the sandbox; "" (records from before projects) is
+	// project.Default.
+	Project     string            `json:"project,omitempty"`
 	Template    string            `json:"template"`
 	TemplateID  string            `json:"template_id"`
 	State       string            `json:"state"`
@@ -180,6 +216,12 @@ type Sandbox struct {
 	// BranchOf and Snapshot say where a sandbox was restored from.
 	BranchOf string `json:"branch_of,omitempty"`
 	Snapshot string `json:"snapshot,omitempty"`
+	// Source is the capture a branch or a sandbox started from a snapshot
+	// restores from, so that a start a crash interrupted can run again.
+	Source *Source `json:"source,omitempty"`
+	// Restoring is the snapshot a restore in place is bringing in while the
+	// restore is unfinished: recovery then puts the old sandbox back.
+	Restoring string `json:"restoring,omitempty"`
 	// Recovered says how the sandbox came back after the host lost it.
 	Recovered string `json:"recovered,omitempty"`
 	// LastSnapshotAt drives rolling snapshots.
@@ -201,7 +243,7 @@ type Lifecycle = apiv1.Lifecycle
 // API returns the public view of a sandbox.
 func (s *Sandbox) API() apiv1.Sandbox {
 	return apiv1.Sandbox{
-		ID: s.ID, Template: s.Template, TemplateID: s.TemplateID, State: s.State, Reason: s.Reason,
+		ID: s.ID, Project: project.Of(s.Project), Template: s.TemplateName(), TemplateID: s.TemplateID, State: s.State, Reason: s.Reason,
 		VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, Env: s.Env, Metadata: s.Metadata,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, AccessToken: s.AccessToken,
 		SuspendedAt: s.SuspendedAt, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
@@ -209,6 +251,12 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		Lifecycle: s.Lifecycle, TrafficAccessToken: s.TrafficToken(),
 		Credentials: credentialsAPI(s.Credentials),
 	}
+}
+
+// TemplateName is the sandbox's template as its project names it: the
+// catalog files a project's templates as "<project>/<name>".
+func (s *Sandbox) TemplateName() string {
+	return strings.TrimPrefix(s.Template, project.Of(s.Project)+"/")
 }
 
 // New builds a control plane; call Recover before serving requests.
@@ -225,6 +273,8 @@ func New(cfg Config) *ControlPlane {
 		sandboxes:  map[string]*record{},
 		changed:    make(chan struct{}),
 		lastActive: map[string]time.Time{},
+
+		snapshotUsers: map[string][]string{},
 	}
 	cp.createLatency = cfg.Metrics.Histogram("space_sandbox_create_seconds",
 		"Time from create request to running.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})
@@ -254,13 +304,17 @@ func newToken() string {
 	return fmt.Sprintf("%x", b)
 }
 
+// NotFound is the error of a sandbox that does not exist, or that the
+// caller's scope does not see: the two must read the same.
+func NotFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, ErrNotFound) }
+
 // lookup returns the record for id.
 func (cp *ControlPlane) lookup(id string) (*record, error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	r, ok := cp.sandboxes[id]
 	if !ok {
-		return nil, fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
+		return nil, NotFound(id)
 	}
 	return r, nil
 }
@@ -318,13 +372,41 @@ func (cp *ControlPlane) setState(r *record, to, reason string, also ...func(*San
 	return nil
 }
 
-// Get returns one sandbox.
-func (cp *ControlPlane) Get(id string) (Sandbox, error) {
+// Get returns one sandbox, if the scope sees it; a sandbox of another
+// project is not found, exactly like a missing one.
+func (cp *ControlPlane) Get(scope project.Scope, id string) (Sandbox, error) {
 	r, err := cp.lookup(id)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	return cp.snapshot(r), nil
+	s := cp.snapshot(r)
+	if !scope.Sees(s.Project) {
+		return Sandbox{}, NotFound(id)
+	}
+	return s, nil
+}
+
+// Owner returns the project sandbox id belongs to; once the sandbox is
+// gone, the project of the snapshots it left. ok is false when neither
+// exists.
+func (cp *ControlPlane) Owner(id string) (owner string, ok bool) {
+	cp.mu.Lock()
+	r, found := cp.sandboxes[id]
+	if found {
+		owner = project.Of(r.Project)
+	}
+	cp.mu.Unlock()
+	if found {
+		return owner, true
+	}
+	if id == "" || strings.ContainsAny(id, "/\x00") {
+		return "", false
+	}
+	snaps, _ := cp.Snapshots(id)
+	if len(snaps) == 0 {
+		return "", false
+	}
+	return project.Of(snaps[0].Project), true
 }
 
 // Filter selects sandboxes in List.
@@ -333,13 +415,13 @@ type Filter struct {
 	Metadata map[string]string
 }
 
-// List returns the sandboxes matching f, oldest first.
-func (cp *ControlPlane) List(f Filter) []Sandbox {
+// List returns the sandboxes the scope sees that match f, oldest first.
+func (cp *ControlPlane) List(scope project.Scope, f Filter) []Sandbox {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var out []Sandbox
 	for _, r := range cp.sandboxes {
-		if f.State != "" && r.State != f.State {
+		if f.State != "" && r.State != f.State || !scope.Sees(r.Project) {
 			continue
 		}
 		match := true
@@ -358,7 +440,9 @@ func (cp *ControlPlane) List(f Filter) []Sandbox {
 }
 
 // InUse reports whether a live sandbox uses the template with this id.
-func (cp *ControlPlane) InUse(templateID string) bool { return cp.CountUsing(templateID) > 0 }
+func (cp *ControlPlane) InUse(templateID string) bool {
+	return cp.CountUsing(project.Everything, templateID) > 0
+}
 
 // Wait blocks until the sandbox reaches state, ends in another terminal
 // state (StateError), or ctx ends.
@@ -373,7 +457,7 @@ func (cp *ControlPlane) Wait(ctx context.Context, id, state string) (Sandbox, er
 		}
 		cp.mu.Unlock()
 		if !ok {
-			return Sandbox{}, fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
+			return Sandbox{}, NotFound(id)
 		}
 		if s.State == state {
 			return s, nil
@@ -393,13 +477,14 @@ func (cp *ControlPlane) Wait(ctx context.Context, id, state string) (Sandbox, er
 	}
 }
 
-// CountUsing counts the live sandboxes created from the template with this id.
-func (cp *ControlPlane) CountUsing(templateID string) int {
+// CountUsing counts the live sandboxes the scope sees that were created
+// from the template with this id.
+func (cp *ControlPlane) CountUsing(scope project.Scope, templateID string) int {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	n := 0
 	for _, r := range cp.sandboxes {
-		if r.TemplateID == templateID && !terminal(r.State) {
+		if r.TemplateID == templateID && !terminal(r.State) && scope.Sees(r.Project) {
 			n++
 		}
 	}

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -37,25 +38,29 @@ func invalid(format string, args ...any) error {
 
 // Create validates a request, records the sandbox as starting and starts it
 // in the background, from a template or from a snapshot. The returned
-// sandbox is in state starting.
-func (cp *ControlPlane) Create(req apiv1.CreateSandboxRequest) (Sandbox, error) {
+// sandbox is in state starting. It belongs to the scope's project; the
+// template, snapshot and secrets it names must be ones the scope sees.
+func (cp *ControlPlane) Create(scope project.Scope, req apiv1.CreateSandboxRequest) (Sandbox, error) {
 	if req.Snapshot != "" {
-		return cp.createFromSnapshot(req)
+		return cp.createFromSnapshot(scope, req)
 	}
 	if req.Template == "" {
 		req.Template = cp.cfg.Defaults.Template
 	}
-	if err := cp.checkRequest(&req); err != nil {
+	if err := cp.checkRequest(scope.Owner(), &req); err != nil {
 		return Sandbox{}, err
 	}
-	tpl, tplName, err := cp.cfg.Templates.Resolve(req.Template)
+	tpl, tplName, err := cp.cfg.Templates.Resolve(scope, req.Template)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if sb, ok, err := cp.createPooled(req, tpl, tplName); ok {
+	if err := cp.allowCreates(scope.Owner(), 1); err != nil {
+		return Sandbox{}, err
+	}
+	if sb, ok, err := cp.createPooled(scope.Owner(), req, tpl, tplName); ok {
 		return sb, err
 	}
-	r, err := cp.admit(req, tplName, tpl.ID, func(s *Sandbox) {})
+	r, err := cp.admit(scope.Owner(), req, tplName, tpl.ID, func(s *Sandbox) {})
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -86,12 +91,12 @@ func (cp *ControlPlane) poolLimits(vcpus, memoryMB, diskMB int) node.PoolLimits 
 // createPooled serves a create from the template's warm pool: the claimed
 // sandbox only needs its identity, so it is running when this returns. ok
 // is false when no pooled sandbox matched.
-func (cp *ControlPlane) createPooled(req apiv1.CreateSandboxRequest, tpl node.TemplateSpec, tplName string) (Sandbox, bool, error) {
+func (cp *ControlPlane) createPooled(owner string, req apiv1.CreateSandboxRequest, tpl node.TemplateSpec, tplName string) (Sandbox, bool, error) {
 	id, ok := cp.cfg.Node.Claim(tpl.ID, cp.poolLimits(req.VCPUs, req.MemoryMB, req.DiskMB))
 	if !ok {
 		return Sandbox{}, false, nil
 	}
-	r, err := cp.admit(req, tplName, tpl.ID, func(s *Sandbox) { s.ID = id })
+	r, err := cp.admit(owner, req, tplName, tpl.ID, func(s *Sandbox) { s.ID = id })
 	if err != nil {
 		_ = cp.cfg.Node.Destroy(context.Background(), id)
 		return Sandbox{}, true, err
@@ -119,34 +124,39 @@ func (cp *ControlPlane) createPooled(req apiv1.CreateSandboxRequest, tpl node.Te
 
 // createFromSnapshot starts a new sandbox from a snapshot's memory and
 // filesystem, with an identity of its own.
-func (cp *ControlPlane) createFromSnapshot(req apiv1.CreateSandboxRequest) (Sandbox, error) {
-	snap, err := cp.ResolveSnapshot(req.Snapshot)
+func (cp *ControlPlane) createFromSnapshot(scope project.Scope, req apiv1.CreateSandboxRequest) (Sandbox, error) {
+	snap, release, err := cp.holdSnapshot(func() (Snapshot, error) { return cp.ResolveSnapshot(scope, req.Snapshot) },
+		"a start of a new sandbox from it")
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if err := cp.checkRequest(&req); err != nil {
+	if err := cp.checkRequest(scope.Owner(), &req); err != nil {
+		release()
 		return Sandbox{}, err
 	}
-	r, err := cp.admit(req, snap.Template, snap.TemplateID, func(s *Sandbox) {
-		s.Snapshot = snap.SandboxID + "/" + snap.Name
+	if err := cp.allowCreates(scope.Owner(), 1); err != nil {
+		release()
+		return Sandbox{}, err
+	}
+	src := snap.source()
+	r, err := cp.admit(scope.Owner(), req, snap.Template, snap.TemplateID, func(s *Sandbox) {
+		s.Snapshot = src.Snapshot
+		s.Source = &src
 	})
 	if err != nil {
+		release()
 		return Sandbox{}, err
 	}
-	cp.launch(r, func(ctx context.Context, s Sandbox) error {
-		return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
-			ID: s.ID, ImageDir: snap.ImageDir, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
-			AccessToken: snap.AccessToken, NewIdentity: cp.identity(s), Network: s.policy(),
-		})
-	})
+	cp.startCopies([]*record{r}, src, release)
 	return cp.snapshot(r), nil
 }
 
-// admit records a new sandbox as starting, if the node can hold it.
-func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID string, adjust func(*Sandbox)) (*record, error) {
+// admit records a new sandbox of project owner as starting, if the node
+// and the project's quota can hold it.
+func (cp *ControlPlane) admit(owner string, req apiv1.CreateSandboxRequest, tplName, tplID string, adjust func(*Sandbox)) (*record, error) {
 	now := time.Now().UTC()
 	r := &record{Sandbox: Sandbox{
-		ID: newID(), Template: tplName, TemplateID: tplID, State: apiv1.StateStarting,
+		ID: newID(), Project: project.Of(owner), Template: tplName, TemplateID: tplID, State: apiv1.StateStarting,
 		VCPUs: req.VCPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		Env: req.Env, Metadata: req.Metadata, AccessToken: newToken(),
 		CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second), TimeoutS: req.TimeoutS,
@@ -158,6 +168,10 @@ func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID str
 	withCredentials(&r.Sandbox, req.Credentials)
 	adjust(&r.Sandbox)
 	cp.mu.Lock()
+	if err := cp.checkQuota(r.Project, req.MemoryMB); err != nil {
+		cp.mu.Unlock()
+		return nil, err
+	}
 	if err := cp.checkCommitment(req.MemoryMB); err != nil {
 		cp.mu.Unlock()
 		return nil, err
@@ -182,13 +196,14 @@ func (cp *ControlPlane) admit(req apiv1.CreateSandboxRequest, tplName, tplID str
 	return r, nil
 }
 
-// checkRequest fills defaults and rejects what no node could run.
-func (cp *ControlPlane) checkRequest(req *apiv1.CreateSandboxRequest) error {
+// checkRequest fills defaults and rejects what no node could run, for a
+// sandbox of project owner.
+func (cp *ControlPlane) checkRequest(owner string, req *apiv1.CreateSandboxRequest) error {
 	d, c := cp.cfg.Defaults, cp.cfg.Capacity
 	if _, err := checkNetwork(req.Network); err != nil {
 		return err
 	}
-	if err := cp.checkCredentials(req); err != nil {
+	if err := cp.checkCredentials(owner, req); err != nil {
 		return err
 	}
 	if err := cp.checkTraffic(req.Network); err != nil {
@@ -325,6 +340,7 @@ func (cp *ControlPlane) launch(r *record, act func(ctx context.Context, s Sandbo
 			cp.fail(context.WithoutCancel(ctx), r, "start failed: "+err.Error())
 			return
 		}
+		crashpoint.Hit("start-ran")
 		if err := cp.setState(r, apiv1.StateRunning, ""); err != nil {
 			cp.log.Error("record running", "sandbox", s.ID, "err", err)
 			return
@@ -361,13 +377,15 @@ func (cp *ControlPlane) stop(ctx context.Context, r *record, reason string) erro
 	if err := cp.setState(r, apiv1.StateStopping, reason); err != nil {
 		return err
 	}
+	crashpoint.Hit("stop-recorded")
 	if err := cp.cfg.Node.Destroy(ctx, s.ID); err != nil {
 		_ = cp.setState(r, apiv1.StateFailed, "stop failed: "+err.Error())
 		return fmt.Errorf("stop %s: %w", s.ID, err)
 	}
-	if err := os.RemoveAll(cp.suspendImage(s.ID)); err != nil {
+	if err := cp.removeImage(cp.suspendImage(s.ID)); err != nil {
 		cp.log.Error("remove suspend image", "sandbox", s.ID, "err", err)
 	}
+	crashpoint.Hit("stop-destroyed")
 	return cp.setState(r, apiv1.StateStopped, reason)
 }
 

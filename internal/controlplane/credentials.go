@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/space-platform/space/internal/credentials"
+	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -12,13 +14,14 @@ import (
 const maxCredentialRules = 32
 
 // Secrets is the secret store as the control plane uses it: rules may only
-// name secrets that exist.
+// name secrets that exist in the sandbox's project. ref is secrets.Ref.
 type Secrets interface {
-	Exists(name string) bool
+	Exists(ref string) bool
 }
 
-// checkCredentials validates the credential rules of a create request.
-func (cp *ControlPlane) checkCredentials(req *apiv1.CreateSandboxRequest) error {
+// checkCredentials validates the credential rules of a create request for
+// a sandbox of project owner.
+func (cp *ControlPlane) checkCredentials(owner string, req *apiv1.CreateSandboxRequest) error {
 	if len(req.Credentials) == 0 {
 		return nil
 	}
@@ -35,8 +38,8 @@ func (cp *ControlPlane) checkCredentials(req *apiv1.CreateSandboxRequest) error 
 			return invalid("credentials[%d]: %v", i, err)
 		}
 		for _, name := range r.Secrets() {
-			if cp.cfg.Secrets == nil || !cp.cfg.Secrets.Exists(name) {
-				return invalid("credentials[%d]: no secret named %s (store it with POST /v1/secrets or `space secrets set %s`)", i, name, name)
+			if cp.cfg.Secrets == nil || !cp.cfg.Secrets.Exists(secrets.Ref(owner, name)) {
+				return invalid("credentials[%d]: project %s has no secret named %s (store it with POST /v1/secrets or `space secrets set %s`)", i, project.Of(owner), name, name)
 			}
 		}
 		if r.Env != "" {
@@ -95,13 +98,14 @@ func (cp *ControlPlane) CredentialRules(id string) []credentials.Rule {
 	return slices.Clone(r.Credentials)
 }
 
-// SecretUsers returns the live sandboxes whose rules use the secret.
-func (cp *ControlPlane) SecretUsers(name string) []string {
+// SecretUsers returns the live sandboxes of project p whose rules use the
+// secret name.
+func (cp *ControlPlane) SecretUsers(p, name string) []string {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var ids []string
 	for id, r := range cp.sandboxes {
-		if terminal(r.State) {
+		if terminal(r.State) || project.Of(r.Project) != project.Of(p) {
 			continue
 		}
 		for _, rule := range r.Credentials {

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -61,6 +63,22 @@ func (cp *ControlPlane) suspendImage(id string) string {
 	return filepath.Join(cp.cfg.ImagesDir, id, "suspend")
 }
 
+// removeImage removes a checkpoint image and the directories above it
+// that it leaves empty (images/<id>/snapshots, images/<id>), so that no
+// empty directory outlives what it held.
+func (cp *ControlPlane) removeImage(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	root := cp.cfg.ImagesDir + string(filepath.Separator)
+	for p := filepath.Dir(dir); cp.cfg.ImagesDir != "" && strings.HasPrefix(p, root); p = filepath.Dir(p) {
+		if os.Remove(p) != nil {
+			break // not empty, so neither is what holds it
+		}
+	}
+	return nil
+}
+
 // Pause freezes a running sandbox's processes; memory stays resident.
 func (cp *ControlPlane) Pause(ctx context.Context, id string) (Sandbox, error) {
 	return cp.locked(id, func(r *record) error {
@@ -87,10 +105,14 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 	}
 	cp.touch(r.ID)
 	err := cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error {
-		return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
+		err := cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
 			ID: s.ID, ImageDir: s.ImageDir, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken,
 			Network: s.policy(),
 		})
+		if err == nil {
+			crashpoint.Hit("resume-resumed")
+		}
+		return err
 	}, func(s *Sandbox) {
 		s.ExpiresAt = time.Now().UTC().Add(time.Duration(s.TimeoutS) * time.Second)
 		// The image describes the past now; recovering from it after the
@@ -100,7 +122,7 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(s.ImageDir); err != nil {
+	if err := cp.removeImage(s.ImageDir); err != nil {
 		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 )
 
@@ -27,7 +28,7 @@ func (cp *ControlPlane) SetPoolSize(template string, size int) (node.PoolStatus,
 	if size < 0 || size > maxPoolSize {
 		return node.PoolStatus{}, invalid("pool size must be between 0 and %d, got %d", maxPoolSize, size)
 	}
-	tpl, name, err := cp.cfg.Templates.Resolve(template)
+	tpl, name, err := cp.cfg.Templates.Resolve(project.Everything, template)
 	if err != nil {
 		return node.PoolStatus{}, err
 	}
@@ -67,7 +68,7 @@ func (cp *ControlPlane) ApplyPools(defaults map[string]int) {
 	}
 	d := cp.cfg.Defaults
 	for name, size := range sizes {
-		tpl, _, err := cp.cfg.Templates.Resolve(name)
+		tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, name)
 		if err != nil {
 			continue
 		}
@@ -78,7 +79,7 @@ func (cp *ControlPlane) ApplyPools(defaults map[string]int) {
 // PrepareTemplate makes the template's pre-booted image now rather than at
 // its first create.
 func (cp *ControlPlane) PrepareTemplate(ctx context.Context, template string) error {
-	tpl, _, err := cp.cfg.Templates.Resolve(template)
+	tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, template)
 	if err != nil {
 		return err
 	}

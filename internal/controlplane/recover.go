@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -28,10 +29,15 @@ import (
 //     sandbox is treated as running (above).
 //   - suspended, paused: stay so (a paused sandbox whose runtime is gone is
 //     recovered like a running one).
-//   - starting: the start is run again from scratch.
-//   - stopping: the stop is finished.
+//   - starting: the start is run again from scratch; a branch or a start
+//     from a snapshot is restored again from its capture if that is whole.
+//   - stopping: the stop is finished (and a deleted sandbox forgotten).
+//   - a restore that was not recorded (Restoring) is undone first.
 //
-// Afterwards anything on the node that no sandbox or snapshot owns is removed.
+// An adopted runtime makes the sandbox's suspend image stale: it is
+// dropped. Afterwards anything on the node that no sandbox or snapshot owns
+// is removed: runtimes, slots, volumes, images, captures, empty image
+// directories.
 func (cp *ControlPlane) Recover(ctx context.Context) error {
 	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
 	if err != nil {
@@ -42,14 +48,21 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 		cp.sandboxes[s.ID] = &record{Sandbox: s}
 	}
 	cp.mu.Unlock()
+	copies := map[Source][]*record{}
 	for _, s := range all {
 		r, _ := cp.lookup(s.ID)
-		if err := cp.recoverOne(ctx, r); err != nil {
+		if err := cp.recoverOne(ctx, r, copies); err != nil {
 			cp.log.Error("recover sandbox", "sandbox", s.ID, "state", s.State, "err", err)
 			cp.fail(ctx, r, "recovery failed: "+err.Error())
 		}
 	}
+	for src, rs := range copies {
+		cp.restartCopies(src, rs)
+	}
 	cp.sweepImages()
+	if err := cp.sweepCaptures(); err != nil {
+		cp.log.Warn("sweep captures", "err", err)
+	}
 	return cp.cfg.Node.Sweep(ctx, func(id string) bool {
 		cp.mu.Lock()
 		defer cp.mu.Unlock()
@@ -58,16 +71,45 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 	})
 }
 
-func (cp *ControlPlane) recoverOne(ctx context.Context, r *record) error {
+// recoverOne reconciles one sandbox; a branch or a start from a snapshot
+// that must run again is added to copies, keyed by what it restores from.
+func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[Source][]*record) error {
 	s := cp.snapshot(r)
+	if terminal(s.State) {
+		// Released when it ended; what a crash left of it (a slot, a
+		// volume) the node's sweep below removes, as it keeps only live
+		// sandboxes.
+		return nil
+	}
 	if s.State != apiv1.StateSuspended {
 		cp.cfg.Node.Quiesce(ctx, s.ID)
 	}
+	if s.Restoring != "" {
+		// A restore that was not recorded did not happen: the node puts
+		// the old root volume back, and the old memory is its suspend
+		// image (or its runtime, if the crash came before that was made).
+		if _, err := cp.cfg.Node.RevertRestore(ctx, s.ID); err != nil {
+			return err
+		}
+		if err := cp.update(r, func(s *Sandbox) { s.Restoring = "" }); err != nil {
+			return err
+		}
+		cp.recordEvent(s.ID, Event{Type: "restore", Message: "restore of " + s.Restoring + " interrupted by a server restart; undone"})
+	} else if err := cp.cfg.Node.CommitRestore(s.ID); err != nil {
+		// What a recorded restore had not dropped yet.
+		cp.log.Warn("drop the volume a restore replaced", "sandbox", s.ID, "err", err)
+	}
 	switch s.State {
 	case apiv1.StateStarting:
-		return cp.restart(ctx, r)
+		return cp.restart(ctx, r, copies)
 	case apiv1.StateStopping:
-		return cp.stop(ctx, r, s.Reason)
+		if err := cp.stop(ctx, r, s.Reason); err != nil {
+			return err
+		}
+		if s.Reason == "deleted" {
+			return cp.forget(s.ID) // the client asked for it to go away
+		}
+		return nil
 	case apiv1.StateSuspended:
 		return nil
 	case apiv1.StateSuspending:
@@ -99,6 +141,12 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record) error {
 			cp.log.Warn("re-apply network policy", "sandbox", s.ID, "err", err)
 		}
 		cp.recordEvent(s.ID, Event{Type: "adopted", Message: "re-adopted after server restart"})
+		// The runtime that lives on is newer than any suspend image (a
+		// resume from it, or a suspend that did not finish): restoring
+		// that image later would bring back memory older than the disk.
+		if err := cp.dropSuspendImage(r); err != nil {
+			return err
+		}
 		if s.State != want {
 			return cp.setState(r, want, "recovered after a server restart")
 		}
@@ -107,12 +155,34 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record) error {
 	// The runtime is gone (host reboot, or it died with the server).
 	if s.ImageDir != "" && node.ImageComplete(s.ImageDir) && s.State != apiv1.StateSuspended {
 		cp.cfg.Node.Halt(ctx, s.ID)
+		if s.Restoring != "" {
+			// The image is the one the restore made of the sandbox as it
+			// was: nothing is lost, so it is not flagged recovered.
+			return cp.moveTo(r, apiv1.StateSuspended, "restore of "+s.Restoring+" interrupted by a server restart; suspended as it was before")
+		}
 		if err := cp.moveTo(r, apiv1.StateSuspended, "the host lost the sandbox; brought back as suspended from its last image"); err != nil {
 			return err
 		}
 		return cp.update(r, func(s *Sandbox) { s.Recovered = "restored from the last suspend image" })
 	}
 	return cp.reboot(ctx, r)
+}
+
+// dropSuspendImage forgets and removes a sandbox's suspend image once it
+// runs from something newer. The record is changed first: an image that
+// lingers after a crash is swept, one still recorded would be used.
+func (cp *ControlPlane) dropSuspendImage(r *record) error {
+	image := cp.snapshot(r).ImageDir
+	if image == "" {
+		return nil
+	}
+	if err := cp.update(r, func(s *Sandbox) { s.ImageDir = "" }); err != nil {
+		return err
+	}
+	if err := cp.removeImage(image); err != nil {
+		cp.log.Warn("remove stale suspend image", "sandbox", r.ID, "err", err)
+	}
+	return nil
 }
 
 // moveTo walks a recovered sandbox to state to. A crash can leave it in a
@@ -147,12 +217,15 @@ func (cp *ControlPlane) fail(ctx context.Context, r *record, reason string) {
 	}
 }
 
-// restart runs an interrupted start again from scratch.
-func (cp *ControlPlane) restart(ctx context.Context, r *record) error {
+// restart runs an interrupted start again from scratch. A copy (a branch,
+// a start from a snapshot) whose capture is still whole is queued in copies
+// to be restored again; one whose capture is gone never ran, so nothing is
+// lost by failing it.
+func (cp *ControlPlane) restart(ctx context.Context, r *record, copies map[Source][]*record) error {
 	s := cp.snapshot(r)
 	cp.cfg.Node.Halt(ctx, s.ID)
 	if s.Snapshot == "" && s.BranchOf == "" {
-		tpl, _, err := cp.cfg.Templates.Resolve(s.TemplateID)
+		tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, s.TemplateID)
 		if err != nil {
 			return err
 		}
@@ -165,17 +238,49 @@ func (cp *ControlPlane) restart(ctx context.Context, r *record) error {
 		})
 		return nil
 	}
-	// A copy whose capture may be gone: it never ran, so nothing is lost
-	// by failing it.
-	cp.fail(ctx, r, "start interrupted by a server restart")
+	if src := s.Source; src != nil && cp.cfg.Node.VolumeExists(src.Volume) && node.ImageComplete(src.ImageDir) {
+		if _, err := cp.findSnapshotKey(src.Snapshot); src.Snapshot == "" || err == nil {
+			copies[*src] = append(copies[*src], r)
+			return nil
+		}
+	}
+	cp.fail(ctx, r, "start interrupted by a server restart, and what it started from is gone")
 	return nil
+}
+
+// restartCopies starts again the copies that a crash interrupted, all from
+// the same capture, which is then released as after a branch.
+func (cp *ControlPlane) restartCopies(src Source, rs []*record) {
+	done := func() { cp.dropCapture(src.Volume, src.ImageDir) }
+	if src.Snapshot != "" {
+		// A snapshot stays (and is held as during the first attempt).
+		_, release, err := cp.holdSnapshot(func() (Snapshot, error) { return cp.findSnapshotKey(src.Snapshot) },
+			"a start of a new sandbox from it")
+		if err != nil {
+			for _, r := range rs {
+				cp.fail(context.Background(), r, "start interrupted by a server restart; its snapshot is gone")
+			}
+			return
+		}
+		done = release
+	}
+	for _, r := range rs {
+		cp.recordEvent(r.ID, Event{Type: "state", Message: "start interrupted by a server restart; restoring again"})
+	}
+	cp.startCopies(rs, src, done)
+}
+
+// findSnapshotKey finds a snapshot by its key, "<sandbox>/<name>".
+func (cp *ControlPlane) findSnapshotKey(key string) (Snapshot, error) {
+	sbx, name, _ := strings.Cut(key, "/")
+	return cp.findSnapshot(sbx, name)
 }
 
 // reboot starts a sandbox again on its root volume after its memory was
 // lost, and flags it.
 func (cp *ControlPlane) reboot(ctx context.Context, r *record) error {
 	s := cp.snapshot(r)
-	tpl, _, err := cp.cfg.Templates.Resolve(s.TemplateID)
+	tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, s.TemplateID)
 	if err != nil {
 		return err
 	}
@@ -202,7 +307,9 @@ func (cp *ControlPlane) reboot(ctx context.Context, r *record) error {
 	return cp.setState(r, apiv1.StateRunning, "recovered from its last durable state")
 }
 
-// sweepImages removes checkpoint images that no sandbox or snapshot owns.
+// sweepImages removes checkpoint images that no sandbox or snapshot owns,
+// and then the directories left empty (images/<id>/snapshots, .../branches,
+// images/<id>).
 func (cp *ControlPlane) sweepImages() {
 	if cp.cfg.ImagesDir == "" {
 		return
@@ -212,6 +319,9 @@ func (cp *ControlPlane) sweepImages() {
 	for _, r := range cp.sandboxes {
 		if r.ImageDir != "" {
 			owned[r.ImageDir] = true
+		}
+		if src := startingFrom(r); src != nil {
+			owned[src.ImageDir] = true
 		}
 	}
 	cp.mu.Unlock()
@@ -232,5 +342,77 @@ func (cp *ControlPlane) sweepImages() {
 				_ = os.RemoveAll(d)
 			}
 		}
+	}
+	// Deepest first, so a parent emptied by its children goes too;
+	// os.Remove refuses a directory that is not empty.
+	for _, pattern := range []string{"*/snapshots", "*/branches", "*"} {
+		empty, _ := filepath.Glob(filepath.Join(cp.cfg.ImagesDir, pattern))
+		for _, d := range empty {
+			if info, err := os.Lstat(d); err == nil && info.IsDir() {
+				_ = os.Remove(d)
+			}
+		}
+	}
+}
+
+// startingFrom is the capture a sandbox that is still starting restores
+// from, if any.
+func startingFrom(r *record) *Source {
+	if r.State == apiv1.StateStarting {
+		return r.Source
+	}
+	return nil
+}
+
+// sweepCaptures removes captured volumes (snapshots/<sandbox>/<x>) that no
+// snapshot owns and no start restores from: the capture of a snapshot or a
+// branch that a crash interrupted. Directories left empty go too.
+func (cp *ControlPlane) sweepCaptures() error {
+	owned := cp.snapshotVolumes()
+	cp.mu.Lock()
+	for _, r := range cp.sandboxes {
+		if src := startingFrom(r); src != nil {
+			owned[src.Volume] = true
+		}
+	}
+	cp.mu.Unlock()
+	dirs, err := cp.cfg.Node.ListVolumes("snapshots")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, dir := range dirs {
+		vols, err := cp.cfg.Node.ListVolumes(dir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		kept := 0
+		for _, v := range vols {
+			if owned[v] {
+				kept++
+				continue
+			}
+			cp.log.Info("removing orphaned capture", "volume", v)
+			if err := cp.cfg.Node.DeleteVolume(v); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if kept == 0 {
+			if err := cp.cfg.Node.DeleteVolume(dir); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropCapture removes a branch's capture once every branch restored from it.
+func (cp *ControlPlane) dropCapture(volume, image string) {
+	if err := cp.cfg.Node.DeleteVolume(volume); err != nil {
+		cp.log.Warn("drop branch capture", "volume", volume, "err", err)
+	}
+	if err := cp.removeImage(image); err != nil {
+		cp.log.Warn("drop branch capture image", "image", image, "err", err)
 	}
 }

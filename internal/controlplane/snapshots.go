@@ -9,11 +9,15 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -37,6 +41,13 @@ type Snapshot struct {
 	TemplateID  string `json:"template_id"`
 	AccessToken string `json:"access_token"`
 	SizeBytes   int64  `json:"size_bytes"`
+	// Project is the source sandbox's project, which owns the snapshot.
+	Project string `json:"project,omitempty"`
+}
+
+// source is what a sandbox started from the snapshot restores from.
+func (s Snapshot) source() Source {
+	return Source{Volume: s.Volume, ImageDir: s.ImageDir, AccessToken: s.AccessToken, Snapshot: snapshotKey(s.SandboxID, s.Name)}
 }
 
 // API returns the public view of a snapshot.
@@ -79,11 +90,14 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 		return Snapshot{}, &StateError{ID: r.ID, State: "holding a snapshot named " + name, Want: "take another with the same name"}
 	}
 	s := cp.snapshot(r)
+	if err := cp.checkSnapshotQuota(s.Project); err != nil {
+		return Snapshot{}, err
+	}
 	snapID := newID()
 	snap := Snapshot{
 		ID: snapID, Name: name, SandboxID: s.ID, CreatedAt: time.Now().UTC(), Rolling: rolling,
 		Volume: path.Join("snapshots", s.ID, snapID), ImageDir: filepath.Join(cp.cfg.ImagesDir, s.ID, "snapshots", snapID),
-		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken,
+		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken, Project: project.Of(s.Project),
 	}
 	back := s.State
 	err := cp.step(r, apiv1.StateSnapshotting, back, "", func() error {
@@ -92,6 +106,7 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 	if err != nil {
 		return Snapshot{}, err
 	}
+	crashpoint.Hit("snapshot-captured")
 	snap.SizeBytes = dirSize(snap.ImageDir)
 	if err := cp.cfg.Store.Put(snapshotBucket, snapshotKey(s.ID, name), snap); err != nil {
 		cp.dropSnapshotData(snap)
@@ -142,8 +157,20 @@ func (cp *ControlPlane) findSnapshot(sandboxID, name string) (Snapshot, error) {
 	return s, nil
 }
 
-// ResolveSnapshot finds a snapshot by "<sandbox>/<name>" or by its id.
-func (cp *ControlPlane) ResolveSnapshot(ref string) (Snapshot, error) {
+// ResolveSnapshot finds a snapshot the scope sees by "<sandbox>/<name>" or
+// by its id; another project's snapshot is not found, like a missing one.
+func (cp *ControlPlane) ResolveSnapshot(scope project.Scope, ref string) (Snapshot, error) {
+	s, err := cp.resolveSnapshot(ref)
+	if err == nil && !scope.Sees(s.Project) {
+		if sbx, name, ok := strings.Cut(ref, "/"); ok {
+			return Snapshot{}, fmt.Errorf("snapshot %s of sandbox %s: %w", name, sbx, ErrNotFound)
+		}
+		return Snapshot{}, fmt.Errorf("snapshot %s: %w", ref, ErrNotFound)
+	}
+	return s, err
+}
+
+func (cp *ControlPlane) resolveSnapshot(ref string) (Snapshot, error) {
 	if sbx, name, ok := strings.Cut(ref, "/"); ok {
 		return cp.findSnapshot(sbx, name)
 	}
@@ -159,24 +186,66 @@ func (cp *ControlPlane) ResolveSnapshot(ref string) (Snapshot, error) {
 	return Snapshot{}, fmt.Errorf("snapshot %s: %w", ref, ErrNotFound)
 }
 
-// DeleteSnapshot removes a snapshot's record, filesystem and image.
+// DeleteSnapshot removes a snapshot's record, filesystem and image. A
+// snapshot that a restore or a start from it is reading cannot be deleted
+// until that ends: the answer is a StateError (409) naming the operations.
 func (cp *ControlPlane) DeleteSnapshot(sandboxID, name string) error {
+	cp.snapMu.Lock()
 	snap, err := cp.findSnapshot(sandboxID, name)
+	if err != nil {
+		cp.snapMu.Unlock()
+		return err
+	}
+	if users := cp.snapshotUsers[snapshotKey(sandboxID, name)]; len(users) > 0 {
+		cp.snapMu.Unlock()
+		return &StateError{ID: sandboxID, State: "lending snapshot " + name + " to " + strings.Join(users, " and "),
+			Want: "delete that snapshot until the operation ends"}
+	}
+	err = cp.cfg.Store.Delete(snapshotBucket, snapshotKey(sandboxID, name))
+	cp.snapMu.Unlock()
 	if err != nil {
 		return err
 	}
-	if err := cp.cfg.Store.Delete(snapshotBucket, snapshotKey(sandboxID, name)); err != nil {
-		return err
-	}
+	// Nothing can take the snapshot any more: its record is gone.
 	cp.dropSnapshotData(snap)
 	return nil
+}
+
+// holdSnapshot finds a snapshot with resolve and marks it in use by op (a
+// phrase such as "a restore of sandbox X") until release is called, so
+// DeleteSnapshot refuses it meanwhile. Finding and marking are one step
+// under snapMu: a snapshot found here is never deleted under its user.
+func (cp *ControlPlane) holdSnapshot(resolve func() (Snapshot, error), op string) (snap Snapshot, release func(), err error) {
+	cp.snapMu.Lock()
+	defer cp.snapMu.Unlock()
+	if snap, err = resolve(); err != nil {
+		return Snapshot{}, nil, err
+	}
+	key := snapshotKey(snap.SandboxID, snap.Name)
+	cp.snapshotUsers[key] = append(cp.snapshotUsers[key], op)
+	var once sync.Once
+	return snap, func() {
+		once.Do(func() {
+			cp.snapMu.Lock()
+			defer cp.snapMu.Unlock()
+			users := cp.snapshotUsers[key]
+			if i := slices.Index(users, op); i >= 0 {
+				users = slices.Delete(users, i, i+1)
+			}
+			if len(users) == 0 {
+				delete(cp.snapshotUsers, key)
+			} else {
+				cp.snapshotUsers[key] = users
+			}
+		})
+	}, nil
 }
 
 func (cp *ControlPlane) dropSnapshotData(s Snapshot) {
 	if err := cp.cfg.Node.DeleteVolume(s.Volume); err != nil {
 		cp.log.Error("delete snapshot volume", "snapshot", s.ID, "err", err)
 	}
-	if err := os.RemoveAll(s.ImageDir); err != nil {
+	if err := cp.removeImage(s.ImageDir); err != nil {
 		cp.log.Error("delete snapshot image", "snapshot", s.ID, "err", err)
 	}
 }
@@ -206,28 +275,65 @@ func (cp *ControlPlane) OpenSnapshotDir(sandboxID, name, p string) (*os.Root, er
 func (cp *ControlPlane) snapshotOf(sandboxID, name string) (Snapshot, error) {
 	snap, err := cp.findSnapshot(sandboxID, name)
 	if err != nil {
-		if byID, idErr := cp.ResolveSnapshot(name); idErr == nil && byID.SandboxID == sandboxID {
+		if byID, idErr := cp.resolveSnapshot(name); idErr == nil && byID.SandboxID == sandboxID {
 			snap, err = byID, nil
 		}
 	}
 	return snap, err
 }
 
-// Restore rolls a sandbox back in place to one of its snapshots: memory,
-// processes and filesystem become what they were when it was taken. The
-// sandbox keeps its id, token, env and metadata.
-func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, error) {
-	snap, err := cp.ResolveSnapshot(ref)
-	if err != nil {
-		if snap, err = cp.findSnapshot(id, ref); err != nil {
-			return Sandbox{}, err
+// Restore rolls a sandbox back in place to a snapshot (one of its own, by
+// name, or any the scope sees by "<sandbox>/<name>" or id): memory, processes and
+// filesystem become what they were when it was taken. The sandbox keeps
+// its id, token, env and metadata.
+//
+// A restore that fails leaves the sandbox as it was: a running or paused
+// sandbox is first suspended to its suspend image, its root volume is only
+// set aside (node.ResumeFrom), and on failure both come back. The restore
+// takes effect when it is recorded; recovery undoes one that was not.
+func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, ref string) (Sandbox, error) {
+	snap, release, err := cp.holdSnapshot(func() (Snapshot, error) {
+		snap, err := cp.resolveSnapshot(ref)
+		if err != nil {
+			if snap, err = cp.findSnapshot(id, ref); err != nil {
+				return Snapshot{}, err
+			}
 		}
+		if !scope.Sees(snap.Project) {
+			// Answered as findSnapshot answers a missing one.
+			return Snapshot{}, fmt.Errorf("snapshot %s of sandbox %s: %w", ref, id, ErrNotFound)
+		}
+		return snap, nil
+	}, "a restore of sandbox "+id)
+	if err != nil {
+		return Sandbox{}, err
 	}
+	defer release()
 	return cp.locked(id, func(r *record) error {
 		if err := cp.require(r, "restore a snapshot", apiv1.StateRunning, apiv1.StatePaused, apiv1.StateSuspended); err != nil {
 			return err
 		}
 		s := cp.snapshot(r)
+		from, image := s.State, cp.suspendImage(s.ID)
+		if from == apiv1.StateSuspended && s.ImageDir != "" {
+			image = s.ImageDir
+		}
+		ref := snap.SandboxID + "/" + snap.Name
+		// Recorded before anything moves, so that recovery after a crash
+		// knows to put the old sandbox back.
+		if err := cp.setState(r, apiv1.StateResuming, "restoring snapshot "+ref, func(s *Sandbox) {
+			s.Restoring, s.ImageDir = ref, image
+		}); err != nil {
+			return err
+		}
+		if from != apiv1.StateSuspended {
+			// The suspend image is what a failed restore comes back from.
+			if err := cp.cfg.Node.Suspend(ctx, s.ID, image); err != nil {
+				// Suspend leaves the sandbox as it was when it fails.
+				return cp.restoreFailed(r, ref, err, func(reason string) { cp.endRestore(r, from, reason, "") })
+			}
+		}
+		crashpoint.Hit("restore-suspended")
 		spec := node.RestoreSpec{
 			ID: s.ID, ImageDir: snap.ImageDir, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
 			AccessToken: snap.AccessToken, Rollback: true, Network: s.policy(),
@@ -235,20 +341,78 @@ func (cp *ControlPlane) Restore(ctx context.Context, id, ref string) (Sandbox, e
 		if snap.SandboxID != s.ID || snap.AccessToken != s.AccessToken {
 			spec.NewIdentity = cp.identity(s)
 		}
-		err := cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "restored snapshot "+snap.Name, func() error {
-			if s.State != apiv1.StateSuspended {
-				cp.cfg.Node.Halt(ctx, s.ID)
-			}
-			return cp.cfg.Node.ResumeFrom(ctx, spec)
-		}, func(s *Sandbox) { s.Snapshot = snap.SandboxID + "/" + snap.Name })
-		if err != nil {
-			// The old runtime is gone; what is left is the suspended image,
-			// if there was one, or nothing that runs.
-			cp.fail(ctx, r, "restore of "+snap.Name+" failed: "+err.Error())
+		if err := cp.cfg.Node.ResumeFrom(ctx, spec); err != nil {
+			// The node has put the old root volume back; bring back the
+			// old memory too.
+			return cp.restoreFailed(r, ref, err, func(reason string) { cp.unrestore(ctx, r, from, image, reason) })
+		}
+		crashpoint.Hit("restore-resumed")
+		if err := cp.setState(r, apiv1.StateRunning, "restored snapshot "+snap.Name, func(s *Sandbox) {
+			s.Snapshot, s.Restoring, s.ImageDir, s.SuspendedAt = ref, "", "", nil
+		}); err != nil {
 			return err
+		}
+		crashpoint.Hit("restore-recorded")
+		// Recorded: the old root volume and memory are not needed any more.
+		if err := cp.cfg.Node.CommitRestore(s.ID); err != nil {
+			cp.log.Warn("drop the volume a restore replaced", "sandbox", s.ID, "err", err)
+		}
+		if err := cp.removeImage(image); err != nil {
+			cp.log.Warn("drop the image a restore replaced", "sandbox", s.ID, "err", err)
 		}
 		return nil
 	})
+}
+
+// restoreFailed logs why a restore failed, lets undo put the sandbox back
+// (with the reason to record), and returns the error the client sees: it
+// says what state the sandbox is in, and not the node's error, which names
+// host paths.
+func (cp *ControlPlane) restoreFailed(r *record, ref string, err error, undo func(reason string)) error {
+	cp.log.Error("restore failed", "sandbox", r.ID, "snapshot", ref, "err", err)
+	undo("restore of " + ref + " failed; the sandbox is as it was")
+	return fmt.Errorf("restore of %s into sandbox %s failed; the sandbox is %s as it was before", ref, r.ID, cp.snapshot(r).State)
+}
+
+// unrestore brings a sandbox whose restore failed back to state from, from
+// the suspend image the restore made (or had). Should that fail too, the
+// sandbox stays suspended on that image: still whole, resumed on next use.
+func (cp *ControlPlane) unrestore(ctx context.Context, r *record, from, image, reason string) {
+	s := cp.snapshot(r)
+	if from == apiv1.StateSuspended {
+		cp.endRestore(r, from, reason, image)
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	err := cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
+		ID: s.ID, ImageDir: image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken, Network: s.policy(),
+	})
+	if err == nil && from == apiv1.StatePaused {
+		err = cp.cfg.Node.Pause(ctx, s.ID)
+	}
+	if err != nil {
+		cp.log.Error("bring back a sandbox after a failed restore", "sandbox", s.ID, "err", err)
+		cp.cfg.Node.Halt(ctx, s.ID)
+		cp.endRestore(r, apiv1.StateSuspended, reason+", suspended on its image", image)
+		return
+	}
+	cp.endRestore(r, from, reason, "")
+	if err := cp.removeImage(image); err != nil {
+		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
+	}
+}
+
+// endRestore records the end of a restore that did not happen.
+func (cp *ControlPlane) endRestore(r *record, to, reason, image string) {
+	if err := cp.setState(r, to, reason, func(s *Sandbox) {
+		s.Restoring, s.ImageDir = "", image
+		if to == apiv1.StateSuspended && s.SuspendedAt == nil {
+			now := time.Now().UTC()
+			s.SuspendedAt = &now
+		}
+	}); err != nil {
+		cp.log.Error("record failed restore", "sandbox", r.ID, "err", err)
+	}
 }
 
 // identity is what a restored copy must be told about itself.
@@ -280,7 +444,7 @@ func (cp *ControlPlane) pruneSnapshots(now time.Time) {
 			continue
 		}
 		keep := cp.cfg.Defaults.SnapshotRetention
-		if sb, err := cp.Get(s.SandboxID); err == nil && sb.Lifecycle.SnapshotRetentionS > 0 {
+		if sb, err := cp.Get(project.Everything, s.SandboxID); err == nil && sb.Lifecycle.SnapshotRetentionS > 0 {
 			keep = time.Duration(sb.Lifecycle.SnapshotRetentionS) * time.Second
 		}
 		if now.Sub(s.CreatedAt) > keep {

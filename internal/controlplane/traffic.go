@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -109,7 +110,7 @@ func (t *Traffic) view(p *apiv1.NetworkPolicy) *apiv1.NetworkPolicy {
 // chosen at create time. Repeating the values in effect is allowed, so a
 // client may send back the policy it read.
 func (cp *ControlPlane) checkTrafficUnchanged(id string, req apiv1.NetworkPolicy) error {
-	s, err := cp.Get(id)
+	s, err := cp.Get(project.Everything, id)
 	if err != nil {
 		return err
 	}

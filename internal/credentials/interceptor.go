@@ -26,9 +26,10 @@ type RuleSource interface {
 	CredentialRules(sandboxID string) []Rule
 }
 
-// SecretSource gives a secret's value (the secret store).
+// SecretSource gives the value of a secret a sandbox's rules name; the
+// secret is looked up in the sandbox's own project.
 type SecretSource interface {
-	Get(name string) ([]byte, error)
+	Secret(sandboxID, name string) ([]byte, error)
 }
 
 // Config wires an Interceptor.
@@ -272,7 +273,7 @@ func (p *proxy) credentials() (rules []Rule, values map[string]string, err error
 			if _, ok := values[name]; ok {
 				continue
 			}
-			v, err := p.in.cfg.Secrets.Get(name)
+			v, err := p.in.cfg.Secrets.Secret(p.sandboxID, name)
 			if err != nil {
 				missing = append(missing, name)
 				continue

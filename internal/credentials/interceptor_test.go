@@ -103,6 +103,11 @@ func startUpstream(t *testing.T, ca *CA, names ...string) *upstream {
 	return u
 }
 
+// defaultProject reads every sandbox's secrets from project default.
+type defaultProject struct{ *secrets.Store }
+
+func (d defaultProject) Secret(_, name string) ([]byte, error) { return d.Get(name) }
+
 type fixture struct {
 	in        *Interceptor
 	sandboxCA *x509.CertPool
@@ -140,7 +145,7 @@ func newFixture(t *testing.T, rules staticRules, upstreamCA *CA) *fixture {
 	sandboxRoots := x509.NewCertPool()
 	sandboxRoots.AppendCertsFromPEM(ca.CertPEM())
 	return &fixture{
-		in:        NewInterceptor(Config{CA: ca, Rules: rules, Secrets: sec, UpstreamRoots: roots}),
+		in:        NewInterceptor(Config{CA: ca, Rules: rules, Secrets: defaultProject{sec}, UpstreamRoots: roots}),
 		sandboxCA: sandboxRoots,
 		store:     sec,
 		dialed:    make(chan string, 100),

@@ -18,22 +18,27 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
 // ControlPlane is what the E2B API needs of space's control plane;
 // *controlplane.ControlPlane satisfies it.
+//
+// Calls that look a sandbox or snapshot up take the caller's scope; the
+// others act on a sandbox the scoped route check let through.
 type ControlPlane interface {
-	Create(req apiv1.CreateSandboxRequest) (controlplane.Sandbox, error)
+	Create(scope project.Scope, req apiv1.CreateSandboxRequest) (controlplane.Sandbox, error)
 	Wait(ctx context.Context, id, state string) (controlplane.Sandbox, error)
-	Get(id string) (controlplane.Sandbox, error)
-	List(f controlplane.Filter) []controlplane.Sandbox
+	Get(scope project.Scope, id string) (controlplane.Sandbox, error)
+	List(scope project.Scope, f controlplane.Filter) []controlplane.Sandbox
 	Delete(ctx context.Context, id string) error
 	SetTimeout(id string, timeoutS int) (controlplane.Sandbox, error)
 	Suspend(ctx context.Context, id string) (controlplane.Sandbox, error)
@@ -41,7 +46,7 @@ type ControlPlane interface {
 	Branch(ctx context.Context, id string, count, timeoutS int) ([]controlplane.Sandbox, error)
 	CreateSnapshot(ctx context.Context, id, name string) (controlplane.Snapshot, error)
 	Snapshots(sandboxID string) ([]controlplane.Snapshot, error)
-	ResolveSnapshot(ref string) (controlplane.Snapshot, error)
+	ResolveSnapshot(scope project.Scope, ref string) (controlplane.Snapshot, error)
 	DeleteSnapshot(sandboxID, name string) error
 	Running(ctx context.Context, id string) (*node.Sandbox, error)
 }
@@ -96,30 +101,87 @@ func New(cfg Config) *Handler {
 	return h
 }
 
+// Routes lists every route of the E2B API as "METHOD /path"; the
+// cross-project test walks it.
+var Routes []string
+
 func (h *Handler) routes() {
-	m := h.mux
-	m.HandleFunc("POST /sandboxes", h.authed(h.createV1))
-	m.HandleFunc("POST /v2/sandboxes", h.authed(h.createV2))
-	m.HandleFunc("GET /sandboxes", h.authed(h.listV1))
-	m.HandleFunc("GET /v2/sandboxes", h.authed(h.listV2))
-	m.HandleFunc("GET /sandboxes/{id}", h.authed(h.get))
-	m.HandleFunc("DELETE /sandboxes/{id}", h.authed(h.kill))
-	m.HandleFunc("POST /sandboxes/{id}/timeout", h.authed(h.setTimeout))
-	m.HandleFunc("POST /sandboxes/{id}/pause", h.authed(h.pause))
-	m.HandleFunc("POST /sandboxes/{id}/resume", h.authed(h.resumeDeprecated))
-	m.HandleFunc("POST /sandboxes/{id}/connect", h.authed(h.connectV1))
-	m.HandleFunc("POST /v2/sandboxes/{id}/connect", h.authed(h.connectV2))
-	m.HandleFunc("POST /sandboxes/{id}/fork", h.authed(h.fork))
-	m.HandleFunc("GET /sandboxes/{id}/metrics", h.authed(h.metrics))
-	m.HandleFunc("POST /sandboxes/{id}/snapshots", h.authed(h.createSnapshot))
-	m.HandleFunc("GET /snapshots", h.authed(h.listSnapshots))
-	m.HandleFunc("DELETE /templates/{id}", h.authed(h.deleteSnapshot))
-	m.HandleFunc("PUT /sandboxes/{id}/network", h.authed(func(w http.ResponseWriter, _ *http.Request) {
+	Routes = Routes[:0]
+	open := func(pattern string, hf http.HandlerFunc) {
+		Routes = append(Routes, pattern)
+		h.mux.HandleFunc(pattern, hf)
+	}
+	// Every keyed route is scoped by its pattern (see scoped).
+	authed := func(pattern string, hf http.HandlerFunc) { open(pattern, h.authed(h.scoped(pattern, hf))) }
+	authed("POST /sandboxes", h.createV1)
+	authed("POST /v2/sandboxes", h.createV2)
+	authed("GET /sandboxes", h.listV1)
+	authed("GET /v2/sandboxes", h.listV2)
+	authed("GET /sandboxes/{id}", h.get)
+	authed("DELETE /sandboxes/{id}", h.kill)
+	authed("POST /sandboxes/{id}/timeout", h.setTimeout)
+	authed("POST /sandboxes/{id}/pause", h.pause)
+	authed("POST /sandboxes/{id}/resume", h.resumeDeprecated)
+	authed("POST /sandboxes/{id}/connect", h.connectV1)
+	authed("POST /v2/sandboxes/{id}/connect", h.connectV2)
+	authed("POST /sandboxes/{id}/fork", h.fork)
+	authed("GET /sandboxes/{id}/metrics", h.metrics)
+	authed("POST /sandboxes/{id}/snapshots", h.createSnapshot)
+	authed("GET /snapshots", h.listSnapshots)
+	authed("DELETE /templates/{id}", h.deleteSnapshot)
+	authed("PUT /sandboxes/{id}/network", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusBadRequest, "changing a sandbox's network configuration is not supported by space")
-	}))
-	m.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+	})
+	open("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+}
+
+type keyContext struct{}
+
+// scopeOf is what the request's key sees.
+func scopeOf(r *http.Request) project.Scope {
+	k, _ := r.Context().Value(keyContext{}).(auth.Key)
+	return k.Scope()
+}
+
+// scoped confines a route to the caller's project before its handler runs:
+// a sandbox ({id} under /sandboxes) or snapshot (/templates/{id}) of a
+// project the key does not see answers the 404 of a missing one, and the
+// handler never runs. A path parameter of another kind panics at start, so
+// a new route cannot go out unscoped.
+func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc {
+	_, path, _ := strings.Cut(pattern, " ")
+	switch {
+	case strings.HasPrefix(path, "/sandboxes/{id}"), strings.HasPrefix(path, "/v2/sandboxes/{id}"):
+		return func(w http.ResponseWriter, r *http.Request) {
+			id := r.PathValue("id")
+			if _, err := h.cfg.ControlPlane.Get(scopeOf(r), id); err != nil {
+				h.fail(w, sandboxNotFound(id))
+				return
+			}
+			next(w, r)
+		}
+	case path == "/templates/{id}":
+		return func(w http.ResponseWriter, r *http.Request) {
+			if _, err := h.cfg.ControlPlane.ResolveSnapshot(scopeOf(r), snapshotRef(r.PathValue("id"))); err != nil {
+				snapshotNotFound(w, r.PathValue("id"))
+				return
+			}
+			next(w, r)
+		}
+	case strings.Contains(path, "{"):
+		panic("e2b: route " + pattern + " has a path parameter but no project scoping")
+	}
+	return next
+}
+
+func sandboxNotFound(id string) error {
+	return fmt.Errorf("sandbox %q not found: %w", id, controlplane.ErrNotFound)
+}
+
+func snapshotNotFound(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusNotFound, fmt.Sprintf("snapshot %q not found (space deletes only snapshots through the E2B API; manage templates with `space template`)", id))
 }
 
 // ServeHTTP answers every request; unknown routes get a JSON 404 and known
@@ -164,11 +226,12 @@ func (h *Handler) authed(next http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusUnauthorized, "missing API key: set E2B_API_KEY to a space API key (X-API-Key header)")
 			return
 		}
-		if _, err := h.cfg.Keys.Check(key); err != nil {
+		k, err := h.cfg.Keys.Check(key)
+		if err != nil {
 			writeError(w, http.StatusUnauthorized, "invalid API key")
 			return
 		}
-		next(w, r)
+		next(w, r.WithContext(context.WithValue(r.Context(), keyContext{}, k)))
 	}
 }
 
@@ -194,7 +257,10 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 // errorStatus maps an error from the control plane to E2B's status codes.
 func errorStatus(err error) int {
 	var stateErr *controlplane.StateError
+	var quotaErr *controlplane.QuotaError
 	switch {
+	case errors.As(err, &quotaErr):
+		return http.StatusTooManyRequests
 	case errors.Is(err, controlplane.ErrNotFound), errors.Is(err, controlplane.ErrUnknownTemplate):
 		return http.StatusNotFound
 	case errors.As(err, &stateErr), errors.Is(err, controlplane.ErrTemplateNotReady):
@@ -213,6 +279,10 @@ func errorStatus(err error) int {
 
 func (h *Handler) fail(w http.ResponseWriter, err error) {
 	status := errorStatus(err)
+	var quotaErr *controlplane.QuotaError
+	if errors.As(err, &quotaErr) && quotaErr.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(quotaErr.RetryAfter.Seconds())))
+	}
 	if status == http.StatusInternalServerError {
 		h.log.Error("e2b request failed", "err", err)
 	}

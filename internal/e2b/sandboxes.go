@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -49,13 +50,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	sb, err := h.cfg.ControlPlane.Create(creq)
+	sb, err := h.cfg.ControlPlane.Create(scopeOf(r), creq)
 	if errors.Is(err, controlplane.ErrUnknownTemplate) {
 		// E2B starts sandboxes from snapshots by passing the snapshot's
 		// id as the template.
-		if snap, serr := h.cfg.ControlPlane.ResolveSnapshot(snapshotRef(req.TemplateID)); serr == nil {
+		if snap, serr := h.cfg.ControlPlane.ResolveSnapshot(scopeOf(r), snapshotRef(req.TemplateID)); serr == nil {
 			creq.Template, creq.Snapshot = "", snap.ID
-			sb, err = h.cfg.ControlPlane.Create(creq)
+			sb, err = h.cfg.ControlPlane.Create(scopeOf(r), creq)
 		} else {
 			err = fmt.Errorf("template %q not found: use base, a template built with `space template build`, or a snapshot id (%w)",
 				req.TemplateID, controlplane.ErrUnknownTemplate)
@@ -99,9 +100,11 @@ func (h *Handler) startFailed(w http.ResponseWriter, id string, err error) {
 
 // visible returns a sandbox E2B would show: not stopped, not failed.
 func (h *Handler) visible(id string) (controlplane.Sandbox, error) {
-	s, err := h.cfg.ControlPlane.Get(id)
+	// The route was scoped already (Handler.scoped); this sees every
+	// project so that handlers need no scope of their own.
+	s, err := h.cfg.ControlPlane.Get(project.Everything, id)
 	if err != nil {
-		return s, fmt.Errorf("sandbox %q not found: %w", id, controlplane.ErrNotFound)
+		return s, sandboxNotFound(id)
 	}
 	if _, ok := e2bState(s.State); !ok {
 		msg := s.State
@@ -419,10 +422,11 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := q.Get("name")
+	scope := scopeOf(r)
 	var keys []pageKey
 	var items []snapshotInfo
 	for _, s := range all {
-		if name != "" && s.Name != name && s.ID != snapshotRef(name) {
+		if !scope.Sees(s.Project) || name != "" && s.Name != name && s.ID != snapshotRef(name) {
 			continue
 		}
 		keys = append(keys, pageKey{s.CreatedAt, s.ID})
@@ -447,9 +451,9 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 // snapshots are found here.
 func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	snap, err := h.cfg.ControlPlane.ResolveSnapshot(snapshotRef(id))
+	snap, err := h.cfg.ControlPlane.ResolveSnapshot(scopeOf(r), snapshotRef(id))
 	if err != nil {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("snapshot %q not found (space deletes only snapshots through the E2B API; manage templates with `space template`)", id))
+		snapshotNotFound(w, id)
 		return
 	}
 	if err := h.cfg.ControlPlane.DeleteSnapshot(snap.SandboxID, snap.Name); err != nil {
@@ -467,7 +471,7 @@ func (h *Handler) listV1(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []listedSandbox{}
-	for _, s := range h.cfg.ControlPlane.List(controlplane.Filter{Metadata: md}) {
+	for _, s := range h.cfg.ControlPlane.List(scopeOf(r), controlplane.Filter{Metadata: md}) {
 		if state, ok := e2bState(s.State); ok && state == "running" {
 			out = append(out, listedView(s))
 		}
@@ -512,9 +516,9 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request) {
 	var keys []pageKey
 	var items []listedSandbox
 	running := 0
-	for _, s := range h.cfg.ControlPlane.List(controlplane.Filter{Metadata: md}) {
+	for _, s := range h.cfg.ControlPlane.List(scopeOf(r), controlplane.Filter{Metadata: md}) {
 		state, ok := e2bState(s.State)
-		if !ok || (len(states) > 0 && !states[state]) || (template != "" && s.Template != template) {
+		if !ok || (len(states) > 0 && !states[state]) || (template != "" && s.TemplateName() != template) {
 			continue
 		}
 		if !startedAfter.IsZero() && (s.StartedAt == nil || !s.StartedAt.After(startedAfter)) {

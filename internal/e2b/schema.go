@@ -265,7 +265,7 @@ func (h *Handler) domain() *string {
 
 func (h *Handler) sandboxView(s controlplane.Sandbox) sandboxJSON {
 	return sandboxJSON{
-		TemplateID: s.Template, SandboxID: s.ID, Alias: s.Template, ClientID: clientID,
+		TemplateID: s.TemplateName(), SandboxID: s.ID, Alias: s.TemplateName(), ClientID: clientID,
 		EnvdVersion: envdVersion, EnvdAccessToken: s.AccessToken, Domain: h.domain(),
 		TrafficAccessToken: trafficToken(s),
 	}
@@ -291,7 +291,7 @@ func listedView(s controlplane.Sandbox) listedSandbox {
 		metadata = map[string]string{}
 	}
 	return listedSandbox{
-		TemplateID: s.Template, Alias: s.Template, SandboxID: s.ID, ClientID: clientID,
+		TemplateID: s.TemplateName(), Alias: s.TemplateName(), SandboxID: s.ID, ClientID: clientID,
 		StartedAt: started.UTC().Format(time.RFC3339Nano), EndAt: s.ExpiresAt.UTC().Format(time.RFC3339Nano),
 		CPUCount: s.VCPUs, MemoryMB: s.MemoryMB, DiskSizeMB: s.DiskMB, State: state,
 		EnvdVersion: envdVersion, Metadata: metadata,

@@ -238,9 +238,9 @@ type slotGateway struct {
 }
 
 func (g *Gateway) start(slot *network.Slot, p network.Policy) (_ *slotGateway, err error) {
-	ns, err := netns.GetFromName(slot.GatewayNS)
+	ns, err := slot.Gateway.Open()
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", slot.GatewayNS, err)
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &slotGateway{g: g, id: slot.Name, slot: slot, ns: ns, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
@@ -299,7 +299,7 @@ func (g *Gateway) start(slot *network.Slot, p network.Policy) (_ *slotGateway, e
 }
 
 func (s *slotGateway) sameNamespace() bool {
-	h, err := netns.GetFromName(s.slot.GatewayNS)
+	h, err := s.slot.Gateway.Open()
 	if err != nil {
 		return false
 	}

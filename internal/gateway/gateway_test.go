@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,7 +60,12 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.gw.Close)
-	if f.slot, err = network.Create(fmt.Sprintf("gwt%d", time.Now().UnixNano()%100000)); err != nil {
+	slots, err := network.OpenNamespaces(filepath.Join(t.TempDir(), "netns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slots.Close() })
+	if f.slot, err = slots.Create(fmt.Sprintf("gwt%d", time.Now().UnixNano()%100000)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -86,7 +92,7 @@ func (f *fixture) apply(p network.Policy) {
 func (f *fixture) lookup(server netip.AddrPort, name string) (rcode int, addrs []string) {
 	f.t.Helper()
 	var resp *dns.Msg
-	err := nettest.InNamespace(f.slot.SandboxNS, func() error {
+	err := nettest.InNamespace(f.slot.Sandbox.Path, func() error {
 		q := new(dns.Msg)
 		q.SetQuestion(dns.Fqdn(name), dns.TypeA)
 		var err error
@@ -113,7 +119,7 @@ func (f *fixture) get(url, addr string) (string, error) {
 		DisableKeepAlives: true,
 		TLSClientConfig:   &tls.Config{RootCAs: pool},
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return nettest.DialFrom(f.slot.SandboxNS, "", addr, 3*time.Second)
+			return nettest.DialFrom(f.slot.Sandbox.Path, "", addr, 3*time.Second)
 		},
 	}}
 	resp, err := client.Get(url)
@@ -217,7 +223,7 @@ func TestGatewayAllowList(t *testing.T) {
 	// A forged answer gets the sandbox nowhere: the proxy resolves the
 	// name itself, and the forged address was never opened.
 	f.mustGet("http://allowed.test/", w.RogueAddr.String()+":80", nettest.WebBody("allowed.test", "", w.SharedAddr))
-	if c, err := nettest.DialFrom(f.slot.SandboxNS, "", w.RogueAddr.String()+":"+nettest.PlainPort, 3*time.Second); err == nil {
+	if c, err := nettest.DialFrom(f.slot.Sandbox.Path, "", w.RogueAddr.String()+":"+nettest.PlainPort, 3*time.Second); err == nil {
 		c.Close()
 		t.Fatal("reached the forged address")
 	} else if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.EHOSTUNREACH) && !errors.Is(err, syscall.EACCES) {
@@ -256,7 +262,7 @@ func TestGatewayDenyDomainWithInternet(t *testing.T) {
 
 	// One connection, one name: a second request for a denied name that
 	// shares the address does not ride on an allowed one's connection.
-	c, err := nettest.DialFrom(f.slot.SandboxNS, "", shared+":80", 3*time.Second)
+	c, err := nettest.DialFrom(f.slot.Sandbox.Path, "", shared+":80", 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +310,7 @@ func TestGatewayPolicyChangeAndRelease(t *testing.T) {
 	if err := f.slot.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat("/var/run/netns/" + f.slot.GatewayNS); !os.IsNotExist(err) {
+	if _, err := os.Stat(f.slot.Gateway.Path); !os.IsNotExist(err) {
 		t.Fatalf("gateway namespace still there: %v", err)
 	}
 }

@@ -30,7 +30,7 @@ func BenchmarkApplyPolicy(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s, err := Create(fmt.Sprintf("bench%d", time.Now().UnixNano()%100000))
+			s, err := testSlots.Create(fmt.Sprintf("bench%d", time.Now().UnixNano()%100000))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -79,7 +79,7 @@ func NewEgress(cfg EgressConfig) (*Egress, error) {
 		}
 		cfg.AllowPrivate[i] = p.Masked()
 	}
-	if err := loadRules("", hostRules(cfg.UplinkPool)); err != nil {
+	if err := loadRules(Namespace{}, hostRules(cfg.UplinkPool)); err != nil {
 		return nil, fmt.Errorf("host egress rules: %w", err)
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
@@ -112,7 +112,7 @@ func (e *Egress) Apply(s *Slot, p Policy) error {
 	if known, ok := e.loadedFor(s); ok && known.forwarding {
 		return nil
 	}
-	err := inNamespace(s.GatewayNS, func() error {
+	err := s.Gateway.Do(func() error {
 		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
 	})
 	if err == nil {
@@ -150,7 +150,7 @@ func (e *Egress) ensureUplink(s *Slot) error {
 	defer unlock()
 
 	hostName := UplinkName(s.Name)
-	if _, _, ok := UplinkAddrs(s.Name); ok && gatewayHasUplink(s.GatewayNS) {
+	if _, _, ok := UplinkAddrs(s.Name); ok && gatewayHasUplink(s.Gateway) {
 		return nil
 	}
 	if err := deleteUplink(s.Name); err != nil {
@@ -167,9 +167,9 @@ func (e *Egress) ensureUplink(s *Slot) error {
 	hostAddr := block.Addr().Next()
 	gwAddr := hostAddr.Next()
 
-	gw, err := netns.GetFromName(s.GatewayNS)
+	gw, err := s.Gateway.Open()
 	if err != nil {
-		return fmt.Errorf("open %s: %w", s.GatewayNS, err)
+		return err
 	}
 	defer gw.Close()
 	veth := &netlink.Veth{
@@ -191,7 +191,7 @@ func (e *Egress) ensureUplink(s *Slot) error {
 	}
 	gwHandle, err := netlink.NewHandleAt(gw)
 	if err != nil {
-		return fmt.Errorf("netlink in %s: %w", s.GatewayNS, err)
+		return fmt.Errorf("netlink in %s: %w", s.Gateway.Name, err)
 	}
 	defer gwHandle.Close()
 	if err := configureAddr(gwHandle, uplinkLink, gwAddr, hostAddr); err != nil {
@@ -264,8 +264,8 @@ func dumpUsedBlocks() (map[netip.Addr]bool, error) {
 
 // gatewayHasUplink reports whether the gateway end of the uplink is present
 // and numbered (a crash may leave a half-configured pair).
-func gatewayHasUplink(gatewayNS string) bool {
-	gw, err := netns.GetFromName(gatewayNS)
+func gatewayHasUplink(gateway Namespace) bool {
+	gw, err := gateway.Open()
 	if err != nil {
 		return false
 	}
@@ -345,15 +345,15 @@ func configureAddr(h *netlink.Handle, name string, addr, via netip.Addr) error {
 	return nil
 }
 
-// loadRules loads an nftables ruleset in one transaction, in the named
-// namespace or, for "", in the host's.
-func loadRules(namespace, ruleset string) error {
+// loadRules loads an nftables ruleset in one transaction, in namespace or,
+// for the zero Namespace, in the host's.
+func loadRules(namespace Namespace, ruleset string) error {
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(ruleset)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := runIn(namespace, cmd); err != nil {
-		where := namespace
+		where := namespace.Name
 		if where == "" {
 			where = "host"
 		}
@@ -362,26 +362,15 @@ func loadRules(namespace, ruleset string) error {
 	return nil
 }
 
-// runIn runs cmd in the named network namespace ("" for the host's). The
+// runIn runs cmd in the network namespace (the zero one: the host's). The
 // child is forked from a thread that entered the namespace, so it starts
 // there: one process instead of nsenter's two, which matters on the path
 // of every create and policy change.
-func runIn(namespace string, cmd *exec.Cmd) error {
-	if namespace == "" {
+func runIn(namespace Namespace, cmd *exec.Cmd) error {
+	if namespace.Path == "" {
 		return cmd.Run()
 	}
-	return inNamespace(namespace, cmd.Run)
-}
-
-// inNamespace runs fn on a thread inside the named network namespace (see
-// InNamespace).
-func inNamespace(name string, fn func() error) error {
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", name, err)
-	}
-	defer h.Close()
-	return InNamespace(h, fn)
+	return namespace.Do(cmd.Run)
 }
 
 // InNamespace runs fn on an OS thread that entered network namespace ns:

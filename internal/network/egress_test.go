@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,7 +82,7 @@ func TestGatewayRulesShape(t *testing.T) {
 // scratch namespace, so the host is not touched).
 func TestRulesetsLoad(t *testing.T) {
 	requireRoot(t)
-	s, err := Create(fmt.Sprintf("nftchk%d", time.Now().UnixNano()%100000))
+	s, err := testSlots.Create(fmt.Sprintf("nftchk%d", time.Now().UnixNano()%100000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,12 +93,12 @@ func TestRulesetsLoad(t *testing.T) {
 		{AllowInternet: true, Deny: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("203.0.113.9/32")}},
 		{AllowDomains: []string{"example.com", "*.example.org"}}, {AllowInternet: true, InspectHTTP: true},
 	} {
-		if err := loadRules(s.GatewayNS, gatewayRules(p, testPool, allowPrivate)); err != nil {
+		if err := loadRules(s.Gateway, gatewayRules(p, testPool, allowPrivate)); err != nil {
 			t.Fatalf("%+v: %v", p, err)
 		}
 	}
 	for i := 0; i < 2; i++ { // loading again must be harmless
-		if err := loadRules(s.SandboxNS, hostRules(testPool)); err != nil {
+		if err := loadRules(s.Sandbox, hostRules(testPool)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -121,7 +120,7 @@ func newEgressFixture(t *testing.T, name string) *egressFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Create(fmt.Sprintf("%s%d", name, time.Now().UnixNano()%100000))
+	s, err := testSlots.Create(fmt.Sprintf("%s%d", name, time.Now().UnixNano()%100000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +143,7 @@ func (f *egressFixture) apply(p Policy) {
 func (f *egressFixture) fetch(url string) (string, error) {
 	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
 		Dial: func(network, addr string) (net.Conn, error) {
-			return nettest.DialFrom(f.slot.SandboxNS, "", addr, 3*time.Second)
+			return nettest.DialFrom(f.slot.Sandbox.Path, "", addr, 3*time.Second)
 		},
 	}}
 	resp, err := client.Get(url)
@@ -161,7 +160,7 @@ func (f *egressFixture) fetch(url string) (string, error) {
 func (f *egressFixture) refused(addr string) {
 	f.t.Helper()
 	began := time.Now()
-	conn, err := nettest.DialFrom(f.slot.SandboxNS, "", addr, 3*time.Second)
+	conn, err := nettest.DialFrom(f.slot.Sandbox.Path, "", addr, 3*time.Second)
 	if err == nil {
 		conn.Close()
 		f.t.Fatalf("sandbox reached %s", addr)
@@ -183,7 +182,7 @@ func TestEgressAllowsInternetAndKeepsTheAgentChannel(t *testing.T) {
 		t.Fatalf("fetch: %q, %v", body, err)
 	}
 	// The agent channel: the node dials in from the gateway namespace.
-	l := nettest.ListenIn(t, f.slot.SandboxNS, net.JoinHostPort(SandboxAddr, "49983"))
+	l := nettest.ListenIn(t, f.slot.Sandbox.Path, net.JoinHostPort(SandboxAddr, "49983"))
 	go func() {
 		if c, err := l.Accept(); err == nil {
 			c.Write([]byte("agent"))
@@ -254,7 +253,7 @@ func TestEgressNeverReachesHostNeighboursOrReservedRanges(t *testing.T) {
 	port := fmt.Sprint(hostListener.Addr().(*net.TCPAddr).Port)
 
 	// A second slot stands for a neighbouring sandbox.
-	other, err := Create(fmt.Sprintf("nbr%d", time.Now().UnixNano()%100000))
+	other, err := testSlots.Create(fmt.Sprintf("nbr%d", time.Now().UnixNano()%100000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +262,7 @@ func TestEgressNeverReachesHostNeighboursOrReservedRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, otherGw, _ := UplinkAddrs(other.Name)
-	nettest.ListenIn(t, other.GatewayNS, net.JoinHostPort(otherGw.String(), "8080"))
+	nettest.ListenIn(t, other.Gateway.Path, net.JoinHostPort(otherGw.String(), "8080"))
 
 	for _, addr := range []string{
 		net.JoinHostPort(hostUplink.String(), port),                       // the host's end of the uplink
@@ -277,7 +276,7 @@ func TestEgressNeverReachesHostNeighboursOrReservedRanges(t *testing.T) {
 	} {
 		f.refused(addr)
 	}
-	if _, err := nettest.DialFrom(f.slot.SandboxNS, "", "127.0.0.1:"+port, time.Second); err == nil {
+	if _, err := nettest.DialFrom(f.slot.Sandbox.Path, "", "127.0.0.1:"+port, time.Second); err == nil {
 		t.Fatal("the sandbox's loopback reached the host's")
 	}
 }
@@ -288,7 +287,7 @@ func TestEgressOperatorAllowsPrivateRange(t *testing.T) {
 	// benchmarking block), standing in for an operator's internal service.
 	internet := nettest.StartInternet(t, "priv", netip.MustParsePrefix("198.18.7.0/24"))
 	server := net.JoinHostPort(internet.ServerAddr.String(), "80")
-	s, err := Create(fmt.Sprintf("prv%d", time.Now().UnixNano()%100000))
+	s, err := testSlots.Create(fmt.Sprintf("prv%d", time.Now().UnixNano()%100000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,11 +323,11 @@ func TestEgressDropsSpoofedSources(t *testing.T) {
 	// Give the sandbox side other addresses and send from them.
 	server := net.JoinHostPort(f.internet.ServerAddr.String(), "80")
 	for _, spoofed := range []string{"10.9.9.9", "169.254.0.25", "198.51.100.77"} {
-		out, err := exec.Command("ip", "-n", f.slot.SandboxNS, "addr", "add", spoofed+"/32", "dev", "eth0").CombinedOutput()
+		out, err := nettest.Command(f.slot.Sandbox.Path, "ip", "addr", "add", spoofed+"/32", "dev", "eth0").CombinedOutput()
 		if err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		if conn, err := nettest.DialFrom(f.slot.SandboxNS, spoofed, server, time.Second); err == nil {
+		if conn, err := nettest.DialFrom(f.slot.Sandbox.Path, spoofed, server, time.Second); err == nil {
 			conn.Close()
 			t.Fatalf("a connection from spoofed source %s got through", spoofed)
 		}
@@ -395,7 +394,7 @@ func TestEgressReloadsRulesIntoARebuiltSlot(t *testing.T) {
 	if err := f.slot.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Create(f.slot.Name)
+	s, err := testSlots.Create(f.slot.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"syscall"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // Limits bound how much of the node's network one sandbox may use, so that
@@ -54,7 +53,7 @@ const limitsTable = "space_limits"
 func (e *Egress) applyLimits(s *Slot, sandbox Limits) error {
 	l := e.cfg.Limits.Tighter(sandbox)
 	if known, ok := e.loadedFor(s); !ok || !known.connLimitSet || known.connLimit != l.MaxConnections {
-		if err := applyConnectionLimit(s.GatewayNS, l.MaxConnections); err != nil {
+		if err := applyConnectionLimit(s.Gateway, l.MaxConnections); err != nil {
 			return err
 		}
 		e.remember(s, func(k *loadedRules) { k.connLimit, k.connLimitSet = l.MaxConnections, true })
@@ -66,14 +65,14 @@ func (e *Egress) applyLimits(s *Slot, sandbox Limits) error {
 	if err := shapeLink(nil, UplinkName(s.Name), l.BandwidthMbit); err != nil {
 		return fmt.Errorf("shape traffic to the sandbox: %w", err)
 	}
-	gw, err := netns.GetFromName(s.GatewayNS)
+	gw, err := s.Gateway.Open()
 	if err != nil {
-		return fmt.Errorf("open %s: %w", s.GatewayNS, err)
+		return err
 	}
 	defer gw.Close()
 	h, err := netlink.NewHandleAt(gw)
 	if err != nil {
-		return fmt.Errorf("netlink in %s: %w", s.GatewayNS, err)
+		return fmt.Errorf("netlink in %s: %w", s.Gateway.Name, err)
 	}
 	defer h.Close()
 	if err := shapeLink(h, uplinkLink, l.BandwidthMbit); err != nil {
@@ -117,23 +116,23 @@ func limitRules(n int) string {
 // applyConnectionLimit loads the connection-count table into the gateway
 // namespace unless the one there already has this bound: reloading starts
 // the count from zero while the sandbox's connections stay open.
-func applyConnectionLimit(gatewayNS string, n int) error {
-	current, loaded := listTable(gatewayNS, limitsTable)
+func applyConnectionLimit(gateway Namespace, n int) error {
+	current, loaded := listTable(gateway, limitsTable)
 	switch {
 	case n <= 0 && !loaded:
 		return nil
 	case n > 0 && loaded && strings.Contains(current, `comment "`+connectionLimitMarker(n)+`"`):
 		return nil
 	}
-	if err := loadRules(gatewayNS, limitRules(n)); err != nil {
+	if err := loadRules(gateway, limitRules(n)); err != nil {
 		return fmt.Errorf("connection limit: %w", err)
 	}
 	return nil
 }
 
-// listTable returns a table of the named namespace as nft prints it;
+// listTable returns a table of the namespace as nft prints it;
 // loaded is false when there is no such table.
-func listTable(namespace, table string) (ruleset string, loaded bool) {
+func listTable(namespace Namespace, table string) (ruleset string, loaded bool) {
 	cmd := exec.Command("nft", "list", "table", tableFamily, table)
 	var out bytes.Buffer
 	cmd.Stdout = &out

@@ -12,7 +12,6 @@ import (
 
 	"github.com/space-platform/space/internal/network/nettest"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 func TestLimitsTighter(t *testing.T) {
@@ -57,7 +56,7 @@ func TestLimitsEnforcedInGateway(t *testing.T) {
 	f.apply(policy)
 
 	// 8 Mbit/s is a million bytes a second, on both ends of the uplink.
-	gw, err := netns.GetFromName(f.slot.GatewayNS)
+	gw, err := f.slot.Gateway.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +95,7 @@ func TestLimitsEnforcedInGateway(t *testing.T) {
 	held := net.JoinHostPort(server, "9000")
 	var conns []net.Conn
 	for i := 0; i < 3; i++ {
-		c, err := nettest.DialFrom(f.slot.SandboxNS, "", held, 3*time.Second)
+		c, err := nettest.DialFrom(f.slot.Sandbox.Path, "", held, 3*time.Second)
 		if err != nil {
 			t.Fatalf("connection %d of 3: %v", i+1, err)
 		}
@@ -159,7 +158,7 @@ func TestLimitsEnforcedInGateway(t *testing.T) {
 	if up, down := rateOf(gwHandle, uplinkLink), rateOf(hostHandle, UplinkName(f.slot.Name)); up != 0 || down != 0 {
 		t.Fatalf("token buckets left after the limits were lifted: %d, %d", up, down)
 	}
-	if rules, loaded := listTable(f.slot.GatewayNS, limitsTable); loaded {
+	if rules, loaded := listTable(f.slot.Gateway, limitsTable); loaded {
 		t.Fatalf("connection table left after the limit was lifted:\n%s", rules)
 	}
 }
@@ -168,7 +167,7 @@ func TestLimitsEnforcedInGateway(t *testing.T) {
 // refused with a reset, at once.
 func (f *egressFixture) refusedConnection(addr string) {
 	f.t.Helper()
-	c, err := nettest.DialFrom(f.slot.SandboxNS, "", addr, 3*time.Second)
+	c, err := nettest.DialFrom(f.slot.Sandbox.Path, "", addr, 3*time.Second)
 	if err == nil {
 		c.Close()
 		f.t.Fatalf("a connection past the limit to %s was let through", addr)
@@ -184,7 +183,7 @@ func (f *egressFixture) dialEventually(addr string) net.Conn {
 	f.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := nettest.DialFrom(f.slot.SandboxNS, "", addr, 3*time.Second)
+		c, err := nettest.DialFrom(f.slot.Sandbox.Path, "", addr, 3*time.Second)
 		if err == nil {
 			return c
 		}

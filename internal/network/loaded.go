@@ -5,7 +5,6 @@ import (
 	"net/netip"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netns"
 )
 
 // loadedRules is what Egress last loaded into one slot's gateway namespace.
@@ -79,7 +78,7 @@ func (e *Egress) loadPolicyRules(s *Slot, p Policy, connLimit int, withLimit boo
 		if known.held == p.Hold {
 			return nil
 		}
-		if err := setHold(s.GatewayNS, p.Hold); err == nil {
+		if err := setHold(s.Gateway, p.Hold); err == nil {
 			e.remember(s, func(l *loadedRules) { l.held = p.Hold })
 			return nil
 		}
@@ -93,7 +92,7 @@ func (e *Egress) loadPolicyRules(s *Slot, p Policy, connLimit int, withLimit boo
 	if addLimit {
 		script += limitRules(connLimit)
 	}
-	if err := loadRules(s.GatewayNS, script); err != nil {
+	if err := loadRules(s.Gateway, script); err != nil {
 		e.Forget(s.Name)
 		return fmt.Errorf("slot %s: %w", s.Name, err)
 	}
@@ -107,15 +106,15 @@ func (e *Egress) loadPolicyRules(s *Slot, p Policy, connLimit int, withLimit boo
 }
 
 // setHold adds or removes the sandbox's address in the released set.
-func setHold(gatewayNS string, hold bool) error {
-	ns, err := netns.GetFromName(gatewayNS)
+func setHold(gateway Namespace, hold bool) error {
+	ns, err := gateway.Open()
 	if err != nil {
-		return fmt.Errorf("open %s: %w", gatewayNS, err)
+		return err
 	}
 	defer ns.Close()
 	conn, err := nftables.New(nftables.WithNetNSFd(int(ns)))
 	if err != nil {
-		return fmt.Errorf("nftables in %s: %w", gatewayNS, err)
+		return fmt.Errorf("nftables in %s: %w", gateway.Name, err)
 	}
 	set := &nftables.Set{
 		Table:   &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName},
@@ -130,10 +129,10 @@ func setHold(gatewayNS string, hold bool) error {
 		err = conn.SetAddElements(set, elems)
 	}
 	if err != nil {
-		return fmt.Errorf("hold in %s: %w", gatewayNS, err)
+		return fmt.Errorf("hold in %s: %w", gateway.Name, err)
 	}
 	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("hold in %s: %w", gatewayNS, err)
+		return fmt.Errorf("hold in %s: %w", gateway.Name, err)
 	}
 	return nil
 }

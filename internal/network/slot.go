@@ -21,12 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"runtime"
+	"path/filepath"
 	"sync"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // Addresses every slot uses; see the package comment for why they are fixed.
@@ -38,46 +36,43 @@ const (
 	sandboxLink = "eth0"
 	gatewayLink = "veth0"
 
-	// nsPrefix marks the namespaces this package owns.
-	nsPrefix = "space-"
-	nsDir    = "/var/run/netns"
+	// nsPrefix marks the namespaces this package owns, gatewaySuffix the
+	// gateway's of a slot.
+	nsPrefix      = "space-"
+	gatewaySuffix = "-gw"
 )
 
 // Slot is the network of one sandbox: two named namespaces joined by a veth
 // pair. Names are derived from the owner's name, so a restarted node finds
 // the slot of a sandbox it re-adopts without any stored state.
 type Slot struct {
-	Name      string
-	SandboxNS string
-	GatewayNS string
+	Name    string
+	Sandbox Namespace // where the sandbox runs ("space-<name>")
+	Gateway Namespace // its gateway ("space-<name>-gw")
+	// stale are the slot's namespace files in its other directory (the
+	// node's or LegacyDir), which Destroy removes as well.
+	stale []Namespace
 }
 
-// SlotFor returns the slot that belongs to name, whether or not it exists.
-func SlotFor(name string) *Slot {
-	return &Slot{
-		Name:      name,
-		SandboxNS: nsPrefix + name,
-		GatewayNS: nsPrefix + name + "-gw",
+func slotIn(dir, name string) *Slot {
+	ns := func(file string) Namespace {
+		return Namespace{Name: file, Path: filepath.Join(dir, file), legacy: dir == LegacyDir}
 	}
+	return &Slot{Name: name, Sandbox: ns(nsPrefix + name), Gateway: ns(nsPrefix + name + gatewaySuffix)}
 }
 
 // NetNSPath is the path handed to the runtime as the sandbox's network namespace.
-func (s *Slot) NetNSPath() string { return nsDir + "/" + s.SandboxNS }
+func (s *Slot) NetNSPath() string { return s.Sandbox.Path }
 
 // Exists reports whether both namespaces of the slot are present.
 func (s *Slot) Exists() bool {
-	for _, ns := range []string{s.SandboxNS, s.GatewayNS} {
-		if _, err := os.Stat(nsDir + "/" + ns); err != nil {
-			return false
-		}
-	}
-	return true
+	return s.Sandbox.exists() && s.Gateway.exists()
 }
 
 // Create builds the slot's namespaces and veth pair. A half-built slot left by
-// a crash is removed first.
-func Create(name string) (*Slot, error) {
-	s := SlotFor(name)
+// a crash is removed first (in LegacyDir too).
+func (n *Namespaces) Create(name string) (*Slot, error) {
+	s := n.slot(name)
 	if err := s.Destroy(); err != nil {
 		return nil, err
 	}
@@ -134,12 +129,12 @@ func (e *epochs) drop(name string) {
 }
 
 func (s *Slot) create() error {
-	sbx, err := newNamedNS(s.SandboxNS)
+	sbx, err := s.Sandbox.create()
 	if err != nil {
 		return err
 	}
 	defer sbx.Close()
-	gw, err := newNamedNS(s.GatewayNS)
+	gw, err := s.Gateway.create()
 	if err != nil {
 		return err
 	}
@@ -147,7 +142,7 @@ func (s *Slot) create() error {
 
 	gwHandle, err := netlink.NewHandleAt(gw)
 	if err != nil {
-		return fmt.Errorf("netlink in %s: %w", s.GatewayNS, err)
+		return fmt.Errorf("netlink in %s: %w", s.Gateway.Name, err)
 	}
 	defer gwHandle.Close()
 	veth := &netlink.Veth{
@@ -172,14 +167,14 @@ func (s *Slot) create() error {
 // interface when a sandbox starts, so this must run before every start or
 // restore in the slot.
 func (s *Slot) Prepare() error {
-	sbx, err := netns.GetFromName(s.SandboxNS)
+	sbx, err := s.Sandbox.Open()
 	if err != nil {
-		return fmt.Errorf("open %s: %w", s.SandboxNS, err)
+		return err
 	}
 	defer sbx.Close()
 	h, err := netlink.NewHandleAt(sbx)
 	if err != nil {
-		return fmt.Errorf("netlink in %s: %w", s.SandboxNS, err)
+		return fmt.Errorf("netlink in %s: %w", s.Sandbox.Name, err)
 	}
 	defer h.Close()
 	if err := upLink(h, "lo"); err != nil {
@@ -222,16 +217,17 @@ func upLink(h *netlink.Handle, name string) error {
 }
 
 // Destroy removes the slot's uplink and both namespaces (and with them the
-// veth pair). Removing a slot that does not exist is not an error.
+// veth pair): their mounts and files, in the node's directory and in
+// LegacyDir. Removing a slot that does not exist is not an error.
 func (s *Slot) Destroy() error {
 	slotEpochs.drop(s.Name)
 	var errs []error
 	if err := deleteUplink(s.Name); err != nil {
 		errs = append(errs, err)
 	}
-	for _, ns := range []string{s.SandboxNS, s.GatewayNS} {
-		if err := netns.DeleteNamed(ns); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("delete netns %s: %w", ns, err))
+	for _, ns := range append([]Namespace{s.Sandbox, s.Gateway}, s.stale...) {
+		if err := ns.remove(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
@@ -242,32 +238,11 @@ func (s *Slot) Destroy() error {
 // namespace for its whole life, whatever thread later uses it.
 func (s *Slot) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	var conn net.Conn
-	err := inNamespace(s.GatewayNS, func() error {
+	err := s.Gateway.Do(func() error {
 		var d net.Dialer
 		var err error
 		conn, err = d.DialContext(ctx, network, addr)
 		return err
 	})
 	return conn, err
-}
-
-// newNamedNS creates a persistent named network namespace.
-func newNamedNS(name string) (netns.NsHandle, error) {
-	type result struct {
-		h   netns.NsHandle
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// NewNamed switches the calling thread into the new namespace; the
-		// locked thread is discarded when this goroutine ends.
-		runtime.LockOSThread()
-		h, err := netns.NewNamed(name)
-		done <- result{h, err}
-	}()
-	r := <-done
-	if r.err != nil {
-		return 0, fmt.Errorf("create netns %s: %w", name, r.err)
-	}
-	return r.h, nil
 }

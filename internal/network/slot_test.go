@@ -2,9 +2,11 @@ package network
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -12,7 +14,31 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-func requireRoot(t *testing.T) {
+// testSlots is the namespace directory of this package's tests, opened
+// by TestMain for root.
+var testSlots *Namespaces
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "space-network-test-")
+	if err == nil {
+		testSlots, err = OpenNamespaces(filepath.Join(dir, "netns"))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "network tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := testSlots.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "network tests:", err)
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("network slots need root")
@@ -21,9 +47,9 @@ func requireRoot(t *testing.T) {
 
 // listenIn opens a TCP listener inside the named namespace, standing in for
 // the agent the runtime would run there.
-func listenIn(t *testing.T, ns, addr string) net.Listener {
+func listenIn(t *testing.T, ns Namespace, addr string) net.Listener {
 	t.Helper()
-	h, err := netns.GetFromName(ns)
+	h, err := ns.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +77,7 @@ func listenIn(t *testing.T, ns, addr string) net.Listener {
 
 func TestSlotDialReachesSandboxNamespaceOnly(t *testing.T) {
 	requireRoot(t)
-	s, err := Create("test" + time.Now().Format("150405.000")[7:])
+	s, err := testSlots.Create("test" + time.Now().Format("150405.000")[7:])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +86,7 @@ func TestSlotDialReachesSandboxNamespaceOnly(t *testing.T) {
 		t.Fatal("slot does not exist after Create")
 	}
 
-	l := listenIn(t, s.SandboxNS, net.JoinHostPort(SandboxAddr, "49983"))
+	l := listenIn(t, s.Sandbox, net.JoinHostPort(SandboxAddr, "49983"))
 	defer l.Close()
 	go func() {
 		c, err := l.Accept()

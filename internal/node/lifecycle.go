@@ -3,11 +3,14 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 )
@@ -121,6 +124,7 @@ func (n *Node) Suspend(ctx context.Context, id, imageDir string) error {
 		}
 		return fmt.Errorf("suspend %s: %w", id, err)
 	}
+	crashpoint.Hit("suspend-checkpointed")
 	n.releaseRuntime(ctx, id)
 	return nil
 }
@@ -132,6 +136,10 @@ func (n *Node) Halt(ctx context.Context, id string) { n.releaseRuntime(ctx, id) 
 // DeleteVolume removes a captured volume (a snapshot's filesystem).
 func (n *Node) DeleteVolume(name string) error { return n.cfg.Volumes.Delete(name) }
 
+// ListVolumes lists the volumes (and directories of volumes) directly
+// under prefix, such as "snapshots" or "snapshots/<id>".
+func (n *Node) ListVolumes(prefix string) ([]string, error) { return n.cfg.Volumes.List(prefix) }
+
 // VolumeExists reports whether a volume is present.
 func (n *Node) VolumeExists(name string) bool { return n.cfg.Volumes.Exists(name) }
 
@@ -142,7 +150,7 @@ func (n *Node) releaseRuntime(ctx context.Context, id string) {
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		n.log.Warn("release runtime", "sandbox", id, "err", err)
 	}
-	if err := n.destroySlot(network.SlotFor(id)); err != nil {
+	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
 		n.log.Warn("release network slot", "sandbox", id, "err", err)
 	}
 	if sb, err := n.Sandbox(id); err == nil {
@@ -209,27 +217,51 @@ type RestoreSpec struct {
 
 // ResumeFrom restores a sandbox from a checkpoint image. Processes continue
 // where they were; the node reconnects to them and to their sessions.
+//
+// With FromVolume and Rollback (a restore in place) the sandbox's root
+// volume is never deleted before the restored runtime runs: the new volume
+// is staged, the current one is set aside as the previous volume, and a
+// failure puts it back. The caller drops the previous volume with
+// CommitRestore once it has recorded the restore, and RevertRestore undoes
+// one that a crash interrupted.
 func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 	vol := volumeName(spec.ID)
-	if spec.FromVolume != "" {
+	if spec.FromVolume != "" && spec.Rollback {
+		if err := n.stageVolume(spec); err != nil {
+			return err
+		}
+		if err := n.swapIn(spec.ID); err != nil {
+			return err
+		}
+		crashpoint.Hit("restore-swapped")
+		defer func() {
+			if err != nil {
+				n.releaseRuntime(context.WithoutCancel(ctx), spec.ID)
+				if _, rerr := n.RevertRestore(context.WithoutCancel(ctx), spec.ID); rerr != nil {
+					n.log.Error("put back the root volume after a failed restore", "sandbox", spec.ID, "err", rerr)
+				}
+			}
+		}()
+	} else if spec.FromVolume != "" {
+		// A new sandbox (branch, from a snapshot): whatever is at its
+		// volume's name is a leftover of an earlier attempt.
 		if err := n.cfg.Volumes.Delete(vol); err != nil {
 			return fmt.Errorf("restore %s: %w", spec.ID, err)
 		}
 		if _, err := n.cfg.Volumes.Snapshot(spec.FromVolume, vol, false); err != nil {
 			return fmt.Errorf("restore %s: root volume: %w", spec.ID, err)
 		}
-		if spec.DiskMB > 0 {
-			if err := n.cfg.Volumes.SetLimit(vol, int64(spec.DiskMB)<<20); err != nil {
-				return fmt.Errorf("restore %s: disk limit: %w", spec.ID, err)
-			}
+		if err := n.setDiskLimit(vol, spec.DiskMB); err != nil {
+			return fmt.Errorf("restore %s: %w", spec.ID, err)
 		}
+		crashpoint.Hit("copy-volume")
 	}
 	if !n.cfg.Volumes.Exists(vol) {
 		return fmt.Errorf("restore %s: root volume is missing", spec.ID)
 	}
-	slot := network.SlotFor(spec.ID)
+	slot := n.cfg.Namespaces.Slot(spec.ID)
 	if !slot.Exists() {
-		if slot, err = network.Create(spec.ID); err != nil {
+		if slot, err = n.cfg.Namespaces.Create(spec.ID); err != nil {
 			return err
 		}
 	} else if err := slot.Prepare(); err != nil {
@@ -252,9 +284,6 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 	if err != nil {
 		sb = n.newSandbox(spec.ID, spec.AccessToken)
 	} else {
-		if spec.Rollback {
-			sb.dropSessions("rolled back to a snapshot")
-		}
 		sb.Agent.setToken(spec.AccessToken)
 		sb.Agent.Reset()
 	}
@@ -272,9 +301,115 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 	} else if err := sb.reseed(readyCtx); err != nil {
 		n.log.Warn("reseed after restore", "sandbox", spec.ID, "err", err)
 	}
+	if spec.Rollback {
+		sb.dropSessions("rolled back to a snapshot")
+	}
 	n.register(sb)
 	n.track(ctx, sb)
 	sb.adoptProcesses(ctx)
+	return nil
+}
+
+// Volumes of a restore in place besides the root volume: the staged copy of
+// the snapshot, and the root volume it replaced, kept until the restore is
+// recorded.
+func stagedVolumeName(id string) string   { return path.Join("restoring", id) }
+func previousVolumeName(id string) string { return path.Join("previous", id) }
+
+// stageVolume makes the writable copy of the snapshot that a restore in
+// place will swap in, with the sandbox's disk limit. Nothing of the
+// sandbox is touched yet.
+func (n *Node) stageVolume(spec RestoreSpec) error {
+	staged := stagedVolumeName(spec.ID)
+	if err := n.cfg.Volumes.Delete(staged); err != nil {
+		return fmt.Errorf("restore %s: %w", spec.ID, err)
+	}
+	if _, err := n.cfg.Volumes.Snapshot(spec.FromVolume, staged, false); err != nil {
+		return fmt.Errorf("restore %s: root volume: %w", spec.ID, err)
+	}
+	if err := n.setDiskLimit(staged, spec.DiskMB); err != nil {
+		_ = n.cfg.Volumes.Delete(staged)
+		return fmt.Errorf("restore %s: %w", spec.ID, err)
+	}
+	return nil
+}
+
+func (n *Node) setDiskLimit(vol string, diskMB int) error {
+	if diskMB <= 0 {
+		return nil
+	}
+	return n.cfg.Volumes.SetLimit(vol, int64(diskMB)<<20)
+}
+
+// swapIn sets the root volume aside as the previous volume and moves the
+// staged one into its place. Each rename is atomic and made durable, so a
+// crash leaves one of three layouts RevertRestore knows how to undo.
+func (n *Node) swapIn(id string) error {
+	vol, prev := volumeName(id), previousVolumeName(id)
+	if err := n.cfg.Volumes.Delete(prev); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if err := n.renameVolume(vol, prev); err != nil {
+		_ = n.cfg.Volumes.Delete(stagedVolumeName(id))
+		return fmt.Errorf("restore %s: set the root volume aside: %w", id, err)
+	}
+	if err := n.renameVolume(stagedVolumeName(id), vol); err != nil {
+		if _, rerr := n.RevertRestore(context.Background(), id); rerr != nil {
+			n.log.Error("put back the root volume", "sandbox", id, "err", rerr)
+		}
+		return fmt.Errorf("restore %s: swap in the snapshot's volume: %w", id, err)
+	}
+	return nil
+}
+
+func (n *Node) renameVolume(from, to string) error {
+	if err := n.cfg.Volumes.Rename(from, to); err != nil {
+		return err
+	}
+	for _, v := range []string{from, to} {
+		if err := syncDir(filepath.Dir(n.cfg.Volumes.Path(v))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RevertRestore undoes a restore in place that did not finish: the staged
+// volume is removed and, if the root volume had already been swapped, the
+// runtime running on the new one is stopped and the previous root volume
+// put back. It reports whether a swap was undone (the sandbox's runtime is
+// then gone). It is a no-op for a sandbox with no restore in progress.
+func (n *Node) RevertRestore(ctx context.Context, id string) (bool, error) {
+	vol, prev := volumeName(id), previousVolumeName(id)
+	if err := n.cfg.Volumes.Delete(stagedVolumeName(id)); err != nil {
+		return false, fmt.Errorf("revert restore of %s: %w", id, err)
+	}
+	if !n.cfg.Volumes.Exists(prev) {
+		return false, nil
+	}
+	n.releaseRuntime(ctx, id)
+	if err := n.cfg.Volumes.Delete(vol); err != nil {
+		return true, fmt.Errorf("revert restore of %s: %w", id, err)
+	}
+	if err := n.renameVolume(prev, vol); err != nil {
+		return true, fmt.Errorf("revert restore of %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// CommitRestore removes what a finished restore in place kept for a
+// rollback (the previous root volume, a staged volume); the caller has
+// recorded the restore.
+func (n *Node) CommitRestore(id string) error {
+	var errs []error
+	for _, v := range []string{previousVolumeName(id), stagedVolumeName(id)} {
+		if err := n.cfg.Volumes.Delete(v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("commit restore of %s: %w", id, err)
+	}
 	return nil
 }
 

@@ -50,7 +50,7 @@ func (n *Node) SetNetwork(ctx context.Context, id string, p network.Policy) erro
 	if n.cfg.Egress == nil {
 		return ErrNoEgress
 	}
-	slot := network.SlotFor(id)
+	slot := n.cfg.Namespaces.Slot(id)
 	if !slot.Exists() {
 		return fmt.Errorf("set network of %s: %w", id, ErrNoSandbox)
 	}

@@ -45,6 +45,7 @@ type Volumes interface {
 	Path(name string) string
 	List(prefix string) ([]string, error)
 	Exists(name string) bool
+	Rename(src, dst string) error
 }
 
 // Config wires a node.
@@ -59,6 +60,9 @@ type Config struct {
 	ImagesDir string
 	// SessionOutputLimit bounds each session's journal (bytes).
 	SessionOutputLimit int64
+	// Namespaces is the directory of the slots' network namespaces
+	// (<data-dir>/netns); required.
+	Namespaces *network.Namespaces
 	// Egress connects sandboxes to the host's network under their
 	// policies; nil leaves every sandbox without a way out.
 	Egress *network.Egress
@@ -81,6 +85,7 @@ type Node struct {
 	sandboxes     map[string]*Sandbox
 	templateLocks map[string]*sync.Mutex
 	pools         pools
+	builds        map[string]bool // build sandboxes running (build.go)
 }
 
 // agentName is the agent's file name inside runtime.AgentMountPoint.
@@ -96,6 +101,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.ImagesDir == "" {
 		cfg.ImagesDir = filepath.Join(cfg.StateDir, "images")
+	}
+	if cfg.Namespaces == nil {
+		return nil, errors.New("node: no network namespace directory")
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, sandboxes: map[string]*Sandbox{}}
 	n.agentDir = filepath.Join(cfg.StateDir, "agent")

@@ -26,7 +26,7 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("dial sandbox %s: port %d out of range", s.ID, port)
 	}
-	conn, err := network.SlotFor(s.ID).DialContext(ctx, "tcp", net.JoinHostPort(network.SandboxAddr, strconv.Itoa(port)))
+	conn, err := s.node.cfg.Namespaces.Slot(s.ID).DialContext(ctx, "tcp", net.JoinHostPort(network.SandboxAddr, strconv.Itoa(port)))
 	if err != nil {
 		return nil, fmt.Errorf("dial sandbox %s port %d: %w", s.ID, port, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 )
@@ -78,18 +79,17 @@ func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
 	if _, err := n.cfg.Volumes.Snapshot(spec.Template.RootfsVolume, vol, false); err != nil {
 		return fmt.Errorf("root volume: %w", err)
 	}
-	if spec.DiskMB > 0 {
-		if err := n.cfg.Volumes.SetLimit(vol, int64(spec.DiskMB)<<20); err != nil {
-			return fmt.Errorf("disk limit: %w", err)
-		}
+	if err := n.setDiskLimit(vol, spec.DiskMB); err != nil {
+		return fmt.Errorf("disk limit: %w", err)
 	}
+	crashpoint.Hit("copy-volume")
 	return n.boot(ctx, spec)
 }
 
 // boot starts the runtime on the sandbox's existing root volume and gives
 // the agent its identity.
 func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
-	slot, err := network.Create(spec.ID)
+	slot, err := n.cfg.Namespaces.Create(spec.ID)
 	if err != nil {
 		return err
 	}
@@ -226,11 +226,13 @@ func (n *Node) release(ctx context.Context, id string) error {
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := n.destroySlot(network.SlotFor(id)); err != nil {
+	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := n.cfg.Volumes.Delete(volumeName(id)); err != nil {
-		errs = append(errs, err)
+	for _, v := range []string{volumeName(id), previousVolumeName(id), stagedVolumeName(id)} {
+		if err := n.cfg.Volumes.Delete(v); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("release %s: %w", id, err)
@@ -240,29 +242,45 @@ func (n *Node) release(ctx context.Context, id string) error {
 
 // Sweep removes runtime sandboxes, network slots and volumes that belong to
 // no sandbox in keep: leftovers of a crash between steps. Candidates come
-// from this installation's runtime state and volumes only; network
-// namespaces are host-wide and may belong to another installation. A slot
-// can not outlive both, since Create makes the volume first and release
-// removes it last.
+// from this installation's runtime state, volumes and network namespace
+// directory.
+//
+// Slots in network.LegacyDir, where older versions kept them, are another
+// matter: that directory is host-wide and may hold other installations'.
+// Of those, only the slots of sandboxes in keep whose runtime is gone are
+// removed (the slot of a runtime that survived an upgrade is still in use).
 func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
 	ids := map[string]bool{}
 	running, err := n.cfg.Runtime.List(ctx)
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	alive := map[string]bool{}
 	for _, id := range running {
 		ids[id] = true
+		alive[id] = true
 	}
-	vols, err := n.cfg.Volumes.List("sandboxes")
+	// A restore in place interrupted by a crash of its sandbox's owner
+	// leaves volumes under these names too.
+	for _, dir := range []string{"sandboxes", "restoring", "previous"} {
+		vols, err := n.cfg.Volumes.List(dir)
+		if err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
+		for _, v := range vols {
+			ids[path.Base(v)] = true
+		}
+	}
+	slots, err := n.cfg.Namespaces.Names()
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	for _, v := range vols {
-		ids[path.Base(v)] = true
+	for _, id := range slots {
+		ids[id] = true
 	}
 	var errs []error
 	for id := range ids {
-		if keep(id) {
+		if keep(id) || n.buildRunning(id) {
 			continue
 		}
 		n.log.Info("removing orphaned sandbox resources", "sandbox", id)
@@ -270,7 +288,29 @@ func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
 			errs = append(errs, err)
 		}
 	}
+	legacy, err := network.LegacyNames()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("sweep: %w", err))
+	}
+	for _, id := range legacy {
+		if ids[id] && !keep(id) {
+			continue // released above
+		}
+		if !keep(id) || alive[id] && n.runtimeAlive(ctx, id) {
+			continue
+		}
+		n.log.Info("removing network slot left by an older version", "sandbox", id)
+		if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
+			errs = append(errs, fmt.Errorf("sweep: %w", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// runtimeAlive reports whether the sandbox's runtime is running or paused.
+func (n *Node) runtimeAlive(ctx context.Context, id string) bool {
+	st, err := n.cfg.Runtime.State(ctx, id)
+	return err == nil && (st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused)
 }
 
 func randomHex(n int) string {

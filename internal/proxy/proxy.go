@@ -34,6 +34,7 @@ import (
 
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -57,8 +58,10 @@ type ControlPlane interface {
 	// Running returns a running sandbox's node handle, resuming a
 	// suspended one first when its auto-resume is on.
 	Running(ctx context.Context, id string) (*node.Sandbox, error)
-	Get(id string) (controlplane.Sandbox, error)
-	List(f controlplane.Filter) []controlplane.Sandbox
+	// Get and List see every project: the proxy takes no API key, a
+	// sandbox's own tokens are what admit a request (see ServeHTTP).
+	Get(scope project.Scope, id string) (controlplane.Sandbox, error)
+	List(scope project.Scope, f controlplane.Filter) []controlplane.Sandbox
 }
 
 var _ ControlPlane = (*controlplane.ControlPlane)(nil)
@@ -135,13 +138,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "envd's /init is internal to space and cannot be called through the proxy")
 		return
 	}
-	if t.port != EnvdPort {
-		// Before Running: a refused request must not resume the sandbox.
-		if s, err := p.cfg.ControlPlane.Get(t.id); err == nil {
+	// Before Running: a refused request must not resume the sandbox, so
+	// whoever only knows its id (another project's key, anyone) changes
+	// nothing.
+	if s, err := p.cfg.ControlPlane.Get(project.Everything, t.id); err == nil {
+		if t.port != EnvdPort {
 			if msg := trafficRefusal(s.TrafficToken(), r.Header.Get(headerTrafficToken), t.id); msg != "" {
 				writeError(w, http.StatusForbidden, msg)
 				return
 			}
+		} else if s.State == apiv1.StateSuspended && !carriesAccessToken(r, s.AccessToken) {
+			writeError(w, http.StatusUnauthorized, fmt.Sprintf("sandbox %q is suspended; only a request with its access token (%s) resumes it", t.id, headerAccessToken))
+			return
 		}
 	}
 	sb, err := p.cfg.ControlPlane.Running(r.Context(), t.id)
@@ -159,6 +167,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	enableFullDuplex(w)
 	p.service(t, r).ServeHTTP(w, r)
+}
+
+// carriesAccessToken reports whether an envd request may be one the agent
+// accepts: it carries the sandbox's access token, or a signed /files URL
+// (which the agent verifies).
+func carriesAccessToken(r *http.Request, want string) bool {
+	if want == "" || r.URL.Query().Get("signature") != "" {
+		return true
+	}
+	return subtle.ConstantTimeCompare([]byte(want), []byte(r.Header.Get(headerAccessToken))) == 1
 }
 
 // trafficRefusal says why a request carrying token (the value of the
@@ -269,7 +287,7 @@ func (p *Proxy) hostTarget(host string) (target, bool) {
 
 // sandboxByToken finds the live sandbox whose access token this is.
 func (p *Proxy) sandboxByToken(token string) (string, bool) {
-	for _, s := range p.cfg.ControlPlane.List(controlplane.Filter{}) {
+	for _, s := range p.cfg.ControlPlane.List(project.Everything, controlplane.Filter{}) {
 		if s.State == apiv1.StateStopped || s.State == apiv1.StateFailed {
 			continue
 		}
@@ -292,7 +310,7 @@ func (p *Proxy) sandboxBySignature(r *http.Request, sig string) (string, bool) {
 	if exp := q.Get("signature_expiration"); exp != "" {
 		parts = append(parts, exp)
 	}
-	for _, s := range p.cfg.ControlPlane.List(controlplane.Filter{}) {
+	for _, s := range p.cfg.ControlPlane.List(project.Everything, controlplane.Filter{}) {
 		if s.State == apiv1.StateStopped || s.State == apiv1.StateFailed {
 			continue
 		}

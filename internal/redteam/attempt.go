@@ -19,10 +19,12 @@ const (
 	DNS         Category = "dns"
 	Credentials Category = "credentials"
 	Resources   Category = "resources"
+	// Build attacks the host from template build steps.
+	Build Category = "build"
 )
 
 // Categories lists every category in running order.
-var Categories = []Category{Filesystem, Process, Kernel, Network, DNS, Credentials, Resources}
+var Categories = []Category{Filesystem, Process, Kernel, Network, DNS, Credentials, Resources, Build}
 
 // ParseCategory accepts a category name.
 func ParseCategory(s string) (Category, error) {
@@ -90,6 +92,11 @@ type Attempt struct {
 	// Escape is what the attempt getting through would mean.
 	Escape   string
 	Requires []Feature
+	// Tools are commands the attempt runs in the attacker's sandbox
+	// (besides the shell or Python of Scene.sh and Scene.py, which those
+	// check themselves). If the sandbox lacks one, the attempt is skipped
+	// and says which: a missing tool proves nothing either way.
+	Tools []string
 	// Own runs the attempt in a throwaway sandbox of its own, for attempts
 	// that may kill or exhaust their sandbox.
 	Own *Sandbox
@@ -119,6 +126,10 @@ func blocked(format string, args ...any) Verdict {
 
 func escaped(format string, args ...any) Verdict {
 	return Verdict{Outcome: Escaped, Evidence: fmt.Sprintf(format, args...)}
+}
+
+func skipped(format string, args ...any) Verdict {
+	return Verdict{Outcome: Skipped, Evidence: fmt.Sprintf(format, args...)}
 }
 
 func failed(format string, args ...any) Verdict {

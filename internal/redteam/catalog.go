@@ -5,7 +5,7 @@ func Catalog() []Attempt {
 	var all []Attempt
 	for _, part := range [][]Attempt{
 		filesystemAttempts(), processAttempts(), kernelAttempts(), networkAttempts(),
-		dnsAttempts(), credentialAttempts(), resourceAttempts(),
+		dnsAttempts(), credentialAttempts(), resourceAttempts(), buildAttempts(),
 	} {
 		all = append(all, part...)
 	}

@@ -121,7 +121,7 @@ if out.stdout.startswith("2"): escaped("https://%s/ via %s answered %s" % (d, ip
 blocked("https://%s/ via %s: %s %s" % (d, ip, out.stdout, out.stderr.strip()[:60]))`),
 		},
 		{
-			Name: "an allowed name's address as an IP literal under an allow-list", Category: DNS, Requires: needNames,
+			Name: "an allowed name's address as an IP literal under an allow-list", Category: DNS, Requires: needNames, Tools: []string{"getent"},
 			Expected: "refused", Escape: "an address opened by someone else's lookup",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				// The open sandbox resolves the name; the attacker, whose

@@ -79,7 +79,7 @@ blocked planted`); v.Outcome != Blocked {
 			},
 		},
 		{
-			Name: "mount a host block device", Category: Filesystem,
+			Name: "mount a host block device", Category: Filesystem, Tools: []string{"mount"},
 			Expected: "no device to open", Escape: "mounting or reading the host's disk",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `mkdir -p /mnt/rt
@@ -112,7 +112,7 @@ blocked "unchanged: $(echo x 2>&1 >> $a | sed 's/.*: //')"`)
 			},
 		},
 		{
-			Name: "mount a new filesystem to see the host's", Category: Filesystem,
+			Name: "mount a new filesystem to see the host's", Category: Filesystem, Tools: []string{"mount"},
 			Expected: "only the sandbox's files", Escape: "a mount exposing host files (9p, overlay, sysfs, proc)",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `mkdir -p /mnt/rtm

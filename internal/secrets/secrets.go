@@ -3,6 +3,11 @@
 // it, so a copy of state.db alone reveals no secret. The gateway reads them
 // to inject credentials into sandbox traffic; nothing here ever hands a
 // value to a sandbox or an API response.
+//
+// Every secret belongs to a project. The store addresses a secret by its
+// reference (Ref): the bare name for project "default" (so secrets stored
+// before projects existed keep their records), "<project>/<name>" for
+// any other project.
 package secrets
 
 import (
@@ -21,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 )
 
@@ -56,8 +62,29 @@ func ValidName(name string) error {
 	return nil
 }
 
+// Ref is the store's reference of secret name of project p.
+func Ref(p, name string) string {
+	if project.Of(p) == project.Default {
+		return name
+	}
+	return p + "/" + name
+}
+
+// parseRef splits a reference into project and name and validates both.
+func parseRef(ref string) (proj, name string, err error) {
+	proj, name = project.Default, ref
+	if p, n, ok := strings.Cut(ref, "/"); ok {
+		if err := project.ValidName(p); err != nil {
+			return "", "", fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		proj, name = p, n
+	}
+	return proj, name, ValidName(name)
+}
+
 // Info describes a stored secret without its value.
 type Info struct {
+	Project   string
 	Name      string
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -132,10 +159,11 @@ func (s *Store) open(r record) ([]byte, error) {
 	return v, nil
 }
 
-// Set stores value under name, replacing any value it had; created says
-// whether the name is new.
-func (s *Store) Set(name string, value []byte) (info Info, created bool, err error) {
-	if err := ValidName(name); err != nil {
+// Set stores value under ref (see Ref), replacing any value it had;
+// created says whether the secret is new.
+func (s *Store) Set(ref string, value []byte) (info Info, created bool, err error) {
+	proj, name, err := parseRef(ref)
+	if err != nil {
 		return Info{}, false, err
 	}
 	if len(value) == 0 || len(value) > MaxValueBytes {
@@ -144,9 +172,11 @@ func (s *Store) Set(name string, value []byte) (info Info, created bool, err err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now().UTC()
-	rec := s.seal(name, value, now)
+	// The reference is the associated data: a record copied to another
+	// project's key does not decrypt.
+	rec := s.seal(ref, value, now)
 	var old record
-	switch err := s.st.Get(bucket, name, &old); {
+	switch err := s.st.Get(bucket, ref, &old); {
 	case errors.Is(err, store.ErrNotFound):
 		created = true
 	case err != nil:
@@ -154,19 +184,20 @@ func (s *Store) Set(name string, value []byte) (info Info, created bool, err err
 	default:
 		rec.CreatedAt = old.CreatedAt
 	}
-	if err := s.st.Put(bucket, name, rec); err != nil {
+	if err := s.st.Put(bucket, ref, rec); err != nil {
 		return Info{}, false, fmt.Errorf("store secret %s: %w", name, err)
 	}
-	return Info{Name: name, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}, created, nil
+	return Info{Project: proj, Name: name, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}, created, nil
 }
 
-// Get returns the value of name.
-func (s *Store) Get(name string) ([]byte, error) {
-	if ValidName(name) != nil {
-		return nil, fmt.Errorf("secret %q: %w", name, ErrNotFound)
+// Get returns the value of the secret ref.
+func (s *Store) Get(ref string) ([]byte, error) {
+	_, name, err := parseRef(ref)
+	if err != nil {
+		return nil, fmt.Errorf("secret %q: %w", ref, ErrNotFound)
 	}
 	var rec record
-	if err := s.st.Get(bucket, name, &rec); err != nil {
+	if err := s.st.Get(bucket, ref, &rec); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("secret %s: %w", name, ErrNotFound)
 		}
@@ -179,16 +210,16 @@ func (s *Store) Get(name string) ([]byte, error) {
 	return v, nil
 }
 
-// Exists reports whether a secret named name is stored.
-func (s *Store) Exists(name string) bool {
-	if ValidName(name) != nil {
+// Exists reports whether the secret ref is stored.
+func (s *Store) Exists(ref string) bool {
+	if _, _, err := parseRef(ref); err != nil {
 		return false
 	}
 	var rec record
-	return s.st.Get(bucket, name, &rec) == nil
+	return s.st.Get(bucket, ref, &rec) == nil
 }
 
-// List returns every secret's name and times, by name.
+// List returns every secret's project, name and times, by project and name.
 func (s *Store) List() ([]Info, error) {
 	recs, err := store.All[record](s.st, bucket)
 	if err != nil {
@@ -199,21 +230,31 @@ func (s *Store) List() ([]Info, error) {
 		if r.Name == checkKey {
 			continue
 		}
-		out = append(out, Info{Name: r.Name, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt})
+		proj, name, err := parseRef(r.Name)
+		if err != nil {
+			continue
+		}
+		out = append(out, Info{Project: proj, Name: name, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Project != out[j].Project {
+			return out[i].Project < out[j].Project
+		}
+		return out[i].Name < out[j].Name
+	})
 	return out, nil
 }
 
-// Delete removes name.
-func (s *Store) Delete(name string) error {
+// Delete removes the secret ref.
+func (s *Store) Delete(ref string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.Exists(name) {
+	if !s.Exists(ref) {
+		_, name, _ := parseRef(ref)
 		return fmt.Errorf("secret %s: %w", name, ErrNotFound)
 	}
-	if err := s.st.Delete(bucket, name); err != nil {
-		return fmt.Errorf("delete secret %s: %w", name, err)
+	if err := s.st.Delete(bucket, ref); err != nil {
+		return fmt.Errorf("delete secret %s: %w", ref, err)
 	}
 	return nil
 }

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/credentials"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
 )
 
@@ -35,11 +37,26 @@ func (s *Server) openCredentials() (*secrets.Store, *credentials.CA, *credential
 		return nil, nil, nil, err
 	}
 	in := credentials.NewInterceptor(credentials.Config{
-		CA: ca, Secrets: store, UpstreamRoots: roots, Logger: s.cfg.Logger,
+		CA: ca, Secrets: projectSecrets{store: store, cp: func() *controlplane.ControlPlane { return s.cp }}, UpstreamRoots: roots, Logger: s.cfg.Logger,
 		// The control plane is built later; no sandbox runs before it is.
 		Rules: ruleSource(func(id string) []credentials.Rule { return s.cp.CredentialRules(id) }),
 	})
 	return store, ca, in, nil
+}
+
+// projectSecrets reads the secrets a sandbox's rules name from the
+// sandbox's own project, so rules never reach another project's secrets.
+type projectSecrets struct {
+	store *secrets.Store
+	cp    func() *controlplane.ControlPlane
+}
+
+func (p projectSecrets) Secret(sandboxID, name string) ([]byte, error) {
+	sb, err := p.cp().Get(project.Everything, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return p.store.Get(secrets.Ref(sb.Project, name))
 }
 
 type ruleSource func(id string) []credentials.Rule

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
@@ -66,11 +65,10 @@ func (s *Server) startCompat(keys *auth.Keys) (err error) {
 // tlsConfig HTTPS with HTTP/2 by ALPN. No write timeout: envd streams
 // (process output, watches) last as long as the processes do.
 func (s *Server) serveCompat(what, addr string, h http.Handler, tlsConfig *tls.Config) (string, error) {
-	ln, err := net.Listen("tcp", addr)
+	srv, ln, err := listenHTTP(addr, h, s.cfg.HTTP)
 	if err != nil {
-		return "", fmt.Errorf("%s: listen on %s: %w (choose another address with --e2b-listen/--proxy-listen, or \"\" to turn it off)", what, addr, err)
+		return "", fmt.Errorf("%s: %w (choose another address with --e2b-listen/--proxy-listen, or \"\" to turn it off)", what, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	scheme := "http"

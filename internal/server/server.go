@@ -28,6 +28,8 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/gvisor"
 	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/internal/store"
@@ -58,6 +60,9 @@ type Config struct {
 	// proxy's addresses (empty: off); Domain is the sandbox domain they
 	// announce and route (empty: none, header routing only).
 	E2BListen, ProxyListen, Domain string
+	// HTTP bounds connections on each listener (see HTTPLimits); unset
+	// timeouts take their defaults.
+	HTTP HTTPLimits
 	// ProxyTLSCert and ProxyTLSKey, both set, make the sandbox proxy serve
 	// HTTPS (HTTP/2 by ALPN) instead of plain HTTP (HTTP/1.1 and h2c).
 	ProxyTLSCert, ProxyTLSKey string
@@ -74,6 +79,15 @@ type Config struct {
 	// EgressCAFile adds PEM certificates to the system roots that upstream
 	// servers of credential injection are verified against.
 	EgressCAFile string
+	// MaxTemplateArchiveBytes bounds an OCI archive uploaded with a
+	// template recipe (api.DefaultMaxTemplateArchive when zero).
+	MaxTemplateArchiveBytes int64
+	// ProjectQuota is every project's quota unless set for it through the
+	// API (PUT /v1/projects/{name}); zero fields are unlimited.
+	ProjectQuota project.Quota
+	// MaxRequestsPerKey bounds one API key's requests in flight on the
+	// main API (0: api.DefaultMaxRequestsPerKey).
+	MaxRequestsPerKey int
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -84,6 +98,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir:        "/var/lib/space",
 		Listen:         "127.0.0.1:7070",
+		HTTP:           DefaultHTTPLimits(),
 		E2BListen:      "127.0.0.1:3000",
 		ProxyListen:    "127.0.0.1:3001",
 		Platform:       "systrap",
@@ -111,6 +126,7 @@ type Server struct {
 	st        *store.Store
 	pool      *storage.Pool
 	templates *template.Manager
+	slots     *network.Namespaces
 	cp        *controlplane.ControlPlane
 	gateway   *gateway.Gateway
 	http      *http.Server
@@ -153,6 +169,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.AdminKey, err = ensureAdminKey(keys, cfg.DataDir, say); err != nil {
 		return nil, err
 	}
+	quotas, err := project.OpenQuotas(s.st, cfg.ProjectQuota)
+	if err != nil {
+		return nil, err
+	}
 	secretStore, ca, interceptor, err := s.openCredentials()
 	if err != nil {
 		return nil, err
@@ -174,7 +194,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform})
+	// The slots' network namespaces live in a directory of this
+	// installation's, out of reach of `ip netns` (see network.Namespaces).
+	if s.slots, err = network.OpenNamespaces(filepath.Join(cfg.DataDir, "netns")); err != nil {
+		return nil, err
+	}
+	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform, Namespaces: s.slots})
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	nd, err := node.New(node.Config{
-		Egress: egress, Gateway: s.gateway,
+		Namespaces: s.slots, Egress: egress, Gateway: s.gateway,
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
@@ -214,7 +239,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if s.templates, err = template.NewManager(template.Config{
 		DataDir: cfg.DataDir, Volumes: s.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
-		TrustedCA: ca.CertPEM(),
+		TrustedCA:      ca.CertPEM(),
+		BuildDiskBytes: int64(cfg.Defaults.DiskMB) << 20,
+		Sandboxes: buildSandboxes{node: nd, limits: runtime.Limits{
+			VCPUs: cfg.Defaults.VCPUs, MemoryMB: max(cfg.Defaults.MemoryMB, buildMemoryMB), Pids: cfg.Defaults.Pids,
+		}},
 	}); err != nil {
 		return nil, err
 	}
@@ -235,6 +264,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Capacity:  nodeCapacity(cfg.MemoryOvercommit, s.pool.Root()),
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
 		Secrets:   secretStore,
+		Quotas:    quotas,
 	})
 	if err := s.cp.Recover(ctx); err != nil {
 		return nil, err
@@ -248,18 +278,20 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 
-	handler := api.HidePaths(api.New(api.Config{ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Metrics: reg, Logger: cfg.Logger}), cfg.DataDir)
+	handler := api.HidePaths(api.New(api.Config{
+		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: reg, Logger: cfg.Logger,
+		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
+	}), cfg.DataDir)
 	if err := s.startCompat(keys); err != nil {
 		cancel()
 		return nil, err
 	}
-	if s.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
+	if s.http, s.listener, err = listenHTTP(cfg.Listen, handler, cfg.HTTP); err != nil {
 		cancel()
 		_ = s.shutdownCompat(ctx)
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return nil, err
 	}
 	s.URL = "http://" + s.listener.Addr().String()
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
 		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -276,6 +308,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 // Templates exposes the template manager (for the CLI's local builds and tests).
 func (s *Server) Templates() *template.Manager { return s.templates }
 
+// Namespaces exposes the directory of the sandboxes' network slots (for tests).
+func (s *Server) Namespaces() *network.Namespaces { return s.slots }
+
 // buildTemplates builds missing built-in templates, one after the other.
 func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
 	for _, name := range s.cfg.BuildTemplates {
@@ -289,7 +324,7 @@ func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
 		}
 		say("building template %s (first start; progress follows)", name)
 		w := &prefixWriter{prefix: "space: [" + name + "] ", out: s.cfg.Progress}
-		if _, err := s.templates.Build(ctx, name, recipe, "", w); err != nil {
+		if _, err := s.templates.Build(ctx, name, recipe, template.Source{}, w); err != nil {
 			say("template %s failed: %v", name, err)
 			continue
 		}
@@ -333,15 +368,51 @@ func ensureAdminKey(keys *auth.Keys, dataDir string, say func(string, ...any)) (
 		}
 		return strings.TrimSpace(string(data)), nil
 	}
-	_, secret, err := keys.Create("admin", true)
+	secret, err := mintAdminKey(keys, "admin", path)
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write admin key: %w", err)
-	}
 	say("created admin API key (shown once; also saved to %s): %s", path, secret)
 	return secret, nil
+}
+
+// mintAdminKey creates an admin key of the default project and writes it
+// to path (0600), replacing what the file held.
+func mintAdminKey(keys *auth.Keys, name, path string) (string, error) {
+	_, secret, err := keys.Create(name, project.Default, true)
+	if err != nil {
+		return "", err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write admin key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("write admin key: %w", err)
+	}
+	return secret, nil
+}
+
+// ResetAdminKey mints a new admin key on the host, for an operator who
+// lost every admin key: it writes <data-dir>/admin.key (0600) and returns
+// the key. The server must be stopped, since it holds state.db open; the
+// old keys stay valid (revoke them with the new one).
+func ResetAdminKey(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "state.db")
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("no space state in %s (is --data-dir right?)", dataDir)
+	}
+	st, err := store.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("%w (stop the running server first: it holds the state database)", err)
+	}
+	defer st.Close()
+	keys, err := auth.Open(st)
+	if err != nil {
+		return "", err
+	}
+	return mintAdminKey(keys, "admin-reset-"+time.Now().UTC().Format("20060102-150405"), filepath.Join(dataDir, "admin.key"))
 }
 
 // findTool locates a helper binary: the configured path, an environment

@@ -36,16 +36,18 @@ type buildPlan struct {
 	// their materialized host copies.
 	files []FileCopy
 
-	parent  *Template // base template (FromTemplate)
-	image   *ociImage // base image (FromOCIArchive, FromOCILayout)
-	busybox string    // host busybox binary (FromMinimal)
+	parent    *Template // base template (FromTemplate)
+	image     *ociImage // base image (FromOCIArchive, FromOCILayout, FromUpload)
+	imageName string    // how the log names the image
+	busybox   string    // host busybox binary (FromMinimal)
 
 	env                         map[string]string
 	user, workdir, start, ready string
 }
 
 // plan resolves a recipe into a buildPlan. name overrides the recipe's own.
-func (m *Manager) plan(name string, r *Recipe, baseDir string) (*buildPlan, error) {
+func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
+	baseDir := src.Dir
 	if r == nil {
 		return nil, errors.New("template: nil recipe")
 	}
@@ -61,10 +63,21 @@ func (m *Manager) plan(name string, r *Recipe, baseDir string) (*buildPlan, erro
 	if err := ValidName(name); err != nil {
 		return nil, fmt.Errorf("template: %w", err)
 	}
+	base, _ := ParseFrom(r.From) // validated above
+	if !src.HostPaths {
+		if hostFiles(r.Files) > 0 {
+			return nil, fmt.Errorf("recipe: files: %w: copying host files needs an admin key; use builtin: sources, or run steps that download what they need", ErrHostPaths)
+		}
+		if base.Kind == FromOCIArchive || base.Kind == FromOCILayout {
+			return nil, fmt.Errorf("recipe: from: %w: %s:<path> reads the server's disk and needs an admin key; upload the image as an OCI archive with the recipe and use from: upload", ErrHostPaths, base.Kind)
+		}
+	}
+	if src.Archive != "" && base.Kind != FromUpload {
+		return nil, fmt.Errorf("recipe: from: an archive was uploaded, but the recipe's base is %q; use from: upload", r.From)
+	}
 	if hostFiles(r.Files) > 0 && baseDir == "" {
 		return nil, errors.New("recipe: files: copying host files needs the recipe's directory; not available for recipes submitted without one (e.g. over the API); only builtin: sources are")
 	}
-	base, _ := ParseFrom(r.From) // validated above
 	p := &buildPlan{name: name, recipe: r, baseDir: baseDir, base: base, env: map[string]string{}}
 	res := resolvedRecipe{
 		Builder: BuilderVersion, Packages: r.Packages, Run: r.Run, Env: r.Env,
@@ -96,13 +109,20 @@ func (m *Manager) plan(name string, r *Recipe, baseDir string) (*buildPlan, erro
 		if err != nil {
 			return nil, fmt.Errorf("recipe: from: image %s: %w", loc, err)
 		}
-		p.image = img
+		p.image, p.imageName = img, img.src.String()
 		res.From = img.digest
-		p.env = envMap(img.config.Env)
-		p.user, p.workdir = img.config.User, img.config.WorkingDir
-		if p.workdir == "" {
-			p.workdir = "/"
+		p.inheritImage()
+	case FromUpload:
+		if src.Archive == "" {
+			return nil, errors.New("recipe: from: upload needs an OCI archive uploaded with the recipe")
 		}
+		img, err := resolveImage(FromOCIArchive, src.Archive)
+		if err != nil {
+			return nil, fmt.Errorf("recipe: from: uploaded archive: %w", cleanUploadErr(err, src.Archive))
+		}
+		p.image, p.imageName = img, "uploaded archive"
+		res.From = img.digest
+		p.inheritImage()
 	case FromTemplate:
 		parent, err := m.Get(base.Arg)
 		if err != nil {
@@ -152,6 +172,21 @@ func (m *Manager) plan(name string, r *Recipe, baseDir string) (*buildPlan, erro
 		}
 	}
 	return p, nil
+}
+
+// inheritImage takes the process defaults of the base image.
+func (p *buildPlan) inheritImage() {
+	p.env = envMap(p.image.config.Env)
+	p.user, p.workdir = p.image.config.User, p.image.config.WorkingDir
+	if p.workdir == "" {
+		p.workdir = "/"
+	}
+}
+
+// cleanUploadErr keeps the server's path of an uploaded archive out of
+// errors a client sees.
+func cleanUploadErr(err error, archive string) error {
+	return errors.New(strings.ReplaceAll(err.Error(), archive, "the archive"))
 }
 
 // hostFiles counts the file entries copied from the host (not builtin:).
@@ -228,6 +263,12 @@ func (m *Manager) runBuild(ctx context.Context, p *buildPlan, b *build) {
 
 // execute builds the rootfs in a work volume and, once complete, publishes
 // it as the read-only volume templates/<id>. It returns the rootfs size.
+//
+// Only code that takes no recipe input runs on the host: the base
+// (busybox copy, the Debian bootstrap stage, OCI layer unpacking in Go,
+// a snapshot of the parent template). Everything a recipe says to do,
+// package installs, run steps and file copies, runs in a gVisor build
+// sandbox booted on the work volume.
 func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string)) (size int64, err error) {
 	vols := m.cfg.Volumes
 	work, final := workVolume(p.id), rootfsVolume(p.id)
@@ -246,15 +287,11 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 	}()
 
 	r := p.recipe
-	aptPackages := r.Packages
-	if p.base.Kind == FromDebian {
-		aptPackages = nil // debootstrap includes them
-	}
 	total := 2 + len(r.Run) // base + finalize
-	if len(aptPackages) > 0 {
+	if len(r.Packages) > 0 {
 		total++
 	}
-	if len(r.Files) > 0 {
+	if len(p.files) > 0 {
 		total++
 	}
 	if len(m.cfg.TrustedCA) > 0 {
@@ -270,30 +307,16 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 	if err != nil {
 		return 0, err
 	}
-
-	if len(aptPackages) > 0 || len(r.Run) > 0 {
-		restore, err := useHostResolvConf(rootfs)
-		if err != nil {
-			return 0, err
-		}
-		err = m.customize(ctx, p, rootfs, aptPackages, step, logLine)
-		if rerr := restore(); err == nil && rerr != nil {
-			err = fmt.Errorf("restore /etc/resolv.conf: %w", rerr)
-		}
-		if err != nil {
-			return 0, err
-		}
-	}
-
-	if len(p.files) > 0 {
-		step(fmt.Sprintf("copy %d file entries", len(p.files)))
-		if err := copyFiles(rootfs, p.files, p.baseDir, logLine); err != nil {
+	if len(r.Packages) > 0 || len(r.Run) > 0 || len(p.files) > 0 {
+		if err := m.customize(ctx, p, work, rootfs, step, logLine); err != nil {
 			return 0, err
 		}
 	}
 
 	if len(m.cfg.TrustedCA) > 0 {
 		step("trust the egress CA " + caFingerprint(m.cfg.TrustedCA)[:19])
+		// The certificate is the operator's, not the recipe's; os.Root
+		// keeps the write inside the rootfs whatever the steps left there.
 		if err := installCA(rootfs, m.cfg.TrustedCA); err != nil {
 			return 0, err
 		}
@@ -321,7 +344,9 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 	return size, nil
 }
 
-// createBase fills the work volume from the recipe's base.
+// createBase fills the work volume from the recipe's base. None of the
+// recipe's fields but From reach this, and From only as a kind, an
+// allow-listed suite, an image already resolved or a template's ID.
 func (m *Manager) createBase(ctx context.Context, p *buildPlan, work string, step func(string), logLine func(string)) (string, error) {
 	vols := m.cfg.Volumes
 	switch p.base.Kind {
@@ -340,26 +365,13 @@ func (m *Manager) createBase(ctx context.Context, p *buildPlan, work string, ste
 		}
 		return rootfs, buildMinimal(ctx, rootfs, p.busybox)
 	case FromDebian:
-		desc := "debootstrap --variant=minbase " + p.base.Arg
-		if len(p.recipe.Packages) > 0 {
-			desc += " --include=" + strings.Join(p.recipe.Packages, ",")
-		}
-		step(desc)
-		rootfs, err := vols.Create(work)
+		stage, err := m.bootstrapStage(ctx, p.base.Arg, step, logLine)
 		if err != nil {
 			return "", err
 		}
-		if err := m.debootstrap(ctx, rootfs, p.base.Arg, p.recipe.Packages, logLine); err != nil {
-			return "", err
-		}
-		if err := cleanDebianRootfs(rootfs); err != nil {
-			return "", err
-		}
-		// debootstrap copies the host's resolv.conf; the sandbox runtime
-		// provides its own.
-		return rootfs, os.WriteFile(filepath.Join(rootfs, "etc/resolv.conf"), []byte("# placeholder: replaced when a sandbox starts\n"), 0o644)
-	case FromOCIArchive, FromOCILayout:
-		step(fmt.Sprintf("import image %s (%d layers)", p.image.src, len(p.image.layers)))
+		return vols.Snapshot(stage, work, false)
+	case FromOCIArchive, FromOCILayout, FromUpload:
+		step(fmt.Sprintf("import image %s (%d layers)", p.imageName, len(p.image.layers)))
 		rootfs, err := vols.Create(work)
 		if err != nil {
 			return "", err
@@ -369,21 +381,63 @@ func (m *Manager) createBase(ctx context.Context, p *buildPlan, work string, ste
 	return "", fmt.Errorf("unknown base kind %q", p.base.Kind)
 }
 
-// customize installs apt packages and runs the recipe's steps.
-func (m *Manager) customize(ctx context.Context, p *buildPlan, rootfs string, aptPackages []string, step func(string), logLine func(string)) error {
-	if len(aptPackages) > 0 {
-		step("apt-get install " + strings.Join(aptPackages, " "))
-		if err := m.aptInstall(ctx, rootfs, aptPackages, p.env, logLine); err != nil {
-			return fmt.Errorf("apt-get install: %w", err)
+// customize boots the build sandbox on the work volume and installs apt
+// packages, runs the recipe's steps and copies its files in it.
+func (m *Manager) customize(ctx context.Context, p *buildPlan, work, rootfs string, step func(string), logLine func(string)) (err error) {
+	if m.cfg.Sandboxes == nil {
+		return errors.New("this server has no build sandboxes: recipes with packages, run steps or files cannot be built")
+	}
+	if !existsInRootfs(rootfs, "bin/sh") {
+		return errors.New("the base has no /bin/sh: packages, run steps and files are carried out by a shell in the build sandbox")
+	}
+	if len(p.recipe.Packages) > 0 && !existsInRootfs(rootfs, "usr/bin/apt-get") {
+		return errors.New("packages: the base has no apt-get; apt packages need a Debian-based base")
+	}
+	// The runtime mounts /proc, /dev, /sys and the agent there.
+	if err := finalizeRootfs(rootfs); err != nil {
+		return err
+	}
+	if m.cfg.BuildDiskBytes > 0 {
+		if err := m.cfg.Volumes.SetLimit(work, m.cfg.BuildDiskBytes); err != nil {
+			return fmt.Errorf("disk limit of the build: %w", err)
 		}
-		if err := cleanDebianRootfs(rootfs); err != nil {
-			return err
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, m.cfg.BuildTimeout,
+		fmt.Errorf("the build's packages, steps and files took longer than %s", m.cfg.BuildTimeout))
+	defer cancel()
+	defer func() {
+		if err != nil && context.Cause(ctx) != nil && ctx.Err() == context.DeadlineExceeded {
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+		}
+	}()
+	logLine("starting the build sandbox (gVisor)")
+	sb, err := m.cfg.Sandboxes.Start(ctx, work)
+	if err != nil {
+		return fmt.Errorf("start the build sandbox: %w", err)
+	}
+	defer func() {
+		// Stopped before the volume is renamed and made read-only.
+		if serr := sb.Stop(context.WithoutCancel(ctx)); serr != nil && err == nil {
+			err = fmt.Errorf("stop the build sandbox: %w", serr)
+		}
+	}()
+	env := stepEnv(p.env)
+	if len(p.recipe.Packages) > 0 {
+		step("apt-get install " + strings.Join(p.recipe.Packages, " "))
+		if err := aptInstall(ctx, sb, p.recipe.Packages, env, logLine); err != nil {
+			return fmt.Errorf("apt-get install: %w", err)
 		}
 	}
 	for i, script := range p.recipe.Run {
 		step("run: " + summarize(script))
-		if err := runInChroot(ctx, chrootStep{Rootfs: rootfs, Script: script, Env: p.env}, logLine); err != nil {
+		if err := runStep(ctx, sb, script, env, logLine); err != nil {
 			return fmt.Errorf("run[%d] %q: %w", i, summarize(script), err)
+		}
+	}
+	if len(p.files) > 0 {
+		step(fmt.Sprintf("copy %d file entries", len(p.files)))
+		if err := copyFiles(ctx, sb, p.files, p.baseDir, logLine); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -401,167 +455,115 @@ func summarize(script string) string {
 	return line
 }
 
-// useHostResolvConf puts the host's /etc/resolv.conf into the rootfs so
-// steps can resolve names, and returns a function restoring what was there
-// (file, symlink or nothing).
-func useHostResolvConf(rootfs string) (restore func() error, err error) {
-	hostConf, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		hostConf = []byte("nameserver 1.1.1.1\n")
-	}
-	root, err := os.OpenRoot(rootfs)
-	if err != nil {
-		return nil, err
-	}
-	const name = "etc/resolv.conf"
-	if err := root.MkdirAll("etc", 0o755); err != nil {
-		root.Close()
-		return nil, fmt.Errorf("create /etc: %w", err)
-	}
-	var (
-		origLink    string
-		origContent []byte
-		origMode    fs.FileMode
-		existed     bool
-	)
-	if info, err := root.Lstat(name); err == nil {
-		existed = true
-		if info.Mode()&fs.ModeSymlink != 0 {
-			if origLink, err = root.Readlink(name); err != nil {
-				root.Close()
-				return nil, err
-			}
-		} else {
-			origMode = info.Mode().Perm()
-			if origContent, err = root.ReadFile(name); err != nil {
-				root.Close()
-				return nil, err
-			}
-		}
-		if err := root.RemoveAll(name); err != nil {
-			root.Close()
-			return nil, err
-		}
-	}
-	if err := root.WriteFile(name, hostConf, 0o644); err != nil {
-		root.Close()
-		return nil, fmt.Errorf("install host resolv.conf: %w", err)
-	}
-	return func() error {
-		defer root.Close()
-		if err := root.RemoveAll(name); err != nil {
-			return err
-		}
-		switch {
-		case !existed:
-			return nil
-		case origLink != "":
-			return root.Symlink(origLink, name)
-		default:
-			if err := root.WriteFile(name, origContent, origMode); err != nil {
-				return err
-			}
-			return root.Chmod(name, origMode)
-		}
-	}, nil
-}
-
-// copyFiles copies the recipe's host files into the rootfs, owned by root.
-// Directories are copied recursively (symlinks as symlinks); mode, when
-// given, applies to the top-level entry.
-func copyFiles(rootfs string, files []FileCopy, baseDir string, logLine func(string)) error {
-	root, err := os.OpenRoot(rootfs)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
+// copyFiles copies the recipe's files (host paths an admin named, or
+// built-in sources) into the build sandbox through its agent, owned by
+// root. Directories are copied recursively (symlinks as symlinks); mode,
+// when given, applies to the top-level entry. The writes happen inside
+// the sandbox, so nothing the steps planted in the rootfs (a symlink to
+// a host path) is followed on the host.
+func copyFiles(ctx context.Context, sb BuildSandbox, files []FileCopy, baseDir string, logLine func(string)) error {
+	q := shellQuote
 	for i, f := range files {
 		src, err := hostPath(f.Src, baseDir)
 		if err != nil {
 			return fmt.Errorf("files[%d]: %w", i, err)
 		}
-		dest := strings.TrimPrefix(path.Clean(f.Dest), "/")
+		dest := path.Clean(f.Dest)
 		logLine(fmt.Sprintf("%s -> %s", f.Src, f.Dest))
-		if err := root.MkdirAll(path.Dir(dest), 0o755); err != nil {
-			return fmt.Errorf("files[%d]: create parent of %s: %w", i, f.Dest, err)
-		}
-		if err := copyTree(root, src, dest); err != nil {
+		top, err := os.Stat(src)
+		if err != nil {
 			return fmt.Errorf("files[%d]: %w", i, err)
+		}
+		// before makes directories and clears the way; the agent writes
+		// file contents; after sets modes and owners and makes symlinks.
+		var before, after strings.Builder
+		before.WriteString("set -e\n")
+		after.WriteString("set -e\n")
+		fmt.Fprintf(&before, "mkdir -p %s\n", q(path.Dir(dest)))
+		var writes [][2]string // host file, sandbox path
+		if !top.IsDir() {
+			fmt.Fprintf(&before, "if [ -d %[1]s ] && [ ! -L %[1]s ]; then echo %[2]s >&2; exit 1; fi\nrm -f %[1]s\n",
+				q(dest), q(dest+" is a directory in the rootfs; give the full file path as dest"))
+			writes = append(writes, [2]string{src, dest})
+			fmt.Fprintf(&after, "chown 0:0 %[1]s\nchmod %[2]s %[1]s\n", q(dest), octal(top.Mode()))
+		} else {
+			err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				rel, _ := filepath.Rel(src, p)
+				target := path.Join(dest, filepath.ToSlash(rel))
+				info, err := d.Info()
+				if err != nil {
+					return err
+				}
+				switch {
+				case d.IsDir():
+					fmt.Fprintf(&before, "mkdir -p %s\n", q(target))
+					fmt.Fprintf(&after, "chown 0:0 %[1]s\nchmod %[2]s %[1]s\n", q(target), octal(info.Mode()))
+				case info.Mode()&fs.ModeSymlink != 0:
+					link, err := os.Readlink(p)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(&after, "rm -rf %[1]s\nln -s %[2]s %[1]s\nchown -h 0:0 %[1]s\n", q(target), q(link))
+				case info.Mode().IsRegular():
+					fmt.Fprintf(&before, "rm -rf %s\n", q(target))
+					writes = append(writes, [2]string{p, target})
+					fmt.Fprintf(&after, "chown 0:0 %[1]s\nchmod %[2]s %[1]s\n", q(target), octal(info.Mode()))
+				}
+				// Sockets, devices: nothing sensible to copy.
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("files[%d]: %w", i, err)
+			}
 		}
 		if f.Mode != "" {
 			mode, _ := parseMode(f.Mode) // validated
-			if err := root.Chmod(dest, unixMode(mode)); err != nil {
-				return fmt.Errorf("files[%d]: chmod %s: %w", i, f.Dest, err)
+			fmt.Fprintf(&after, "chmod %o %s\n", mode, q(dest))
+		}
+		if err := runStep(ctx, sb, before.String(), nil, logLine); err != nil {
+			return fmt.Errorf("files[%d]: prepare %s: %w", i, f.Dest, err)
+		}
+		for _, w := range writes {
+			if err := writeHostFile(ctx, sb, w[0], w[1]); err != nil {
+				return fmt.Errorf("files[%d]: %w", i, err)
 			}
+		}
+		if err := runStep(ctx, sb, after.String(), nil, logLine); err != nil {
+			return fmt.Errorf("files[%d]: finish %s: %w", i, f.Dest, err)
 		}
 	}
 	return nil
 }
 
-// copyTree copies host path src to dest inside root.
-func copyTree(root *os.Root, src, dest string) error {
-	top, err := os.Stat(src)
+// writeHostFile streams a host file into the build sandbox.
+func writeHostFile(ctx context.Context, sb BuildSandbox, src, dest string) error {
+	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
-	if !top.IsDir() {
-		if info, err := root.Lstat(dest); err == nil && info.IsDir() {
-			return fmt.Errorf("%s is a directory in the rootfs; give the full file path as dest", dest)
-		}
-		root.Remove(dest)
-		return copyHostFile(root, src, dest, top.Mode().Perm())
+	defer in.Close()
+	if err := sb.WriteFile(ctx, dest, in); err != nil {
+		return fmt.Errorf("write %s: %w", dest, err)
 	}
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := path.Join(dest, filepath.ToSlash(rel))
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			if err := root.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
-			if err := root.Lchown(target, 0, 0); err != nil {
-				return err
-			}
-			return root.Chmod(target, info.Mode().Perm())
-		case info.Mode()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			root.RemoveAll(target)
-			if err := root.Symlink(link, target); err != nil {
-				return err
-			}
-			return root.Lchown(target, 0, 0)
-		case info.Mode().IsRegular():
-			root.RemoveAll(target)
-			return copyHostFile(root, p, target, info.Mode().Perm())
-		default:
-			return nil // sockets, devices: nothing sensible to copy
-		}
-	})
+	return nil
 }
 
-// unixMode converts permission bits including setuid/setgid/sticky.
-func unixMode(m uint32) fs.FileMode {
-	mode := fs.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		mode |= fs.ModeSetuid
+// octal renders permission bits, setuid/setgid/sticky included, for chmod.
+func octal(m fs.FileMode) string {
+	v := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		v |= 0o4000
 	}
-	if m&0o2000 != 0 {
-		mode |= fs.ModeSetgid
+	if m&fs.ModeSetgid != 0 {
+		v |= 0o2000
 	}
-	if m&0o1000 != 0 {
-		mode |= fs.ModeSticky
+	if m&fs.ModeSticky != 0 {
+		v |= 0o1000
 	}
-	return mode
+	return fmt.Sprintf("%04o", v)
 }
 
 // finalizeRootfs creates what every template must have: the agent mount

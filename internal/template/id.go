@@ -17,7 +17,7 @@ import (
 // BuilderVersion is hashed into every template ID. Bump it when a builder
 // changes what it puts into a rootfs, so old templates are rebuilt rather
 // than silently reused.
-const BuilderVersion = "space-template-builder/1"
+const BuilderVersion = "space-template-builder/2" // 2: steps in gVisor build sandboxes
 
 // idPattern matches template IDs: the first 16 bytes of a sha256, in hex.
 var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)

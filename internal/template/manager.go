@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -27,7 +29,27 @@ var (
 	ErrNotFound    = errors.New("template not found")
 	ErrInUse       = errors.New("template in use")
 	ErrBuildFailed = errors.New("template build failed")
+	// ErrHostPaths refuses a recipe that names host paths without
+	// Source.HostPaths.
+	ErrHostPaths = errors.New("host paths are for admins")
+	// ErrArchiveTooLarge is returned by StageUpload for an archive over
+	// its limit.
+	ErrArchiveTooLarge = errors.New("uploaded archive is too large")
 )
+
+// Source is where a recipe comes from, which decides what of the host it
+// may name.
+type Source struct {
+	// Dir is the recipe file's directory, against which relative host
+	// paths resolve; empty for recipes sent over the API.
+	Dir string
+	// HostPaths allows from: oci-layout:/oci-archive: and files: with
+	// host sources: for admin keys and the operator's own builds.
+	HostPaths bool
+	// Archive is an uploaded OCI archive from StageUpload, the image of
+	// from: upload. The manager owns it from the call on and removes it.
+	Archive string
+}
 
 // Template is the catalog record of one built (or building) template
 // version. Records are immutable once ready; a changed recipe is a new ID.
@@ -77,6 +99,16 @@ type Config struct {
 	// CA of credential injection); its fingerprint is part of every
 	// template ID. Empty: none.
 	TrustedCA []byte
+	// Sandboxes boots the build sandboxes that packages, run steps and
+	// file copies run in; nil refuses recipes that have any.
+	Sandboxes BuildSandboxes
+	// BuildDiskBytes bounds a build's work volume while its steps run,
+	// as a sandbox's disk_mb does (0: no bound).
+	BuildDiskBytes int64
+	// BuildTimeout bounds the time a build's sandbox runs its packages,
+	// steps and files (DefaultBuildTimeout when zero): a step that never
+	// ends must not hold a sandbox for ever.
+	BuildTimeout time.Duration
 	// Logf receives build events; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -95,8 +127,11 @@ type Manager struct {
 	names   map[string]string    // name -> latest ID
 	builds  map[string]*build    // in flight, by ID
 
-	// aptMu serializes debootstrap and apt-get runs, which share caches.
+	// aptMu serializes bootstrap stages, which share caches.
 	aptMu sync.Mutex
+	// hostRun runs the builder's host commands (debootstrap, tar);
+	// tests watch what reaches them.
+	hostRun func(cmd *exec.Cmd, logLine func(string)) error
 }
 
 // NewManager loads the catalog. Builds a crash interrupted are marked
@@ -112,6 +147,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
+	if cfg.BuildTimeout <= 0 {
+		cfg.BuildTimeout = DefaultBuildTimeout
+	}
 	st, err := openStore(filepath.Join(cfg.DataDir, "templates"))
 	if err != nil {
 		return nil, err
@@ -122,11 +160,13 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{cfg: cfg, store: st, ctx: ctx, cancel: cancel,
-		records: records, names: names, builds: map[string]*build{}}
+		records: records, names: names, builds: map[string]*build{}, hostRun: runLogged}
 	if err := m.recover(); err != nil {
 		cancel()
 		return nil, err
 	}
+	// Uploads of builds a restart interrupted.
+	_ = os.RemoveAll(m.uploadDir())
 	return m, nil
 }
 
@@ -178,6 +218,9 @@ func (m *Manager) Close() error {
 
 const workSuffix = ".build"
 
+// DefaultBuildTimeout is Config.BuildTimeout's default.
+const DefaultBuildTimeout = time.Hour
+
 func rootfsVolume(id string) string { return "templates/" + id }
 func workVolume(id string) string   { return "templates/" + id + workSuffix }
 
@@ -185,27 +228,87 @@ func workVolume(id string) string   { return "templates/" + id + workSuffix }
 // the background. It returns the record: ready when this recipe was built
 // before, otherwise building. Concurrent submits of one ID share a build.
 // name may be empty when the recipe names itself.
-func (m *Manager) Submit(name string, r *Recipe, baseDir string) (*Template, error) {
-	p, err := m.plan(name, r, baseDir)
+func (m *Manager) Submit(name string, r *Recipe, src Source) (*Template, error) {
+	p, err := m.plan(name, r, src)
 	if err != nil {
+		removeUpload(src.Archive)
 		return nil, err
 	}
-	t, _, err := m.startOrJoin(m.ctx, p)
+	t, _, err := m.startOrJoin(m.ctx, p, src.Archive)
 	return t, err
+}
+
+func (m *Manager) uploadDir() string { return filepath.Join(m.cfg.DataDir, "cache", "uploads") }
+
+// StageUpload streams an uploaded OCI archive to the server's disk, at
+// most limit bytes (ErrArchiveTooLarge beyond), and returns the path to
+// pass as Source.Archive.
+func (m *Manager) StageUpload(r io.Reader, limit int64) (string, error) {
+	if err := os.MkdirAll(m.uploadDir(), 0o700); err != nil {
+		return "", fmt.Errorf("stage upload: %w", err)
+	}
+	f, err := os.CreateTemp(m.uploadDir(), "archive-*.tar")
+	if err != nil {
+		return "", fmt.Errorf("stage upload: %w", err)
+	}
+	n, err := io.Copy(f, io.LimitReader(r, limit+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		os.Remove(f.Name())
+		return "", fmt.Errorf("receive the archive: %w", err)
+	case n > limit:
+		os.Remove(f.Name())
+		return "", fmt.Errorf("%w: the limit is %d bytes", ErrArchiveTooLarge, limit)
+	}
+	return f.Name(), nil
+}
+
+func removeUpload(path string) {
+	if path != "" {
+		_ = os.Remove(path)
+	}
+}
+
+// SubmitAs is Submit under a catalog name of the caller's choosing, which
+// unlike a recipe name may hold a '/': the server files each project's
+// templates as "<project>/<name>", apart from the built-in ones and from
+// other projects' (the recipe's ID stays the content hash, so equal
+// recipes share one rootfs, and Delete keeps it while any name points at
+// it). name is validated like Submit's.
+func (m *Manager) SubmitAs(catalogName, name string, r *Recipe, src Source) (*Template, error) {
+	p, err := m.plan(name, r, src)
+	if err != nil {
+		removeUpload(src.Archive)
+		return nil, err
+	}
+	p.name = catalogName
+	t, _, err := m.startOrJoin(m.ctx, p, src.Archive)
+	return t, err
+}
+
+// Names returns every catalog name and the ID it points at.
+func (m *Manager) Names() map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.names)
 }
 
 // Build is the synchronous Submit: it builds (or joins the build of, or
 // returns the already built) template and writes progress and step output
 // to progress (which may be nil).
-func (m *Manager) Build(ctx context.Context, name string, r *Recipe, baseDir string, progress io.Writer) (*Template, error) {
+func (m *Manager) Build(ctx context.Context, name string, r *Recipe, src Source, progress io.Writer) (*Template, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
-	p, err := m.plan(name, r, baseDir)
+	p, err := m.plan(name, r, src)
 	if err != nil {
+		removeUpload(src.Archive)
 		return nil, err
 	}
-	t, b, err := m.startOrJoin(ctx, p)
+	t, b, err := m.startOrJoin(ctx, p, src.Archive)
 	if err != nil {
 		return nil, err
 	}
@@ -220,8 +323,15 @@ func (m *Manager) Build(ctx context.Context, name string, r *Recipe, baseDir str
 }
 
 // startOrJoin returns the existing ready record (b == nil), joins a build
-// in flight, or records a new build and starts it.
-func (m *Manager) startOrJoin(ctx context.Context, p *buildPlan) (*Template, *build, error) {
+// in flight, or records a new build and starts it. The build removes the
+// uploaded archive (if any) when it ends; otherwise it goes at once.
+func (m *Manager) startOrJoin(ctx context.Context, p *buildPlan, upload string) (_ *Template, _ *build, err error) {
+	started := false
+	defer func() {
+		if !started {
+			removeUpload(upload)
+		}
+	}()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.setName(p.name, p.id); err != nil {
@@ -245,7 +355,11 @@ func (m *Manager) startOrJoin(ctx context.Context, p *buildPlan) (*Template, *bu
 	b := &build{log: newBuildLog(logFile), done: make(chan struct{})}
 	m.builds[p.id] = b
 	m.running.Add(1)
-	go m.runBuild(ctx, p, b)
+	started = true
+	go func() {
+		defer removeUpload(upload)
+		m.runBuild(ctx, p, b)
+	}()
 	return t.clone(), b, nil
 }
 

@@ -238,17 +238,31 @@ func TestOCIRefusesEscapes(t *testing.T) {
 			{name: "up", typ: tar.TypeSymlink, link: "../../../../../../../../" + outside},
 			{name: "up/escaped", body: "x"},
 		},
+		"hardlink through a symlink": {
+			{name: "hostdir", typ: tar.TypeSymlink, link: outside},
+			{name: "pw", typ: tar.TypeLink, link: "hostdir/host-file"},
+		},
+		"hardlink climbing out": {{name: "pw", typ: tar.TypeLink, link: "../../../../../../.." + outside + "/host-file"}},
+		"absolute symlink as a parent": {
+			{name: "etc", typ: tar.TypeSymlink, link: outside},
+			{name: "etc/escaped", body: "x"},
+		},
 	}
+	os.WriteFile(filepath.Join(outside, "host-file"), []byte("host"), 0o644)
 	for name, entries := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeOCILayout(t, filepath.Join(dir, "img"), [][]byte{makeTar(t, entries, false)}, nil)
-			_, err := e.m.Build(context.Background(), "evil", mustParse(t, "from: oci-layout:img\n"), dir, nil)
+			_, err := e.m.Build(context.Background(), "evil", mustParse(t, "from: oci-layout:img\n"), Source{Dir: dir, HostPaths: true}, nil)
 			if err == nil {
 				t.Fatal("escaping layer was accepted")
 			}
 			if _, serr := os.Stat(filepath.Join(outside, "escaped")); serr == nil {
 				t.Fatal("layer wrote outside the rootfs")
+			}
+			var st syscall.Stat_t
+			if syscall.Stat(filepath.Join(outside, "host-file"), &st) == nil && st.Nlink != 1 {
+				t.Fatalf("the host file got %d links", st.Nlink)
 			}
 			t.Logf("refused: %v", err)
 		})

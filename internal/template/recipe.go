@@ -1,16 +1,22 @@
 // Package template turns recipes into immutable, content-versioned template
 // root filesystems.
 //
-// A recipe (YAML) names a base (minimal busybox, a Debian suite via
-// debootstrap, an OCI image, or another template), then apt packages, shell
-// steps, files and process defaults. Its canonical resolved form hashes to
-// the template ID; the built rootfs is the read-only volume templates/<id>,
-// so the same recipe never builds twice and a built template never changes.
+// A recipe (YAML) names a base (minimal busybox, a Debian suite, an OCI
+// image uploaded with the request or, for admins, on the host, or another
+// template), then apt packages, shell steps, files and process defaults.
+// Its canonical resolved form hashes to the template ID; the built rootfs
+// is the read-only volume templates/<id>, so the same recipe never builds
+// twice and a built template never changes.
 //
-// Recipes are operator-trusted: run steps and package installs execute as
-// root in a chroot of the work rootfs on the host (with private mount, PID
-// and UTS namespaces, and the host network for downloads), not in a
-// sandbox.
+// Recipes are untrusted: any API key may submit one. Package installs,
+// run steps and file copies execute as root inside a gVisor build
+// sandbox booted on the work volume (BuildSandboxes, implemented by the
+// node), under the default egress policy of sandboxes. On the host runs
+// only what takes no recipe input: the busybox copy of minimal, the
+// Debian bootstrap stage (allow-listed suite, fixed package set), the
+// unpacking of OCI layers in Go through os.Root, and volume snapshots.
+// Host paths in a recipe (from: oci-layout:/oci-archive:, files: with host
+// sources) need Source.HostPaths, which the API grants admin keys only.
 package template
 
 import (
@@ -30,8 +36,9 @@ import (
 type Recipe struct {
 	// Name is the template name; the API/CLI may supply it instead.
 	Name string `yaml:"name,omitempty" json:"name,omitempty"`
-	// From is the base: "minimal", "debian:<suite>", "oci-archive:<tar>",
-	// "oci-layout:<dir>" or "template:<name>".
+	// From is the base: "minimal", "debian:<suite>", "upload" (the OCI
+	// archive uploaded with the recipe), "oci-archive:<tar>",
+	// "oci-layout:<dir>" (host paths: admins only) or "template:<name>".
 	From string `yaml:"from" json:"from"`
 	// Packages are apt packages (Debian-based bases only).
 	Packages []string `yaml:"packages,omitempty" json:"packages,omitempty"`
@@ -45,7 +52,8 @@ type Recipe struct {
 	User string `yaml:"user,omitempty" json:"user,omitempty"`
 	// Workdir is the default working directory of sandbox processes.
 	Workdir string `yaml:"workdir,omitempty" json:"workdir,omitempty"`
-	// Files are copied from the host into the rootfs after the run steps.
+	// Files are copied into the rootfs after the run steps: built-in
+	// sources, or host paths (admins only).
 	Files []FileCopy `yaml:"files,omitempty" json:"files,omitempty"`
 	// Start is an optional long-running command started in each sandbox.
 	Start string `yaml:"start,omitempty" json:"start,omitempty"`
@@ -75,6 +83,7 @@ const (
 	FromOCIArchive = "oci-archive"
 	FromOCILayout  = "oci-layout"
 	FromTemplate   = "template"
+	FromUpload     = "upload"
 )
 
 // Base is a parsed From value.
@@ -205,19 +214,22 @@ func (r *Recipe) Validate() error {
 // ParseFrom parses a recipe's from field.
 func ParseFrom(from string) (Base, error) {
 	if from == "" {
-		return Base{}, errors.New("required (minimal, debian:<suite>, oci-archive:<tar>, oci-layout:<dir> or template:<name>)")
+		return Base{}, errors.New("required (minimal, debian:<suite>, upload, oci-archive:<tar>, oci-layout:<dir> or template:<name>)")
 	}
-	if from == FromMinimal {
-		return Base{Kind: FromMinimal}, nil
+	if from == FromMinimal || from == FromUpload {
+		return Base{Kind: from}, nil
 	}
 	kind, arg, ok := strings.Cut(from, ":")
 	if !ok || arg == "" {
-		return Base{}, fmt.Errorf("unknown base %q (want minimal, debian:<suite>, oci-archive:<tar>, oci-layout:<dir> or template:<name>)", from)
+		return Base{}, fmt.Errorf("unknown base %q (want minimal, debian:<suite>, upload, oci-archive:<tar>, oci-layout:<dir> or template:<name>)", from)
 	}
 	switch kind {
 	case FromDebian:
 		if !suitePattern.MatchString(arg) {
 			return Base{}, fmt.Errorf("invalid Debian suite %q", arg)
+		}
+		if _, ok := bootstrapSuites[arg]; !ok {
+			return Base{}, fmt.Errorf("Debian suite %q is not offered (one of %s)", arg, strings.Join(allowedSuites(), ", "))
 		}
 	case FromOCIArchive, FromOCILayout:
 	case FromTemplate:
@@ -225,7 +237,7 @@ func ParseFrom(from string) (Base, error) {
 			return Base{}, err
 		}
 	default:
-		return Base{}, fmt.Errorf("unknown base kind %q in %q (want minimal, debian, oci-archive, oci-layout or template)", kind, from)
+		return Base{}, fmt.Errorf("unknown base kind %q in %q (want minimal, debian, upload, oci-archive, oci-layout or template)", kind, from)
 	}
 	return Base{Kind: kind, Arg: arg}, nil
 }

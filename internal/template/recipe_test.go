@@ -68,7 +68,7 @@ ready: "curl -sf localhost:8080"
 		r.Files[0].Mode != "0755" || r.Start == "" || r.Ready == "" || r.User != "user" || r.Workdir != "/home/user" {
 		t.Fatalf("parsed %+v", r)
 	}
-	for _, from := range []string{"minimal", "oci-archive:/x.tar", "oci-layout:img", "template:base", "debian:trixie"} {
+	for _, from := range []string{"minimal", "oci-archive:/x.tar", "oci-layout:img", "template:base", "upload"} {
 		if _, err := ParseFrom(from); err != nil {
 			t.Errorf("ParseFrom(%q): %v", from, err)
 		}

@@ -46,7 +46,7 @@ func TestTemplatesTrustTheCA(t *testing.T) {
 	recipe := mustParse(t, "from: minimal\n")
 	id := func() string {
 		t.Helper()
-		p, err := e.m.plan("m", recipe, "")
+		p, err := e.m.plan("m", recipe, Source{})
 		if err != nil {
 			t.Fatal(err)
 		}

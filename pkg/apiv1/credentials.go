@@ -22,15 +22,19 @@ type CredentialRule struct {
 	Secret string `json:"secret,omitempty"`
 }
 
-// SetSecretRequest is the body of POST /v1/secrets.
+// SetSecretRequest is the body of POST /v1/secrets. Project is the
+// project the secret belongs to (default: the key's); only that project's
+// sandboxes can name it in credential rules.
 type SetSecretRequest struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name    string `json:"name"`
+	Value   string `json:"value"`
+	Project string `json:"project,omitempty"`
 }
 
 // Secret describes a stored secret; its value is never returned.
 type Secret struct {
 	Name      string    `json:"name"`
+	Project   string    `json:"project"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

@@ -73,7 +73,9 @@ type Lifecycle struct {
 
 // Sandbox is the public view of one sandbox.
 type Sandbox struct {
-	ID          string            `json:"id"`
+	ID string `json:"id"`
+	// Project is the project (tenant) the sandbox belongs to.
+	Project     string            `json:"project"`
 	Template    string            `json:"template"`
 	TemplateID  string            `json:"template_id,omitempty"`
 	State       string            `json:"state"`
@@ -265,7 +267,11 @@ const (
 
 // Template describes a built (or building) template.
 type Template struct {
-	Name      string     `json:"name"`
+	Name string `json:"name"`
+	// Project is the project that built the template; empty for a
+	// built-in template, which every project may use (Builtin).
+	Project   string     `json:"project,omitempty"`
+	Builtin   bool       `json:"builtin,omitempty"`
 	ID        string     `json:"id"` // content hash of the resolved recipe
 	State     string     `json:"state"`
 	Reason    string     `json:"reason,omitempty"`
@@ -312,13 +318,56 @@ type APIKey struct {
 	Name      string    `json:"name"`
 	Prefix    string    `json:"prefix"`
 	Admin     bool      `json:"admin"`
+	Project   string    `json:"project"`
 	CreatedAt time.Time `json:"created_at"`
 	Key       string    `json:"key,omitempty"`
 }
 
-// CreateKeyRequest is the body of POST /v1/keys.
+// CreateKeyRequest is the body of POST /v1/keys. A key without a project
+// belongs to project "default"; Admin keys see every project.
 type CreateKeyRequest struct {
-	Name string `json:"name"`
+	Name    string `json:"name"`
+	Project string `json:"project,omitempty"`
+	Admin   bool   `json:"admin,omitempty"`
+}
+
+// Quota is a project's limits (0: unlimited); see docs/api.md, Projects.
+type Quota struct {
+	MaxSandboxes     int     `json:"max_sandboxes"`
+	MaxMemoryMB      int     `json:"max_memory_mb"`
+	MaxSnapshots     int     `json:"max_snapshots"`
+	CreatesPerSecond float64 `json:"creates_per_second"`
+}
+
+// QuotaSettings is the body of PUT /v1/projects/{name}: a field left out
+// (or null) takes the server's default.
+type QuotaSettings struct {
+	MaxSandboxes     *int     `json:"max_sandboxes,omitempty"`
+	MaxMemoryMB      *int     `json:"max_memory_mb,omitempty"`
+	MaxSnapshots     *int     `json:"max_snapshots,omitempty"`
+	CreatesPerSecond *float64 `json:"creates_per_second,omitempty"`
+}
+
+// ProjectUsage is what a project holds now.
+type ProjectUsage struct {
+	Sandboxes int `json:"sandboxes"`
+	MemoryMB  int `json:"memory_mb"`
+	Snapshots int `json:"snapshots"`
+	Keys      int `json:"keys"`
+}
+
+// Project describes a project (tenant): its effective quota, its own
+// settings and its usage.
+type Project struct {
+	Name     string        `json:"name"`
+	Quota    Quota         `json:"quota"`
+	Settings QuotaSettings `json:"settings"`
+	Usage    ProjectUsage  `json:"usage"`
+}
+
+// ProjectList is the body of GET /v1/projects.
+type ProjectList struct {
+	Projects []Project `json:"projects"`
 }
 
 // KeyList is the body of GET /v1/keys.

@@ -298,7 +298,7 @@ func TestLifecycleAndKeys(t *testing.T) {
 	if events, err := c.Events(ctx, "sb1"); err != nil || len(events) != 1 || events[0].To != "paused" {
 		t.Errorf("events: %+v %v", events, err)
 	}
-	if key, err := c.CreateKey(ctx, "ci"); err != nil || key.Key != "sk_secret" {
+	if key, err := c.CreateKey(ctx, apiv1.CreateKeyRequest{Name: "ci"}); err != nil || key.Key != "sk_secret" {
 		t.Errorf("key: %+v %v", key, err)
 	}
 	if err := c.RevokeKey(ctx, "k1"); err != nil {

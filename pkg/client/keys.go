@@ -8,11 +8,12 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// CreateKey creates an API key (admin key only). The returned APIKey.Key is
-// the secret; the server never shows it again.
-func (c *Client) CreateKey(ctx context.Context, name string) (*apiv1.APIKey, error) {
+// CreateKey creates an API key (admin key only), of req.Project (default:
+// project "default"). The returned APIKey.Key is the secret; the server
+// never shows it again.
+func (c *Client) CreateKey(ctx context.Context, req apiv1.CreateKeyRequest) (*apiv1.APIKey, error) {
 	var key apiv1.APIKey
-	if err := c.doJSON(ctx, http.MethodPost, "/v1/keys", nil, apiv1.CreateKeyRequest{Name: name}, &key); err != nil {
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/keys", nil, req, &key); err != nil {
 		return nil, err
 	}
 	return &key, nil

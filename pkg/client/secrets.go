@@ -7,15 +7,26 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// SetSecret stores a secret under name, replacing any value it had (admin
-// key only); created says whether the name is new. The server never
-// returns the value.
+// splitSecret reads "PROJECT/NAME" as a secret of that project; a bare
+// NAME is of the key's project.
+func splitSecret(ref string) (project, name string) {
+	if p, n, ok := strings.Cut(ref, "/"); ok {
+		return p, n
+	}
+	return "", ref
+}
+
+// SetSecret stores a secret under name ("PROJECT/NAME" for another
+// project's), replacing any value it had (admin key only); created says
+// whether the name is new. The server never returns the value.
 func (c *Client) SetSecret(ctx context.Context, name, value string) (secret *apiv1.Secret, created bool, err error) {
-	body, err := json.Marshal(apiv1.SetSecretRequest{Name: name, Value: value})
+	proj, short := splitSecret(name)
+	body, err := json.Marshal(apiv1.SetSecretRequest{Name: short, Value: value, Project: proj})
 	if err != nil {
 		return nil, false, fmt.Errorf("encode secret %s: %w", name, err)
 	}
@@ -46,8 +57,13 @@ func (c *Client) ListSecrets(ctx context.Context) ([]apiv1.Secret, error) {
 	return list.Secrets, nil
 }
 
-// DeleteSecret removes a secret (admin key only). It fails with 409 while a
-// live sandbox's credential rules use it.
+// DeleteSecret removes a secret, name as in SetSecret (admin key only). It
+// fails with 409 while a live sandbox's credential rules use it.
 func (c *Client) DeleteSecret(ctx context.Context, name string) error {
-	return c.doJSON(ctx, http.MethodDelete, "/v1/secrets/"+url.PathEscape(name), nil, nil, nil)
+	proj, short := splitSecret(name)
+	var query url.Values
+	if proj != "" {
+		query = url.Values{"project": {proj}}
+	}
+	return c.doJSON(ctx, http.MethodDelete, "/v1/secrets/"+url.PathEscape(short), query, nil, nil)
 }

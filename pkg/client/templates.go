@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,6 +19,54 @@ import (
 func (c *Client) CreateTemplate(ctx context.Context, req apiv1.CreateTemplateRequest) (*apiv1.Template, error) {
 	var t apiv1.Template
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/templates", nil, req, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// CreateTemplateFromArchive submits a recipe whose base is "from: upload"
+// together with the OCI (or docker-save) archive it builds from, streamed
+// as multipart/form-data. size is the archive's length when known (-1
+// otherwise): with it the request declares its length, and the server
+// refuses an archive over its limit before any of it is sent.
+func (c *Client) CreateTemplateFromArchive(ctx context.Context, req apiv1.CreateTemplateRequest, archive io.Reader, size int64) (*apiv1.Template, error) {
+	var head bytes.Buffer
+	mw := multipart.NewWriter(&head)
+	if req.Name != "" {
+		if err := mw.WriteField("name", req.Name); err != nil {
+			return nil, err
+		}
+	}
+	if err := mw.WriteField("recipe", req.Recipe); err != nil {
+		return nil, err
+	}
+	if _, err := mw.CreateFormFile("archive", "image.tar"); err != nil {
+		return nil, err
+	}
+	prefix := bytes.Clone(head.Bytes())
+	head.Reset()
+	if err := mw.Close(); err != nil {
+		return nil, err
+	}
+	suffix := head.Bytes()
+	hreq, err := c.newRequest(ctx, http.MethodPost, "/v1/templates", nil,
+		io.MultiReader(bytes.NewReader(prefix), archive, bytes.NewReader(suffix)))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", mw.FormDataContentType())
+	hreq.Header.Set("Accept", "application/json")
+	if size >= 0 {
+		hreq.ContentLength = int64(len(prefix)) + size + int64(len(suffix))
+		hreq.Header.Set("Expect", "100-continue")
+	}
+	resp, err := c.send(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var t apiv1.Template
+	if err := decodeBody(resp, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -23,8 +24,13 @@ type crashServer struct {
 	t       *testing.T
 	dataDir string
 	listen  string
-	cmd     *exec.Cmd
-	client  *client.Client
+	// crashFile, when set, is the file SPACE_TEST_CRASH_AT names: the
+	// server kills itself at the crash point written into it
+	// (internal/crashpoint).
+	crashFile string
+	cmd       *exec.Cmd
+	exited    chan struct{} // closed when the process has ended
+	client    *client.Client
 }
 
 func (s *crashServer) start() {
@@ -39,9 +45,17 @@ func (s *crashServer) start() {
 	}
 	defer log.Close()
 	s.cmd.Stdout, s.cmd.Stderr = log, log
+	if s.crashFile != "" {
+		s.cmd.Env = append(os.Environ(), "SPACE_TEST_CRASH_AT="+s.crashFile)
+	}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		_ = cmd.Wait()
+		close(exited)
+	}(s.cmd, s.exited)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		key, err := os.ReadFile(filepath.Join(s.dataDir, "admin.key"))
@@ -72,7 +86,35 @@ func (s *crashServer) stop(base string) {
 // kill ends the server with SIGKILL: no cleanup of any kind runs.
 func (s *crashServer) kill() {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	_, _ = s.cmd.Process.Wait()
+	<-s.exited
+}
+
+// died reports whether the server ended (at its crash point) within d.
+func (s *crashServer) died(d time.Duration) bool {
+	select {
+	case <-s.exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// newCrashServer starts a separate server in a fresh directory (skipping
+// the test where that cannot be done), and stops it when the test ends.
+// With crashPoints, it can be told to kill itself (crashServer.crashFile).
+func newCrashServer(t *testing.T, crashPoints bool) *crashServer {
+	requireServer(t)
+	if testing.Short() {
+		t.Skip("starts and kills a separate server")
+	}
+	base := t.TempDir()
+	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
+	if crashPoints {
+		s.crashFile = filepath.Join(base, "crash-at")
+	}
+	s.start()
+	t.Cleanup(func() { s.stop(base) })
+	return s
 }
 
 func freePort(t *testing.T) string {
@@ -87,14 +129,7 @@ func freePort(t *testing.T) string {
 // Killing the server at any moment loses nothing that was acknowledged and
 // leaves nothing behind once everything is deleted.
 func TestCrashRecovery(t *testing.T) {
-	requireServer(t)
-	if testing.Short() {
-		t.Skip("starts and kills a separate server several times")
-	}
-	base := t.TempDir()
-	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
-	s.start()
-	defer s.stop(base)
+	s := newCrashServer(t, false)
 	ctx := testContext(t)
 	wait := func(id, state string) *apiv1.Sandbox {
 		t.Helper()
@@ -209,15 +244,30 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatalf("delete %s: %v", sb.ID, err)
 		}
 	}
-	if vols, _ := os.ReadDir(filepath.Join(s.dataDir, "volumes", "sandboxes")); len(vols) != 0 {
-		t.Errorf("%d sandbox volumes left", len(vols))
-	}
+	var ids []string
 	for _, sb := range list {
-		if n := runtimeProcesses(sb.ID); n != 0 {
-			t.Errorf("%d processes of %s left", n, sb.ID)
+		ids = append(ids, sb.ID)
+	}
+	s.checkNothingLeft(ids)
+}
+
+// checkNothingLeft checks, once every sandbox was deleted, that none of
+// ids left processes, network namespaces, volumes, runtime bundles or
+// mounts behind.
+func (s *crashServer) checkNothingLeft(ids []string) {
+	t := s.t
+	t.Helper()
+	for _, dir := range []string{"sandboxes", "restoring", "previous"} {
+		if vols, _ := os.ReadDir(filepath.Join(s.dataDir, "volumes", dir)); len(vols) != 0 {
+			t.Errorf("%d volumes left in %s", len(vols), dir)
 		}
-		if _, err := os.Stat("/run/netns/space-" + sb.ID); err == nil {
-			t.Errorf("network namespace of %s left", sb.ID)
+	}
+	for _, id := range ids {
+		if n := runtimeProcesses(id); n != 0 {
+			t.Errorf("%d processes of %s left", n, id)
+		}
+		if left := namespaceFiles(s.dataDir, id); len(left) > 0 {
+			t.Errorf("network namespace of %s left: %v", id, left)
 		}
 	}
 	bundles, _ := os.ReadDir(filepath.Join(s.dataDir, "runtime", "bundles"))
@@ -227,8 +277,19 @@ func TestCrashRecovery(t *testing.T) {
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], s.dataDir) &&
-			f[4] != filepath.Join(s.dataDir, "volumes") && !strings.HasSuffix(f[4], "null-netns") {
+			f[4] != filepath.Join(s.dataDir, "volumes") && f[4] != filepath.Join(s.dataDir, "netns") && !strings.HasSuffix(f[4], "null-netns") {
 			t.Errorf("mount left: %s", f[4])
+		}
+	}
+}
+
+// loseRuntime kills a sandbox's processes, as a host reboot would.
+func loseRuntime(id string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
+			pid, _ := strconv.Atoi(strings.Split(p, "/")[2])
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }
@@ -249,14 +310,7 @@ func execOK2(t *testing.T, c *client.Client, id string) {
 // sandboxes come back suspended; running ones come back from their disk,
 // flagged as recovered.
 func TestHostRebootRecovery(t *testing.T) {
-	requireServer(t)
-	if testing.Short() {
-		t.Skip("starts and kills a separate server")
-	}
-	base := t.TempDir()
-	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
-	s.start()
-	defer s.stop(base)
+	s := newCrashServer(t, false)
 	ctx := testContext(t)
 	var ids []string
 	for i := 0; i < 2; i++ {
@@ -280,17 +334,12 @@ func TestHostRebootRecovery(t *testing.T) {
 	// "Reboot": the server, every sandbox process and every namespace die.
 	s.kill()
 	for _, id := range ids {
-		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, p := range procs {
-			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
-				pid, _ := strconv.Atoi(strings.Split(p, "/")[2])
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		for _, ns := range []string{"space-" + id, "space-" + id + "-gw"} {
-			_ = exec.Command("ip", "netns", "delete", ns).Run()
-		}
+		loseRuntime(id)
 	}
+	// As after a reboot, the namespace files stay as plain files without
+	// their mounts, and the directory is no mount of itself any more.
+	storage.UnmountUnder(filepath.Join(s.dataDir, "netns"))
+	_ = syscall.Unmount(filepath.Join(s.dataDir, "netns"), syscall.MNT_DETACH)
 	time.Sleep(200 * time.Millisecond)
 	s.start()
 

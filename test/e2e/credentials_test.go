@@ -289,7 +289,7 @@ func TestSecretsAPI(t *testing.T) {
 	requireStatus("rule setting a framing header", err, http.StatusBadRequest, "Content-Length")
 
 	// A key that is not admin may neither read secrets nor bind them.
-	key, err := env.client.CreateKey(ctx, "e2e-credentials")
+	key, err := env.client.CreateKey(ctx, apiv1.CreateKeyRequest{Name: "e2e-credentials"})
 	if err != nil {
 		t.Fatal(err)
 	}

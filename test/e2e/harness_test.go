@@ -90,6 +90,8 @@ func run(m *testing.M) (int, error) {
 	cfg.BuildTemplates = nil // built below, synchronously
 	cfg.PoolSizes = nil      // tests that want a pool set one
 	cfg.VolumeImageBytes = 16 << 30
+	// Small, so that templates_test.go can exceed it cheaply.
+	cfg.MaxTemplateArchiveBytes = e2eMaxArchive
 	cfg.Defaults.Template = "minimal"
 	cfg.Defaults.Retention = time.Hour
 	cfg.Progress = os.Stderr
@@ -129,7 +131,7 @@ func buildBuiltin(name string) error {
 	if !ok {
 		return fmt.Errorf("no built-in template %q", name)
 	}
-	if _, err := env.srv.Templates().Build(context.Background(), name, recipe, "", os.Stderr); err != nil {
+	if _, err := env.srv.Templates().Build(context.Background(), name, recipe, template.Source{}, os.Stderr); err != nil {
 		return fmt.Errorf("build template %s: %w", name, err)
 	}
 	return nil

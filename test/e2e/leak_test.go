@@ -53,11 +53,26 @@ func leftovers(id string) []string {
 	if runtimeProcesses(id) > 0 {
 		left = append(left, "processes")
 	}
-	for _, p := range []string{"/run/netns/space-" + id, "/run/netns/space-" + id + "-gw",
-		"/sys/fs/cgroup/memory/space/" + id, "/sys/fs/cgroup/pids/space/" + id, "/sys/fs/cgroup/cpu/space/" + id,
+	left = append(left, namespaceFiles(env.dataDir, id)...)
+	for _, p := range []string{"/sys/fs/cgroup/memory/space/" + id, "/sys/fs/cgroup/pids/space/" + id, "/sys/fs/cgroup/cpu/space/" + id,
 		"/sys/class/net/" + network.UplinkName(id)} {
 		if _, err := os.Stat(p); err == nil {
 			left = append(left, p)
+		}
+	}
+	return left
+}
+
+// namespaceFiles lists the network namespace files of sandbox id that
+// exist: in the server's directory (<data-dir>/netns) and where older
+// versions kept them (/run/netns).
+func namespaceFiles(dataDir, id string) []string {
+	var left []string
+	for _, dir := range []string{filepath.Join(dataDir, "netns"), network.LegacyDir} {
+		for _, name := range []string{"space-" + id, "space-" + id + "-gw"} {
+			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+				left = append(left, filepath.Join(dir, name))
+			}
 		}
 	}
 	return left

@@ -16,14 +16,16 @@ import (
 )
 
 // qdiscRate returns the rate of the token bucket at the root of a link as
-// tc prints it ("16Mbit"), in the named namespace or ("") the host's.
+// tc prints it ("16Mbit"), in the namespace (see nettest.InNamespace) or
+// ("") the host's.
 func qdiscRate(t *testing.T, namespace, link string) string {
 	t.Helper()
 	args := []string{"qdisc", "show", "dev", link, "root"}
+	cmd := exec.Command("tc", args...)
 	if namespace != "" {
-		args = append([]string{"-n", namespace}, args...)
+		cmd = nettest.Command(namespace, "tc", args...)
 	}
-	out, err := exec.Command("tc", args...).CombinedOutput()
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("tc %v: %v: %s", args, err, out)
 	}
@@ -67,8 +69,8 @@ func TestNetworkLimitBandwidth(t *testing.T) {
 	if sb.Network == nil || sb.Network.BandwidthMbit != mbit {
 		t.Fatalf("limit not reported: %+v", sb.Network)
 	}
-	slot := network.SlotFor(sb.ID)
-	if up, down := qdiscRate(t, slot.GatewayNS, "up0"), qdiscRate(t, "", network.UplinkName(sb.ID)); up != "16Mbit" || down != "16Mbit" {
+	slot := env.srv.Namespaces().Slot(sb.ID)
+	if up, down := qdiscRate(t, slot.Gateway.Path, "up0"), qdiscRate(t, "", network.UplinkName(sb.ID)); up != "16Mbit" || down != "16Mbit" {
 		t.Fatalf("token buckets: from the sandbox %q, to it %q; want 16Mbit each", up, down)
 	}
 
@@ -102,7 +104,7 @@ func TestNetworkLimitBandwidth(t *testing.T) {
 	if _, err := env.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if up, down := qdiscRate(t, slot.GatewayNS, "up0"), qdiscRate(t, "", network.UplinkName(sb.ID)); up != "16Mbit" || down != "16Mbit" {
+	if up, down := qdiscRate(t, slot.Gateway.Path, "up0"), qdiscRate(t, "", network.UplinkName(sb.ID)); up != "16Mbit" || down != "16Mbit" {
 		t.Fatalf("after a resume, token buckets: from the sandbox %q, to it %q; want 16Mbit each", up, down)
 	}
 }

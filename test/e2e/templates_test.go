@@ -67,7 +67,7 @@ workdir: /tmp
 func TestAPIKeys(t *testing.T) {
 	requireServer(t)
 	ctx := testContext(t)
-	key, err := env.client.CreateKey(ctx, "e2e")
+	key, err := env.client.CreateKey(ctx, apiv1.CreateKeyRequest{Name: "e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestAPIKeys(t *testing.T) {
 	if _, err := user.ListSandboxes(ctx, client.ListOptions{}); err != nil {
 		t.Fatalf("new key rejected: %v", err)
 	}
-	if _, err := user.CreateKey(ctx, "escalate"); err == nil {
+	if _, err := user.CreateKey(ctx, apiv1.CreateKeyRequest{Name: "escalate"}); err == nil {
 		t.Fatal("a non-admin key created a key")
 	}
 	if err := env.client.RevokeKey(ctx, key.ID); err != nil {
@@ -85,3 +85,6 @@ func TestAPIKeys(t *testing.T) {
 		t.Fatal("revoked key still accepted")
 	}
 }
+
+// e2eMaxArchive is the shared server's upload limit (harness_test.go).
+const e2eMaxArchive = 8 << 20

@@ -12,7 +12,9 @@ import (
 	"net/http"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,8 +89,8 @@ func run(t testing.TB, name string, args ...string) {
 	}
 }
 
-// ListenIn opens a TCP listener inside the named namespace and closes it
-// when the test ends.
+// ListenIn opens a TCP listener inside the namespace (see InNamespace)
+// and closes it when the test ends.
 func ListenIn(t testing.TB, namespace, addr string) net.Listener {
 	t.Helper()
 	var l net.Listener
@@ -104,8 +106,8 @@ func ListenIn(t testing.TB, namespace, addr string) net.Listener {
 	return l
 }
 
-// DialFrom connects from inside the named namespace, optionally from a
-// given local address, giving up after timeout.
+// DialFrom connects from inside the namespace (see InNamespace),
+// optionally from a given local address, giving up after timeout.
 func DialFrom(namespace, local, addr string, timeout time.Duration) (net.Conn, error) {
 	var conn net.Conn
 	err := InNamespace(namespace, func() error {
@@ -120,10 +122,25 @@ func DialFrom(namespace, local, addr string, timeout time.Duration) (net.Conn, e
 	return conn, err
 }
 
-// InNamespace runs fn on a thread in the named namespace. The thread is
-// discarded afterwards; sockets fn opens keep the namespace.
+// Command is a command that runs in the namespace (see InNamespace), as
+// `ip -n` would for a name in /run/netns.
+func Command(namespace, name string, args ...string) *exec.Cmd {
+	if !strings.HasPrefix(namespace, "/") {
+		namespace = filepath.Join("/run/netns", namespace)
+	}
+	return exec.Command("nsenter", append([]string{"--net=" + namespace, "--", name}, args...)...)
+}
+
+// InNamespace runs fn on a thread in the namespace, named (in /run/netns,
+// as `ip netns add` makes them) or given by the path of its file (a slot's,
+// network.Namespace.Path). The thread is discarded afterwards; sockets fn
+// opens keep the namespace.
 func InNamespace(namespace string, fn func() error) error {
-	h, err := netns.GetFromName(namespace)
+	open := netns.GetFromName
+	if strings.HasPrefix(namespace, "/") {
+		open = netns.GetFromPath
+	}
+	h, err := open(namespace)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", namespace, err)
 	}

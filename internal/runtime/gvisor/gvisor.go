@@ -36,6 +36,9 @@ type Config struct {
 	Platform string
 	// ExtraFlags are passed to every runsc invocation (e.g. --debug).
 	ExtraFlags []string
+	// Namespaces holds the network slots sandboxes run in; DialAgent
+	// reaches the agent through them.
+	Namespaces *network.Namespaces
 }
 
 // Runtime is the gVisor backend.
@@ -50,6 +53,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.RunscPath == "" {
 		return nil, errors.New("gvisor: no runsc path configured")
+	}
+	if cfg.Namespaces == nil {
+		return nil, errors.New("gvisor: no network namespace directory configured")
 	}
 	if out, err := exec.Command(cfg.RunscPath, "--version").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("gvisor: %s --version: %v: %s", cfg.RunscPath, err, bytes.TrimSpace(out))
@@ -251,7 +257,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 // DialAgent opens a connection to the agent inside the sandbox, through the
 // sandbox's network slot (see package network).
 func (r *Runtime) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	return network.SlotFor(id).DialContext(ctx, "tcp", net.JoinHostPort(network.SandboxAddr, strconv.Itoa(AgentPort)))
+	return r.cfg.Namespaces.Slot(id).DialContext(ctx, "tcp", net.JoinHostPort(network.SandboxAddr, strconv.Itoa(AgentPort)))
 }
 
 func lastLines(s string, n int) string {

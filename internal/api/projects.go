@@ -1,0 +1,81 @@
+package api
+
+import (
+	"net/http"
+	"sort"
+
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// projectView is a project's quota, settings and usage.
+func (s *Server) projectView(name string) apiv1.Project {
+	q, o := s.cfg.Quotas.Of(name), s.cfg.Quotas.Override(name)
+	u := s.cp.Usage(name)
+	keys := 0
+	for _, k := range s.cfg.Keys.List() {
+		if project.Of(k.Project) == name {
+			keys++
+		}
+	}
+	return apiv1.Project{
+		Name: name, Quota: q, Settings: o,
+		Usage: apiv1.ProjectUsage{Sandboxes: u.Sandboxes, MemoryMB: u.MemoryMB, Snapshots: u.Snapshots, Keys: keys},
+	}
+}
+
+// listProjects lists every project something belongs to: keys, sandboxes
+// and quota settings name them.
+func (s *Server) listProjects(w http.ResponseWriter, _ *http.Request) {
+	names := map[string]bool{project.Default: true}
+	for _, k := range s.cfg.Keys.List() {
+		names[project.Of(k.Project)] = true
+	}
+	for _, sb := range s.cp.List(project.Everything, controlplane.Filter{}) {
+		names[project.Of(sb.Project)] = true
+	}
+	for _, p := range s.cfg.Quotas.Projects() {
+		names[p] = true
+	}
+	out := apiv1.ProjectList{Projects: []apiv1.Project{}}
+	for name := range names {
+		out.Projects = append(out.Projects, s.projectView(name))
+	}
+	sort.Slice(out.Projects, func(i, j int) bool { return out.Projects[i].Name < out.Projects[j].Name })
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getProject shows any valid project name: a project exists as soon as
+// something names it, so one with nothing yet has the default quota.
+func (s *Server) getProject(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := project.ValidName(name); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, s.projectView(name))
+}
+
+// setProject replaces a project's quota settings; a field left out takes
+// the server's default again.
+func (s *Server) setProject(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := project.ValidName(name); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var o project.Override
+	if !s.readJSON(w, r, &o) {
+		return
+	}
+	if err := project.ValidateOverride(o); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if _, err := s.cfg.Quotas.Set(name, o); err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.projectView(name))
+}

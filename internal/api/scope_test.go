@@ -1,0 +1,54 @@
+package api
+
+import (
+	"net/http"
+	"testing"
+)
+
+// A route with a path parameter that scoped does not know would go out
+// without a project check: registering one must fail loudly.
+func TestScopedRefusesUnknownPathParameters(t *testing.T) {
+	s := &Server{}
+	noop := func(http.ResponseWriter, *http.Request) {}
+	for _, pattern := range []string{"GET /v1/sandboxes", "POST /v1/templates", "GET /healthz"} {
+		s.scoped(pattern, noop) // no parameter: nothing to scope
+	}
+	for _, pattern := range []string{"GET /v1/sandboxes/{id}/files", "DELETE /v1/templates/{name}"} {
+		if s.scoped(pattern, noop) == nil {
+			t.Fatalf("%s: nil handler", pattern)
+		}
+	}
+	for _, pattern := range []string{"GET /v1/volumes/{id}", "POST /v1/things/{name}/do"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s has a path parameter of no known kind and was accepted unscoped", pattern)
+				}
+			}()
+			s.scoped(pattern, noop)
+		}()
+	}
+}
+
+func TestKeyRequestBound(t *testing.T) {
+	s := &Server{cfg: Config{MaxRequestsPerKey: 2}, inFlight: map[string]int{}}
+	if !s.enter("a") || !s.enter("a") {
+		t.Fatal("requests within the bound refused")
+	}
+	if s.enter("a") {
+		t.Fatal("third request of a key with a bound of 2 admitted")
+	}
+	if !s.enter("b") {
+		t.Fatal("another key pays for key a's requests")
+	}
+	s.leave("a")
+	if !s.enter("a") {
+		t.Fatal("a request after one ended refused")
+	}
+	s.leave("a")
+	s.leave("a")
+	s.leave("b")
+	if len(s.inFlight) != 0 {
+		t.Fatalf("counts left behind: %v", s.inFlight)
+	}
+}

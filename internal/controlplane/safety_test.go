@@ -1,0 +1,537 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/store"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// fakeNode models what the control plane relies on from the node: which
+// runtimes run, which volumes and images exist, and which calls were made.
+// Failures are injected per test. A method the control plane should not
+// call panics (the embedded nil interface).
+type fakeNode struct {
+	Node
+
+	mu      sync.Mutex
+	calls   []string
+	alive   map[string]bool // a runtime runs (or is frozen)
+	paused  map[string]bool
+	volumes map[string]bool
+
+	suspendErr error
+	// restoreErr fails ResumeFrom for the specs it matches.
+	restoreErr func(node.RestoreSpec) error
+	// entered and proceed, when set, hold a restore from a volume inside
+	// ResumeFrom until the test lets it go on.
+	entered, proceed chan struct{}
+}
+
+func newFakeNode() *fakeNode {
+	return &fakeNode{alive: map[string]bool{}, paused: map[string]bool{}, volumes: map[string]bool{}}
+}
+
+func (f *fakeNode) record(call string) {
+	f.mu.Lock()
+	f.calls = append(f.calls, call)
+	f.mu.Unlock()
+}
+
+func (f *fakeNode) called(prefix string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		if strings.HasPrefix(c, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// writeImage makes dir a complete checkpoint image.
+func writeImage(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "space-complete"), nil, 0o600)
+}
+
+func (f *fakeNode) Suspend(_ context.Context, id, dir string) error {
+	f.record("suspend " + id)
+	if f.suspendErr != nil {
+		return f.suspendErr
+	}
+	f.mu.Lock()
+	f.alive[id], f.paused[id] = false, false
+	f.mu.Unlock()
+	return writeImage(dir)
+}
+
+func (f *fakeNode) ResumeFrom(_ context.Context, spec node.RestoreSpec) error {
+	f.record("resumefrom " + spec.ID + " " + spec.ImageDir)
+	if spec.FromVolume != "" && f.entered != nil {
+		f.entered <- struct{}{}
+		<-f.proceed
+	}
+	if f.restoreErr != nil {
+		if err := f.restoreErr(spec); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.alive[spec.ID] = true
+	f.volumes[path.Join("sandboxes", spec.ID)] = true
+	return nil
+}
+
+func (f *fakeNode) Capture(_ context.Context, id, volume, image string) error {
+	f.record("capture " + id)
+	f.mu.Lock()
+	f.volumes[volume] = true
+	f.mu.Unlock()
+	return writeImage(image)
+}
+
+func (f *fakeNode) Pause(_ context.Context, id string) error {
+	f.record("pause " + id)
+	f.mu.Lock()
+	f.paused[id] = true
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeNode) Resume(_ context.Context, id string) error {
+	f.record("resume " + id)
+	f.mu.Lock()
+	f.paused[id] = false
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeNode) Paused(_ context.Context, id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.paused[id]
+}
+
+func (f *fakeNode) Halt(_ context.Context, id string) {
+	f.record("halt " + id)
+	f.mu.Lock()
+	f.alive[id] = false
+	f.mu.Unlock()
+}
+
+func (f *fakeNode) Destroy(_ context.Context, id string) error {
+	f.record("destroy " + id)
+	f.mu.Lock()
+	f.alive[id] = false
+	delete(f.volumes, path.Join("sandboxes", id))
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeNode) Adopt(_ context.Context, id, _ string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.alive[id], nil
+}
+
+func (f *fakeNode) RevertRestore(_ context.Context, id string) (bool, error) {
+	f.record("revert " + id)
+	return false, nil
+}
+
+func (f *fakeNode) CommitRestore(id string) error {
+	f.record("commit " + id)
+	return nil
+}
+
+func (f *fakeNode) DeleteVolume(name string) error {
+	f.record("deletevolume " + name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for v := range f.volumes {
+		if v == name || strings.HasPrefix(v, name+"/") {
+			delete(f.volumes, v)
+		}
+	}
+	return nil
+}
+
+func (f *fakeNode) VolumeExists(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.volumes[name]
+}
+
+func (f *fakeNode) ListVolumes(prefix string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := map[string]bool{}
+	for v := range f.volumes {
+		if rest, ok := strings.CutPrefix(v, prefix+"/"); ok {
+			seen[path.Join(prefix, strings.Split(rest, "/")[0])] = true
+		}
+	}
+	var out []string
+	for v := range seen {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (f *fakeNode) Quiesce(context.Context, string) {}
+func (f *fakeNode) SettleCheckpoint(_ context.Context, _, dir string) bool {
+	return node.ImageComplete(dir)
+}
+func (f *fakeNode) SetNetwork(context.Context, string, network.Policy) error { return nil }
+func (f *fakeNode) Sweep(context.Context, func(string) bool) error           { return nil }
+func (f *fakeNode) BootFromDisk(_ context.Context, spec node.CreateSpec) error {
+	f.record("boot " + spec.ID)
+	f.mu.Lock()
+	f.alive[spec.ID] = true
+	f.mu.Unlock()
+	return nil
+}
+
+type fakeTemplates struct{}
+
+func (fakeTemplates) Resolve(_ project.Scope, id string) (node.TemplateSpec, string, error) {
+	return node.TemplateSpec{ID: id}, id, nil
+}
+
+// newTestCP starts a control plane on a fresh store holding sandboxes (as
+// a server restart finds them) and the node fn prepares.
+func newTestCP(t *testing.T, fn *fakeNode, sandboxes ...Sandbox) *ControlPlane {
+	t.Helper()
+	return newTestCPIn(t, t.TempDir(), fn, sandboxes...)
+}
+
+// newTestCPIn is newTestCP with its store and images (dir/images) in dir.
+func newTestCPIn(t *testing.T, dir string, fn *fakeNode, sandboxes ...Sandbox) *ControlPlane {
+	t.Helper()
+	st, err := store.Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, s := range sandboxes {
+		if err := st.Put(sandboxBucket, s.ID, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp := New(Config{Store: st, Node: fn, Templates: fakeTemplates{}, ImagesDir: filepath.Join(dir, "images"),
+		Capacity: Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 1}})
+	if err := cp.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+func sandbox(id, state string) Sandbox {
+	return Sandbox{ID: id, State: state, TemplateID: "tpl", AccessToken: "token-" + id, VCPUs: 1, MemoryMB: 256,
+		CreatedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour), TimeoutS: 3600}
+}
+
+// twoRunning is a control plane with sandboxes a and b running and a
+// snapshot "bs" of b.
+func twoRunning(t *testing.T) (*ControlPlane, *fakeNode) {
+	t.Helper()
+	fn := newFakeNode()
+	for _, id := range []string{"a", "b"} {
+		fn.alive[id] = true
+		fn.volumes["sandboxes/"+id] = true
+	}
+	cp := newTestCP(t, fn, sandbox("a", apiv1.StateRunning), sandbox("b", apiv1.StateRunning))
+	if _, err := cp.CreateSnapshot(context.Background(), "b", "bs"); err != nil {
+		t.Fatal(err)
+	}
+	fn.calls = nil // count from here
+	return cp, fn
+}
+
+func mustGet(t *testing.T, cp *ControlPlane, id string) Sandbox {
+	t.Helper()
+	s, err := cp.Get(project.Everything, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A snapshot that a restore is reading cannot be deleted (409 naming the
+// restore) until the restore ends; then it can.
+func TestSnapshotInUseCannotBeDeleted(t *testing.T) {
+	cp, fn := twoRunning(t)
+	fn.entered, fn.proceed = make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() {
+		_, err := cp.Restore(context.Background(), project.Everything, "a", "b/bs")
+		done <- err
+	}()
+	<-fn.entered
+	err := cp.DeleteSnapshot("b", "bs")
+	var stateErr *StateError
+	if !errors.As(err, &stateErr) || !strings.Contains(err.Error(), "a restore of sandbox a") {
+		t.Fatalf("delete of a snapshot in use: %v; want a StateError naming the restore", err)
+	}
+	close(fn.proceed)
+	if err := <-done; err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if err := cp.DeleteSnapshot("b", "bs"); err != nil {
+		t.Fatalf("delete after the restore ended: %v", err)
+	}
+	if _, err := cp.Restore(context.Background(), project.Everything, "a", "b/bs"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("restore of a deleted snapshot: %v; want not found", err)
+	}
+	if s := mustGet(t, cp, "a"); s.State != apiv1.StateRunning {
+		t.Fatalf("a is %s after a restore of a deleted snapshot", s.State)
+	}
+}
+
+// A restore that fails after the target was suspended and its volume
+// swapped brings the old sandbox back from the suspend image the restore
+// made, in the state it was in, and keeps nothing of the attempt.
+func TestFailedRestoreLeavesSandboxAsItWas(t *testing.T) {
+	for _, from := range []string{apiv1.StateRunning, apiv1.StatePaused, apiv1.StateSuspended} {
+		t.Run(from, func(t *testing.T) {
+			cp, fn := twoRunning(t)
+			ctx := context.Background()
+			switch from {
+			case apiv1.StatePaused:
+				if _, err := cp.Pause(ctx, "a"); err != nil {
+					t.Fatal(err)
+				}
+			case apiv1.StateSuspended:
+				if _, err := cp.Suspend(ctx, "a"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := mustGet(t, cp, "a")
+			// The restore from the snapshot fails (as after the swap: the
+			// node has put the old volume back); the way back works.
+			fn.restoreErr = func(spec node.RestoreSpec) error {
+				if spec.FromVolume != "" {
+					return errors.New("runsc restore: injected failure")
+				}
+				return nil
+			}
+			if _, err := cp.Restore(ctx, project.Everything, "a", "b/bs"); err == nil {
+				t.Fatal("restore succeeded despite the injected failure")
+			}
+			s := mustGet(t, cp, "a")
+			if s.State != from || s.Restoring != "" || s.Snapshot != "" {
+				t.Fatalf("after a failed restore: state %s, restoring %q, snapshot %q; want %s as before", s.State, s.Restoring, s.Snapshot, from)
+			}
+			if fn.called("commit a") != 0 {
+				t.Fatal("a failed restore committed (dropped the old volume)")
+			}
+			if !fn.VolumeExists("sandboxes/a") {
+				t.Fatal("the root volume is gone")
+			}
+			if from == apiv1.StateSuspended {
+				if s.ImageDir != before.ImageDir || !node.ImageComplete(s.ImageDir) {
+					t.Fatalf("suspended sandbox lost its image: %q", s.ImageDir)
+				}
+				return
+			}
+			if s.ImageDir != "" {
+				t.Fatalf("the image of the way back is still recorded: %q", s.ImageDir)
+			}
+			if _, err := os.Stat(cp.suspendImage("a")); !os.IsNotExist(err) {
+				t.Fatalf("the image of the way back is still on disk: %v", err)
+			}
+			if fn.called("resumefrom a "+cp.suspendImage("a")) != 1 {
+				t.Fatalf("the old memory was not restored: calls %v", fn.calls)
+			}
+			if fn.Paused(ctx, "a") != (from == apiv1.StatePaused) {
+				t.Fatalf("paused=%v after the way back from %s", fn.Paused(ctx, "a"), from)
+			}
+		})
+	}
+}
+
+// When even the way back fails, the sandbox stays suspended on its image:
+// whole, resumed on next use, never failed. A restore whose first step
+// (the suspend) fails leaves the sandbox running.
+func TestFailedRestoreNeverFails(t *testing.T) {
+	cp, fn := twoRunning(t)
+	ctx := context.Background()
+	fn.restoreErr = func(node.RestoreSpec) error { return errors.New("injected") }
+	if _, err := cp.Restore(ctx, project.Everything, "a", "b/bs"); err == nil {
+		t.Fatal("restore succeeded despite the injected failure")
+	}
+	s := mustGet(t, cp, "a")
+	if s.State != apiv1.StateSuspended || !node.ImageComplete(s.ImageDir) {
+		t.Fatalf("after restore and way back failed: %s, image %q; want suspended on its image", s.State, s.ImageDir)
+	}
+
+	cp, fn = twoRunning(t)
+	fn.suspendErr = errors.New("injected")
+	if _, err := cp.Restore(ctx, project.Everything, "a", "b/bs"); err == nil {
+		t.Fatal("restore succeeded despite the failed suspend")
+	}
+	if s := mustGet(t, cp, "a"); s.State != apiv1.StateRunning || s.ImageDir != "" || s.Restoring != "" {
+		t.Fatalf("after the suspend failed: %+v", s)
+	}
+	if fn.called("resumefrom") != 0 {
+		t.Fatal("restored although the suspend failed")
+	}
+}
+
+// A restore that works is recorded, then commits (drops the old volume)
+// and forgets the suspend image it went through.
+func TestRestoreCommitsAfterRecording(t *testing.T) {
+	cp, fn := twoRunning(t)
+	got, err := cp.Restore(context.Background(), project.Everything, "a", "b/bs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != apiv1.StateRunning || got.Snapshot != "b/bs" || got.ImageDir != "" || got.Restoring != "" {
+		t.Fatalf("after restore: %+v", got)
+	}
+	if fn.called("commit a") != 1 {
+		t.Fatal("the old volume was not dropped")
+	}
+	if _, err := os.Stat(cp.suspendImage("a")); !os.IsNotExist(err) {
+		t.Fatalf("the image the restore went through is left: %v", err)
+	}
+}
+
+// Recovery after a crash in a restore undoes it; after a crash in a resume
+// it drops the suspend image the live runtime came from.
+func TestRecoverySettlesRestoreAndResume(t *testing.T) {
+	dir := t.TempDir()
+	image := filepath.Join(dir, "images", "r", "suspend")
+	if err := writeImage(image); err != nil {
+		t.Fatal(err)
+	}
+	resumeImage := filepath.Join(dir, "images", "s", "suspend")
+	if err := writeImage(resumeImage); err != nil {
+		t.Fatal(err)
+	}
+	fn := newFakeNode()
+	fn.volumes["sandboxes/r"], fn.volumes["sandboxes/s"] = true, true
+	fn.alive["s"] = true // the resume got as far as running it
+	restoring := sandbox("r", apiv1.StateResuming)
+	restoring.Restoring, restoring.ImageDir = "b/bs", image
+	resuming := sandbox("s", apiv1.StateResuming)
+	resuming.ImageDir = resumeImage
+	cp := newTestCPIn(t, dir, fn, restoring, resuming)
+
+	if fn.called("revert r") != 1 {
+		t.Fatal("the interrupted restore was not reverted")
+	}
+	r := mustGet(t, cp, "r")
+	if r.State != apiv1.StateSuspended || r.Restoring != "" || r.ImageDir != image {
+		t.Fatalf("interrupted restore: %s, restoring %q, image %q; want suspended on its own image", r.State, r.Restoring, r.ImageDir)
+	}
+	if r.Recovered != "" {
+		t.Fatalf("an undone restore lost nothing, yet is flagged recovered: %q", r.Recovered)
+	}
+	if fn.called("commit r") != 0 {
+		t.Fatal("an unrecorded restore was committed")
+	}
+	s := mustGet(t, cp, "s")
+	if s.State != apiv1.StateRunning || s.ImageDir != "" {
+		t.Fatalf("interrupted resume: %s, image %q; want running without an image", s.State, s.ImageDir)
+	}
+	if _, err := os.Stat(resumeImage); !os.IsNotExist(err) {
+		t.Fatalf("the stale suspend image is still on disk: %v", err)
+	}
+}
+
+// A branch whose start a crash interrupted starts again from its capture,
+// which is dropped once it ran; captures nothing owns are swept, and so
+// are image directories left empty.
+func TestRecoveryRestartsBranchesAndSweepsCaptures(t *testing.T) {
+	dir := t.TempDir()
+	images := filepath.Join(dir, "images")
+	capture := Source{Volume: "snapshots/src/branch-1", ImageDir: filepath.Join(images, "src", "branches", "1"), AccessToken: "t"}
+	orphan := filepath.Join(images, "src", "branches", "2")
+	for _, d := range []string{capture.ImageDir, orphan} {
+		if err := writeImage(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(images, "gone", "snapshots"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fn := newFakeNode()
+	fn.alive["src"], fn.volumes["sandboxes/src"] = true, true
+	fn.volumes[capture.Volume], fn.volumes["snapshots/src/branch-2"], fn.volumes["snapshots/old/x"] = true, true, true
+	branch := sandbox("br", apiv1.StateStarting)
+	branch.BranchOf, branch.Source = "src", &capture
+	cp := newTestCPIn(t, dir, fn, sandbox("src", apiv1.StateRunning), branch)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cp.Wait(ctx, "br", apiv1.StateRunning); err != nil {
+		t.Fatalf("interrupted branch: %v", err)
+	}
+	for _, v := range []string{"snapshots/src/branch-2", "snapshots/old/x", "snapshots/old"} {
+		if fn.VolumeExists(v) {
+			t.Errorf("orphaned capture %s was not swept", v)
+		}
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Errorf("orphaned capture image left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(images, "gone")); !os.IsNotExist(err) {
+		t.Errorf("empty image directory left: %v", err)
+	}
+	// The capture goes once the branch ran.
+	deadline := time.Now().Add(5 * time.Second)
+	for fn.VolumeExists(capture.Volume) {
+		if time.Now().After(deadline) {
+			t.Fatal("the capture was not dropped after the branch ran")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A snapshot a new sandbox is being started from cannot be deleted either,
+// until the start ended.
+func TestSnapshotInUseByStartCannotBeDeleted(t *testing.T) {
+	cp, fn := twoRunning(t)
+	cp.cfg.Defaults = Defaults{VCPUs: 1, MemoryMB: 256, DiskMB: 1024, TimeoutS: 300}
+	fn.entered, fn.proceed = make(chan struct{}), make(chan struct{})
+	sb, err := cp.Create(project.Everything, apiv1.CreateSandboxRequest{Snapshot: "b/bs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-fn.entered
+	if err := cp.DeleteSnapshot("b", "bs"); err == nil || !strings.Contains(err.Error(), "a start of a new sandbox") {
+		t.Fatalf("delete of a snapshot a start reads: %v; want a StateError naming the start", err)
+	}
+	close(fn.proceed)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cp.Wait(ctx, sb.ID, apiv1.StateRunning); err != nil {
+		t.Fatal(err)
+	}
+	// The hold ends with the start (released right after it).
+	deadline := time.Now().Add(5 * time.Second)
+	for cp.DeleteSnapshot("b", "bs") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the snapshot stayed held after the start ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

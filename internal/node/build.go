@@ -1,0 +1,169 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/space-platform/space/internal/agent/gen/processpb"
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/internal/sandboxid"
+)
+
+// buildIDPrefix starts the ID of every build sandbox, so that logs and
+// the runtime's list tell them from users' sandboxes.
+const buildIDPrefix = "build"
+
+// BuildSandbox is a sandbox a template build runs its steps in. Its root
+// filesystem is the build's work volume, mounted read-write; it is not
+// registered with the node's sandboxes, so no API route can reach it.
+type BuildSandbox struct {
+	ID string
+	sb *Sandbox
+	n  *Node
+}
+
+// StartBuild boots a build sandbox on an existing volume (the template's
+// work volume) under the runtime, limits and egress policy given: the
+// same gVisor runtime, network slot and gateway as any sandbox. Its agent
+// runs as root with / as the working directory.
+func (n *Node) StartBuild(ctx context.Context, volume string, limits runtime.Limits, policy network.Policy) (_ *BuildSandbox, err error) {
+	if !n.cfg.Volumes.Exists(volume) {
+		return nil, fmt.Errorf("build sandbox: volume %s is missing", volume)
+	}
+	id := buildIDPrefix + sandboxid.New()[len(buildIDPrefix):]
+	n.buildStarted(id)
+	defer func() {
+		if err != nil {
+			n.stopBuild(context.WithoutCancel(ctx), id)
+		}
+	}()
+	slot, err := n.cfg.Namespaces.Create(id)
+	if err != nil {
+		return nil, fmt.Errorf("build sandbox: %w", err)
+	}
+	if err := n.applyNetwork(slot, policy); err != nil {
+		return nil, fmt.Errorf("build sandbox: %w", err)
+	}
+	token := randomHex(32)
+	rs := runtime.Spec{
+		ID:         id,
+		RootfsPath: n.cfg.Volumes.Path(volume),
+		NetNSPath:  slot.NetNSPath(),
+		AgentDir:   n.agentDir,
+		Args:       []string{agentPath},
+		Env: []string{
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"SPACE_AGENT_TOKEN=" + token,
+		},
+		Hostname: "space-build",
+		Limits:   limits,
+	}
+	if err := n.cfg.Runtime.Start(ctx, rs); err != nil {
+		return nil, fmt.Errorf("build sandbox: %w", err)
+	}
+	sb := n.newSandbox(id, token)
+	startCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
+	defer cancel()
+	if err := sb.Agent.waitHealthy(startCtx); err != nil {
+		return nil, fmt.Errorf("build sandbox: agent: %w", err)
+	}
+	if err := sb.Agent.init(startCtx, agentInit{
+		AccessToken: token, DefaultUser: "root", DefaultWorkdir: "/",
+		Hostname: "space-build", Timestamp: time.Now().UTC(),
+	}); err != nil {
+		return nil, fmt.Errorf("build sandbox: agent: %w", err)
+	}
+	return &BuildSandbox{ID: id, sb: sb, n: n}, nil
+}
+
+// Run runs script with /bin/sh -c as root in / and writes its stdout and
+// stderr, in the order they arrive, to out. A non-zero exit is an error
+// saying so.
+func (b *BuildSandbox) Run(ctx context.Context, script string, env map[string]string, out io.Writer) error {
+	cwd := "/"
+	req := connect.NewRequest(&processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}, Envs: env, Cwd: &cwd},
+	})
+	setUser(req.Header(), "root")
+	stream, err := b.sb.Agent.Process.Start(ctx, req)
+	if err != nil {
+		return fmt.Errorf("start step: %w", err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if d := ev.GetData(); d != nil {
+			_, _ = out.Write(d.GetStdout())
+			_, _ = out.Write(d.GetStderr())
+		}
+		if e := ev.GetEnd(); e != nil {
+			switch {
+			case e.GetExitCode() != 0:
+				return fmt.Errorf("exit status %d", e.GetExitCode())
+			case !e.GetExited() && e.GetError() != "":
+				return fmt.Errorf("step ended: %s", e.GetError())
+			}
+			return nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return fmt.Errorf("lost the build sandbox's agent during the step: %w", err)
+	}
+	return errors.New("the step's output ended without an exit status")
+}
+
+// WriteFile writes a file as root in the build sandbox, creating parents.
+func (b *BuildSandbox) WriteFile(ctx context.Context, path string, r io.Reader) error {
+	return b.sb.WriteFile(ctx, path, "root", r)
+}
+
+// Stop kills the build sandbox and releases its runtime and network slot;
+// the volume stays (it is the build's).
+func (b *BuildSandbox) Stop(ctx context.Context) error {
+	b.sb.Agent.Reset()
+	return b.n.stopBuild(ctx, b.ID)
+}
+
+func (n *Node) stopBuild(ctx context.Context, id string) error {
+	defer n.buildStopped(id)
+	var errs []error
+	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stop build sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// buildStarted and buildStopped track the build sandboxes running, which
+// Sweep must leave alone: they belong to no sandbox record.
+func (n *Node) buildStarted(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.builds == nil {
+		n.builds = map[string]bool{}
+	}
+	n.builds[id] = true
+}
+
+func (n *Node) buildStopped(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.builds, id)
+}
+
+func (n *Node) buildRunning(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.builds[id]
+}

@@ -1,0 +1,26 @@
+package server
+
+import (
+	"context"
+
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/internal/template"
+)
+
+// buildMemoryMB is the least memory a build sandbox gets: apt and dpkg
+// need more than a small default sandbox may have.
+const buildMemoryMB = 1024
+
+// buildSandboxes runs template builds in node sandboxes under the
+// default policy of sandboxes: internet on, so apt works, and the host,
+// its uplinks, metadata and private ranges closed as for every sandbox.
+type buildSandboxes struct {
+	node   *node.Node
+	limits runtime.Limits
+}
+
+func (b buildSandboxes) Start(ctx context.Context, volume string) (template.BuildSandbox, error) {
+	return b.node.StartBuild(ctx, volume, b.limits, network.Policy{AllowInternet: true})
+}
