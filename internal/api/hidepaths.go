@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"path/filepath"
+	"strings"
 )
 
 // HidePaths wraps an API handler so that no error answer (status 400 and
@@ -11,8 +12,10 @@ import (
 // volumes, images and runtime state live): a wrapped error from storage,
 // the runtime or a template build would otherwise tell a client where and
 // how the host keeps its data. Such paths become "<host>"; the server's log
-// keeps the whole error. Success answers (file contents, listings) pass
-// untouched.
+// keeps the whole error. JSON success answers are rewritten too, because
+// they carry errors as well (a failed sandbox's reason, its events, build
+// logs), except the files routes, whose listings name the sandbox's own
+// paths; file contents pass untouched.
 func HidePaths(h http.Handler, dirs ...string) http.Handler {
 	var olds [][]byte
 	for _, d := range dirs {
@@ -29,24 +32,35 @@ func HidePaths(h http.Handler, dirs ...string) http.Handler {
 		}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(&pathHider{ResponseWriter: w, olds: olds}, r)
+		files := strings.HasSuffix(r.URL.Path, "/files")
+		h.ServeHTTP(&pathHider{ResponseWriter: w, olds: olds, files: files}, r)
 	})
 }
 
 type pathHider struct {
 	http.ResponseWriter
-	olds  [][]byte
-	error bool
+	olds    [][]byte
+	files   bool // a files route: only its errors are rewritten
+	decided bool
+	rewrite bool
 }
 
 func (p *pathHider) WriteHeader(status int) {
-	p.error = status >= 400
+	if !p.decided {
+		p.decided = true
+		json := strings.HasPrefix(p.Header().Get("Content-Type"), "application/json")
+		p.rewrite = status >= 400 || (json && !p.files)
+	}
 	p.ResponseWriter.WriteHeader(status)
 }
 
-// Write rewrites error bodies; they are small JSON objects written at once.
+// Write rewrites the chosen bodies; JSON answers are written in one piece
+// (json.Encoder), so a path is not split between writes.
 func (p *pathHider) Write(b []byte) (int, error) {
-	if !p.error {
+	if !p.decided {
+		p.WriteHeader(http.StatusOK)
+	}
+	if !p.rewrite {
 		return p.ResponseWriter.Write(b)
 	}
 	out := b
@@ -62,6 +76,9 @@ func (p *pathHider) Write(b []byte) (int, error) {
 // Flush and Unwrap keep streaming answers (attach, listings, logs) working
 // through the wrapper.
 func (p *pathHider) Flush() {
+	if !p.decided {
+		p.WriteHeader(http.StatusOK) // flushing sends the header
+	}
 	if f, ok := p.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}

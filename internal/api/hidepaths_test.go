@@ -10,8 +10,16 @@ import (
 func TestHidePathsRewritesOnlyErrors(t *testing.T) {
 	dir := t.TempDir()
 	h := HidePaths(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/ok" {
+		switch r.URL.Path {
+		case "/v1/sandboxes/x/files":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"path":"` + dir + `/x"}`))
+			return
+		case "/ok":
 			w.Write([]byte("content mentions " + dir + "/x"))
+			return
+		case "/v1/sandboxes/x":
+			writeJSON(w, http.StatusOK, map[string]string{"reason": "start failed: open " + dir + "/runtime/x: gone"})
 			return
 		}
 		writeError(w, http.StatusInternalServerError, "create volume "+dir+"/volumes/sandboxes/abc: quota")
@@ -21,9 +29,16 @@ func TestHidePathsRewritesOnlyErrors(t *testing.T) {
 	if body := rec.Body.String(); strings.Contains(body, dir) || !strings.Contains(body, "<host>/volumes/sandboxes/abc: quota") {
 		t.Errorf("error body %q", body)
 	}
+	for _, p := range []string{"/ok", "/v1/sandboxes/x/files"} {
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", p, nil))
+		if body := rec.Body.String(); !strings.Contains(body, dir) {
+			t.Errorf("%s: body rewritten: %q", p, body)
+		}
+	}
 	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/ok", nil))
-	if body := rec.Body.String(); !strings.Contains(body, dir) {
-		t.Errorf("success body rewritten: %q", body)
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/sandboxes/x", nil))
+	if body := rec.Body.String(); strings.Contains(body, dir) || !strings.Contains(body, "<host>/runtime/x") {
+		t.Errorf("sandbox reason %q", body)
 	}
 }
