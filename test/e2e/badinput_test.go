@@ -218,6 +218,8 @@ func TestHonestStatusCodes(t *testing.T) {
 		{"mkdir as user in a root-owned dir", "POST", base + "/files/mkdir?user=user", strings.NewReader(`{"path":"/srv/rootonly/d"}`), 403, "permission denied"},
 		{"move as user out of a root-owned dir", "POST", base + "/files/move?user=user", strings.NewReader(`{"from":"/srv/rootonly/f","to":"/home/user/stolen"}`), 403, "permission denied"},
 		{"delete as user in a root-owned dir", "DELETE", base + "/files?path=/srv/rootonly/f&user=user", nil, 403, "permission denied"},
+		// The agent dropped privileges on one thread only: root still writes.
+		{"write as root into the root-owned dir", "PUT", base + "/files?path=/srv/rootonly/byroot&user=root", strings.NewReader("x"), 200, ""},
 		{"disk quota exceeded", "PUT", "/v1/sandboxes/" + small.ID + "/files?path=/home/user/big", big, 507, ""},
 		{"snapshot interval below the floor", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","snapshot_interval_s":59}`), 400, "60"},
 		{"env name with =", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","env":{"A=B":"c"}}`), 400, "env"},
@@ -240,7 +242,7 @@ func TestHonestStatusCodes(t *testing.T) {
 		t.Errorf("refused creates changed the sandbox list: %v → %v", before, after)
 	}
 	// Nothing the refused writes named exists; the root-owned file is intact.
-	if out := execOK(t, sb.ID, "ls -A /srv/rootonly; cat /srv/rootonly/f; ls /home/user/stolen 2>&1 || true"); strings.TrimSpace(out) != "f\nsub\nls: /home/user/stolen: No such file or directory" {
+	if out := execOK(t, sb.ID, "ls -A /srv/rootonly; cat /srv/rootonly/f; ls /home/user/stolen 2>&1 || true"); strings.TrimSpace(out) != "byroot\nf\nsub\nls: /home/user/stolen: No such file or directory" {
 		t.Errorf("after refused writes: %q", out)
 	}
 
