@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -104,6 +106,34 @@ func TestFilesystemOperations(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(env.userHome, "proj")); !os.IsNotExist(err) {
 		t.Errorf("proj still exists: %v", err)
+	}
+}
+
+// E2B's ListDir answers in one message, so past maxListDirEntries it
+// refuses the tree (resource_exhausted, which the Connect protocol sends
+// as 429 through the proxy) instead of building an answer of unbounded
+// size; up to the bound it answers whole.
+func TestListDirRefusesTreesPastTheBound(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	fsc := env.fsClient(clientOptions{h2c: true})
+	dir := filepath.Join(env.rootHome, "huge")
+	mustMkdir(t, dir)
+	for i := range maxListDirEntries {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("f%06d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	resp, err := fsc.ListDir(ctx, connect.NewRequest(&filesystempb.ListDirRequest{Path: dir, Depth: 1}))
+	if err != nil || len(resp.Msg.GetEntries()) != maxListDirEntries {
+		t.Fatalf("ListDir of exactly %d entries: %d entries, %v", maxListDirEntries, len(resp.Msg.GetEntries()), err)
+	}
+	writeFile(t, filepath.Join(dir, "one-more"), "")
+	_, err = fsc.ListDir(ctx, connect.NewRequest(&filesystempb.ListDirRequest{Path: dir, Depth: 1}))
+	if connectCode(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "pages") {
+		t.Errorf("ListDir of %d entries: %v, want resource_exhausted pointing at paged listings", maxListDirEntries+1, err)
 	}
 }
 
