@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -43,41 +42,12 @@ func (n *Node) StartBuild(ctx context.Context, volume string, limits runtime.Lim
 			n.stopBuild(context.WithoutCancel(ctx), id)
 		}
 	}()
-	slot, err := n.cfg.Namespaces.Create(id)
+	sb, err := n.startAgent(ctx, id, volume, limits, policy, agentInit{
+		AccessToken: randomHex(32), DefaultUser: "root", DefaultWorkdir: "/",
+		Hostname: "space-build",
+	})
 	if err != nil {
 		return nil, fmt.Errorf("build sandbox: %w", err)
-	}
-	if err := n.applyNetwork(slot, policy); err != nil {
-		return nil, fmt.Errorf("build sandbox: %w", err)
-	}
-	token := randomHex(32)
-	rs := runtime.Spec{
-		ID:         id,
-		RootfsPath: n.cfg.Volumes.Path(volume),
-		NetNSPath:  slot.NetNSPath(),
-		AgentDir:   n.agentDir,
-		Args:       []string{agentPath},
-		Env: []string{
-			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"SPACE_AGENT_TOKEN=" + token,
-		},
-		Hostname: "space-build",
-		Limits:   limits,
-	}
-	if err := n.cfg.Runtime.Start(ctx, rs); err != nil {
-		return nil, fmt.Errorf("build sandbox: %w", err)
-	}
-	sb := n.newSandbox(id, token)
-	startCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
-	defer cancel()
-	if err := sb.Agent.waitHealthy(startCtx); err != nil {
-		return nil, fmt.Errorf("build sandbox: agent: %w", err)
-	}
-	if err := sb.Agent.init(startCtx, agentInit{
-		AccessToken: token, DefaultUser: "root", DefaultWorkdir: "/",
-		Hostname: "space-build", Timestamp: time.Now().UTC(),
-	}); err != nil {
-		return nil, fmt.Errorf("build sandbox: agent: %w", err)
 	}
 	return &BuildSandbox{ID: id, sb: sb, n: n}, nil
 }

@@ -89,36 +89,6 @@ func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
 // boot starts the runtime on the sandbox's existing root volume and gives
 // the agent its identity.
 func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
-	slot, err := n.cfg.Namespaces.Create(spec.ID)
-	if err != nil {
-		return err
-	}
-	if err := n.applyNetwork(slot, spec.Network); err != nil {
-		return err
-	}
-	bootToken := randomHex(32)
-	rs := runtime.Spec{
-		ID:         spec.ID,
-		RootfsPath: n.cfg.Volumes.Path(volumeName(spec.ID)),
-		NetNSPath:  slot.NetNSPath(),
-		AgentDir:   n.agentDir,
-		Args:       []string{agentPath},
-		Env: []string{
-			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"SPACE_AGENT_TOKEN=" + bootToken,
-		},
-		Hostname: spec.ID,
-		Limits:   spec.Limits,
-	}
-	if err := n.cfg.Runtime.Start(ctx, rs); err != nil {
-		return err
-	}
-	sb := n.newSandbox(spec.ID, bootToken)
-	startCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
-	defer cancel()
-	if err := sb.Agent.waitHealthy(startCtx); err != nil {
-		return err
-	}
 	env := map[string]string{}
 	for k, v := range spec.Template.Env {
 		env[k] = v
@@ -128,20 +98,62 @@ func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 	}
 	entropy := make([]byte, 64)
 	_, _ = rand.Read(entropy)
-	if err := sb.Agent.init(startCtx, agentInit{
+	sb, err := n.startAgent(ctx, spec.ID, volumeName(spec.ID), spec.Limits, spec.Network, agentInit{
 		AccessToken:    spec.AccessToken,
 		EnvVars:        env,
 		DefaultUser:    spec.Template.User,
 		DefaultWorkdir: spec.Template.Workdir,
 		Hostname:       spec.ID,
 		Entropy:        entropy,
-		Timestamp:      time.Now().UTC(),
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	n.register(sb)
 	n.track(ctx, sb)
 	return sb.startTemplateCommand(ctx, spec.Template)
+}
+
+// startAgent is the start every sandbox shares, users' and builds': a
+// network slot under policy, the runtime on volume with the agent as its
+// first process (holding a boot token only), then the agent's init with in
+// (stamped with the time now). The sandbox it returns is not registered.
+func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime.Limits, policy network.Policy, in agentInit) (*Sandbox, error) {
+	slot, err := n.cfg.Namespaces.Create(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.applyNetwork(slot, policy); err != nil {
+		return nil, err
+	}
+	bootToken := randomHex(32)
+	rs := runtime.Spec{
+		ID:         id,
+		RootfsPath: n.cfg.Volumes.Path(volume),
+		NetNSPath:  slot.NetNSPath(),
+		AgentDir:   n.agentDir,
+		Args:       []string{agentPath},
+		Env: []string{
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"SPACE_AGENT_TOKEN=" + bootToken,
+		},
+		Hostname: in.Hostname,
+		Limits:   limits,
+	}
+	if err := n.cfg.Runtime.Start(ctx, rs); err != nil {
+		return nil, err
+	}
+	sb := n.newSandbox(id, bootToken)
+	startCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
+	defer cancel()
+	if err := sb.Agent.waitHealthy(startCtx); err != nil {
+		return nil, err
+	}
+	in.Timestamp = time.Now().UTC()
+	if err := sb.Agent.init(startCtx, in); err != nil {
+		return nil, err
+	}
+	return sb, nil
 }
 
 func (n *Node) newSandbox(id, token string) *Sandbox {
