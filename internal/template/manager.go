@@ -229,10 +229,19 @@ func workVolume(id string) string   { return "templates/" + id + workSuffix }
 // before, otherwise building. Concurrent submits of one ID share a build.
 // name may be empty when the recipe names itself.
 func (m *Manager) Submit(name string, r *Recipe, src Source) (*Template, error) {
+	return m.submit("", name, r, src)
+}
+
+// submit plans the recipe and starts or joins its build, filed under
+// catalogName when that is not empty.
+func (m *Manager) submit(catalogName, name string, r *Recipe, src Source) (*Template, error) {
 	p, err := m.plan(name, r, src)
 	if err != nil {
 		removeUpload(src.Archive)
 		return nil, err
+	}
+	if catalogName != "" {
+		p.name = catalogName
 	}
 	t, _, err := m.startOrJoin(m.ctx, p, src.Archive)
 	return t, err
@@ -279,14 +288,7 @@ func removeUpload(path string) {
 // recipes share one rootfs, and Delete keeps it while any name points at
 // it). name is validated like Submit's.
 func (m *Manager) SubmitAs(catalogName, name string, r *Recipe, src Source) (*Template, error) {
-	p, err := m.plan(name, r, src)
-	if err != nil {
-		removeUpload(src.Archive)
-		return nil, err
-	}
-	p.name = catalogName
-	t, _, err := m.startOrJoin(m.ctx, p, src.Archive)
-	return t, err
+	return m.submit(catalogName, name, r, src)
 }
 
 // Names returns every catalog name and the ID it points at.
