@@ -68,21 +68,11 @@ func (m *Manager) bootstrapStage(ctx context.Context, suite string, step func(st
 	if err != nil {
 		return "", err
 	}
-	if err := m.debootstrap(ctx, rootfs, suite, logLine); err != nil {
-		m.cfg.Volumes.Delete(work)
-		return "", err
+	err = m.fillStage(ctx, rootfs, suite, logLine)
+	if err == nil {
+		err = m.cfg.Volumes.Rename(work, vol)
 	}
-	// debootstrap copies the host's resolv.conf; the sandbox runtime
-	// provides its own.
-	if err := os.WriteFile(filepath.Join(rootfs, "etc/resolv.conf"), []byte("# placeholder: replaced when a sandbox starts\n"), 0o644); err != nil {
-		m.cfg.Volumes.Delete(work)
-		return "", err
-	}
-	if err := finalizeRootfs(rootfs); err != nil {
-		m.cfg.Volumes.Delete(work)
-		return "", err
-	}
-	if err := m.cfg.Volumes.Rename(work, vol); err != nil {
+	if err != nil {
 		m.cfg.Volumes.Delete(work)
 		return "", err
 	}
@@ -91,6 +81,21 @@ func (m *Manager) bootstrapStage(ctx context.Context, suite string, step func(st
 		return "", err
 	}
 	return vol, nil
+}
+
+// fillStage bootstraps suite into the stage's empty work rootfs and
+// readies it for sandboxes; on an error the caller removes the work
+// volume.
+func (m *Manager) fillStage(ctx context.Context, rootfs, suite string, logLine func(string)) error {
+	if err := m.debootstrap(ctx, rootfs, suite, logLine); err != nil {
+		return err
+	}
+	// debootstrap copies the host's resolv.conf; the sandbox runtime
+	// provides its own.
+	if err := os.WriteFile(filepath.Join(rootfs, "etc/resolv.conf"), []byte("# placeholder: replaced when a sandbox starts\n"), 0o644); err != nil {
+		return err
+	}
+	return finalizeRootfs(rootfs)
 }
 
 func allowedSuites() []string {
