@@ -305,9 +305,9 @@ func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
 		errs = append(errs, fmt.Errorf("sweep: %w", err))
 	}
 	for _, id := range legacy {
-		if ids[id] && !keep(id) {
-			continue // released above
-		}
+		// Not ours to keep: another installation's, or released above
+		// (release removes a slot's legacy files too). A runtime alive
+		// still uses its slot.
 		if !keep(id) || alive[id] && n.runtimeAlive(ctx, id) {
 			continue
 		}
