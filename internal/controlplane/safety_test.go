@@ -535,3 +535,37 @@ func TestSnapshotInUseByStartCannotBeDeleted(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A restore ref that is another project's snapshot id and also the name of
+// one of the sandbox's own snapshots restores the sandbox's own: the other
+// project's snapshot is passed over as if it did not exist, so its id
+// cannot be told from a missing one.
+func TestRestorePassesOverAnotherProjectsSnapshot(t *testing.T) {
+	fn := newFakeNode()
+	a, b := sandbox("a", apiv1.StateRunning), sandbox("b", apiv1.StateRunning)
+	a.Project, b.Project = "pa", "pb"
+	for _, id := range []string{"a", "b"} {
+		fn.alive[id] = true
+		fn.volumes["sandboxes/"+id] = true
+	}
+	cp := newTestCP(t, fn, a, b)
+	theirs, err := cp.CreateSnapshot(context.Background(), "b", "bs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Restore(context.Background(), project.In("pa"), "a", theirs.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("restore of a to project pb's snapshot by id: %v; want not found", err)
+	}
+	if _, err := cp.CreateSnapshot(context.Background(), "a", theirs.ID); err != nil {
+		t.Fatal(err)
+	}
+	fn.calls = nil
+	if _, err := cp.Restore(context.Background(), project.In("pa"), "a", theirs.ID); err != nil {
+		t.Fatalf("restore of a to its own snapshot named %s: %v", theirs.ID, err)
+	}
+	for _, c := range fn.calls {
+		if strings.Contains(c, "bs") {
+			t.Fatalf("the restore touched project pb's snapshot: %v", fn.calls)
+		}
+	}
+}

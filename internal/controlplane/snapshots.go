@@ -293,8 +293,11 @@ func (cp *ControlPlane) snapshotOf(sandboxID, name string) (Snapshot, error) {
 // takes effect when it is recorded; recovery undoes one that was not.
 func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, ref string) (Sandbox, error) {
 	snap, release, err := cp.holdSnapshot(func() (Snapshot, error) {
+		// A snapshot of another project is passed over as if it did not
+		// exist, so a ref that is also one of this sandbox's own snapshot
+		// names still finds that one.
 		snap, err := cp.resolveSnapshot(ref)
-		if err != nil {
+		if err != nil || !scope.Sees(snap.Project) {
 			if snap, err = cp.findSnapshot(id, ref); err != nil {
 				return Snapshot{}, err
 			}
