@@ -166,8 +166,6 @@ func (db *userDB) lookup(name string) (*userAccount, error) {
 	return nil, fmt.Errorf("%w: %q", errUserNotFound, name)
 }
 
-// userName and groupName map IDs to names for EntryInfo; unknown IDs are
-// shown as numbers, like ls does.
 // nameRefreshEvery is how stale the names shown for owners may be. Looking
 // names up refreshes at most this often: a listing names the owner of every
 // entry, and two stat calls per entry (of /etc/passwd and /etc/group) made
@@ -182,6 +180,8 @@ func (db *userDB) refreshNames() {
 	}
 }
 
+// userName and groupName map IDs to names for EntryInfo; unknown IDs are
+// shown as numbers, like ls does.
 func (db *userDB) userName(uid uint32) string {
 	db.mu.Lock()
 	defer db.mu.Unlock()

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,12 +87,17 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer page.Close()
-		s.streamListing(w, info.GetPath(), func() (apiv1.FileEntry, string, error) {
-			e, err := page.Next()
-			if err != nil {
-				return apiv1.FileEntry{}, page.NextCursor(), err
+		s.streamListing(w, info.GetPath(), func(emit func(apiv1.FileEntry)) (string, error) {
+			for {
+				e, err := page.Next()
+				if errors.Is(err, io.EOF) {
+					return page.NextCursor(), nil
+				}
+				if err != nil {
+					return "", err
+				}
+				emit(entryView(e))
 			}
-			return entryView(e), "", nil
 		})
 		return
 	}
@@ -250,18 +254,8 @@ func (s *Server) listSnapshotDir(w http.ResponseWriter, r *http.Request, snap, p
 	if limit == 0 {
 		limit = dirlist.DefaultLimit
 	}
-	// dirlist visits entries in a callback; a goroutine turns that into
-	// the pull that streamListing wants, one entry at a time.
-	type item struct {
-		e    apiv1.FileEntry
-		next string
-		err  error
-	}
-	items := make(chan item)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	go func() {
-		next, err := dirlist.Page(ctx, root, 1, limit, after, func(rel string, fi fs.FileInfo) error {
+	s.streamListing(w, p, func(emit func(apiv1.FileEntry)) (string, error) {
+		next, err := dirlist.Page(r.Context(), root, 1, limit, after, func(rel string, fi fs.FileInfo) error {
 			kind := "file"
 			switch {
 			case fi.IsDir():
@@ -269,31 +263,17 @@ func (s *Server) listSnapshotDir(w http.ResponseWriter, r *http.Request, snap, p
 			case fi.Mode()&os.ModeSymlink != 0:
 				kind = "symlink"
 			}
-			e := apiv1.FileEntry{
+			emit(apiv1.FileEntry{
 				Name: path.Base(rel), Path: path.Join(p, rel), Type: kind, Size: fi.Size(),
 				Mode: uint32(fi.Mode().Perm()), ModifiedAt: fi.ModTime().UTC(),
-			}
-			select {
-			case items <- item{e: e}:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			})
+			return nil
 		})
-		if err == nil {
-			err = io.EOF
-		} else {
+		if err != nil {
 			s.log.Warn("list snapshot directory", "snapshot", snap, "err", err)
-			err = errors.New("reading the snapshot directory failed")
+			return "", errors.New("reading the snapshot directory failed")
 		}
-		select {
-		case items <- item{next: dirlist.EncodeCursor(next), err: err}:
-		case <-ctx.Done():
-		}
-	}()
-	s.streamListing(w, p, func() (apiv1.FileEntry, string, error) {
-		it := <-items
-		return it.e, it.next, it.err
+		return dirlist.EncodeCursor(next), nil
 	})
 }
 
@@ -325,36 +305,42 @@ func listOptions(w http.ResponseWriter, r *http.Request) (node.ListOptions, bool
 	return opts, true
 }
 
-// streamListing writes a FileList while its entries arrive from next
-// (which returns io.EOF, with the next page's cursor, after the last), so
-// that no layer holds a whole page. The status is decided by the first
-// entry; a failure after that cuts the connection, so that a client never
-// takes a broken answer for a complete (if short) page.
-func (s *Server) streamListing(w http.ResponseWriter, dir string, next func() (apiv1.FileEntry, string, error)) {
-	first, cursor, err := next()
-	if err != nil && !errors.Is(err, io.EOF) {
-		s.fail(w, err)
-		return
+// streamListing writes a FileList while list emits its entries (list
+// returns the next page's cursor after the last), so that no layer holds a
+// whole page. The status is decided by the first entry: a failure before it
+// is answered as usual, one after it cuts the connection, so that a client
+// never takes a broken answer for a complete (if short) page.
+func (s *Server) streamListing(w http.ResponseWriter, dir string, list func(emit func(apiv1.FileEntry)) (string, error)) {
+	var bw *bufio.Writer
+	var enc *json.Encoder
+	start := func() {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		bw = bufio.NewWriterSize(w, 32<<10)
+		enc = json.NewEncoder(bw)
+		head, _ := json.Marshal(dir)
+		fmt.Fprintf(bw, `{"path":%s,"entries":[`, head)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 32<<10)
-	enc := json.NewEncoder(bw)
-	head, _ := json.Marshal(dir)
-	fmt.Fprintf(bw, `{"path":%s,"entries":[`, head)
-	for n := 0; err == nil; n++ {
-		if n > 0 {
+	cursor, err := list(func(e apiv1.FileEntry) {
+		if bw == nil {
+			start()
+		} else {
 			bw.WriteString(",")
 		}
-		if enc.Encode(first) != nil {
-			panic(http.ErrAbortHandler)
+		if enc.Encode(e) != nil {
+			panic(http.ErrAbortHandler) // the client is gone
 		}
-		first, cursor, err = next()
-	}
-	if !errors.Is(err, io.EOF) {
+	})
+	switch {
+	case err != nil && bw == nil:
+		s.fail(w, err)
+		return
+	case err != nil:
 		s.log.Warn("directory listing broke off", "path", dir, "err", err)
 		_ = bw.Flush()
 		panic(http.ErrAbortHandler)
+	case bw == nil:
+		start()
 	}
 	bw.WriteString("]")
 	if cursor != "" {

@@ -37,6 +37,8 @@ func HidePaths(h http.Handler, dirs ...string) http.Handler {
 	})
 }
 
+var hostPlaceholder = []byte("<host>")
+
 type pathHider struct {
 	http.ResponseWriter
 	olds    [][]byte
@@ -65,7 +67,11 @@ func (p *pathHider) Write(b []byte) (int, error) {
 	}
 	out := b
 	for _, old := range p.olds {
-		out = bytes.ReplaceAll(out, old, []byte("<host>"))
+		// ReplaceAll copies even when nothing matches; most answers
+		// name no host path and pass as they are.
+		if bytes.Contains(out, old) {
+			out = bytes.ReplaceAll(out, old, hostPlaceholder)
+		}
 	}
 	if _, err := p.ResponseWriter.Write(out); err != nil {
 		return 0, err

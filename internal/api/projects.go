@@ -9,16 +9,20 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// projectView is a project's quota, settings and usage.
-func (s *Server) projectView(name string) apiv1.Project {
+// keysByProject counts the keys of each project.
+func (s *Server) keysByProject() map[string]int {
+	n := map[string]int{}
+	for _, k := range s.cfg.Keys.List() {
+		n[project.Of(k.Project)]++
+	}
+	return n
+}
+
+// projectView is a project's quota, settings and usage; keys is
+// keysByProject's count, taken once for a whole list.
+func (s *Server) projectView(name string, keys int) apiv1.Project {
 	q, o := s.cfg.Quotas.Of(name), s.cfg.Quotas.Override(name)
 	u := s.cp.Usage(name)
-	keys := 0
-	for _, k := range s.cfg.Keys.List() {
-		if project.Of(k.Project) == name {
-			keys++
-		}
-	}
 	return apiv1.Project{
 		Name: name, Quota: q, Settings: o,
 		Usage: apiv1.ProjectUsage{Sandboxes: u.Sandboxes, MemoryMB: u.MemoryMB, Snapshots: u.Snapshots, Keys: keys},
@@ -28,9 +32,10 @@ func (s *Server) projectView(name string) apiv1.Project {
 // listProjects lists every project something belongs to: keys, sandboxes
 // and quota settings name them.
 func (s *Server) listProjects(w http.ResponseWriter, _ *http.Request) {
+	keys := s.keysByProject()
 	names := map[string]bool{project.Default: true}
-	for _, k := range s.cfg.Keys.List() {
-		names[project.Of(k.Project)] = true
+	for p := range keys {
+		names[p] = true
 	}
 	for _, sb := range s.cp.List(project.Everything, controlplane.Filter{}) {
 		names[project.Of(sb.Project)] = true
@@ -40,7 +45,7 @@ func (s *Server) listProjects(w http.ResponseWriter, _ *http.Request) {
 	}
 	out := apiv1.ProjectList{Projects: []apiv1.Project{}}
 	for name := range names {
-		out.Projects = append(out.Projects, s.projectView(name))
+		out.Projects = append(out.Projects, s.projectView(name, keys[name]))
 	}
 	sort.Slice(out.Projects, func(i, j int) bool { return out.Projects[i].Name < out.Projects[j].Name })
 	writeJSON(w, http.StatusOK, out)
@@ -54,7 +59,7 @@ func (s *Server) getProject(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, s.projectView(name))
+	writeJSON(w, http.StatusOK, s.projectView(name, s.keysByProject()[name]))
 }
 
 // setProject replaces a project's quota settings; a field left out takes
@@ -77,5 +82,5 @@ func (s *Server) setProject(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.projectView(name))
+	writeJSON(w, http.StatusOK, s.projectView(name, s.keysByProject()[name]))
 }

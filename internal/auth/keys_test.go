@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"regexp"
@@ -141,28 +142,28 @@ func TestWatchEndsWithRevoke(t *testing.T) {
 	_, _, _ = keys.Create("admin", "", true)
 	k, _, _ := keys.Create("user", "p", false)
 	other, _, _ := keys.Create("other", "p", false)
-	revoked, stop := keys.Watch(k.ID)
+	revoked, stop := keys.Bind(context.Background(), k)
 	defer stop()
-	untouched, stopOther := keys.Watch(other.ID)
+	untouched, stopOther := keys.Bind(context.Background(), other)
 	defer stopOther()
 	if err := keys.Revoke(k.ID); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-revoked:
+	case <-revoked.Done():
 	case <-time.After(time.Second):
 		t.Fatal("watch of a revoked key did not end")
 	}
 	select {
-	case <-untouched:
+	case <-untouched.Done():
 		t.Fatal("revoking one key ended the watch of another")
 	default:
 	}
-	if gone, _ := keys.Watch(k.ID); gone == nil {
-		t.Fatal("nil channel")
+	if gone, _ := keys.Bind(context.Background(), k); gone == nil {
+		t.Fatal("nil context")
 	} else {
 		select {
-		case <-gone:
+		case <-gone.Done():
 		default:
 			t.Fatal("watching a key revoked already does not end at once")
 		}

@@ -27,6 +27,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"path"
 	"regexp"
 	"strconv"
@@ -170,13 +171,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // carriesAccessToken reports whether an envd request may be one the agent
-// accepts: it carries the sandbox's access token, or a signed /files URL
-// (which the agent verifies).
+// accepts, checked in the agent's order: the access token header if there
+// is one, else a /files URL signed with the token (whose expiry the agent
+// checks). The signature is verified here too: any ?signature= would let a
+// stranger resume the sandbox.
 func carriesAccessToken(r *http.Request, want string) bool {
-	if want == "" || r.URL.Query().Get("signature") != "" {
+	if want == "" {
 		return true
 	}
-	return subtle.ConstantTimeCompare([]byte(want), []byte(r.Header.Get(headerAccessToken))) == 1
+	if presented := r.Header.Get(headerAccessToken); presented != "" {
+		return subtle.ConstantTimeCompare([]byte(want), []byte(presented)) == 1
+	}
+	q := r.URL.Query()
+	return q.Get("signature") != "" && signedWith(q, r.Method, q.Get("signature"), want)
 }
 
 // trafficRefusal says why a request carrying token (the value of the
@@ -302,26 +309,31 @@ func (p *Proxy) sandboxByToken(token string) (string, bool) {
 // URL (envd's v1 signature; the agent checks it again, with its expiry).
 func (p *Proxy) sandboxBySignature(r *http.Request, sig string) (string, bool) {
 	q := r.URL.Query()
-	operation := "read"
-	if r.Method == http.MethodPost {
-		operation = "write"
-	}
-	parts := []string{q.Get("path"), operation, q.Get("username"), ""}
-	if exp := q.Get("signature_expiration"); exp != "" {
-		parts = append(parts, exp)
-	}
 	for _, s := range p.cfg.ControlPlane.List(project.Everything, controlplane.Filter{}) {
 		if s.State == apiv1.StateStopped || s.State == apiv1.StateFailed {
 			continue
 		}
-		parts[3] = s.AccessToken
-		sum := sha256.Sum256([]byte(strings.Join(parts, ":")))
-		want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
-		if subtle.ConstantTimeCompare([]byte(want), []byte(sig)) == 1 {
+		if signedWith(q, r.Method, sig, s.AccessToken) {
 			return s.ID, true
 		}
 	}
 	return "", false
+}
+
+// signedWith reports whether sig is envd's v1 signature, made with access
+// token token, of a /files request with query q and method.
+func signedWith(q url.Values, method, sig, token string) bool {
+	operation := "read"
+	if method == http.MethodPost {
+		operation = "write"
+	}
+	parts := []string{q.Get("path"), operation, q.Get("username"), token}
+	if exp := q.Get("signature_expiration"); exp != "" {
+		parts = append(parts, exp)
+	}
+	sum := sha256.Sum256([]byte(strings.Join(parts, ":")))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	return subtle.ConstantTimeCompare([]byte(want), []byte(sig)) == 1
 }
 
 // envd forwards to the sandbox's agent over the node's HTTP/2 channel.

@@ -176,7 +176,9 @@ func (c catalog) Submit(scope project.Scope, name string, recipeYAML []byte, bui
 	t, err := c.m.SubmitAs(canonical, name, r, src)
 	switch {
 	case errors.Is(err, template.ErrHostPaths):
-		return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrHostPathsForbidden, err)
+		// The build's message already says why and what to do instead;
+		// %.0w wraps api's sentinel (403) without repeating its text.
+		return apiv1.Template{}, fmt.Errorf("%w%.0w", err, api.ErrHostPathsForbidden)
 	case err != nil:
 		return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
 	}

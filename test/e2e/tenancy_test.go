@@ -843,6 +843,11 @@ func TestProxyDoesNotResumeForStrangers(t *testing.T) {
 			t.Fatalf("envd of a suspended sandbox with token %q: %d %s, want 401", token, resp.status, resp.body)
 		}
 	}
+	// A made-up signature of a /files URL is no token either.
+	h.Del("X-Access-Token")
+	if resp := proxyRequest(t, http.MethodGet, "/files?path=/etc/hostname&signature=v1_forged", "", nil, h); resp.status != http.StatusUnauthorized {
+		t.Fatalf("envd of a suspended sandbox with a forged signature: %d %s, want 401", resp.status, resp.body)
+	}
 	if got, err := a.clients[0].GetSandbox(ctx, sb.ID); err != nil || got.State != apiv1.StateSuspended {
 		t.Fatalf("after requests without its token: %+v, %v; want still suspended", got, err)
 	}
