@@ -5,8 +5,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/space-platform/space/internal/hostpath"
 )
 
+// Error answers lose host directories; success answers are the sandbox's
+// own data (command output, files, env) and pass as they are.
 func TestHidePathsRewritesOnlyErrors(t *testing.T) {
 	dir := t.TempDir()
 	h := HidePaths(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -18,27 +22,22 @@ func TestHidePathsRewritesOnlyErrors(t *testing.T) {
 		case "/ok":
 			w.Write([]byte("content mentions " + dir + "/x"))
 			return
-		case "/v1/sandboxes/x":
-			writeJSON(w, http.StatusOK, map[string]string{"reason": "start failed: open " + dir + "/runtime/x: gone"})
+		case "/v1/sandboxes/x/exec":
+			writeJSON(w, http.StatusOK, map[string]string{"stdout": "echo " + dir + "/x"})
 			return
 		}
 		writeError(w, http.StatusInternalServerError, "create volume "+dir+"/volumes/sandboxes/abc: quota")
-	}), dir)
+	}), hostpath.New(dir))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/fail", nil))
 	if body := rec.Body.String(); strings.Contains(body, dir) || !strings.Contains(body, "<host>/volumes/sandboxes/abc: quota") {
 		t.Errorf("error body %q", body)
 	}
-	for _, p := range []string{"/ok", "/v1/sandboxes/x/files"} {
+	for _, p := range []string{"/ok", "/v1/sandboxes/x/files", "/v1/sandboxes/x/exec"} {
 		rec = httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", p, nil))
 		if body := rec.Body.String(); !strings.Contains(body, dir) {
 			t.Errorf("%s: body rewritten: %q", p, body)
 		}
-	}
-	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/sandboxes/x", nil))
-	if body := rec.Body.String(); strings.Contains(body, dir) || !strings.Contains(body, "<host>/runtime/x") {
-		t.Errorf("sandbox reason %q", body)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/credentials"
+	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
@@ -151,6 +152,9 @@ type Config struct {
 	Secrets Secrets
 	// Quotas limits each project; nil: unlimited.
 	Quotas Quotas
+	// HostPaths hides the node's directories in the reasons clients read
+	// (nil: none hidden).
+	HostPaths *hostpath.Hider
 }
 
 // ControlPlane is the single authority over sandbox state.
@@ -347,6 +351,8 @@ func (cp *ControlPlane) update(r *record, fn func(s *Sandbox)) error {
 // setState moves a sandbox along the state machine and records the event.
 // Changes in also are made in the same durable update.
 func (cp *ControlPlane) setState(r *record, to, reason string, also ...func(*Sandbox)) error {
+	// A reason quotes errors of the layers below, and clients read it.
+	reason = cp.cfg.HostPaths.String(reason)
 	from := cp.snapshot(r).State
 	if from != to && !canMove(from, to) {
 		return fmt.Errorf("sandbox %s: illegal transition %s → %s", r.ID, from, to)

@@ -39,7 +39,7 @@ func (s *Server) startCompat(keys *auth.Keys) (err error) {
 	}()
 	if s.cfg.E2BListen != "" {
 		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Domain: s.cfg.Domain, Logger: s.cfg.Logger})
-		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, api.HidePaths(h, s.cfg.DataDir), nil); err != nil {
+		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, api.HidePaths(h, s.hostPaths), nil); err != nil {
 			return err
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/gateway"
+	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
@@ -129,6 +130,8 @@ type Server struct {
 	slots     *network.Namespaces
 	cp        *controlplane.ControlPlane
 	gateway   *gateway.Gateway
+	// hostPaths keeps the data dir out of what clients read.
+	hostPaths *hostpath.Hider
 	http      *http.Server
 	listener  net.Listener
 	cancel    context.CancelFunc
@@ -152,7 +155,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	s := &Server{cfg: cfg, done: make(chan struct{})}
+	s := &Server{cfg: cfg, done: make(chan struct{}), hostPaths: hostpath.New(cfg.DataDir)}
 	defer func() {
 		if err != nil {
 			s.closeStores()
@@ -265,6 +268,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
 		Secrets:   secretStore,
 		Quotas:    quotas,
+		HostPaths: s.hostPaths,
 	})
 	if err := s.cp.Recover(ctx); err != nil {
 		return nil, err
@@ -281,7 +285,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	handler := api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: reg, Logger: cfg.Logger,
 		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
-	}), cfg.DataDir)
+	}), s.hostPaths)
 	if err := s.startCompat(keys); err != nil {
 		cancel()
 		return nil, err

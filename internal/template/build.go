@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/space-platform/space/internal/hostpath"
 )
 
 // spaceDir is created empty in every template: the sandbox runtime mounts
@@ -238,13 +240,17 @@ func (m *Manager) runBuild(ctx context.Context, p *buildPlan, b *build) {
 	defer m.running.Done()
 	started := time.Now()
 	m.cfg.Logf("template %s (%s): building from %s", p.name, p.id, p.recipe.From)
-	size, err := m.execute(ctx, p, b.log.add)
+	// Clients read the reason and the log (host commands' errors among
+	// its lines); the server's log keeps the host paths.
+	hide := hostpath.New(m.cfg.DataDir)
+	size, err := m.execute(ctx, p, func(line string) { b.log.add(hide.String(line)) })
 
 	m.mu.Lock()
 	t := m.records[p.id]
 	if err != nil {
-		t.State, t.Reason = StateFailed, err.Error()
-		b.log.add("build failed: " + err.Error())
+		reason := hide.String(err.Error())
+		t.State, t.Reason = StateFailed, reason
+		b.log.add("build failed: " + reason)
 		m.cfg.Logf("template %s (%s): build failed: %v", p.name, p.id, err)
 	} else {
 		now := time.Now().UTC()
