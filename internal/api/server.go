@@ -291,8 +291,17 @@ func (s *Server) requireKey(admin bool, next http.HandlerFunc) http.HandlerFunc 
 			return
 		}
 		defer s.leave(key.ID)
-		ctx, release := s.cfg.Keys.Bind(context.WithValue(r.Context(), keyContext{}, key), key)
-		defer release()
+		revoked, unwatch := s.cfg.Keys.Watch(key.ID)
+		defer unwatch()
+		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), keyContext{}, key))
+		defer cancel()
+		go func() {
+			select {
+			case <-revoked:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		next(w, r.WithContext(ctx))
 	}
 }

@@ -5,7 +5,6 @@
 package auth
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -52,10 +51,9 @@ type Keys struct {
 	st     *store.Store
 	mu     sync.RWMutex
 	byHash map[string]Key
-	// bound holds, per key id, the cancel functions of the request
-	// contexts bound to it (see Bind), so that long requests (attach
-	// streams) end with their key.
-	bound map[string]map[*context.CancelFunc]struct{}
+	// revoked holds, per key id, the channels closed when it is revoked,
+	// so that long requests (attach streams) end with their key.
+	watchers map[string]map[chan struct{}]struct{}
 }
 
 // Open loads the registry.
@@ -64,7 +62,7 @@ func Open(st *store.Store) (*Keys, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load API keys: %w", err)
 	}
-	k := &Keys{st: st, byHash: map[string]Key{}, bound: map[string]map[*context.CancelFunc]struct{}{}}
+	k := &Keys{st: st, byHash: map[string]Key{}, watchers: map[string]map[chan struct{}]struct{}{}}
 	for _, key := range all {
 		key.Project = project.Of(key.Project)
 		k.byHash[key.Hash] = key
@@ -150,10 +148,10 @@ func (k *Keys) Revoke(id string) error {
 				return fmt.Errorf("revoke %s: %w", id, err)
 			}
 			delete(k.byHash, h)
-			for cancel := range k.bound[id] {
-				(*cancel)()
+			for ch := range k.watchers[id] {
+				close(ch)
 			}
-			delete(k.bound, id)
+			delete(k.watchers, id)
 			return nil
 		}
 	}
@@ -171,29 +169,34 @@ func (k *Keys) admins() int {
 	return n
 }
 
-// Bind returns a context derived from ctx that also ends when key is
-// revoked (at once for a key revoked already), and a function that
-// releases it (call it when the request ends). Revoke cancels the context
-// itself, so no goroutine waits per request.
-func (k *Keys) Bind(ctx context.Context, key Key) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
+// Watch returns a channel closed when key id is revoked, and a function
+// that stops watching (call it when the request ends). A key revoked
+// already gets a closed channel.
+func (k *Keys) Watch(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if live, ok := k.byHash[key.Hash]; !ok || live.ID != key.ID {
-		cancel()
-		return ctx, cancel
+	live := false
+	for _, key := range k.byHash {
+		if key.ID == id {
+			live = true
+			break
+		}
 	}
-	if k.bound[key.ID] == nil {
-		k.bound[key.ID] = map[*context.CancelFunc]struct{}{}
+	if !live {
+		close(ch)
+		return ch, func() {}
 	}
-	k.bound[key.ID][&cancel] = struct{}{}
-	return ctx, func() {
-		cancel()
+	if k.watchers[id] == nil {
+		k.watchers[id] = map[chan struct{}]struct{}{}
+	}
+	k.watchers[id][ch] = struct{}{}
+	return ch, func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		delete(k.bound[key.ID], &cancel)
-		if len(k.bound[key.ID]) == 0 {
-			delete(k.bound, key.ID)
+		delete(k.watchers[id], ch)
+		if len(k.watchers[id]) == 0 {
+			delete(k.watchers, id)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"context"
 	"errors"
 	"path/filepath"
 	"regexp"
@@ -142,28 +141,28 @@ func TestWatchEndsWithRevoke(t *testing.T) {
 	_, _, _ = keys.Create("admin", "", true)
 	k, _, _ := keys.Create("user", "p", false)
 	other, _, _ := keys.Create("other", "p", false)
-	revoked, stop := keys.Bind(context.Background(), k)
+	revoked, stop := keys.Watch(k.ID)
 	defer stop()
-	untouched, stopOther := keys.Bind(context.Background(), other)
+	untouched, stopOther := keys.Watch(other.ID)
 	defer stopOther()
 	if err := keys.Revoke(k.ID); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-revoked.Done():
+	case <-revoked:
 	case <-time.After(time.Second):
 		t.Fatal("watch of a revoked key did not end")
 	}
 	select {
-	case <-untouched.Done():
+	case <-untouched:
 		t.Fatal("revoking one key ended the watch of another")
 	default:
 	}
-	if gone, _ := keys.Bind(context.Background(), k); gone == nil {
-		t.Fatal("nil context")
+	if gone, _ := keys.Watch(k.ID); gone == nil {
+		t.Fatal("nil channel")
 	} else {
 		select {
-		case <-gone.Done():
+		case <-gone:
 		default:
 			t.Fatal("watching a key revoked already does not end at once")
 		}
