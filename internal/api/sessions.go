@@ -127,7 +127,10 @@ func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
 
 	ctx := r.Context()
 	stopKeepalive := make(chan struct{})
-	defer close(stopKeepalive)
+	keepaliveDone := make(chan struct{})
+	// The keepalive writer must be gone before the handler returns: the
+	// server finishes the response then, and a write after it races.
+	defer func() { close(stopKeepalive); <-keepaliveDone }()
 	var writeMu = make(chan struct{}, 1)
 	writeMu <- struct{}{}
 	write := func(f func()) {
@@ -137,6 +140,7 @@ func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
 		writeMu <- struct{}{}
 	}
 	go func() {
+		defer close(keepaliveDone)
 		t := time.NewTicker(keepaliveInterval)
 		defer t.Stop()
 		for {
