@@ -48,3 +48,16 @@ func (p *pathHider) Write(b []byte) (int, error) {
 	}
 	return len(b), nil
 }
+
+// Flush and Unwrap keep streaming answers (attach, listings, logs) working
+// through the wrapper.
+func (p *pathHider) Flush() {
+	if !p.decided {
+		p.WriteHeader(http.StatusOK) // flushing sends the header
+	}
+	if f, ok := p.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (p *pathHider) Unwrap() http.ResponseWriter { return p.ResponseWriter }

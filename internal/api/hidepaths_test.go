@@ -41,3 +41,21 @@ func TestHidePathsRewritesOnlyErrors(t *testing.T) {
 		}
 	}
 }
+
+// Streams (attach, events, logs) flush through the wrapper.
+func TestHidePathsKeepsStreamsFlushing(t *testing.T) {
+	h := HidePaths(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, ok := w.(http.Flusher)
+		if !ok {
+			t.Error("the wrapped writer is not an http.Flusher")
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		f.Flush()
+	}), hostpath.New(t.TempDir()))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/sandboxes/x/sessions/s/attach", nil))
+	if !rec.Flushed {
+		t.Error("Flush did not reach the server's writer")
+	}
+}
