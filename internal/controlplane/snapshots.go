@@ -321,7 +321,7 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 		if from == apiv1.StateSuspended && s.ImageDir != "" {
 			image = s.ImageDir
 		}
-		ref := snap.SandboxID + "/" + snap.Name
+		ref := snapshotKey(snap.SandboxID, snap.Name)
 		// Recorded before anything moves, so that recovery after a crash
 		// knows to put the old sandbox back.
 		if err := cp.setState(r, apiv1.StateResuming, "restoring snapshot "+ref, func(s *Sandbox) {
