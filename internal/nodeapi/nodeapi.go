@@ -1,0 +1,476 @@
+// Package nodeapi is the contract between the control plane and a node.
+//
+// A node is reached through three parts: Control (the lifecycle of its
+// sandboxes, its images, volumes, template images and pools), Data (the
+// traffic of one running sandbox: exec, sessions, files, the agent and its
+// ports) and Events (what happens on the node, as a stream). Every request
+// and answer of Control and Events is a serializable value, and Data moves
+// bytes as streams, so the same interface is implemented in process
+// (*node.Node, what `space serve` wires) and over RPC (internal/noderpc,
+// what `space control-plane` uses to reach `space node`). One conformance
+// suite (nodeapitest) runs against both.
+//
+// The control plane never sees a node's paths: sandboxes, volumes, images
+// and template images are named by ids that the node resolves under its
+// own data directory (see ValidName).
+package nodeapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/space-platform/space/internal/agent/gen/filesystempb"
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/runtime"
+)
+
+// Node is one node as the control plane drives it.
+type Node interface {
+	Control
+	Data
+	Events
+}
+
+// Control drives the sandboxes of one node.
+type Control interface {
+	// Info describes the node: its id, capacity, use and what it holds
+	// warm. Nodes report it in their heartbeats.
+	Info(ctx context.Context) (Info, error)
+
+	// Create starts a sandbox: booted cold from its template's root
+	// volume, or (Warm) restored from the template's booted image, which
+	// the node makes on first use.
+	Create(ctx context.Context, req CreateRequest) error
+	// Claim takes a ready sandbox from the template's pool, renames it to
+	// req.ID and gives it req.Identity. Claimed is false when the pool has
+	// none ready with these limits.
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
+	// BootFromDisk boots a sandbox again on the root volume it already
+	// has (a sandbox whose memory image is lost).
+	BootFromDisk(ctx context.Context, spec CreateSpec) error
+	// Destroy stops a sandbox and deletes its root volume and network slot.
+	Destroy(ctx context.Context, id string) error
+	// Halt stops a sandbox's runtime and keeps its root volume.
+	Halt(ctx context.Context, id string) error
+	// Adopt takes over a sandbox a previous node process left running.
+	// Adopted is false when it is not running any more.
+	Adopt(ctx context.Context, id, accessToken string) (adopted bool, err error)
+	// Sweep destroys every sandbox the node runs that keep does not name.
+	Sweep(ctx context.Context, keep []string) error
+	// Sandboxes lists the ids of the sandboxes the runtime runs.
+	Sandboxes(ctx context.Context) ([]string, error)
+
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	Paused(ctx context.Context, id string) (bool, error)
+	// Suspend checkpoints a sandbox into image and stops it.
+	Suspend(ctx context.Context, id, image string) error
+	// Capture checkpoints a running sandbox into image and a read-only
+	// copy of its root volume into volume, and leaves it running.
+	Capture(ctx context.Context, req CaptureRequest) error
+	// ResumeFrom restores a sandbox from a checkpoint image.
+	ResumeFrom(ctx context.Context, spec RestoreSpec) error
+	// RevertRestore undoes a restore in place that a crash interrupted;
+	// reverted is false when there was nothing to undo.
+	RevertRestore(ctx context.Context, id string) (reverted bool, err error)
+	// CommitRestore drops the volume a finished restore in place set aside.
+	CommitRestore(ctx context.Context, id string) error
+	// SettleCheckpoint waits for a checkpoint into image that a previous
+	// process left running; true when the image is complete.
+	SettleCheckpoint(ctx context.Context, id, image string) (bool, error)
+	// Quiesce waits for runtime commands a previous process left running.
+	Quiesce(ctx context.Context, id string) error
+	// Rekey gives a running sandbox a new identity.
+	Rekey(ctx context.Context, id string, identity Identity) error
+	// SetNetwork replaces a sandbox's egress policy.
+	SetNetwork(ctx context.Context, id string, policy network.Policy) error
+	// Stats reads a sandbox's resource use.
+	Stats(ctx context.Context, id string) (runtime.Stats, error)
+
+	// Image reports on a checkpoint image; a missing one is not
+	// Complete.
+	Image(ctx context.Context, image string) (ImageInfo, error)
+	// Images lists the checkpoint images the node holds.
+	Images(ctx context.Context) ([]string, error)
+	// DeleteImage deletes a checkpoint image; a missing one is not an error.
+	DeleteImage(ctx context.Context, image string) error
+
+	// Volumes lists the volumes whose names start with prefix.
+	Volumes(ctx context.Context, prefix string) ([]string, error)
+	VolumeExists(ctx context.Context, name string) (bool, error)
+	// DeleteVolume deletes a volume; a missing one is not an error.
+	DeleteVolume(ctx context.Context, name string) error
+
+	// TemplateImages lists the ids of the templates whose booted image
+	// the node holds.
+	TemplateImages(ctx context.Context) ([]string, error)
+	// DropTemplateImage deletes a template's booted image.
+	DropTemplateImage(ctx context.Context, templateID string) error
+
+	// SetPool sets how many ready sandboxes of a template the node keeps.
+	SetPool(ctx context.Context, req PoolRequest) error
+	// Pool reports a template's pool on this node.
+	Pool(ctx context.Context, templateID string) (PoolStatus, error)
+}
+
+// Data reaches running sandboxes.
+type Data interface {
+	// Sandbox returns the data plane of a sandbox the node runs, or an
+	// error wrapping ErrNoSandbox.
+	Sandbox(ctx context.Context, id string) (Sandbox, error)
+}
+
+// Events streams what happens on a node.
+type Events interface {
+	// Events delivers the node's events from now on until ctx ends or the
+	// stream breaks; the channel is closed then, and the consumer
+	// subscribes again.
+	Events(ctx context.Context) (<-chan Event, error)
+}
+
+// Sandbox is the data plane of one running sandbox. Bodies stream both
+// ways; nothing holds a whole file or a whole output in memory.
+type Sandbox interface {
+	ID() string
+
+	// Exec runs a command and returns what it printed (each stream bounded
+	// by MaxExecOutput).
+	Exec(ctx context.Context, spec ExecSpec) (*ExecResult, error)
+
+	ReadFile(ctx context.Context, path, user string) (io.ReadCloser, int64, error)
+	WriteFile(ctx context.Context, path, user string, body io.Reader) error
+	Stat(ctx context.Context, path, user string) (*filesystempb.EntryInfo, error)
+	// List starts one page of a listing; the caller closes it.
+	List(ctx context.Context, path, user string, opts ListOptions) (DirPage, error)
+	Remove(ctx context.Context, path, user string) error
+	MakeDir(ctx context.Context, path, user string) (*filesystempb.EntryInfo, error)
+	Move(ctx context.Context, from, to, user string) (*filesystempb.EntryInfo, error)
+
+	// StartSession starts a command whose lifetime is independent of any
+	// client; its output is journaled on the node.
+	StartSession(ctx context.Context, spec SessionSpec) (SessionInfo, error)
+	Session(ctx context.Context, sid string) (SessionInfo, error)
+	Sessions(ctx context.Context) ([]SessionInfo, error)
+	// Attach delivers a session's output from offset on until the process
+	// ends (returning how) or ctx ends. When offset was already dropped
+	// from the journal, dropped is called first with the offset asked for
+	// and the first one held; its error ends the attach.
+	Attach(ctx context.Context, sid string, offset int64, dropped func(requested, first int64) error, fn func(Chunk) error) (*End, error)
+	WriteStdin(ctx context.Context, sid string, data []byte) error
+	CloseStdin(ctx context.Context, sid string) error
+	Signal(ctx context.Context, sid string, signal int) error
+	Resize(ctx context.Context, sid string, cols, rows uint32) error
+
+	// DialPort opens a TCP connection to a port inside the sandbox.
+	DialPort(ctx context.Context, port int) (net.Conn, error)
+	// Agent carries HTTP requests to the sandbox's agent (envd) exactly as
+	// they are: the token the client presented, unchanged. The request's
+	// host is ignored.
+	Agent() http.RoundTripper
+}
+
+// DirPage is one page of a directory listing, read entry by entry.
+type DirPage interface {
+	// Next returns the next entry, or io.EOF after the last one.
+	Next() (*filesystempb.EntryInfo, error)
+	// NextCursor is the cursor of the following page ("" on the last);
+	// valid once Next returned io.EOF.
+	NextCursor() string
+	Close() error
+}
+
+// Errors a node answers with, across the wire as well.
+var (
+	// ErrNoSandbox: the node runs no sandbox by this id.
+	ErrNoSandbox = errors.New("sandbox is not running on this node")
+	// ErrNoSession: the sandbox has no session by this id.
+	ErrNoSession = errors.New("session not found")
+	// ErrExecTimeout: a command ran past its timeout and was killed.
+	ErrExecTimeout = errors.New("command timed out")
+	// ErrNoEgress: the node has no uplink for sandboxes.
+	ErrNoEgress = errors.New("node has no egress configured")
+	// ErrInvalidName: an image, volume or template id is not a name the
+	// node accepts (see ValidName).
+	ErrInvalidName = errors.New("invalid name")
+)
+
+// AgentError is a failed call to a sandbox's agent, with the HTTP status
+// that describes it to API clients (404 missing, 400 bad path, 507 out of
+// space, 502 agent unreachable, ...).
+type AgentError struct {
+	Status  int
+	Message string
+}
+
+func (e *AgentError) Error() string { return e.Message }
+
+// ValidName reports whether name can name a volume or an image: slash-
+// separated segments of letters, digits, '-', '_' and '.', none of them
+// "." or "..", at most 255 bytes. A node resolves a name only under its
+// own directories, so a valid name never escapes them.
+func ValidName(name string) error {
+	if name == "" || len(name) > 255 {
+		return fmt.Errorf("%w: %q", ErrInvalidName, name)
+	}
+	for _, seg := range strings.Split(name, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("%w: %q", ErrInvalidName, name)
+		}
+		for _, c := range seg {
+			ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+			if !ok {
+				return fmt.Errorf("%w: %q", ErrInvalidName, name)
+			}
+		}
+	}
+	return nil
+}
+
+// TemplateSpec is what the node needs to know of a template.
+type TemplateSpec struct {
+	ID           string            `json:"id"`
+	RootfsVolume string            `json:"rootfs_volume"`
+	Env          map[string]string `json:"env,omitempty"`
+	User         string            `json:"user,omitempty"`
+	Workdir      string            `json:"workdir,omitempty"`
+	// Start is a long-running command started in every new sandbox and
+	// Ready a check that must exit 0 before the sandbox counts as running.
+	Start string `json:"start,omitempty"`
+	Ready string `json:"ready,omitempty"`
+}
+
+// CreateSpec is one sandbox to start.
+type CreateSpec struct {
+	ID          string            `json:"id"`
+	Template    TemplateSpec      `json:"template"`
+	Limits      runtime.Limits    `json:"limits"`
+	DiskMB      int               `json:"disk_mb"`
+	Env         map[string]string `json:"env,omitempty"`
+	AccessToken string            `json:"access_token"`
+	// Network is the sandbox's egress policy.
+	Network network.Policy `json:"network"`
+}
+
+// CreateRequest is a create: cold, or (Warm) from the template's booted
+// image, with Identity given to the restored copy.
+type CreateRequest struct {
+	Spec     CreateSpec `json:"spec"`
+	Warm     bool       `json:"warm,omitempty"`
+	Identity Identity   `json:"identity"`
+}
+
+// ClaimRequest takes a pooled sandbox of a template.
+type ClaimRequest struct {
+	ID         string     `json:"id"`
+	TemplateID string     `json:"template_id"`
+	Limits     PoolLimits `json:"limits"`
+	Identity   Identity   `json:"identity"`
+	// Network is the policy the claimed sandbox runs under from now on.
+	Network network.Policy `json:"network"`
+}
+
+// ClaimResult says whether a pooled sandbox was taken.
+type ClaimResult struct {
+	Claimed bool `json:"claimed"`
+}
+
+// Identity is what makes a restored copy a sandbox of its own.
+type Identity struct {
+	AccessToken string            `json:"access_token"`
+	Env         map[string]string `json:"env,omitempty"`
+	// Info is written to /run/space/identity.json inside the sandbox, so
+	// processes that were restored can tell (and watch) who they are now.
+	Info map[string]string `json:"info,omitempty"`
+}
+
+// CaptureRequest checkpoints a running sandbox without stopping it.
+type CaptureRequest struct {
+	ID     string `json:"id"`
+	Volume string `json:"volume"`
+	Image  string `json:"image"`
+}
+
+// RestoreSpec describes a sandbox to bring back from a checkpoint image.
+type RestoreSpec struct {
+	ID    string `json:"id"`
+	Image string `json:"image"`
+	// FromVolume, when set, replaces the sandbox's root volume with a
+	// writable snapshot of this (captured) volume first.
+	FromVolume string         `json:"from_volume,omitempty"`
+	Limits     runtime.Limits `json:"limits"`
+	DiskMB     int            `json:"disk_mb"`
+	// AccessToken is the token the agent in the image holds.
+	AccessToken string `json:"access_token"`
+	// NewIdentity re-keys the restored agent: a branch, or a new sandbox
+	// started from a snapshot. Nil keeps the identity (resume, rollback).
+	NewIdentity *Identity `json:"new_identity,omitempty"`
+	// Network is the sandbox's egress policy.
+	Network network.Policy `json:"network"`
+	// Rollback drops the sessions the node follows: the restored image
+	// holds other processes (a restore in place to an earlier snapshot).
+	Rollback bool `json:"rollback,omitempty"`
+}
+
+// ImageInfo describes a checkpoint image.
+type ImageInfo struct {
+	Complete  bool  `json:"complete"`
+	SizeBytes int64 `json:"size_bytes"`
+}
+
+// PoolLimits are the limits pooled sandboxes run with; only a request that
+// asks for exactly these can take one.
+type PoolLimits struct {
+	Limits runtime.Limits `json:"limits"`
+	DiskMB int            `json:"disk_mb"`
+}
+
+// PoolRequest sets a template's pool on a node.
+type PoolRequest struct {
+	Template TemplateSpec `json:"template"`
+	Limits   PoolLimits   `json:"limits"`
+	// Waiting is the policy pooled sandboxes wait under.
+	Waiting network.Policy `json:"waiting"`
+	Size    int            `json:"size"`
+}
+
+// PoolStatus is what a pool holds.
+type PoolStatus struct {
+	Size  int `json:"size"`
+	Ready int `json:"ready"`
+}
+
+// Info describes a node: what it offers, what it uses, what it holds warm.
+type Info struct {
+	ID string `json:"id"`
+	// Capacity.
+	VCPUs    int `json:"vcpus"`
+	MemoryMB int `json:"memory_mb"`
+	DiskMB   int `json:"disk_mb"`
+	// Use.
+	Sandboxes    int `json:"sandboxes"`
+	DiskFreeMB   int `json:"disk_free_mb"`
+	MemoryFreeMB int `json:"memory_free_mb"`
+	// TemplateImages are the templates booted warm on the node; Pools
+	// their pools' stock by template id.
+	TemplateImages []string              `json:"template_images,omitempty"`
+	Pools          map[string]PoolStatus `json:"pools,omitempty"`
+}
+
+// ExecSpec is a one-shot command.
+type ExecSpec struct {
+	Cmd     []string          `json:"cmd"`
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	User    string            `json:"user,omitempty"`
+	Timeout time.Duration     `json:"timeout,omitempty"`
+}
+
+// ExecResult is what a one-shot command produced.
+type ExecResult struct {
+	Stdout, Stderr []byte
+	ExitCode       int
+	// Truncated is set when a stream produced more than MaxExecOutput
+	// bytes; only the first MaxExecOutput of it were kept.
+	Truncated bool
+}
+
+// MaxExecOutput bounds what a one-shot command's stdout and stderr may
+// each hold in the server's memory: the sandbox chooses how much it
+// prints, so without a bound one call could exhaust the node. Larger
+// output belongs in a session, whose attach streams it.
+const MaxExecOutput = 1 << 20
+
+// ListOptions selects one page of a directory listing; zero values are
+// the agent's defaults (depth 1, dirlist.DefaultLimit entries).
+type ListOptions struct {
+	Depth, Limit int
+	Cursor       string // next_cursor of the previous page
+}
+
+// SessionSpec is a command to start as a session.
+type SessionSpec struct {
+	Cmd   []string          `json:"cmd"`
+	Env   map[string]string `json:"env,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"`
+	User  string            `json:"user,omitempty"`
+	TTY   bool              `json:"tty,omitempty"`
+	Cols  uint32            `json:"cols,omitempty"`
+	Rows  uint32            `json:"rows,omitempty"`
+	Stdin bool              `json:"stdin,omitempty"`
+	Tag   string            `json:"tag,omitempty"`
+}
+
+// SessionInfo describes a session: its command, and how far its journal
+// goes.
+type SessionInfo struct {
+	ID        string      `json:"id"`
+	PID       uint32      `json:"pid"`
+	Spec      SessionSpec `json:"spec"`
+	StartedAt time.Time   `json:"started_at"`
+	// EndedAt is zero while the process runs; End says how it ended.
+	EndedAt time.Time `json:"ended_at"`
+	End     *End      `json:"end,omitempty"`
+	// OutputBytes is the journal's next offset, DroppedBytes the first
+	// offset it still holds.
+	OutputBytes  int64 `json:"output_bytes"`
+	DroppedBytes int64 `json:"dropped_bytes"`
+}
+
+// Stream names a session output stream.
+type Stream uint8
+
+// Output streams.
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+	// PTY is a terminal's combined output.
+	PTY Stream = 3
+)
+
+// Chunk is output at an offset of a session's journal.
+type Chunk struct {
+	Stream Stream
+	Offset int64
+	Data   []byte
+}
+
+// End is how a session's process finished.
+type End struct {
+	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+}
+
+// EventType names what an Event reports.
+type EventType string
+
+// Event types.
+const (
+	// EventActivity: a sandbox's processes produced output (idle suspend
+	// counts it as activity).
+	EventActivity EventType = "activity"
+	// EventExit: a sandbox's runtime ended without the control plane
+	// asking; Reason says why (an OOM kill says so).
+	EventExit EventType = "exit"
+	// EventNetworkDenied: the gateway refused a sandbox's connection or
+	// name; Reason names what was refused.
+	EventNetworkDenied EventType = "network_denied"
+	// EventPool: a template's pool stock changed.
+	EventPool EventType = "pool"
+)
+
+// Event is one thing that happened on a node.
+type Event struct {
+	Type    EventType `json:"type"`
+	Time    time.Time `json:"time"`
+	Sandbox string    `json:"sandbox,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	// TemplateID and Pool are set for EventPool.
+	TemplateID string      `json:"template_id,omitempty"`
+	Pool       *PoolStatus `json:"pool,omitempty"`
+}
