@@ -47,8 +47,9 @@ type Control interface {
 	// volume, or (Warm) restored from the template's booted image, which
 	// the node makes on first use.
 	Create(ctx context.Context, req CreateRequest) error
-	// Claim takes a ready sandbox from the template's pool, renames it to
-	// req.ID and gives it req.Identity. Claimed is false when the pool has
+	// Claim takes a ready sandbox from the template's pool, gives it
+	// req.Identity and req.Network, and returns its id (pooled sandboxes
+	// are named when they are made). Claimed is false when the pool has
 	// none ready with these limits.
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// BootFromDisk boots a sandbox again on the root volume it already
@@ -267,7 +268,6 @@ type CreateRequest struct {
 
 // ClaimRequest takes a pooled sandbox of a template.
 type ClaimRequest struct {
-	ID         string     `json:"id"`
 	TemplateID string     `json:"template_id"`
 	Limits     PoolLimits `json:"limits"`
 	Identity   Identity   `json:"identity"`
@@ -277,7 +277,8 @@ type ClaimRequest struct {
 
 // ClaimResult says whether a pooled sandbox was taken.
 type ClaimResult struct {
-	Claimed bool `json:"claimed"`
+	Claimed bool   `json:"claimed"`
+	ID      string `json:"id,omitempty"`
 }
 
 // Identity is what makes a restored copy a sandbox of its own.
