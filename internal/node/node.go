@@ -143,9 +143,6 @@ func installAgent(src, dir string) error {
 	return os.Rename(tmp.Name(), filepath.Join(dir, agentName))
 }
 
-// ErrNoSandbox is returned for a sandbox this node does not run.
-var ErrNoSandbox = errors.New("sandbox not running on this node")
-
 // Sandbox returns the node's handle of a running sandbox.
 func (n *Node) Sandbox(id string) (*Sandbox, error) {
 	n.mu.Lock()
