@@ -363,7 +363,9 @@ func (h *Handler) agentMetrics(ctx context.Context, id, accessToken string) (san
 	if err != nil {
 		return sandboxMetric{}, err
 	}
-	req.Header.Set("X-Access-Token", accessToken)
+	if accessToken != "" {
+		req.Header.Set("X-Access-Token", accessToken)
+	}
 	resp, err := sb.Agent().RoundTrip(req)
 	if err != nil {
 		return sandboxMetric{}, fmt.Errorf("read metrics of %s: %w", id, err)
