@@ -21,6 +21,7 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/sandboxid"
 	"github.com/space-platform/space/internal/store"
@@ -36,7 +37,7 @@ const (
 type Node interface {
 	Create(ctx context.Context, spec node.CreateSpec) error
 	Destroy(ctx context.Context, id string) error
-	Sandbox(id string) (*node.Sandbox, error)
+	Sandbox(ctx context.Context, id string) (nodeapi.Sandbox, error)
 	Adopt(ctx context.Context, id, accessToken string) (bool, error)
 	Sweep(ctx context.Context, keep func(id string) bool) error
 

@@ -2,14 +2,10 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/space-platform/space/internal/network"
 )
-
-// ErrNoEgress is returned for a policy change on a node without uplinks.
-var ErrNoEgress = errors.New("this node gives sandboxes no network (egress is not configured)")
 
 // applyNetwork gives a slot its uplink and egress rules. Without an egress
 // configuration sandboxes stay as the slot alone leaves them: reachable by

@@ -143,11 +143,8 @@ func installAgent(src, dir string) error {
 	return os.Rename(tmp.Name(), filepath.Join(dir, agentName))
 }
 
-// ErrNoSandbox is returned for a sandbox this node does not run.
-var ErrNoSandbox = errors.New("sandbox not running on this node")
-
-// Sandbox returns the node's handle of a running sandbox.
-func (n *Node) Sandbox(id string) (*Sandbox, error) {
+// lookup returns the node's handle of a running sandbox.
+func (n *Node) lookup(id string) (*Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	sb, ok := n.sandboxes[id]
