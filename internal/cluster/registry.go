@@ -381,7 +381,7 @@ func (r *Registry) Remove(id string, force bool) (n Node, removed bool, err erro
 		r.dropReservations(id)
 		return n, true, nil
 	case !force:
-		return Node{}, false, fmt.Errorf("%w: node %s has %d sandboxes; drain it first, or remove it with force to write them off as lost",
+		return Node{}, false, fmt.Errorf("%w: node %s has %d sandboxes; drain it first, or remove it with force (force=true; space node remove --force) to write them off as lost",
 			ErrConflict, id, hb.Info.Sandboxes)
 	}
 	rec.State = Lost
