@@ -49,14 +49,21 @@ func (s *Server) nodes(w http.ResponseWriter) (Nodes, bool) {
 	return s.cfg.Nodes, true
 }
 
-// nodeID is the route's node id, answered 400 when malformed.
-func nodeID(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := r.PathValue("id")
-	if err := cluster.ValidID(id); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return "", false
+// withNode serves a route of one node: h gets the registry and the
+// route's node id, which is answered 400 when malformed.
+func (s *Server) withNode(h func(w http.ResponseWriter, r *http.Request, reg Nodes, id string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		reg, ok := s.nodes(w)
+		if !ok {
+			return
+		}
+		id := r.PathValue("id")
+		if err := cluster.ValidID(id); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		h(w, r, reg, id)
 	}
-	return id, true
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, _ *http.Request) {
@@ -76,55 +83,22 @@ func (s *Server) listNodes(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
-	reg, ok := s.nodes(w)
-	if !ok {
-		return
-	}
-	id, ok := nodeID(w, r)
-	if !ok {
-		return
-	}
-	n, err := reg.Get(id)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, nodeView(n))
-}
-
-// nodeAction serves cordon, uncordon and drain: the node as it is after
-// it, with status (drain answers 202: moving the sandboxes goes on).
+// nodeAction serves get, cordon, uncordon and drain: the node as it is
+// after act, with status (drain answers 202: moving the sandboxes goes on).
 func (s *Server) nodeAction(status int, act func(Nodes, string) (cluster.Node, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		reg, ok := s.nodes(w)
-		if !ok {
-			return
-		}
-		id, ok := nodeID(w, r)
-		if !ok {
-			return
-		}
+	return s.withNode(func(w http.ResponseWriter, _ *http.Request, reg Nodes, id string) {
 		n, err := act(reg, id)
 		if err != nil {
 			s.fail(w, err)
 			return
 		}
 		writeJSON(w, status, nodeView(n))
-	}
+	})
 }
 
 // removeNode deletes a node (204), or with ?force=true marks one that
 // still has sandboxes lost (200 with the node).
-func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
-	reg, ok := s.nodes(w)
-	if !ok {
-		return
-	}
-	id, ok := nodeID(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) removeNode(w http.ResponseWriter, r *http.Request, reg Nodes, id string) {
 	force := false
 	if v := r.URL.Query().Get("force"); v != "" {
 		var err error

@@ -168,11 +168,11 @@ func (s *Server) routes() {
 	admin("PUT /v1/projects/{name}", s.setProject)
 
 	admin("GET /v1/nodes", s.listNodes)
-	admin("GET /v1/nodes/{id}", s.getNode)
+	admin("GET /v1/nodes/{id}", s.nodeAction(http.StatusOK, Nodes.Get))
 	admin("POST /v1/nodes/{id}/cordon", s.nodeAction(http.StatusOK, Nodes.Cordon))
 	admin("POST /v1/nodes/{id}/uncordon", s.nodeAction(http.StatusOK, Nodes.Uncordon))
 	admin("POST /v1/nodes/{id}/drain", s.nodeAction(http.StatusAccepted, Nodes.Drain))
-	admin("DELETE /v1/nodes/{id}", s.removeNode)
+	admin("DELETE /v1/nodes/{id}", s.withNode(s.removeNode))
 }
 
 // ServeHTTP serves the API; unknown routes get a JSON 404 (or 405).

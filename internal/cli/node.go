@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
 )
 
 // nodeCommands are the subcommands of "space node": run starts the node
@@ -79,52 +82,35 @@ func nodeIDs(fs *flagSet, args []string, verb string) ([]string, error) {
 	return ids, nil
 }
 
-func runNodeCordon(ctx context.Context, args []string) error {
-	fs := newFlagSet("space node cordon ID...", `
+// nodeTransition is a command that applies call to every node id given.
+func nodeTransition(verb, description string, call func(c *client.Client, ctx context.Context, id string) (*apiv1.Node, error)) func(context.Context, []string) error {
+	return func(ctx context.Context, args []string) error {
+		fs := newFlagSet("space node "+verb+" ID...", description)
+		ids, err := nodeIDs(fs, args, verb)
+		if err != nil {
+			return err
+		}
+		c, err := connect()
+		if err != nil {
+			return err
+		}
+		return forEach(ids, func(id string) error { _, err := call(c, ctx, id); return err })
+	}
+}
+
+var (
+	runNodeCordon = nodeTransition("cordon", `
 Stop placing new sandboxes on nodes. Their sandboxes keep running; space
-node uncordon undoes it. Needs the admin key.`)
-	ids, err := nodeIDs(fs, args, "cordon")
-	if err != nil {
-		return err
-	}
-	c, err := connect()
-	if err != nil {
-		return err
-	}
-	return forEach(ids, func(id string) error { _, err := c.CordonNode(ctx, id); return err })
-}
-
-func runNodeUncordon(ctx context.Context, args []string) error {
-	fs := newFlagSet("space node uncordon ID...", `
+node uncordon undoes it. Needs the admin key.`, (*client.Client).CordonNode)
+	runNodeUncordon = nodeTransition("uncordon", `
 Make cordoned or draining nodes take new sandboxes again. Sandboxes a drain
-already moved stay where they are. Needs the admin key.`)
-	ids, err := nodeIDs(fs, args, "uncordon")
-	if err != nil {
-		return err
-	}
-	c, err := connect()
-	if err != nil {
-		return err
-	}
-	return forEach(ids, func(id string) error { _, err := c.UncordonNode(ctx, id); return err })
-}
-
-func runNodeDrain(ctx context.Context, args []string) error {
-	fs := newFlagSet("space node drain ID...", `
+already moved stay where they are. Needs the admin key.`, (*client.Client).UncordonNode)
+	runNodeDrain = nodeTransition("drain", `
 Drain nodes: they take no new sandboxes and their sandboxes move to other
 nodes, running ones suspended, shipped and resumed there. Returns once the
 nodes are draining; space node ls shows their sandboxes leave. Needs the
-admin key.`)
-	ids, err := nodeIDs(fs, args, "drain")
-	if err != nil {
-		return err
-	}
-	c, err := connect()
-	if err != nil {
-		return err
-	}
-	return forEach(ids, func(id string) error { _, err := c.DrainNode(ctx, id); return err })
-}
+admin key.`, (*client.Client).DrainNode)
+)
 
 func runNodeRemove(ctx context.Context, args []string) error {
 	fs := newFlagSet("space node remove [--force] ID...", `

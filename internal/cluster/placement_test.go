@@ -3,6 +3,8 @@ package cluster
 import (
 	"errors"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -255,5 +257,49 @@ func TestPlaceRefusalNamesTheClusterFigures(t *testing.T) {
 	_, err = r.Place(req)
 	if err == nil || err.Error() != "no node can fit 2 vCPUs / 4096 MiB of memory / 1024 MiB of disk of template missing: 3 nodes, none ready, 3 unreachable" {
 		t.Fatalf("no node ready: %v", err)
+	}
+}
+
+// A node its heartbeat says is empty but that was just given a sandbox is
+// not removed without force.
+func TestRemoveCountsPlacements(t *testing.T) {
+	c := newClock()
+	r := placementRegistry(t, c, PlacementConfig{})
+	mustRegister(t, r, "n1", node(16000, 0))
+	mustPlace(t, r, small)
+	if _, _, err := r.Remove("n1", false); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "1 sandboxes") {
+		t.Fatalf("remove of a node with a placement in flight: %v", err)
+	}
+}
+
+// Placements at once from many goroutines neither race nor lose a
+// reservation: the burst spreads evenly over equal nodes.
+func TestPlaceConcurrently(t *testing.T) {
+	c := newClock()
+	r := placementRegistry(t, c, PlacementConfig{Choices: 4})
+	for _, id := range []string{"a", "b", "c", "d"} {
+		mustRegister(t, r, id, node(16384, 0))
+	}
+	var wg sync.WaitGroup
+	placed := make(chan string, 40)
+	for range 40 {
+		wg.Go(func() {
+			id, err := r.Place(PlaceRequest{Template: "tpl", VCPUs: 1, MemoryMB: 256})
+			if err != nil {
+				t.Error(err)
+			}
+			placed <- id
+		})
+	}
+	wg.Wait()
+	close(placed)
+	counts := map[string]int{}
+	for id := range placed {
+		counts[id]++
+	}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if counts[id] != 10 {
+			t.Fatalf("40 placements over 4 equal nodes: %v, want 10 each", counts)
+		}
 	}
 }

@@ -350,7 +350,8 @@ func (r *Registry) Drain(id string) (Node, error) {
 }
 
 // Remove takes a node out of the registry. A node that runs no sandboxes
-// (by its last heartbeat), or a lost one, is deleted: removed is true. A
+// (by its last heartbeat and this replica's placements since), or a lost
+// one, is deleted: removed is true. A
 // node with sandboxes is refused unless force, which marks it lost with
 // the reason, writing its sandboxes off; its record stays so that they can
 // say where they were, and a second Remove deletes it.
@@ -370,8 +371,15 @@ func (r *Registry) Remove(id string, force bool) (n Node, removed bool, err erro
 	}
 	now := r.cfg.Now()
 	n = r.view(rec, hb, now)
+	// Placements its heartbeats do not count yet are sandboxes too.
+	sandboxes := hb.Info.Sandboxes
+	for _, res := range r.reservations {
+		if res.node == id {
+			sandboxes++
+		}
+	}
 	switch {
-	case rec.State == Lost || hb.Info.Sandboxes == 0:
+	case rec.State == Lost || sandboxes == 0:
 		if err := r.cfg.Store.Delete(heartbeatsBucket, id); err != nil {
 			return Node{}, false, fmt.Errorf("remove node %s: %w", id, err)
 		}
@@ -382,10 +390,10 @@ func (r *Registry) Remove(id string, force bool) (n Node, removed bool, err erro
 		return n, true, nil
 	case !force:
 		return Node{}, false, fmt.Errorf("%w: node %s has %d sandboxes; drain it first, or remove it with force (force=true; space node remove --force) to write them off as lost",
-			ErrConflict, id, hb.Info.Sandboxes)
+			ErrConflict, id, sandboxes)
 	}
 	rec.State = Lost
-	rec.Reason = fmt.Sprintf("removed with force at %s while %s with %d sandboxes", now.UTC().Format(time.RFC3339), n.State, hb.Info.Sandboxes)
+	rec.Reason = fmt.Sprintf("removed with force at %s while %s with %d sandboxes", now.UTC().Format(time.RFC3339), n.State, sandboxes)
 	if err := r.cfg.Store.Put(nodesBucket, id, rec); err != nil {
 		return Node{}, false, fmt.Errorf("remove node %s: %w", id, err)
 	}
