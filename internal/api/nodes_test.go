@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -44,7 +43,7 @@ func newNodesServer(t *testing.T, withRegistry bool) *nodesServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := cluster.New(cluster.Config{Store: st, IsNotFound: func(err error) bool { return errors.Is(err, store.ErrNotFound) }})
+	reg, err := cluster.New(cluster.Config{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}

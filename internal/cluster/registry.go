@@ -20,12 +20,12 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/store"
 )
 
 // Store is the part of the control plane's store the registry uses: JSON
-// records in buckets (internal/store's Store, either backend). Get returns
-// an error for a missing record; the registry tells it apart from a real
-// failure with IsNotFound.
+// records in buckets (internal/store's Store, either backend). Get of a
+// missing record returns an error wrapping store.ErrNotFound.
 type Store interface {
 	Put(bucket, key string, v any) error
 	Get(bucket, key string, v any) error
@@ -124,9 +124,6 @@ type Drainer interface {
 // Config configures a Registry.
 type Config struct {
 	Store Store
-	// IsNotFound tells Store's missing-record error (store.ErrNotFound)
-	// from a failure.
-	IsNotFound func(error) bool
 	// HeartbeatTimeout is how long a node may go without a heartbeat
 	// before it is unreachable (DefaultHeartbeatTimeout when zero).
 	HeartbeatTimeout time.Duration
@@ -153,8 +150,8 @@ type Registry struct {
 
 // New returns a registry over cfg.Store.
 func New(cfg Config) (*Registry, error) {
-	if cfg.Store == nil || cfg.IsNotFound == nil {
-		return nil, errors.New("cluster: a registry needs a store and its IsNotFound")
+	if cfg.Store == nil {
+		return nil, errors.New("cluster: a registry needs a store")
 	}
 	if cfg.HeartbeatTimeout <= 0 {
 		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
@@ -425,7 +422,7 @@ func (r *Registry) transition(id string, change func(*record) error) (Node, erro
 func (r *Registry) record(id string) (record, error) {
 	var rec record
 	err := r.cfg.Store.Get(nodesBucket, id, &rec)
-	if err != nil && r.cfg.IsNotFound(err) {
+	if err != nil && errors.Is(err, store.ErrNotFound) {
 		return rec, fmt.Errorf("%w: %s", ErrUnknownNode, id)
 	}
 	if err != nil {
@@ -440,7 +437,7 @@ func (r *Registry) record(id string) (record, error) {
 func (r *Registry) heartbeat(id string) (heartbeat, error) {
 	var hb heartbeat
 	err := r.cfg.Store.Get(heartbeatsBucket, id, &hb)
-	if err != nil && !r.cfg.IsNotFound(err) {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return hb, fmt.Errorf("read heartbeat of node %s: %w", id, err)
 	}
 	return hb, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/store"
 )
 
 // memStore is an in-memory Store: JSON records by bucket and key, as the
@@ -19,8 +20,6 @@ type memStore struct {
 	mu      sync.Mutex
 	buckets map[string]map[string][]byte
 }
-
-var errMissing = errors.New("record not found")
 
 func newMemStore() *memStore { return &memStore{buckets: map[string]map[string][]byte{}} }
 
@@ -43,7 +42,7 @@ func (s *memStore) Get(bucket, key string, v any) error {
 	data, ok := s.buckets[bucket][key]
 	s.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("%s/%s: %w", bucket, key, errMissing)
+		return fmt.Errorf("%s/%s: %w", bucket, key, store.ErrNotFound)
 	}
 	return json.Unmarshal(data, v)
 }
@@ -97,7 +96,7 @@ func (d *countingDrainer) StartDrain(id string) error {
 
 func newTestRegistry(t *testing.T, st Store, c *clock, mod func(*Config)) *Registry {
 	t.Helper()
-	cfg := Config{Store: st, IsNotFound: func(err error) bool { return errors.Is(err, errMissing) }, Now: c.Now}
+	cfg := Config{Store: st, Now: c.Now}
 	if mod != nil {
 		mod(&cfg)
 	}
