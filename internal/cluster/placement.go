@@ -144,14 +144,18 @@ func (e *CapacityError) Unwrap() error { return ErrNoCapacity }
 // the request wins; otherwise the best of k nodes drawn at random, by
 // memory left and vCPU commitment, a node with the template's booted image
 // scoring higher. The placement is reserved on the node until its
-// heartbeats count it. A refusal is a *CapacityError.
+// heartbeats count it; reservations are this replica's, so placements of
+// two replicas within one heartbeat do not see each other. A refusal is a
+// *CapacityError.
 func (r *Registry) Place(req PlaceRequest) (string, error) {
+	// Under mu, so that a heartbeat cannot settle reservations between
+	// reading the nodes' figures and weighing the reservations.
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	nodes, err := r.List()
 	if err != nil {
 		return "", err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	pc := r.cfg.Placement
 	refusal := &CapacityError{Request: req, Nodes: len(nodes), NotReady: map[State]int{}}
 	var fits []candidate
