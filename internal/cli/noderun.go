@@ -104,9 +104,11 @@ The node and the control plane share a cluster token, read from
 			return err
 		}
 	}
-	// The node service itself (internal/noderpc serving the node) is
-	// wired here once it exists; until then the flags are checked, so
-	// scripts written against them keep working.
+	// The node service itself is wired here once its parts exist
+	// (internal/noderpc serving the node on --listen, membership.Run
+	// registering it with --control-plane through the RPC client); until
+	// then the flags are checked, so scripts written against them keep
+	// working.
 	return errors.New("the node service is not implemented yet; space serve runs a node in its own process")
 }
 
