@@ -30,6 +30,7 @@ func nodeView(n cluster.Node) apiv1.Node {
 		VCPUs: i.VCPUs, MemoryMB: i.MemoryMB, DiskMB: i.DiskMB,
 		Sandboxes: i.Sandboxes, MemoryFreeMB: i.MemoryFreeMB, DiskFreeMB: i.DiskFreeMB,
 		VCPUsCommitted: i.VCPUsCommitted, MemoryCommittedMB: i.MemoryCommittedMB,
+		Templates:      append([]string{}, i.Templates...),
 		TemplateImages: append([]string{}, i.TemplateImages...),
 		Pools:          map[string]apiv1.PoolStatus{},
 		RegisteredAt:   n.RegisteredAt, LastHeartbeat: n.LastHeartbeat,

@@ -130,7 +130,7 @@ func TestNodesList(t *testing.T) {
 		t.Fatalf("empty list = %d %s", status, body)
 	}
 	info := nodeapi.Info{VCPUs: 8, MemoryMB: 16384, DiskMB: 100000, Sandboxes: 3, MemoryFreeMB: 9000, DiskFreeMB: 70000,
-		VCPUsCommitted: 3, MemoryCommittedMB: 1536, TemplateImages: []string{"tpl-1"},
+		VCPUsCommitted: 3, MemoryCommittedMB: 1536, Templates: []string{"tpl-1", "tpl-2"}, TemplateImages: []string{"tpl-1"},
 		Pools: map[string]nodeapi.PoolStatus{"tpl-1": {Size: 2, Ready: 1}}}
 	for _, id := range []string{"n2", "n1"} {
 		if _, err := s.reg.Register(id, "https://"+id+".example:7071", info); err != nil {
@@ -145,7 +145,7 @@ func TestNodesList(t *testing.T) {
 	n := list.Nodes[0]
 	if n.ID != "n1" || n.Address != "https://n1.example:7071" || n.State != "ready" || n.VCPUs != 8 || n.MemoryMB != 16384 ||
 		n.DiskMB != 100000 || n.Sandboxes != 3 || n.MemoryFreeMB != 9000 || n.DiskFreeMB != 70000 || n.VCPUsCommitted != 3 ||
-		n.MemoryCommittedMB != 1536 || len(n.TemplateImages) != 1 || n.Pools["tpl-1"].Ready != 1 || n.LastHeartbeat.IsZero() {
+		n.MemoryCommittedMB != 1536 || len(n.Templates) != 2 || len(n.TemplateImages) != 1 || n.Pools["tpl-1"].Ready != 1 || n.LastHeartbeat.IsZero() {
 		t.Fatalf("first node = %+v", n)
 	}
 	status, body = s.call(t, s.admin, "GET", "/v1/nodes/n2")

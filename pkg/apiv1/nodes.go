@@ -35,7 +35,9 @@ type Node struct {
 	DiskFreeMB        int `json:"disk_free_mb"`
 	VCPUsCommitted    int `json:"vcpus_committed"`
 	MemoryCommittedMB int `json:"memory_committed_mb"`
-	// TemplateImages are the ids of the templates booted warm on the node.
+	// Templates are the ids of the templates the node holds (and so can
+	// run), TemplateImages those booted warm on it.
+	Templates      []string `json:"templates"`
 	TemplateImages []string `json:"template_images"`
 	// Pools are the node's warm pools by template id.
 	Pools         map[string]PoolStatus `json:"pools"`

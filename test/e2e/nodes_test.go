@@ -31,6 +31,9 @@ func TestServeListsItsOneNode(t *testing.T) {
 	if n.Sandboxes < 1 || n.VCPUsCommitted < sb.VCPUs || n.MemoryCommittedMB < sb.MemoryMB {
 		t.Fatalf("local node does not count sandbox %s (%d vCPUs, %d MiB): %+v", sb.ID, sb.VCPUs, sb.MemoryMB, n)
 	}
+	if !slices.Contains(n.Templates, sb.TemplateID) {
+		t.Fatalf("local node does not list template %s that its sandbox runs: %v", sb.TemplateID, n.Templates)
+	}
 	if got, err := env.client.GetNode(ctx, "local"); err != nil || got.ID != "local" {
 		t.Fatalf("GetNode(local) = %+v, %v", got, err)
 	}
