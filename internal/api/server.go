@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
@@ -42,7 +43,10 @@ type Config struct {
 	Keys         *auth.Keys
 	Secrets      Secrets
 	// Quotas are the per-project quotas the projects routes show and set.
-	Quotas  *project.Quotas
+	Quotas *project.Quotas
+	// Nodes is the registry of nodes the nodes routes show and change
+	// (nil: they answer 501).
+	Nodes   Nodes
 	Metrics *metrics.Registry
 	Logger  *slog.Logger
 	// MaxJSONBody bounds JSON request bodies; MaxFileBody bounds uploads.
@@ -162,6 +166,13 @@ func (s *Server) routes() {
 	admin("GET /v1/projects", s.listProjects)
 	admin("GET /v1/projects/{name}", s.getProject)
 	admin("PUT /v1/projects/{name}", s.setProject)
+
+	admin("GET /v1/nodes", s.listNodes)
+	admin("GET /v1/nodes/{id}", s.nodeAction(http.StatusOK, Nodes.Get))
+	admin("POST /v1/nodes/{id}/cordon", s.nodeAction(http.StatusOK, Nodes.Cordon))
+	admin("POST /v1/nodes/{id}/uncordon", s.nodeAction(http.StatusOK, Nodes.Uncordon))
+	admin("POST /v1/nodes/{id}/drain", s.nodeAction(http.StatusAccepted, Nodes.Drain))
+	admin("DELETE /v1/nodes/{id}", s.withNode(s.removeNode))
 }
 
 // ServeHTTP serves the API; unknown routes get a JSON 404 (or 405).
@@ -376,6 +387,14 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	var tooBig *http.MaxBytesError
 	var quotaErr *controlplane.QuotaError
 	switch {
+	case errors.Is(err, cluster.ErrUnknownNode):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, cluster.ErrConflict):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, cluster.ErrInvalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, cluster.ErrNoCapacity):
+		writeError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.As(err, &quotaErr):
 		if quotaErr.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(quotaErr.RetryAfter.Seconds())))

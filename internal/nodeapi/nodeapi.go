@@ -357,6 +357,15 @@ type Info struct {
 	Sandboxes    int `json:"sandboxes"`
 	DiskFreeMB   int `json:"disk_free_mb"`
 	MemoryFreeMB int `json:"memory_free_mb"`
+	// VCPUsCommitted and MemoryCommittedMB are the sums of the limits of
+	// the sandboxes the node runs, pooled ones included, counted from the
+	// moment the node accepts a create: placement weighs commitment, since
+	// a sandbox's memory is used lazily and free memory lags behind it.
+	VCPUsCommitted    int `json:"vcpus_committed"`
+	MemoryCommittedMB int `json:"memory_committed_mb"`
+	// Templates are the ids of the templates whose root volume the node
+	// holds, so it can run their sandboxes.
+	Templates []string `json:"templates,omitempty"`
 	// TemplateImages are the templates booted warm on the node; Pools
 	// their pools' stock by template id.
 	TemplateImages []string              `json:"template_images,omitempty"`

@@ -5,7 +5,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/hostpath"
@@ -284,6 +284,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	handler := api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: reg, Logger: cfg.Logger,
+		Nodes:             cluster.NewSingle("local", localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
 		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths)
 	if err := s.startCompat(keys); err != nil {
@@ -449,16 +450,8 @@ func findTool(configured, env, name string) (string, error) {
 // nodeCapacity reads this machine's size.
 func nodeCapacity(overcommit float64, volumesRoot string) controlplane.Capacity {
 	c := controlplane.Capacity{VCPUs: goruntime.NumCPU(), MemoryOvercommit: overcommit}
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var kb int
-			if _, err := fmt.Sscanf(sc.Text(), "MemTotal: %d kB", &kb); err == nil {
-				c.MemoryMB = kb / 1024
-				break
-			}
-		}
-		f.Close()
+	if kb, _, err := readMeminfo(); err == nil {
+		c.MemoryMB = kb / 1024
 	}
 	var fs syscall.Statfs_t
 	if syscall.Statfs(volumesRoot, &fs) == nil {
