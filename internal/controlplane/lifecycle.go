@@ -110,6 +110,10 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 	}
 	cp.touch(r.ID)
 	err := cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error {
+		if s.Image == "" {
+			// A record of an earlier version whose image was not found.
+			return fmt.Errorf("resume %s: its suspend image is lost", s.ID)
+		}
 		err := cp.cfg.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
 			ID: s.ID, Image: s.Image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken,
 			Network: s.policy(),
