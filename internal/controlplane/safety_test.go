@@ -39,6 +39,8 @@ type fakeNode struct {
 	// entered and proceed, when set, hold a restore from a volume inside
 	// ResumeFrom until the test lets it go on.
 	entered, proceed chan struct{}
+	// subscribe, when set, answers Events.
+	subscribe func(context.Context) (<-chan nodeapi.Event, error)
 }
 
 func newFakeNode() *fakeNode {
@@ -134,8 +136,12 @@ func (f *fakeNode) DeleteImage(_ context.Context, name string) error {
 	return nil
 }
 
-// Events is a stream on which nothing happens.
+// Events is a stream on which nothing happens, unless the test set
+// subscribe.
 func (f *fakeNode) Events(ctx context.Context) (<-chan nodeapi.Event, error) {
+	if f.subscribe != nil {
+		return f.subscribe(ctx)
+	}
 	ch := make(chan nodeapi.Event)
 	go func() {
 		<-ctx.Done()
