@@ -57,32 +57,40 @@ func dirSize(dir string) int64 {
 }
 
 // Images lists the checkpoint images the node holds, complete or torn: a
-// directory with the complete marker, or the scratch directory of a
-// checkpoint that never finished (listed by the name it was meant for).
+// directory that holds files (an image holds no directories), or the
+// scratch directory of a checkpoint that never finished (listed by the
+// name it was meant for).
 func (n *Node) Images(context.Context) ([]string, error) {
-	seen := map[string]bool{}
+	seen, checked := map[string]bool{}, map[string]bool{}
 	root := n.cfg.ImagesDir
+	add := func(dir string) {
+		rel, _ := filepath.Rel(root, dir)
+		name, _ := strings.CutSuffix(filepath.ToSlash(rel), partialSuffix)
+		seen[name] = true
+	}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if !d.IsDir() || p == root {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
 			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		rel = filepath.ToSlash(rel)
-		if rel == templatesDir {
+		case err != nil:
+			return err
+		case p == root:
+			return nil
+		case !d.IsDir():
+			// Only a directory of files: one that also holds directories
+			// (a sandbox's, its snapshots') is no image, whatever else
+			// lies in it.
+			if dir := filepath.Dir(p); dir != root && !checked[dir] {
+				checked[dir] = true
+				if isLeaf(dir) {
+					add(dir)
+				}
+			}
+			return nil
+		case filepath.Dir(p) == root && d.Name() == templatesDir:
 			return fs.SkipDir
-		}
-		if name, ok := strings.CutSuffix(rel, partialSuffix); ok {
-			seen[name] = true
-			return fs.SkipDir
-		}
-		if imageComplete(p) {
-			seen[rel] = true
+		case strings.HasSuffix(d.Name(), partialSuffix) || imageComplete(p):
+			add(p)
 			return fs.SkipDir
 		}
 		return nil
@@ -96,6 +104,20 @@ func (n *Node) Images(context.Context) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// isLeaf reports whether dir holds no directories.
+func isLeaf(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			return false
+		}
+	}
+	return true
 }
 
 // DeleteImage removes a checkpoint image (and the scratch directory of a

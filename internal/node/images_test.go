@@ -43,11 +43,19 @@ func TestImagesListsCheckpointImagesOnly(t *testing.T) {
 	mkImage(t, n, "a/snapshots/s1", true)
 	mkImage(t, n, "b/branches/c1.partial", false)
 	mkImage(t, n, "templates/tpl1", true)
+	mkImage(t, n, "c/suspend", false) // torn without its scratch name
+	// A stray file beside images does not make their directory one.
+	if err := os.WriteFile(filepath.Join(n.cfg.ImagesDir, "a", "stray"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(n.cfg.ImagesDir, "d", "snapshots"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	got, err := n.Images(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"a/snapshots/s1", "a/suspend", "b/branches/c1"}
+	want := []string{"a/snapshots/s1", "a/suspend", "b/branches/c1", "c/suspend"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Images = %v, want %v", got, want)
 	}
@@ -58,7 +66,7 @@ func TestImagesListsCheckpointImagesOnly(t *testing.T) {
 	if info, err := n.Image(ctx, "b/branches/c1"); err != nil || info.Complete {
 		t.Fatalf("Image of a torn image = %+v, %v; want incomplete", info, err)
 	}
-	if info, err := n.Image(ctx, "c/suspend"); err != nil || info.Complete || info.SizeBytes != 0 {
+	if info, err := n.Image(ctx, "e/suspend"); err != nil || info.Complete || info.SizeBytes != 0 {
 		t.Fatalf("Image of a missing image = %+v, %v; want empty", info, err)
 	}
 	tpls, err := n.TemplateImages(ctx)
