@@ -105,7 +105,9 @@ type Control interface {
 	// DeleteImage deletes a checkpoint image; a missing one is not an error.
 	DeleteImage(ctx context.Context, image string) error
 
-	// Volumes lists the volumes whose names start with prefix.
+	// Volumes lists the volumes (and directories of volumes) directly
+	// under prefix, by full name: "snapshots" gives "snapshots/<sandbox>",
+	// which gives "snapshots/<sandbox>/<capture>".
 	Volumes(ctx context.Context, prefix string) ([]string, error)
 	VolumeExists(ctx context.Context, name string) (bool, error)
 	// DeleteVolume deletes a volume; a missing one is not an error.
