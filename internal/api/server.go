@@ -18,7 +18,7 @@ import (
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/metrics"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -372,7 +372,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 // fail maps an error from the layers below to a status and writes it.
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	var stateErr *controlplane.StateError
-	var fileErr *node.AgentError
+	var fileErr *nodeapi.AgentError
 	var tooBig *http.MaxBytesError
 	var quotaErr *controlplane.QuotaError
 	switch {
@@ -390,7 +390,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
 	case errors.Is(err, controlplane.ErrNotFound), errors.Is(err, controlplane.ErrUnknownTemplate),
-		errors.Is(err, node.ErrNoSession), errors.Is(err, ErrTemplateNotFound):
+		errors.Is(err, nodeapi.ErrNoSession), errors.Is(err, ErrTemplateNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, controlplane.ErrInvalid), errors.Is(err, ErrBadRecipe):
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -398,7 +398,11 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, controlplane.ErrTemplateNotReady), errors.Is(err, ErrTemplateInUse):
 		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, node.ErrExecTimeout):
+	case errors.Is(err, nodeapi.ErrNoSandbox):
+		// The sandbox stopped between finding it running and the call
+		// reaching its node.
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, nodeapi.ErrExecTimeout):
 		writeError(w, http.StatusGatewayTimeout, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusRequestTimeout, err.Error())

@@ -19,7 +19,6 @@ import (
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
-	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/sandboxid"
@@ -33,13 +32,11 @@ const (
 )
 
 // Node is the node as the control plane drives it: through the node
-// contract only, so that it may run in this process or on another machine.
-// Sandbox (the data plane of the in-process node) and the reads of snapshot
-// volumes are what remains to move behind nodeapi.Data.
+// contract, so that it may run in this process or on another machine. The
+// reads of a snapshot's filesystem (OpenInVolume, OpenDirInVolume) are what
+// remains to move behind the contract; they work in process only.
 type Node interface {
-	nodeapi.Control
-	nodeapi.Events
-	Sandbox(id string) (*node.Sandbox, error)
+	nodeapi.Node
 	OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error)
 	OpenDirInVolume(volume, path string) (*os.Root, error)
 }

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/crashpoint"
-	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
@@ -445,9 +444,9 @@ func (cp *ControlPlane) SetTimeout(id string, timeoutS int) (Sandbox, error) {
 	return cp.snapshot(r), err
 }
 
-// Running returns the node handle of a running sandbox, for agent calls.
+// Running returns the data plane of a running sandbox, for agent calls.
 // A suspended sandbox is resumed first unless its auto-resume is off.
-func (cp *ControlPlane) Running(ctx context.Context, id string) (*node.Sandbox, error) {
+func (cp *ControlPlane) Running(ctx context.Context, id string) (nodeapi.Sandbox, error) {
 	r, err := cp.lookup(id)
 	if err != nil {
 		return nil, err
@@ -468,8 +467,8 @@ func (cp *ControlPlane) Running(ctx context.Context, id string) (*node.Sandbox, 
 	if s.State != apiv1.StateRunning {
 		return nil, &StateError{ID: id, State: s.State, Want: "reach its processes or files (it must be running)"}
 	}
-	sb, err := cp.cfg.Node.Sandbox(id)
-	if errors.Is(err, node.ErrNoSandbox) {
+	sb, err := cp.cfg.Node.Sandbox(ctx, id)
+	if errors.Is(err, nodeapi.ErrNoSandbox) {
 		return nil, &StateError{ID: id, State: cp.snapshot(r).State, Want: "reach its agent"}
 	}
 	return sb, err

@@ -12,11 +12,12 @@ import (
 	"github.com/space-platform/space/internal/sandboxid"
 )
 
-// The node is driven through the contract; its data plane (Sandbox) is
-// the sandbox handle's.
+// The node is the contract's in-process implementation (data.go holds
+// its data plane).
 var (
 	_ nodeapi.Control = (*Node)(nil)
 	_ nodeapi.Events  = (*Node)(nil)
+	_ nodeapi.Node    = (*Node)(nil)
 )
 
 // A node is reached over the network: every id and name it is given is

@@ -226,7 +226,7 @@ func (n *Node) releaseRuntime(ctx context.Context, id string) {
 	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
 		n.log.Warn("release network slot", "sandbox", id, "err", err)
 	}
-	if sb, err := n.Sandbox(id); err == nil {
+	if sb, err := n.lookup(id); err == nil {
 		sb.Agent.Reset()
 	}
 }
@@ -363,7 +363,7 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 		_ = n.destroySlot(slot)
 		return err
 	}
-	sb, err := n.Sandbox(spec.ID)
+	sb, err := n.lookup(spec.ID)
 	if err != nil {
 		sb = n.newSandbox(spec.ID, spec.AccessToken)
 	} else {

@@ -5,11 +5,7 @@ import (
 	"fmt"
 
 	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/nodeapi"
 )
-
-// ErrNoEgress is returned for a policy change on a node without uplinks.
-var ErrNoEgress = nodeapi.ErrNoEgress
 
 // applyNetwork gives a slot its uplink and egress rules. Without an egress
 // configuration sandboxes stay as the slot alone leaves them: reachable by

@@ -17,7 +17,6 @@ import (
 
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
 )
 
@@ -153,11 +152,8 @@ func installAgent(src, dir string) error {
 	return os.Rename(tmp.Name(), filepath.Join(dir, agentName))
 }
 
-// ErrNoSandbox is returned for a sandbox this node does not run.
-var ErrNoSandbox = nodeapi.ErrNoSandbox
-
-// Sandbox returns the node's handle of a running sandbox.
-func (n *Node) Sandbox(id string) (*Sandbox, error) {
+// lookup returns the node's handle of a running sandbox.
+func (n *Node) lookup(id string) (*Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	sb, ok := n.sandboxes[id]

@@ -198,7 +198,7 @@ func (n *Node) Rekey(ctx context.Context, id string, identity Identity) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	sb, err := n.Sandbox(id)
+	sb, err := n.lookup(id)
 	if err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func (n *Node) restorePooled(tpl TemplateSpec, limits PoolLimits, waiting networ
 	// A restore loads memory lazily; running one command now faults in
 	// what the agent needs to start processes, so the first exec of the
 	// tenant who claims this sandbox does not pay for it.
-	if sb, err := n.Sandbox(id); err == nil {
+	if sb, err := n.lookup(id); err == nil {
 		if _, err := sb.Exec(ctx, ExecSpec{Cmd: []string{"true"}, Timeout: 10 * time.Second}); err != nil {
 			n.log.Warn("warm up pooled sandbox", "sandbox", id, "err", err)
 		}

@@ -69,7 +69,7 @@ func (n *Node) track(ctx context.Context, sb *Sandbox) {
 
 // untrack stops watching a sandbox the node is about to stop.
 func (n *Node) untrack(id string) {
-	if sb, err := n.Sandbox(id); err == nil {
+	if sb, err := n.lookup(id); err == nil {
 		sb.pid.Store(0)
 	}
 }

@@ -439,6 +439,19 @@ const (
 	PTY Stream = 3
 )
 
+// String names the stream as the API's attach events do.
+func (s Stream) String() string {
+	switch s {
+	case Stdout:
+		return "stdout"
+	case Stderr:
+		return "stderr"
+	case PTY:
+		return "pty"
+	}
+	return "unknown"
+}
+
 // Chunk is output at an offset of a session's journal.
 type Chunk struct {
 	Stream Stream
