@@ -43,6 +43,9 @@ func (n *Node) destroySlot(slot *network.Slot) error {
 // (running or paused); new connections follow it at once, established ones
 // are left alone.
 func (n *Node) SetNetwork(ctx context.Context, id string, p network.Policy) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	if n.cfg.Egress == nil {
 		return ErrNoEgress
 	}

@@ -49,8 +49,11 @@ type Control interface {
 	Create(ctx context.Context, req CreateRequest) error
 	// Claim takes a ready sandbox from the template's pool, gives it
 	// req.Identity and req.Network, and returns its id (pooled sandboxes
-	// are named when they are made). Claimed is false when the pool has
-	// none ready with these limits.
+	// are named when they are made). The node completes the identity with
+	// that id (env SPACE_SANDBOX_ID, info sandbox_id), which the caller
+	// cannot know before. Claimed is false when the pool has none ready
+	// with these limits; on an error nothing is claimed (the node released
+	// the sandbox it could not give the identity).
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// BootFromDisk boots a sandbox again on the root volume it already
 	// has (a sandbox whose memory image is lost).
@@ -102,7 +105,9 @@ type Control interface {
 	// DeleteImage deletes a checkpoint image; a missing one is not an error.
 	DeleteImage(ctx context.Context, image string) error
 
-	// Volumes lists the volumes whose names start with prefix.
+	// Volumes lists the volumes (and directories of volumes) directly
+	// under prefix, by full name: "snapshots" gives "snapshots/<sandbox>",
+	// which gives "snapshots/<sandbox>/<capture>".
 	Volumes(ctx context.Context, prefix string) ([]string, error)
 	VolumeExists(ctx context.Context, name string) (bool, error)
 	// DeleteVolume deletes a volume; a missing one is not an error.

@@ -6,12 +6,14 @@ import (
 	"testing"
 )
 
-// The API layers reach sandboxes only through nodeapi.Sandbox, which an
-// RPC client to a remote node implements as well as the local node does;
-// importing the node package would let in-process pointers back in.
+// The API layers reach sandboxes only through nodeapi.Sandbox, and the
+// control plane drives nodes only through nodeapi.Node, which an RPC
+// client to a remote node implements as well as the local node does;
+// importing the node package would let in-process pointers and paths back
+// in.
 func TestAPILayersDoNotImportNode(t *testing.T) {
 	const nodePkg = "github.com/space-platform/space/internal/node"
-	for _, dir := range []string{"../api", "../e2b", "../proxy"} {
+	for _, dir := range []string{"../api", "../e2b", "../proxy", "../controlplane"} {
 		pkg, err := build.ImportDir(dir, 0)
 		if err != nil {
 			t.Fatalf("read %s: %v", dir, err)
