@@ -101,7 +101,7 @@ type record struct {
 
 // Store is the encrypted secret store. It is safe for concurrent use.
 type Store struct {
-	st   *store.Store
+	st   store.Store
 	aead cipher.AEAD
 	// mu makes Set's "created or replaced" answer exact.
 	mu sync.Mutex
@@ -109,7 +109,7 @@ type Store struct {
 
 // Open uses key to read and write secrets in st. It fails with ErrWrongKey
 // when st holds secrets sealed under another key.
-func Open(st *store.Store, key []byte) (*Store, error) {
+func Open(st store.Store, key []byte) (*Store, error) {
 	if len(key) != KeySize {
 		return nil, fmt.Errorf("secrets key: want %d bytes, got %d", KeySize, len(key))
 	}

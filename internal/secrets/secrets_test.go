@@ -12,7 +12,7 @@ import (
 )
 
 // openTemp opens a store and a secret store with a fresh key in a temp dir.
-func openTemp(t *testing.T) (*Store, *store.Store, string) {
+func openTemp(t *testing.T) (*Store, store.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "state.db"))

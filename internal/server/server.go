@@ -124,7 +124,7 @@ type Server struct {
 	AdminKey string
 
 	cfg       Config
-	st        *store.Store
+	st        store.Store
 	pool      *storage.Pool
 	templates *template.Manager
 	slots     *network.Namespaces
