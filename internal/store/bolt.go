@@ -30,9 +30,9 @@ func Open(path string) (Store, error) {
 func (s *boltStore) Close() error { return s.db.Close() }
 
 func (s *boltStore) Put(bucket, key string, v any) error {
-	data, err := json.Marshal(v)
+	data, err := encode(bucket, key, v)
 	if err != nil {
-		return fmt.Errorf("encode %s/%s: %w", bucket, key, err)
+		return err
 	}
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists([]byte(bucket))

@@ -172,9 +172,9 @@ func (s *pgStore) Close() error {
 }
 
 func (s *pgStore) Put(bucket, key string, v any) error {
-	data, err := json.Marshal(v)
+	data, err := encode(bucket, key, v)
 	if err != nil {
-		return fmt.Errorf("encode %s/%s: %w", bucket, key, err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -201,6 +201,9 @@ func (s *pgStore) Put(bucket, key string, v any) error {
 }
 
 func (s *pgStore) Get(bucket, key string, v any) error {
+	if !validKey(bucket, key) {
+		return fmt.Errorf("%q/%q: %w", bucket, key, ErrNotFound)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	var data []byte
@@ -220,6 +223,9 @@ func (s *pgStore) Get(bucket, key string, v any) error {
 }
 
 func (s *pgStore) Delete(bucket, key string) error {
+	if !validKey(bucket, key) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	var err error
@@ -237,6 +243,9 @@ func (s *pgStore) Delete(bucket, key string) error {
 // Each reads the whole bucket before calling fn, so that a slow fn holds
 // no connection.
 func (s *pgStore) Each(bucket string, fn func(key string, data []byte) error) error {
+	if !validKey(bucket, "k") {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	var rows pgx.Rows

@@ -7,16 +7,22 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
-// ErrNotFound is returned for a missing record.
-var ErrNotFound = errors.New("record not found")
+var (
+	// ErrNotFound is returned for a missing record.
+	ErrNotFound = errors.New("record not found")
+	// ErrInvalid is returned for a record no backend can hold.
+	ErrInvalid = errors.New("invalid record")
+)
 
 // SandboxBucket is the bucket of sandbox records, the control plane's state
 // machine. PostgreSQL keeps it in its own table (sandboxes) with the
@@ -27,7 +33,11 @@ const SandboxBucket = "sandboxes"
 // Store is an open state store. It is safe for concurrent use.
 type Store interface {
 	// Put stores v as JSON under bucket/key. The write is committed (and,
-	// for bbolt, fsynced) before Put returns.
+	// for bbolt, fsynced) before Put returns. Buckets and keys must be
+	// non-empty UTF-8 without NUL bytes and v must hold no string with a
+	// NUL, since PostgreSQL's text and jsonb cannot hold them; both
+	// backends refuse them alike (ErrInvalid), so that code tested on one
+	// works on the other.
 	Put(bucket, key string, v any) error
 	// Get decodes bucket/key into v; a missing record (or bucket) is an
 	// error wrapping ErrNotFound.
@@ -80,6 +90,52 @@ func OpenURL(ctx context.Context, s string) (Store, error) {
 		return nil, fmt.Errorf("open state: unsupported store %s:// (want postgres:// or a file path)", scheme)
 	}
 	return Open(s)
+}
+
+// encode marshals a record for Put and checks that every backend can hold
+// it.
+func encode(bucket, key string, v any) ([]byte, error) {
+	for _, name := range []string{bucket, key} {
+		if name == "" || strings.IndexByte(name, 0) >= 0 || !utf8.ValidString(name) {
+			return nil, fmt.Errorf("put %q/%q: %w: buckets and keys must be non-empty UTF-8 without NUL bytes", bucket, key, ErrInvalid)
+		}
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s/%s: %w", bucket, key, err)
+	}
+	if hasNUL(data) {
+		return nil, fmt.Errorf("put %s/%s: %w: a string in the record holds a NUL byte", bucket, key, ErrInvalid)
+	}
+	return data, nil
+}
+
+// hasNUL reports whether JSON text has the escape \u0000, the only way
+// encoding/json writes a NUL; a backslash before it that is itself escaped
+// (\\u0000, the text "\u0000") does not count.
+func hasNUL(data []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(data[i:], []byte(`\u0000`))
+		if j < 0 {
+			return false
+		}
+		j += i
+		backslashes := 0
+		for k := j - 1; k >= 0 && data[k] == '\\'; k-- {
+			backslashes++
+		}
+		if backslashes%2 == 0 {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+// validKey reports whether a key can be stored at all; a Get or Delete of
+// one that cannot finds nothing.
+func validKey(bucket, key string) bool {
+	return strings.IndexByte(bucket, 0) < 0 && strings.IndexByte(key, 0) < 0 &&
+		utf8.ValidString(bucket) && utf8.ValidString(key)
 }
 
 // All decodes every record of bucket into a slice, in key order.

@@ -98,6 +98,41 @@ func Run(t *testing.T, b Backend) {
 		}
 	})
 
+	t.Run("RefusesWhatABackendCannotHold", func(t *testing.T) {
+		s := fresh(t)
+		for _, c := range []struct {
+			bucket, key string
+			v           any
+		}{
+			{"things", "\x00check", rec{"x", 0}},
+			{"things", "bad\xff", rec{"x", 0}},
+			{"things", "", rec{"x", 0}},
+			{"", "a", rec{"x", 0}},
+			{"things", "a", rec{"nul\x00inside", 0}},
+			{store.SandboxBucket, "sb-1", map[string]string{"reason": "\x00"}},
+		} {
+			if err := s.Put(c.bucket, c.key, c.v); !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("Put(%q, %q, %v): err = %v, want ErrInvalid", c.bucket, c.key, c.v, err)
+			}
+		}
+		var got rec
+		if err := s.Get("things", "\x00check", &got); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Get of a NUL key: err = %v, want ErrNotFound", err)
+		}
+		if err := s.Delete("things", "\x00check"); err != nil {
+			t.Errorf("Delete of a NUL key: %v", err)
+		}
+		// The text \u0000 (a backslash, not a NUL) is fine.
+		for _, name := range []string{`\u0000`, `\\\u0000`, "ü"} {
+			if err := s.Put("things", "a", rec{name, 0}); err != nil {
+				t.Fatalf("Put of %q: %v", name, err)
+			}
+			if err := s.Get("things", "a", &got); err != nil || got.Name != name {
+				t.Fatalf("Get of %q = %+v, %v", name, got, err)
+			}
+		}
+	})
+
 	t.Run("EachOrderAndAll", func(t *testing.T) {
 		s := fresh(t)
 		// Byte order, not a locale's: upper case before lower, "a-" before "a0".
@@ -161,40 +196,27 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Concurrent", func(t *testing.T) {
 		a, b := replicas(t)
 		const workers, each = 8, 20
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				s := a
-				if w%2 == 1 {
-					s = b
+		parallel(t, workers, func(w int) error {
+			s := a
+			if w%2 == 1 {
+				s = b
+			}
+			for i := range each {
+				key := fmt.Sprintf("w%d-%02d", w, i)
+				if err := s.Put("things", key, rec{key, i}); err != nil {
+					return err
 				}
-				for i := range each {
-					key := fmt.Sprintf("w%d-%02d", w, i)
-					if err := s.Put("things", key, rec{key, i}); err != nil {
-						errs <- err
-						return
-					}
-					var got rec
-					if err := s.Get("things", key, &got); err != nil || got.N != i {
-						errs <- fmt.Errorf("read own write %s = %+v, %v", key, got, err)
-						return
-					}
-					// Everyone overwrites one shared key too.
-					if err := s.Put("things", "shared", rec{key, i}); err != nil {
-						errs <- err
-						return
-					}
+				var got rec
+				if err := s.Get("things", key, &got); err != nil || got.N != i {
+					return fmt.Errorf("read own write %s = %+v, %v", key, got, err)
 				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+				// Everyone overwrites one shared key too.
+				if err := s.Put("things", "shared", rec{key, i}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		all, err := store.All[rec](b, "things")
 		if err != nil || len(all) != workers*each+1 {
 			t.Fatalf("All after concurrent puts: %d records, %v; want %d", len(all), err, workers*each+1)
@@ -267,55 +289,43 @@ func Run(t *testing.T, b Backend) {
 		// Mutual exclusion: workers on both handles increment a counter
 		// with a read-modify-write under the lock; a lost update means two
 		// held it at once.
-		var inside, maxInside atomic.Int32
+		var inside atomic.Int32
+		var overlap atomic.Bool
 		const workers, each = 6, 10
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
 		if err := a.Put("things", "counter", rec{"counter", 0}); err != nil {
 			t.Fatal(err)
 		}
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				s := a
-				if w%2 == 1 {
-					s = b
+		parallel(t, workers, func(w int) error {
+			s := a
+			if w%2 == 1 {
+				s = b
+			}
+			for range each {
+				unlock, err := s.Lock(ctx, "sb-1")
+				if err != nil {
+					return err
 				}
-				for range each {
-					unlock, err := s.Lock(ctx, "sb-1")
-					if err != nil {
-						errs <- err
-						return
-					}
-					n := inside.Add(1)
-					if n > maxInside.Load() {
-						maxInside.Store(n)
-					}
-					var c rec
-					err = s.Get("things", "counter", &c)
-					if err == nil {
-						c.N++
-						err = s.Put("things", "counter", c)
-					}
-					inside.Add(-1)
-					unlock()
-					unlock() // a second unlock is harmless
-					if err != nil {
-						errs <- err
-						return
-					}
+				if inside.Add(1) > 1 {
+					overlap.Store(true)
 				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+				var c rec
+				err = s.Get("things", "counter", &c)
+				if err == nil {
+					c.N++
+					err = s.Put("things", "counter", c)
+				}
+				inside.Add(-1)
+				unlock()
+				unlock() // a second unlock is harmless
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		var c rec
-		if err := a.Get("things", "counter", &c); err != nil || c.N != workers*each || maxInside.Load() != 1 {
-			t.Fatalf("counter = %d (want %d), at most %d inside at once, err %v", c.N, workers*each, maxInside.Load(), err)
+		if err := a.Get("things", "counter", &c); err != nil || c.N != workers*each || overlap.Load() {
+			t.Fatalf("counter = %d (want %d), two holders at once: %v, err %v", c.N, workers*each, overlap.Load(), err)
 		}
 
 		// Another key is not held up by a held one.
@@ -378,5 +388,29 @@ func Run(t *testing.T, b Backend) {
 				t.Fatal("a lock stayed held after its holder's store closed")
 			}
 		})
+	}
+}
+
+// parallel runs fn(0) ... fn(n-1) at once and fails t with their errors.
+func parallel(t *testing.T, n int, fn func(worker int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(w); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 }
