@@ -13,7 +13,6 @@ package pgtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -107,11 +106,14 @@ func (c *cluster) exec(ctx context.Context, sql string) error {
 	return err
 }
 
-// binDir finds the newest /usr/lib/postgresql/<version>/bin with initdb.
-func binDir() (string, error) {
-	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+// installed is where Debian's PostgreSQL packages put initdb.
+const installed = "/usr/lib/postgresql/*/bin/initdb"
+
+// binDir finds the newest <version>/bin with initdb that pattern matches.
+func binDir(pattern string) (string, error) {
+	found, _ := filepath.Glob(pattern)
 	if len(found) == 0 {
-		return "", errors.New("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): run scripts/install-deps.sh, which installs it as CI does")
+		return "", fmt.Errorf("PostgreSQL is not installed (no %s): run scripts/install-deps.sh, which installs it as CI does", pattern)
 	}
 	version := func(p string) int {
 		v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(p))))
@@ -143,7 +145,7 @@ func account() (*syscall.Credential, error) {
 }
 
 func start() (*cluster, error) {
-	bin, err := binDir()
+	bin, err := binDir(installed)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package pgtest
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -40,5 +42,16 @@ func TestDatabasesAreSeparate(t *testing.T) {
 	}
 	if owner == "/var/lib/postgresql/15/main" {
 		t.Fatal("connected to the system cluster")
+	}
+}
+
+// Without PostgreSQL the error says how to install it.
+func TestMissingPostgresSaysWhatToRun(t *testing.T) {
+	_, err := binDir(filepath.Join(t.TempDir(), "*", "bin", "initdb"))
+	if err == nil || !strings.Contains(err.Error(), "scripts/install-deps.sh") {
+		t.Fatalf("binDir without PostgreSQL: err = %v", err)
+	}
+	if dir, err := binDir(installed); err != nil || !strings.HasSuffix(dir, "/bin") {
+		t.Fatalf("binDir of the installed PostgreSQL = %q, %v", dir, err)
 	}
 }
