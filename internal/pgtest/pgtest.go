@@ -129,14 +129,20 @@ func account() (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
-	u, err := user.Lookup(serviceUser)
-	if err != nil {
+	// Test binaries of several packages start at once: another may be
+	// adding the user (useradd then fails, on the lock or the name).
+	var u *user.User
+	for attempt := 0; ; attempt++ {
+		var err error
+		if u, err = user.Lookup(serviceUser); err == nil {
+			break
+		}
 		out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", serviceUser).CombinedOutput()
-		if err != nil {
+		if err != nil && attempt == 10 {
 			return nil, fmt.Errorf("create user %s: %v: %s", serviceUser, err, out)
 		}
-		if u, err = user.Lookup(serviceUser); err != nil {
-			return nil, err
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	uid, _ := strconv.Atoi(u.Uid)
