@@ -16,7 +16,7 @@ import (
 
 	"github.com/space-platform/space/internal/agent/gen/filesystempb"
 	"github.com/space-platform/space/internal/dirlist"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -81,7 +81,7 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		page, err := sb.ListPage(r.Context(), p, user, opts)
+		page, err := sb.List(r.Context(), p, user, opts)
 		if err != nil {
 			s.fail(w, err)
 			return
@@ -238,7 +238,7 @@ func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request, snap, 
 
 // listSnapshotDir writes one page of a snapshot directory's listing, read
 // in bounded memory like the agent reads a live one.
-func (s *Server) listSnapshotDir(w http.ResponseWriter, r *http.Request, snap, p string, opts node.ListOptions) {
+func (s *Server) listSnapshotDir(w http.ResponseWriter, r *http.Request, snap, p string, opts nodeapi.ListOptions) {
 	root, err := s.cp.OpenSnapshotDir(r.PathValue("id"), snap, p)
 	if err != nil {
 		s.fail(w, err)
@@ -278,9 +278,9 @@ func (s *Server) listSnapshotDir(w http.ResponseWriter, r *http.Request, snap, p
 }
 
 // listOptions reads depth, limit and cursor of a directory listing.
-func listOptions(w http.ResponseWriter, r *http.Request) (node.ListOptions, bool) {
+func listOptions(w http.ResponseWriter, r *http.Request) (nodeapi.ListOptions, bool) {
 	q := r.URL.Query()
-	var opts node.ListOptions
+	var opts nodeapi.ListOptions
 	for _, p := range []struct {
 		name string
 		max  int

@@ -57,6 +57,8 @@ var schemaTypes = []any{
 	apiv1.BranchResult{},
 	apiv1.SandboxEvent{},
 	apiv1.SandboxEventList{},
+	apiv1.Node{},
+	apiv1.NodeList{},
 }
 
 // jsonFields returns the JSON names of t's fields, as encoding/json sees

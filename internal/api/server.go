@@ -16,9 +16,10 @@ import (
 	"sync"
 
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/metrics"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -42,7 +43,10 @@ type Config struct {
 	Keys         *auth.Keys
 	Secrets      Secrets
 	// Quotas are the per-project quotas the projects routes show and set.
-	Quotas  *project.Quotas
+	Quotas *project.Quotas
+	// Nodes is the registry of nodes the nodes routes show and change
+	// (nil: they answer 501).
+	Nodes   Nodes
 	Metrics *metrics.Registry
 	Logger  *slog.Logger
 	// MaxJSONBody bounds JSON request bodies; MaxFileBody bounds uploads.
@@ -162,6 +166,13 @@ func (s *Server) routes() {
 	admin("GET /v1/projects", s.listProjects)
 	admin("GET /v1/projects/{name}", s.getProject)
 	admin("PUT /v1/projects/{name}", s.setProject)
+
+	admin("GET /v1/nodes", s.listNodes)
+	admin("GET /v1/nodes/{id}", s.nodeAction(http.StatusOK, Nodes.Get))
+	admin("POST /v1/nodes/{id}/cordon", s.nodeAction(http.StatusOK, Nodes.Cordon))
+	admin("POST /v1/nodes/{id}/uncordon", s.nodeAction(http.StatusOK, Nodes.Uncordon))
+	admin("POST /v1/nodes/{id}/drain", s.nodeAction(http.StatusAccepted, Nodes.Drain))
+	admin("DELETE /v1/nodes/{id}", s.withNode(s.removeNode))
 }
 
 // ServeHTTP serves the API; unknown routes get a JSON 404 (or 405).
@@ -372,10 +383,18 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 // fail maps an error from the layers below to a status and writes it.
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	var stateErr *controlplane.StateError
-	var fileErr *node.AgentError
+	var fileErr *nodeapi.AgentError
 	var tooBig *http.MaxBytesError
 	var quotaErr *controlplane.QuotaError
 	switch {
+	case errors.Is(err, cluster.ErrUnknownNode):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, cluster.ErrConflict):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, cluster.ErrInvalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, cluster.ErrNoCapacity):
+		writeError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.As(err, &quotaErr):
 		if quotaErr.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(quotaErr.RetryAfter.Seconds())))
@@ -390,7 +409,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
 	case errors.Is(err, controlplane.ErrNotFound), errors.Is(err, controlplane.ErrUnknownTemplate),
-		errors.Is(err, node.ErrNoSession), errors.Is(err, ErrTemplateNotFound):
+		errors.Is(err, nodeapi.ErrNoSession), errors.Is(err, ErrTemplateNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, controlplane.ErrInvalid), errors.Is(err, ErrBadRecipe):
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -398,7 +417,11 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, controlplane.ErrTemplateNotReady), errors.Is(err, ErrTemplateInUse):
 		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, node.ErrExecTimeout):
+	case errors.Is(err, nodeapi.ErrNoSandbox):
+		// The sandbox stopped between finding it running and the call
+		// reaching its node.
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, nodeapi.ErrExecTimeout):
 		writeError(w, http.StatusGatewayTimeout, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusRequestTimeout, err.Error())

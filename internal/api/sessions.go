@@ -13,34 +13,35 @@ import (
 	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/controlplane"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// sessionTarget resolves {id} and {sid} of a session route.
-func (s *Server) sessionTarget(w http.ResponseWriter, r *http.Request) (*node.Sandbox, *node.Session, bool) {
+// sessionTarget resolves {id} and {sid} of a session route. The session
+// is looked up before anything is written, so an unknown one is a 404
+// even on the streaming attach route.
+func (s *Server) sessionTarget(w http.ResponseWriter, r *http.Request) (nodeapi.Sandbox, nodeapi.SessionInfo, bool) {
 	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
-		return nil, nil, false
+		return nil, nodeapi.SessionInfo{}, false
 	}
-	sess, err := sb.Session(r.PathValue("sid"))
+	sess, err := sb.Session(r.Context(), r.PathValue("sid"))
 	if err != nil {
 		s.fail(w, err)
-		return nil, nil, false
+		return nil, nodeapi.SessionInfo{}, false
 	}
 	return sb, sess, true
 }
 
-func sessionView(sess *node.Session) apiv1.Session {
-	next, first, end := sess.Journal.Status()
+func sessionView(sess nodeapi.SessionInfo) apiv1.Session {
 	v := apiv1.Session{
 		ID: sess.ID, PID: sess.PID, Cmd: sess.Spec.Cmd, Tag: sess.Spec.Tag, TTY: sess.Spec.TTY,
-		State: apiv1.SessionRunning, StartedAt: sess.StartedAt, OutputBytes: next, DroppedBytes: first,
+		State: apiv1.SessionRunning, StartedAt: sess.StartedAt, OutputBytes: sess.OutputBytes, DroppedBytes: sess.DroppedBytes,
 	}
-	if end != nil {
+	if end := sess.End; end != nil {
 		code := end.ExitCode
-		ended := sess.EndedAt()
+		ended := sess.EndedAt
 		v.State, v.ExitCode, v.Error, v.EndedAt = apiv1.SessionExited, &code, end.Error, &ended
 	}
 	return v
@@ -59,7 +60,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	sess, err := sb.StartSession(r.Context(), node.SessionSpec{
+	sess, err := sb.StartSession(r.Context(), nodeapi.SessionSpec{
 		Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TTY: req.TTY,
 		Cols: req.Cols, Rows: req.Rows, Stdin: req.Stdin, Tag: req.Tag,
 	})
@@ -77,8 +78,13 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	all, err := sb.Sessions(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	out := apiv1.SessionList{Sessions: []apiv1.Session{}}
-	for _, sess := range sb.Sessions() {
+	for _, sess := range all {
 		out.Sessions = append(out.Sessions, sessionView(sess))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -97,7 +103,7 @@ const keepaliveInterval = 15 * time.Second
 // event's id is the output offset after it, so a client that reconnects
 // with Last-Event-ID (or ?from=) gets exactly the bytes it missed.
 func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
-	_, sess, ok := s.sessionTarget(w, r)
+	sb, sess, ok := s.sessionTarget(w, r)
 	if !ok {
 		return
 	}
@@ -153,27 +159,37 @@ func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	end, err := sess.Journal.Follow(ctx, from,
+	next := from // past the last event sent
+	end, err := sb.Attach(ctx, sess.ID, from,
 		func(requested, first int64) error {
+			next = first
 			write(func() {
 				writeEvent(w, apiv1.EventTruncated, first, apiv1.TruncatedEvent{Requested: requested, From: first})
 			})
 			return nil
 		},
-		func(c node.Chunk) error {
+		func(c nodeapi.Chunk) error {
 			var chunk apiv1.OutputChunk
 			if utf8.Valid(c.Data) {
 				chunk.Text = string(c.Data)
 			} else {
 				chunk.Base64 = base64.StdEncoding.EncodeToString(c.Data)
 			}
-			write(func() { writeEvent(w, c.Stream.String(), c.Offset+int64(len(c.Data)), chunk) })
+			next = c.Offset + int64(len(c.Data))
+			write(func() { writeEvent(w, c.Stream.String(), next, chunk) })
 			return nil
 		})
 	if err != nil {
-		return // client went away
+		// The client went away, or the node did (the sandbox stopped
+		// under the attach, a remote node's stream broke): the client
+		// reconnects from the last id it saw.
+		return
 	}
-	next, _, _ := sess.Journal.Status()
+	// The exit event's id is where the journal ends, which is past the
+	// last chunk when the agent lost output just before the exit.
+	if final, err := sb.Session(ctx, sess.ID); err == nil {
+		next = max(next, final.OutputBytes)
+	}
 	write(func() {
 		writeEvent(w, apiv1.EventExit, next, apiv1.ExitEvent{ExitCode: end.ExitCode, Error: end.Error})
 	})
@@ -204,13 +220,13 @@ func (s *Server) sessionStdin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(data) > 0 {
-		if err := sb.WriteStdin(r.Context(), sess, data); err != nil {
+		if err := sb.WriteStdin(r.Context(), sess.ID, data); err != nil {
 			writeError(w, http.StatusConflict, err.Error())
 			return
 		}
 	}
 	if closeStdin {
-		if err := sb.CloseStdin(r.Context(), sess); err != nil {
+		if err := sb.CloseStdin(r.Context(), sess.ID); err != nil {
 			writeError(w, http.StatusConflict, err.Error())
 			return
 		}
@@ -247,7 +263,7 @@ func (s *Server) sessionSignal(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := sb.Signal(r.Context(), sess, sig); err != nil {
+	if err := sb.Signal(r.Context(), sess.ID, sig); err != nil {
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
@@ -267,7 +283,7 @@ func (s *Server) sessionResize(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := sb.Resize(r.Context(), sess, req.Cols, req.Rows); err != nil {
+	if err := sb.Resize(r.Context(), sess.ID, req.Cols, req.Rows); err != nil {
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
@@ -295,7 +311,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if req.TimeoutS > 0 {
 		timeout = time.Duration(req.TimeoutS) * time.Second
 	}
-	res, err := sb.Exec(r.Context(), node.ExecSpec{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, Timeout: timeout})
+	res, err := sb.Exec(r.Context(), nodeapi.ExecSpec{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, Timeout: timeout})
 	if err != nil {
 		s.fail(w, err)
 		return

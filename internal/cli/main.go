@@ -56,6 +56,8 @@ func init() {
 		{"events", "show a sandbox's lifecycle events", runEvents},
 		{"network", "show or change a sandbox's egress policy", runNetwork},
 		{"serve", "run the space server", runServe},
+		{"node", "run a cluster node, or list, cordon, drain and remove nodes", runNode},
+		{"control-plane", "run a control-plane replica of a cluster", runControlPlane},
 		{"bench", "benchmark a space server", runBench},
 		{"redteam", "attack a space server from inside its sandboxes", runRedteam},
 		{"help", "show help for a command", runHelp},

@@ -4,13 +4,12 @@ import (
 	"context"
 	"maps"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 
 	"github.com/space-platform/space/internal/crashpoint"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -27,7 +26,7 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 	}
 	captureID := newID()
 	volume := path.Join("snapshots", id, "branch-"+captureID)
-	image := filepath.Join(cp.cfg.ImagesDir, id, "branches", captureID)
+	image := branchImage(id, captureID)
 	var src Sandbox
 	_, err := cp.locked(id, func(r *record) error {
 		if err := cp.require(r, "branch", apiv1.StateRunning, apiv1.StatePaused); err != nil {
@@ -35,7 +34,7 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 		}
 		src = cp.snapshot(r)
 		return cp.step(r, apiv1.StateSnapshotting, src.State, "", func() error {
-			return cp.cfg.Node.Capture(ctx, id, volume, image)
+			return cp.cfg.Node.Capture(ctx, nodeapi.CaptureRequest{ID: id, Volume: volume, Image: image})
 		})
 	})
 	crashpoint.Hit("branch-captured")
@@ -59,7 +58,7 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 		release()
 		return nil, err
 	}
-	capture := Source{Volume: volume, ImageDir: image, AccessToken: src.AccessToken}
+	capture := Source{Volume: volume, Image: image, AccessToken: src.AccessToken}
 	var admitted []*record
 	for i := 0; i < count; i++ {
 		r, err := cp.admit(src.Project, req, src.Template, src.TemplateID, func(s *Sandbox) {
@@ -92,8 +91,11 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 // Source is the capture (a read-only volume and a memory image) that a new
 // sandbox is restored from: a branch's capture or a snapshot.
 type Source struct {
-	Volume   string `json:"volume"`
-	ImageDir string `json:"image_dir"`
+	Volume string `json:"volume"`
+	Image  string `json:"image,omitempty"`
+	// LegacyImageDir is the image's path as earlier versions recorded
+	// it; Recover turns it into Image.
+	LegacyImageDir string `json:"image_dir,omitempty"`
 	// AccessToken is the token the agent in the image holds.
 	AccessToken string `json:"access_token"`
 	// Snapshot is the key of the snapshot the capture belongs to, empty
@@ -110,8 +112,8 @@ func (cp *ControlPlane) startCopies(rs []*record, src Source, done func()) {
 	for _, r := range rs {
 		cp.launch(r, func(ctx context.Context, s Sandbox) error {
 			defer started.Done()
-			return cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
-				ID: s.ID, ImageDir: src.ImageDir, FromVolume: src.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
+			return cp.cfg.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
+				ID: s.ID, Image: src.Image, FromVolume: src.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
 				AccessToken: src.AccessToken, NewIdentity: cp.identity(s), Network: s.policy(),
 			})
 		})

@@ -19,8 +19,7 @@ import (
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
-	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/sandboxid"
 	"github.com/space-platform/space/internal/store"
@@ -32,40 +31,14 @@ const (
 	eventBucket   = "sandbox_events"
 )
 
-// Node is the node service as the control plane uses it.
+// Node is the node as the control plane drives it: through the node
+// contract, so that it may run in this process or on another machine. The
+// reads of a snapshot's filesystem (OpenInVolume, OpenDirInVolume) are what
+// remains to move behind the contract; they work in process only.
 type Node interface {
-	Create(ctx context.Context, spec node.CreateSpec) error
-	Destroy(ctx context.Context, id string) error
-	Sandbox(id string) (*node.Sandbox, error)
-	Adopt(ctx context.Context, id, accessToken string) (bool, error)
-	Sweep(ctx context.Context, keep func(id string) bool) error
-
-	Pause(ctx context.Context, id string) error
-	Resume(ctx context.Context, id string) error
-	Paused(ctx context.Context, id string) bool
-	Suspend(ctx context.Context, id, imageDir string) error
-	Capture(ctx context.Context, id, volume, imageDir string) error
-	ResumeFrom(ctx context.Context, spec node.RestoreSpec) error
-	RevertRestore(ctx context.Context, id string) (bool, error)
-	CommitRestore(id string) error
-	Halt(ctx context.Context, id string)
-	BootFromDisk(ctx context.Context, spec node.CreateSpec) error
-	DeleteVolume(name string) error
-	ListVolumes(prefix string) ([]string, error)
-	VolumeExists(name string) bool
+	nodeapi.Node
 	OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error)
 	OpenDirInVolume(volume, path string) (*os.Root, error)
-	SettleCheckpoint(ctx context.Context, id, imageDir string) bool
-	Quiesce(ctx context.Context, id string)
-
-	TemplateImage(ctx context.Context, tpl node.TemplateSpec) (*node.TemplateImage, error)
-	CreateFromImage(ctx context.Context, img *node.TemplateImage, spec node.CreateSpec, id node.Identity) error
-	DropTemplateImage(templateID string) error
-	SetPoolSize(tpl node.TemplateSpec, limits node.PoolLimits, waiting network.Policy, size int)
-	PoolStatus(templateID string) node.PoolStatus
-	Claim(templateID string, limits node.PoolLimits) (string, bool)
-	Rekey(ctx context.Context, id string, identity node.Identity) error
-	SetNetwork(ctx context.Context, id string, p network.Policy) error
 }
 
 // Templates resolves the template a sandbox is created from.
@@ -74,7 +47,7 @@ type Templates interface {
 	// catalog name, looking nameOrID up as the scope sees the catalog
 	// (its project's templates and the built-in ones). It returns an
 	// error wrapping ErrUnknownTemplate or ErrTemplateNotReady.
-	Resolve(scope project.Scope, nameOrID string) (node.TemplateSpec, string, error)
+	Resolve(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, string, error)
 }
 
 // Quotas are the per-project limits the control plane enforces;
@@ -146,8 +119,10 @@ type Config struct {
 	Defaults  Defaults
 	Logger    *slog.Logger
 	Metrics   *metrics.Registry
-	// ImagesDir holds checkpoint images (suspend, snapshots, branches).
-	ImagesDir string
+	// LegacyImagesDir is the directory where versions that recorded
+	// checkpoint images by path kept them; such records are converted to
+	// image names (their path below it) when loaded.
+	LegacyImagesDir string
 	// Secrets are the secrets credential rules may name.
 	Secrets Secrets
 	// Quotas limits each project; nil: unlimited.
@@ -213,10 +188,13 @@ type Sandbox struct {
 	EndedAt  *time.Time `json:"ended_at,omitempty"`
 
 	Lifecycle Lifecycle `json:"lifecycle"`
-	// SuspendedAt is when the sandbox was last suspended; its image is
-	// ImageDir.
+	// SuspendedAt is when the sandbox was last suspended; its image (on
+	// the node, by name) is Image.
 	SuspendedAt *time.Time `json:"suspended_at,omitempty"`
-	ImageDir    string     `json:"image_dir,omitempty"`
+	Image       string     `json:"image,omitempty"`
+	// LegacyImageDir is the image's path as earlier versions recorded
+	// it; Recover turns it into Image.
+	LegacyImageDir string `json:"image_dir,omitempty"`
 	// BranchOf and Snapshot say where a sandbox was restored from.
 	BranchOf string `json:"branch_of,omitempty"`
 	Snapshot string `json:"snapshot,omitempty"`

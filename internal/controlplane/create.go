@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/crashpoint"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -68,53 +68,57 @@ func (cp *ControlPlane) Create(scope project.Scope, req apiv1.CreateSandboxReque
 	return cp.snapshot(r), nil
 }
 
-// startFromTemplate restores the template's pre-booted image, or boots the
-// template when no image can be had.
-func (cp *ControlPlane) startFromTemplate(ctx context.Context, s Sandbox, tpl node.TemplateSpec) error {
-	spec := node.CreateSpec{ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s), Network: s.policy()}
-	img, err := cp.cfg.Node.TemplateImage(ctx, tpl)
-	if err != nil {
-		cp.log.Warn("no template image; booting instead", "template", tpl.ID, "err", err)
-		return cp.cfg.Node.Create(ctx, spec)
+// startFromTemplate restores the template's pre-booted image (the node
+// boots the template when no image can be had).
+func (cp *ControlPlane) startFromTemplate(ctx context.Context, s Sandbox, tpl nodeapi.TemplateSpec) error {
+	return cp.cfg.Node.Create(ctx, nodeapi.CreateRequest{Spec: cp.createSpec(s, tpl), Warm: true, Identity: *cp.identity(s)})
+}
+
+// createSpec is what the node needs to start s from tpl.
+func (cp *ControlPlane) createSpec(s Sandbox, tpl nodeapi.TemplateSpec) nodeapi.CreateSpec {
+	return nodeapi.CreateSpec{
+		ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s),
+		Network: s.policy(),
 	}
-	return cp.cfg.Node.CreateFromImage(ctx, img, spec, *cp.identity(s))
 }
 
 // poolLimits are the limits a request asks for, in the pool's terms.
-func (cp *ControlPlane) poolLimits(vcpus, memoryMB, diskMB int) node.PoolLimits {
-	return node.PoolLimits{
+func (cp *ControlPlane) poolLimits(vcpus, memoryMB, diskMB int) nodeapi.PoolLimits {
+	return nodeapi.PoolLimits{
 		Limits: runtime.Limits{VCPUs: vcpus, MemoryMB: memoryMB, Pids: cp.cfg.Defaults.Pids},
 		DiskMB: diskMB,
 	}
 }
 
-// createPooled serves a create from the template's warm pool: the claimed
-// sandbox only needs its identity, so it is running when this returns. ok
-// is false when no pooled sandbox matched.
-func (cp *ControlPlane) createPooled(owner string, req apiv1.CreateSandboxRequest, tpl node.TemplateSpec, tplName string) (Sandbox, bool, error) {
-	id, ok := cp.cfg.Node.Claim(tpl.ID, cp.poolLimits(req.VCPUs, req.MemoryMB, req.DiskMB))
-	if !ok {
+// createPooled serves a create from the template's warm pool: the node
+// gives the claimed sandbox its identity and network, so it is running when
+// this returns. ok is false when no pooled sandbox matched or the claim
+// failed (the node released that sandbox); the caller starts one instead.
+func (cp *ControlPlane) createPooled(owner string, req apiv1.CreateSandboxRequest, tpl nodeapi.TemplateSpec, tplName string) (Sandbox, bool, error) {
+	r := cp.newRecord(owner, req, tplName, tpl.ID, func(*Sandbox) {})
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	defer cancel()
+	// The record's id is the pooled sandbox's; the node adds it to the
+	// identity, which is all the identity needs of it.
+	res, err := cp.cfg.Node.Claim(ctx, nodeapi.ClaimRequest{
+		TemplateID: tpl.ID, Limits: cp.poolLimits(req.VCPUs, req.MemoryMB, req.DiskMB),
+		Identity: *cp.identity(r.Sandbox), Network: r.policy(),
+	})
+	if err != nil {
+		cp.log.Warn("claim of a pooled sandbox failed; starting one instead", "template", tpl.ID, "err", err)
 		return Sandbox{}, false, nil
 	}
-	r, err := cp.admit(owner, req, tplName, tpl.ID, func(s *Sandbox) { s.ID = id })
-	if err != nil {
-		_ = cp.cfg.Node.Destroy(context.Background(), id)
+	if !res.Claimed {
+		return Sandbox{}, false, nil
+	}
+	r.ID = res.ID
+	if err := cp.admitRecord(r, req, tplName); err != nil {
+		_ = cp.cfg.Node.Destroy(context.Background(), res.ID)
 		return Sandbox{}, true, err
 	}
 	r.lock.Lock()
 	defer r.lock.Unlock()
-	began := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
-	defer cancel()
-	if err := cp.cfg.Node.Rekey(ctx, id, *cp.identity(cp.snapshot(r))); err != nil {
-		cp.fail(ctx, r, "claiming a pooled sandbox failed: "+err.Error())
-		return cp.snapshot(r), true, nil
-	}
-	// Pooled sandboxes wait with no way out; the owner's policy opens it.
-	if err := cp.cfg.Node.SetNetwork(ctx, id, cp.snapshot(r).policy()); err != nil && !errors.Is(err, node.ErrNoEgress) {
-		cp.fail(ctx, r, "network of a pooled sandbox: "+err.Error())
-		return cp.snapshot(r), true, nil
-	}
 	if err := cp.setState(r, apiv1.StateRunning, ""); err != nil {
 		return Sandbox{}, true, err
 	}
@@ -154,6 +158,16 @@ func (cp *ControlPlane) createFromSnapshot(scope project.Scope, req apiv1.Create
 // admit records a new sandbox of project owner as starting, if the node
 // and the project's quota can hold it.
 func (cp *ControlPlane) admit(owner string, req apiv1.CreateSandboxRequest, tplName, tplID string, adjust func(*Sandbox)) (*record, error) {
+	r := cp.newRecord(owner, req, tplName, tplID, adjust)
+	if err := cp.admitRecord(r, req, tplName); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// newRecord is the record of a new sandbox of project owner, not yet
+// admitted.
+func (cp *ControlPlane) newRecord(owner string, req apiv1.CreateSandboxRequest, tplName, tplID string, adjust func(*Sandbox)) *record {
 	now := time.Now().UTC()
 	r := &record{Sandbox: Sandbox{
 		ID: newID(), Project: project.Of(owner), Template: tplName, TemplateID: tplID, State: apiv1.StateStarting,
@@ -167,14 +181,21 @@ func (cp *ControlPlane) admit(owner string, req apiv1.CreateSandboxRequest, tplN
 	r.Traffic = cp.trafficOf(req.Network)
 	withCredentials(&r.Sandbox, req.Credentials)
 	adjust(&r.Sandbox)
+	return r
+}
+
+// admitRecord records r as starting, if the node and the project's quota
+// can hold it.
+func (cp *ControlPlane) admitRecord(r *record, req apiv1.CreateSandboxRequest, tplName string) error {
+	now := r.CreatedAt
 	cp.mu.Lock()
 	if err := cp.checkQuota(r.Project, req.MemoryMB); err != nil {
 		cp.mu.Unlock()
-		return nil, err
+		return err
 	}
 	if err := cp.checkCommitment(req.MemoryMB); err != nil {
 		cp.mu.Unlock()
-		return nil, err
+		return err
 	}
 	cp.sandboxes[r.ID] = r
 	cp.lastActive[r.ID] = time.Now()
@@ -183,7 +204,7 @@ func (cp *ControlPlane) admit(owner string, req apiv1.CreateSandboxRequest, tplN
 		cp.mu.Lock()
 		delete(cp.sandboxes, r.ID)
 		cp.mu.Unlock()
-		return nil, err
+		return err
 	}
 	from := "template " + tplName
 	if r.Snapshot != "" {
@@ -193,7 +214,7 @@ func (cp *ControlPlane) admit(owner string, req apiv1.CreateSandboxRequest, tplN
 		from = "branch of " + r.BranchOf
 	}
 	cp.recordEvent(r.ID, Event{Time: now, Type: "state", To: apiv1.StateStarting, Message: "created from " + from})
-	return r, nil
+	return nil
 }
 
 // checkRequest fills defaults and rejects what no node could run, for a
@@ -382,7 +403,7 @@ func (cp *ControlPlane) stop(ctx context.Context, r *record, reason string) erro
 		_ = cp.setState(r, apiv1.StateFailed, "stop failed: "+err.Error())
 		return fmt.Errorf("stop %s: %w", s.ID, err)
 	}
-	if err := cp.removeImage(cp.suspendImage(s.ID)); err != nil {
+	if err := cp.removeImage(ctx, suspendImage(s.ID)); err != nil {
 		cp.log.Error("remove suspend image", "sandbox", s.ID, "err", err)
 	}
 	crashpoint.Hit("stop-destroyed")
@@ -423,9 +444,9 @@ func (cp *ControlPlane) SetTimeout(id string, timeoutS int) (Sandbox, error) {
 	return cp.snapshot(r), err
 }
 
-// Running returns the node handle of a running sandbox, for agent calls.
+// Running returns the data plane of a running sandbox, for agent calls.
 // A suspended sandbox is resumed first unless its auto-resume is off.
-func (cp *ControlPlane) Running(ctx context.Context, id string) (*node.Sandbox, error) {
+func (cp *ControlPlane) Running(ctx context.Context, id string) (nodeapi.Sandbox, error) {
 	r, err := cp.lookup(id)
 	if err != nil {
 		return nil, err
@@ -446,8 +467,8 @@ func (cp *ControlPlane) Running(ctx context.Context, id string) (*node.Sandbox, 
 	if s.State != apiv1.StateRunning {
 		return nil, &StateError{ID: id, State: s.State, Want: "reach its processes or files (it must be running)"}
 	}
-	sb, err := cp.cfg.Node.Sandbox(id)
-	if errors.Is(err, node.ErrNoSandbox) {
+	sb, err := cp.cfg.Node.Sandbox(ctx, id)
+	if errors.Is(err, nodeapi.ErrNoSandbox) {
 		return nil, &StateError{ID: id, State: cp.snapshot(r).State, Want: "reach its agent"}
 	}
 	return sb, err

@@ -3,13 +3,10 @@ package controlplane
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/space-platform/space/internal/crashpoint"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -59,24 +56,32 @@ func (cp *ControlPlane) limits(s Sandbox) runtime.Limits {
 	return cp.poolLimits(s.VCPUs, s.MemoryMB, s.DiskMB).Limits
 }
 
-func (cp *ControlPlane) suspendImage(id string) string {
-	return filepath.Join(cp.cfg.ImagesDir, id, "suspend")
+// Checkpoint images are named on the node by what they belong to: a
+// sandbox's suspend image, its snapshots' and its branches' captures.
+func suspendImage(id string) string           { return id + "/suspend" }
+func snapshotImage(id, snapID string) string  { return id + "/snapshots/" + snapID }
+func branchImage(id, captureID string) string { return id + "/branches/" + captureID }
+
+// removeImage deletes a checkpoint image on the node; "" is none.
+func (cp *ControlPlane) removeImage(ctx context.Context, image string) error {
+	if image == "" {
+		return nil
+	}
+	return cp.cfg.Node.DeleteImage(context.WithoutCancel(ctx), image)
 }
 
-// removeImage removes a checkpoint image and the directories above it
-// that it leaves empty (images/<id>/snapshots, images/<id>), so that no
-// empty directory outlives what it held.
-func (cp *ControlPlane) removeImage(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return err
+// imageComplete reports whether the node holds the whole image; a node
+// that cannot tell is taken to hold none.
+func (cp *ControlPlane) imageComplete(ctx context.Context, image string) bool {
+	if image == "" {
+		return false
 	}
-	root := cp.cfg.ImagesDir + string(filepath.Separator)
-	for p := filepath.Dir(dir); cp.cfg.ImagesDir != "" && strings.HasPrefix(p, root); p = filepath.Dir(p) {
-		if os.Remove(p) != nil {
-			break // not empty, so neither is what holds it
-		}
+	info, err := cp.cfg.Node.Image(ctx, image)
+	if err != nil {
+		cp.log.Warn("look up image", "image", image, "err", err)
+		return false
 	}
-	return nil
+	return info.Complete
 }
 
 // Pause freezes a running sandbox's processes; memory stays resident.
@@ -105,8 +110,12 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 	}
 	cp.touch(r.ID)
 	err := cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error {
-		err := cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
-			ID: s.ID, ImageDir: s.ImageDir, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken,
+		if s.Image == "" {
+			// A record of an earlier version whose image was not found.
+			return fmt.Errorf("resume %s: its suspend image is lost", s.ID)
+		}
+		err := cp.cfg.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
+			ID: s.ID, Image: s.Image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken,
 			Network: s.policy(),
 		})
 		if err == nil {
@@ -117,12 +126,12 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 		s.ExpiresAt = time.Now().UTC().Add(time.Duration(s.TimeoutS) * time.Second)
 		// The image describes the past now; recovering from it after the
 		// volume moved on would mix two moments.
-		s.ImageDir = ""
+		s.Image = ""
 	})
 	if err != nil {
 		return err
 	}
-	if err := cp.removeImage(s.ImageDir); err != nil {
+	if err := cp.removeImage(ctx, s.Image); err != nil {
 		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
 	}
 	return nil
@@ -138,10 +147,10 @@ func (cp *ControlPlane) suspend(ctx context.Context, r *record, reason string) e
 	if err := cp.require(r, "suspend", apiv1.StateRunning, apiv1.StatePaused); err != nil {
 		return err
 	}
-	image := cp.suspendImage(r.ID)
-	// The image path is recorded before the checkpoint starts so that
-	// recovery knows where to look whatever moment a crash hits.
-	if err := cp.update(r, func(s *Sandbox) { s.ImageDir = image }); err != nil {
+	image := suspendImage(r.ID)
+	// The image is recorded before the checkpoint starts so that recovery
+	// knows where to look whatever moment a crash hits.
+	if err := cp.update(r, func(s *Sandbox) { s.Image = image }); err != nil {
 		return err
 	}
 	return cp.step(r, apiv1.StateSuspending, apiv1.StateSuspended, reason, func() error {
@@ -159,9 +168,9 @@ func (cp *ControlPlane) touch(id string) {
 	cp.mu.Unlock()
 }
 
-// Activity is the node's report that a sandbox's processes produced output.
+// activity is the node's report that a sandbox's processes produced output.
 // Pooled sandboxes nobody claimed yet are not tracked.
-func (cp *ControlPlane) Activity(id string) {
+func (cp *ControlPlane) activity(id string) {
 	cp.mu.Lock()
 	if _, ok := cp.sandboxes[id]; ok {
 		cp.lastActive[id] = time.Now()
@@ -169,10 +178,10 @@ func (cp *ControlPlane) Activity(id string) {
 	cp.mu.Unlock()
 }
 
-// Died is the node's report that a sandbox's runtime died on its own, for
+// died is the node's report that a sandbox's runtime died on its own, for
 // instance killed by the host for exceeding its memory limit. The sandbox
 // is failed with the reason and its resources released.
-func (cp *ControlPlane) Died(id, reason string) {
+func (cp *ControlPlane) died(id, reason string) {
 	r, err := cp.lookup(id)
 	if err != nil {
 		return

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -162,7 +162,7 @@ func (cp *ControlPlane) SetNetwork(ctx context.Context, id string, req apiv1.Net
 			return nil
 		}
 		if err := cp.cfg.Node.SetNetwork(ctx, id, cp.snapshot(r).policy()); err != nil {
-			if errors.Is(err, node.ErrNoEgress) {
+			if errors.Is(err, nodeapi.ErrNoEgress) {
 				return fmt.Errorf("%w: %v", ErrInvalid, err)
 			}
 			return fmt.Errorf("apply network policy of %s: %w", id, err)
@@ -176,9 +176,9 @@ func (cp *ControlPlane) SetNetwork(ctx context.Context, id string, req apiv1.Net
 // sandbox's egress policy refused.
 const EventNetworkDenied = "network.denied"
 
-// NetworkDenied records that the sandbox's egress policy refused something
+// networkDenied records that the sandbox's egress policy refused something
 // (the node's gateway reports it, already rate limited per sandbox).
-func (cp *ControlPlane) NetworkDenied(id, message string) {
+func (cp *ControlPlane) networkDenied(id, message string) {
 	if _, err := cp.lookup(id); err != nil {
 		return // gone, or a pooled sandbox not yet known
 	}

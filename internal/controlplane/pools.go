@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 )
@@ -24,20 +24,29 @@ type poolSetting struct {
 // SetPoolSize keeps size sandboxes of the template restored and idle, with
 // the default limits; creates that ask for those limits take one. The
 // setting is persisted and applied again after a restart.
-func (cp *ControlPlane) SetPoolSize(template string, size int) (node.PoolStatus, error) {
+func (cp *ControlPlane) SetPoolSize(template string, size int) (nodeapi.PoolStatus, error) {
 	if size < 0 || size > maxPoolSize {
-		return node.PoolStatus{}, invalid("pool size must be between 0 and %d, got %d", maxPoolSize, size)
+		return nodeapi.PoolStatus{}, invalid("pool size must be between 0 and %d, got %d", maxPoolSize, size)
 	}
 	tpl, name, err := cp.cfg.Templates.Resolve(project.Everything, template)
 	if err != nil {
-		return node.PoolStatus{}, err
+		return nodeapi.PoolStatus{}, err
 	}
 	if err := cp.cfg.Store.Put(poolBucket, name, poolSetting{Template: name, Size: size}); err != nil {
-		return node.PoolStatus{}, fmt.Errorf("persist pool size: %w", err)
+		return nodeapi.PoolStatus{}, fmt.Errorf("persist pool size: %w", err)
 	}
+	ctx := context.Background()
+	if err := cp.cfg.Node.SetPool(ctx, cp.poolRequest(tpl, size)); err != nil {
+		return nodeapi.PoolStatus{}, fmt.Errorf("set pool of %s: %w", name, err)
+	}
+	return cp.cfg.Node.Pool(ctx, tpl.ID)
+}
+
+// poolRequest keeps size sandboxes of tpl with the default limits, waiting
+// under the default policy.
+func (cp *ControlPlane) poolRequest(tpl nodeapi.TemplateSpec, size int) nodeapi.PoolRequest {
 	d := cp.cfg.Defaults
-	cp.cfg.Node.SetPoolSize(tpl, cp.poolLimits(d.VCPUs, d.MemoryMB, d.DiskMB), cp.defaultPolicy(), size)
-	return cp.cfg.Node.PoolStatus(tpl.ID), nil
+	return nodeapi.PoolRequest{Template: tpl, Limits: cp.poolLimits(d.VCPUs, d.MemoryMB, d.DiskMB), Waiting: cp.defaultPolicy(), Size: size}
 }
 
 // defaultPolicy is the network policy of a create request that sets none,
@@ -46,9 +55,14 @@ func (cp *ControlPlane) defaultPolicy() network.Policy {
 	return Sandbox{Network: &NetworkPolicy{AllowInternet: true}, Traffic: cp.trafficOf(nil)}.policy()
 }
 
-// PoolStatus reports the warm pool of a template (by id).
-func (cp *ControlPlane) PoolStatus(templateID string) node.PoolStatus {
-	return cp.cfg.Node.PoolStatus(templateID)
+// PoolStatus reports the warm pool of a template (by id); empty when the
+// node cannot say.
+func (cp *ControlPlane) PoolStatus(templateID string) nodeapi.PoolStatus {
+	st, err := cp.cfg.Node.Pool(context.Background(), templateID)
+	if err != nil {
+		cp.log.Warn("pool status", "template", templateID, "err", err)
+	}
+	return st
 }
 
 // ApplyPools starts the warm pools: persisted sizes win over the given
@@ -66,31 +80,24 @@ func (cp *ControlPlane) ApplyPools(defaults map[string]int) {
 	for _, p := range saved {
 		sizes[p.Template] = p.Size
 	}
-	d := cp.cfg.Defaults
 	for name, size := range sizes {
 		tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, name)
 		if err != nil {
 			continue
 		}
-		cp.cfg.Node.SetPoolSize(tpl, cp.poolLimits(d.VCPUs, d.MemoryMB, d.DiskMB), cp.defaultPolicy(), size)
+		if err := cp.cfg.Node.SetPool(context.Background(), cp.poolRequest(tpl, size)); err != nil {
+			cp.log.Error("set pool", "template", name, "err", err)
+		}
 	}
-}
-
-// PrepareTemplate makes the template's pre-booted image now rather than at
-// its first create.
-func (cp *ControlPlane) PrepareTemplate(ctx context.Context, template string) error {
-	tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, template)
-	if err != nil {
-		return err
-	}
-	_, err = cp.cfg.Node.TemplateImage(ctx, tpl)
-	return err
 }
 
 // ForgetTemplate drops a deleted template's image and pool.
 func (cp *ControlPlane) ForgetTemplate(name, templateID string) {
-	cp.cfg.Node.SetPoolSize(node.TemplateSpec{ID: templateID}, node.PoolLimits{}, network.Policy{}, 0)
-	if err := cp.cfg.Node.DropTemplateImage(templateID); err != nil {
+	ctx := context.Background()
+	if err := cp.cfg.Node.SetPool(ctx, nodeapi.PoolRequest{Template: nodeapi.TemplateSpec{ID: templateID}}); err != nil {
+		cp.log.Error("drain pool", "template", templateID, "err", err)
+	}
+	if err := cp.cfg.Node.DropTemplateImage(ctx, templateID); err != nil {
 		cp.log.Error("drop template image", "template", templateID, "err", err)
 	}
 	_ = cp.cfg.Store.Delete(poolBucket, name)

@@ -15,7 +15,10 @@ import (
 //   - rolling snapshots are taken on their interval and pruned after their
 //     retention;
 //   - stopped or failed sandboxes are forgotten after the retention period.
+//
+// It also follows the node's events (nodeevents.go) meanwhile.
 func (cp *ControlPlane) Run(ctx context.Context) {
+	go cp.followNode(ctx)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for n := 0; ; n++ {

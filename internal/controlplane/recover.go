@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -43,6 +41,9 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
+	if err := cp.convertLegacyImages(all); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
 	cp.mu.Lock()
 	for _, s := range all {
 		cp.sandboxes[s.ID] = &record{Sandbox: s}
@@ -59,16 +60,21 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 	for src, rs := range copies {
 		cp.restartCopies(src, rs)
 	}
-	cp.sweepImages()
-	if err := cp.sweepCaptures(); err != nil {
+	if err := cp.sweepImages(ctx); err != nil {
+		cp.log.Warn("sweep images", "err", err)
+	}
+	if err := cp.sweepCaptures(ctx); err != nil {
 		cp.log.Warn("sweep captures", "err", err)
 	}
-	return cp.cfg.Node.Sweep(ctx, func(id string) bool {
-		cp.mu.Lock()
-		defer cp.mu.Unlock()
-		r, ok := cp.sandboxes[id]
-		return ok && !terminal(r.State)
-	})
+	var keep []string
+	cp.mu.Lock()
+	for id, r := range cp.sandboxes {
+		if !terminal(r.State) {
+			keep = append(keep, id)
+		}
+	}
+	cp.mu.Unlock()
+	return cp.cfg.Node.Sweep(ctx, keep)
 }
 
 // recoverOne reconciles one sandbox; a branch or a start from a snapshot
@@ -82,7 +88,9 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		return nil
 	}
 	if s.State != apiv1.StateSuspended {
-		cp.cfg.Node.Quiesce(ctx, s.ID)
+		if err := cp.cfg.Node.Quiesce(ctx, s.ID); err != nil {
+			cp.log.Warn("quiesce", "sandbox", s.ID, "err", err)
+		}
 	}
 	if s.Restoring != "" {
 		// A restore that was not recorded did not happen: the node puts
@@ -95,7 +103,7 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 			return err
 		}
 		cp.recordEvent(s.ID, Event{Type: "restore", Message: "restore of " + s.Restoring + " interrupted by a server restart; undone"})
-	} else if err := cp.cfg.Node.CommitRestore(s.ID); err != nil {
+	} else if err := cp.cfg.Node.CommitRestore(ctx, s.ID); err != nil {
 		// What a recorded restore had not dropped yet.
 		cp.log.Warn("drop the volume a restore replaced", "sandbox", s.ID, "err", err)
 	}
@@ -113,8 +121,10 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 	case apiv1.StateSuspended:
 		return nil
 	case apiv1.StateSuspending:
-		if s.ImageDir != "" && cp.cfg.Node.SettleCheckpoint(ctx, s.ID, s.ImageDir) {
-			cp.cfg.Node.Halt(ctx, s.ID)
+		if cp.settled(ctx, s) {
+			if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+				return err
+			}
 			return cp.setState(r, apiv1.StateSuspended, "suspend finished after a server restart",
 				func(s *Sandbox) { now := time.Now().UTC(); s.SuspendedAt = &now })
 		}
@@ -128,7 +138,9 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		want := apiv1.StateRunning
 		if s.State == apiv1.StatePaused {
 			want = apiv1.StatePaused
-		} else if cp.cfg.Node.Paused(ctx, s.ID) {
+		} else if paused, err := cp.cfg.Node.Paused(ctx, s.ID); err != nil {
+			return err
+		} else if paused {
 			// Left frozen by an interrupted pause, suspend or capture.
 			if err := cp.cfg.Node.Resume(ctx, s.ID); err != nil {
 				return err
@@ -137,14 +149,14 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		// The slot's rules live in the kernel and survived the restart;
 		// applying the stored policy again repairs a change the crash
 		// interrupted between persisting and applying it.
-		if err := cp.cfg.Node.SetNetwork(ctx, s.ID, s.policy()); err != nil && !errors.Is(err, node.ErrNoEgress) {
+		if err := cp.cfg.Node.SetNetwork(ctx, s.ID, s.policy()); err != nil && !errors.Is(err, nodeapi.ErrNoEgress) {
 			cp.log.Warn("re-apply network policy", "sandbox", s.ID, "err", err)
 		}
 		cp.recordEvent(s.ID, Event{Type: "adopted", Message: "re-adopted after server restart"})
 		// The runtime that lives on is newer than any suspend image (a
 		// resume from it, or a suspend that did not finish): restoring
 		// that image later would bring back memory older than the disk.
-		if err := cp.dropSuspendImage(r); err != nil {
+		if err := cp.dropSuspendImage(ctx, r); err != nil {
 			return err
 		}
 		if s.State != want {
@@ -153,8 +165,10 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		return nil
 	}
 	// The runtime is gone (host reboot, or it died with the server).
-	if s.ImageDir != "" && node.ImageComplete(s.ImageDir) && s.State != apiv1.StateSuspended {
-		cp.cfg.Node.Halt(ctx, s.ID)
+	if s.State != apiv1.StateSuspended && cp.imageComplete(ctx, s.Image) {
+		if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+			return err
+		}
 		if s.Restoring != "" {
 			// The image is the one the restore made of the sandbox as it
 			// was: nothing is lost, so it is not flagged recovered.
@@ -168,18 +182,32 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 	return cp.reboot(ctx, r)
 }
 
+// settled reports whether the suspend a crash interrupted left a whole
+// image (the node waits for a checkpoint still running first).
+func (cp *ControlPlane) settled(ctx context.Context, s Sandbox) bool {
+	if s.Image == "" {
+		return false
+	}
+	ok, err := cp.cfg.Node.SettleCheckpoint(ctx, s.ID, s.Image)
+	if err != nil {
+		cp.log.Warn("settle checkpoint", "sandbox", s.ID, "err", err)
+		return false
+	}
+	return ok
+}
+
 // dropSuspendImage forgets and removes a sandbox's suspend image once it
 // runs from something newer. The record is changed first: an image that
 // lingers after a crash is swept, one still recorded would be used.
-func (cp *ControlPlane) dropSuspendImage(r *record) error {
-	image := cp.snapshot(r).ImageDir
+func (cp *ControlPlane) dropSuspendImage(ctx context.Context, r *record) error {
+	image := cp.snapshot(r).Image
 	if image == "" {
 		return nil
 	}
-	if err := cp.update(r, func(s *Sandbox) { s.ImageDir = "" }); err != nil {
+	if err := cp.update(r, func(s *Sandbox) { s.Image = "" }); err != nil {
 		return err
 	}
-	if err := cp.removeImage(image); err != nil {
+	if err := cp.removeImage(ctx, image); err != nil {
 		cp.log.Warn("remove stale suspend image", "sandbox", r.ID, "err", err)
 	}
 	return nil
@@ -223,22 +251,23 @@ func (cp *ControlPlane) fail(ctx context.Context, r *record, reason string) {
 // lost by failing it.
 func (cp *ControlPlane) restart(ctx context.Context, r *record, copies map[Source][]*record) error {
 	s := cp.snapshot(r)
-	cp.cfg.Node.Halt(ctx, s.ID)
+	if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+		return err
+	}
 	if s.Snapshot == "" && s.BranchOf == "" {
 		tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, s.TemplateID)
 		if err != nil {
 			return err
 		}
-		_ = cp.cfg.Node.DeleteVolume(path.Join("sandboxes", s.ID))
+		if err := cp.cfg.Node.DeleteVolume(ctx, path.Join("sandboxes", s.ID)); err != nil {
+			cp.log.Warn("drop the root volume of an interrupted start", "sandbox", s.ID, "err", err)
+		}
 		cp.launch(r, func(ctx context.Context, s Sandbox) error {
-			return cp.cfg.Node.Create(ctx, node.CreateSpec{
-				ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s),
-				Network: s.policy(),
-			})
+			return cp.cfg.Node.Create(ctx, nodeapi.CreateRequest{Spec: cp.createSpec(s, tpl)})
 		})
 		return nil
 	}
-	if src := s.Source; src != nil && cp.cfg.Node.VolumeExists(src.Volume) && node.ImageComplete(src.ImageDir) {
+	if src := s.Source; src != nil && cp.volumeExists(ctx, src.Volume) && cp.imageComplete(ctx, src.Image) {
 		if _, err := cp.findSnapshotKey(src.Snapshot); src.Snapshot == "" || err == nil {
 			copies[*src] = append(copies[*src], r)
 			return nil
@@ -251,7 +280,7 @@ func (cp *ControlPlane) restart(ctx context.Context, r *record, copies map[Sourc
 // restartCopies starts again the copies that a crash interrupted, all from
 // the same capture, which is then released as after a branch.
 func (cp *ControlPlane) restartCopies(src Source, rs []*record) {
-	done := func() { cp.dropCapture(src.Volume, src.ImageDir) }
+	done := func() { cp.dropCapture(src.Volume, src.Image) }
 	if src.Snapshot != "" {
 		// A snapshot stays (and is held as during the first attempt).
 		_, release, err := cp.holdSnapshot(func() (Snapshot, error) { return cp.findSnapshotKey(src.Snapshot) },
@@ -284,19 +313,17 @@ func (cp *ControlPlane) reboot(ctx context.Context, r *record) error {
 	if err != nil {
 		return err
 	}
-	if !cp.cfg.Node.VolumeExists(path.Join("sandboxes", s.ID)) {
+	if !cp.volumeExists(ctx, path.Join("sandboxes", s.ID)) {
 		return fmt.Errorf("root volume of %s is gone", s.ID)
 	}
-	cp.cfg.Node.Halt(ctx, s.ID)
+	if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+		return err
+	}
 	tpl.Start, tpl.Ready = "", "" // the filesystem already holds what start made
 	if err := cp.moveTo(r, apiv1.StateResuming, "host lost the sandbox's memory; booting its disk again"); err != nil {
 		return err
 	}
-	err = cp.cfg.Node.BootFromDisk(ctx, node.CreateSpec{
-		ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s),
-		Network: s.policy(),
-	})
-	if err != nil {
+	if err := cp.cfg.Node.BootFromDisk(ctx, cp.createSpec(s, tpl)); err != nil {
 		return err
 	}
 	if err := cp.update(r, func(s *Sandbox) {
@@ -307,52 +334,53 @@ func (cp *ControlPlane) reboot(ctx context.Context, r *record) error {
 	return cp.setState(r, apiv1.StateRunning, "recovered from its last durable state")
 }
 
-// sweepImages removes checkpoint images that no sandbox or snapshot owns,
-// and then the directories left empty (images/<id>/snapshots, .../branches,
-// images/<id>).
-func (cp *ControlPlane) sweepImages() {
-	if cp.cfg.ImagesDir == "" {
-		return
+// sweepImages deletes the node's checkpoint images that no sandbox or
+// snapshot owns: what a crash left of a suspend, capture or branch (the
+// node removes the directories they leave empty).
+func (cp *ControlPlane) sweepImages(ctx context.Context) error {
+	images, err := cp.cfg.Node.Images(ctx)
+	if err != nil {
+		return err
 	}
 	owned := map[string]bool{}
 	cp.mu.Lock()
 	for _, r := range cp.sandboxes {
-		if r.ImageDir != "" {
-			owned[r.ImageDir] = true
+		if r.Image != "" {
+			owned[r.Image] = true
 		}
 		if src := startingFrom(r); src != nil {
-			owned[src.ImageDir] = true
+			owned[src.Image] = true
 		}
 	}
 	cp.mu.Unlock()
-	snaps, _ := cp.Snapshots("")
-	for _, s := range snaps {
-		owned[s.ImageDir] = true
+	snaps, err := cp.Snapshots("")
+	if err != nil {
+		return err
 	}
-	dirs, _ := filepath.Glob(filepath.Join(cp.cfg.ImagesDir, "*", "*"))
-	more, _ := filepath.Glob(filepath.Join(cp.cfg.ImagesDir, "*", "*", "*"))
-	for _, d := range append(dirs, more...) {
-		base := filepath.Base(filepath.Dir(d))
-		if strings.HasSuffix(d, ".partial") {
-			_ = os.RemoveAll(d) // a checkpoint a crash interrupted
+	for _, s := range snaps {
+		owned[s.Image] = true
+	}
+	var errs []error
+	for _, image := range images {
+		if owned[image] {
 			continue
 		}
-		if base == "snapshots" || base == "branches" || filepath.Base(d) == "suspend" {
-			if !owned[d] {
-				_ = os.RemoveAll(d)
-			}
+		cp.log.Info("removing orphaned image", "image", image)
+		if err := cp.cfg.Node.DeleteImage(ctx, image); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	// Deepest first, so a parent emptied by its children goes too;
-	// os.Remove refuses a directory that is not empty.
-	for _, pattern := range []string{"*/snapshots", "*/branches", "*"} {
-		empty, _ := filepath.Glob(filepath.Join(cp.cfg.ImagesDir, pattern))
-		for _, d := range empty {
-			if info, err := os.Lstat(d); err == nil && info.IsDir() {
-				_ = os.Remove(d)
-			}
-		}
+	return errors.Join(errs...)
+}
+
+// volumeExists reports whether the node holds a volume; a node that
+// cannot tell is taken to hold none.
+func (cp *ControlPlane) volumeExists(ctx context.Context, name string) bool {
+	ok, err := cp.cfg.Node.VolumeExists(ctx, name)
+	if err != nil {
+		cp.log.Warn("look up volume", "volume", name, "err", err)
 	}
+	return ok
 }
 
 // startingFrom is the capture a sandbox that is still starting restores
@@ -367,7 +395,7 @@ func startingFrom(r *record) *Source {
 // sweepCaptures removes captured volumes (snapshots/<sandbox>/<x>) that no
 // snapshot owns and no start restores from: the capture of a snapshot or a
 // branch that a crash interrupted. Directories left empty go too.
-func (cp *ControlPlane) sweepCaptures() error {
+func (cp *ControlPlane) sweepCaptures(ctx context.Context) error {
 	owned := cp.snapshotVolumes()
 	cp.mu.Lock()
 	for _, r := range cp.sandboxes {
@@ -376,13 +404,13 @@ func (cp *ControlPlane) sweepCaptures() error {
 		}
 	}
 	cp.mu.Unlock()
-	dirs, err := cp.cfg.Node.ListVolumes("snapshots")
+	dirs, err := cp.cfg.Node.Volumes(ctx, "snapshots")
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, dir := range dirs {
-		vols, err := cp.cfg.Node.ListVolumes(dir)
+		vols, err := cp.cfg.Node.Volumes(ctx, dir)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -394,12 +422,12 @@ func (cp *ControlPlane) sweepCaptures() error {
 				continue
 			}
 			cp.log.Info("removing orphaned capture", "volume", v)
-			if err := cp.cfg.Node.DeleteVolume(v); err != nil {
+			if err := cp.cfg.Node.DeleteVolume(ctx, v); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		if kept == 0 {
-			if err := cp.cfg.Node.DeleteVolume(dir); err != nil {
+			if err := cp.cfg.Node.DeleteVolume(ctx, dir); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -409,10 +437,11 @@ func (cp *ControlPlane) sweepCaptures() error {
 
 // dropCapture removes a branch's capture once every branch restored from it.
 func (cp *ControlPlane) dropCapture(volume, image string) {
-	if err := cp.cfg.Node.DeleteVolume(volume); err != nil {
+	ctx := context.Background()
+	if err := cp.cfg.Node.DeleteVolume(ctx, volume); err != nil {
 		cp.log.Warn("drop branch capture", "volume", volume, "err", err)
 	}
-	if err := cp.removeImage(image); err != nil {
+	if err := cp.removeImage(ctx, image); err != nil {
 		cp.log.Warn("drop branch capture image", "image", image, "err", err)
 	}
 }

@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -13,14 +12,15 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
 // fakeNode models what the control plane relies on from the node: which
-// runtimes run, which volumes and images exist, and which calls were made.
+// runtimes run, which volumes and (complete) images exist, and which calls
+// were made.
 // Failures are injected per test. A method the control plane should not
 // call panics (the embedded nil interface).
 type fakeNode struct {
@@ -31,17 +31,20 @@ type fakeNode struct {
 	alive   map[string]bool // a runtime runs (or is frozen)
 	paused  map[string]bool
 	volumes map[string]bool
+	images  map[string]bool // name → complete
 
 	suspendErr error
 	// restoreErr fails ResumeFrom for the specs it matches.
-	restoreErr func(node.RestoreSpec) error
+	restoreErr func(nodeapi.RestoreSpec) error
 	// entered and proceed, when set, hold a restore from a volume inside
 	// ResumeFrom until the test lets it go on.
 	entered, proceed chan struct{}
+	// subscribe, when set, answers Events.
+	subscribe func(context.Context) (<-chan nodeapi.Event, error)
 }
 
 func newFakeNode() *fakeNode {
-	return &fakeNode{alive: map[string]bool{}, paused: map[string]bool{}, volumes: map[string]bool{}}
+	return &fakeNode{alive: map[string]bool{}, paused: map[string]bool{}, volumes: map[string]bool{}, images: map[string]bool{}}
 }
 
 func (f *fakeNode) record(call string) {
@@ -62,27 +65,27 @@ func (f *fakeNode) called(prefix string) int {
 	return n
 }
 
-// writeImage makes dir a complete checkpoint image.
-func writeImage(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "space-complete"), nil, 0o600)
+// hasImage reports whether the node holds the complete image.
+func (f *fakeNode) hasImage(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.images[name]
 }
 
-func (f *fakeNode) Suspend(_ context.Context, id, dir string) error {
+func (f *fakeNode) Suspend(_ context.Context, id, image string) error {
 	f.record("suspend " + id)
 	if f.suspendErr != nil {
 		return f.suspendErr
 	}
 	f.mu.Lock()
 	f.alive[id], f.paused[id] = false, false
+	f.images[image] = true
 	f.mu.Unlock()
-	return writeImage(dir)
+	return nil
 }
 
-func (f *fakeNode) ResumeFrom(_ context.Context, spec node.RestoreSpec) error {
-	f.record("resumefrom " + spec.ID + " " + spec.ImageDir)
+func (f *fakeNode) ResumeFrom(_ context.Context, spec nodeapi.RestoreSpec) error {
+	f.record("resumefrom " + spec.ID + " " + spec.Image)
 	if spec.FromVolume != "" && f.entered != nil {
 		f.entered <- struct{}{}
 		<-f.proceed
@@ -99,12 +102,52 @@ func (f *fakeNode) ResumeFrom(_ context.Context, spec node.RestoreSpec) error {
 	return nil
 }
 
-func (f *fakeNode) Capture(_ context.Context, id, volume, image string) error {
-	f.record("capture " + id)
+func (f *fakeNode) Capture(_ context.Context, req nodeapi.CaptureRequest) error {
+	f.record("capture " + req.ID)
 	f.mu.Lock()
-	f.volumes[volume] = true
+	f.volumes[req.Volume] = true
+	f.images[req.Image] = true
 	f.mu.Unlock()
-	return writeImage(image)
+	return nil
+}
+
+func (f *fakeNode) Image(_ context.Context, name string) (nodeapi.ImageInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return nodeapi.ImageInfo{Complete: f.images[name], SizeBytes: 1}, nil
+}
+
+func (f *fakeNode) Images(context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for name := range f.images {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (f *fakeNode) DeleteImage(_ context.Context, name string) error {
+	f.record("deleteimage " + name)
+	f.mu.Lock()
+	delete(f.images, name)
+	f.mu.Unlock()
+	return nil
+}
+
+// Events is a stream on which nothing happens, unless the test set
+// subscribe.
+func (f *fakeNode) Events(ctx context.Context) (<-chan nodeapi.Event, error) {
+	if f.subscribe != nil {
+		return f.subscribe(ctx)
+	}
+	ch := make(chan nodeapi.Event)
+	go func() {
+		<-ctx.Done()
+		close(ch)
+	}()
+	return ch, nil
 }
 
 func (f *fakeNode) Pause(_ context.Context, id string) error {
@@ -123,17 +166,24 @@ func (f *fakeNode) Resume(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeNode) Paused(_ context.Context, id string) bool {
+func (f *fakeNode) Paused(_ context.Context, id string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.paused[id]
+	return f.paused[id], nil
 }
 
-func (f *fakeNode) Halt(_ context.Context, id string) {
+// paused is Paused for tests.
+func (f *fakeNode) paused1(id string) bool {
+	p, _ := f.Paused(context.Background(), id)
+	return p
+}
+
+func (f *fakeNode) Halt(_ context.Context, id string) error {
 	f.record("halt " + id)
 	f.mu.Lock()
 	f.alive[id] = false
 	f.mu.Unlock()
+	return nil
 }
 
 func (f *fakeNode) Destroy(_ context.Context, id string) error {
@@ -156,12 +206,12 @@ func (f *fakeNode) RevertRestore(_ context.Context, id string) (bool, error) {
 	return false, nil
 }
 
-func (f *fakeNode) CommitRestore(id string) error {
+func (f *fakeNode) CommitRestore(_ context.Context, id string) error {
 	f.record("commit " + id)
 	return nil
 }
 
-func (f *fakeNode) DeleteVolume(name string) error {
+func (f *fakeNode) DeleteVolume(_ context.Context, name string) error {
 	f.record("deletevolume " + name)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -173,13 +223,19 @@ func (f *fakeNode) DeleteVolume(name string) error {
 	return nil
 }
 
-func (f *fakeNode) VolumeExists(name string) bool {
+func (f *fakeNode) VolumeExists(_ context.Context, name string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.volumes[name]
+	return f.volumes[name], nil
 }
 
-func (f *fakeNode) ListVolumes(prefix string) ([]string, error) {
+// hasVolume is VolumeExists for tests.
+func (f *fakeNode) hasVolume(name string) bool {
+	ok, _ := f.VolumeExists(context.Background(), name)
+	return ok
+}
+
+func (f *fakeNode) Volumes(_ context.Context, prefix string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	seen := map[string]bool{}
@@ -196,13 +252,13 @@ func (f *fakeNode) ListVolumes(prefix string) ([]string, error) {
 	return out, nil
 }
 
-func (f *fakeNode) Quiesce(context.Context, string) {}
-func (f *fakeNode) SettleCheckpoint(_ context.Context, _, dir string) bool {
-	return node.ImageComplete(dir)
+func (f *fakeNode) Quiesce(context.Context, string) error { return nil }
+func (f *fakeNode) SettleCheckpoint(_ context.Context, _, image string) (bool, error) {
+	return f.hasImage(image), nil
 }
 func (f *fakeNode) SetNetwork(context.Context, string, network.Policy) error { return nil }
-func (f *fakeNode) Sweep(context.Context, func(string) bool) error           { return nil }
-func (f *fakeNode) BootFromDisk(_ context.Context, spec node.CreateSpec) error {
+func (f *fakeNode) Sweep(context.Context, []string) error                    { return nil }
+func (f *fakeNode) BootFromDisk(_ context.Context, spec nodeapi.CreateSpec) error {
 	f.record("boot " + spec.ID)
 	f.mu.Lock()
 	f.alive[spec.ID] = true
@@ -212,8 +268,8 @@ func (f *fakeNode) BootFromDisk(_ context.Context, spec node.CreateSpec) error {
 
 type fakeTemplates struct{}
 
-func (fakeTemplates) Resolve(_ project.Scope, id string) (node.TemplateSpec, string, error) {
-	return node.TemplateSpec{ID: id}, id, nil
+func (fakeTemplates) Resolve(_ project.Scope, id string) (nodeapi.TemplateSpec, string, error) {
+	return nodeapi.TemplateSpec{ID: id}, id, nil
 }
 
 // newTestCP starts a control plane on a fresh store holding sandboxes (as
@@ -223,8 +279,15 @@ func newTestCP(t *testing.T, fn *fakeNode, sandboxes ...Sandbox) *ControlPlane {
 	return newTestCPIn(t, t.TempDir(), fn, sandboxes...)
 }
 
-// newTestCPIn is newTestCP with its store and images (dir/images) in dir.
+// newTestCPIn is newTestCP with its store in dir.
 func newTestCPIn(t *testing.T, dir string, fn *fakeNode, sandboxes ...Sandbox) *ControlPlane {
+	t.Helper()
+	return newTestCPWith(t, Config{}, dir, fn, sandboxes...)
+}
+
+// newTestCPWith is newTestCPIn with cfg's settings (store, node, templates
+// and capacity are the test's).
+func newTestCPWith(t *testing.T, cfg Config, dir string, fn *fakeNode, sandboxes ...Sandbox) *ControlPlane {
 	t.Helper()
 	st, err := store.Open(filepath.Join(dir, "state.db"))
 	if err != nil {
@@ -236,8 +299,9 @@ func newTestCPIn(t *testing.T, dir string, fn *fakeNode, sandboxes ...Sandbox) *
 			t.Fatal(err)
 		}
 	}
-	cp := New(Config{Store: st, Node: fn, Templates: fakeTemplates{}, ImagesDir: filepath.Join(dir, "images"),
-		Capacity: Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 1}})
+	cfg.Store, cfg.Node, cfg.Templates = st, fn, fakeTemplates{}
+	cfg.Capacity = Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 1}
+	cp := New(cfg)
 	if err := cp.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +391,7 @@ func TestFailedRestoreLeavesSandboxAsItWas(t *testing.T) {
 			before := mustGet(t, cp, "a")
 			// The restore from the snapshot fails (as after the swap: the
 			// node has put the old volume back); the way back works.
-			fn.restoreErr = func(spec node.RestoreSpec) error {
+			fn.restoreErr = func(spec nodeapi.RestoreSpec) error {
 				if spec.FromVolume != "" {
 					return errors.New("runsc restore: injected failure")
 				}
@@ -343,26 +407,26 @@ func TestFailedRestoreLeavesSandboxAsItWas(t *testing.T) {
 			if fn.called("commit a") != 0 {
 				t.Fatal("a failed restore committed (dropped the old volume)")
 			}
-			if !fn.VolumeExists("sandboxes/a") {
+			if !fn.hasVolume("sandboxes/a") {
 				t.Fatal("the root volume is gone")
 			}
 			if from == apiv1.StateSuspended {
-				if s.ImageDir != before.ImageDir || !node.ImageComplete(s.ImageDir) {
-					t.Fatalf("suspended sandbox lost its image: %q", s.ImageDir)
+				if s.Image != before.Image || !fn.hasImage(s.Image) {
+					t.Fatalf("suspended sandbox lost its image: %q", s.Image)
 				}
 				return
 			}
-			if s.ImageDir != "" {
-				t.Fatalf("the image of the way back is still recorded: %q", s.ImageDir)
+			if s.Image != "" {
+				t.Fatalf("the image of the way back is still recorded: %q", s.Image)
 			}
-			if _, err := os.Stat(cp.suspendImage("a")); !os.IsNotExist(err) {
-				t.Fatalf("the image of the way back is still on disk: %v", err)
+			if fn.hasImage(suspendImage("a")) {
+				t.Fatal("the image of the way back is still on the node")
 			}
-			if fn.called("resumefrom a "+cp.suspendImage("a")) != 1 {
+			if fn.called("resumefrom a "+suspendImage("a")) != 1 {
 				t.Fatalf("the old memory was not restored: calls %v", fn.calls)
 			}
-			if fn.Paused(ctx, "a") != (from == apiv1.StatePaused) {
-				t.Fatalf("paused=%v after the way back from %s", fn.Paused(ctx, "a"), from)
+			if fn.paused1("a") != (from == apiv1.StatePaused) {
+				t.Fatalf("paused=%v after the way back from %s", fn.paused1("a"), from)
 			}
 		})
 	}
@@ -374,13 +438,13 @@ func TestFailedRestoreLeavesSandboxAsItWas(t *testing.T) {
 func TestFailedRestoreNeverFails(t *testing.T) {
 	cp, fn := twoRunning(t)
 	ctx := context.Background()
-	fn.restoreErr = func(node.RestoreSpec) error { return errors.New("injected") }
+	fn.restoreErr = func(nodeapi.RestoreSpec) error { return errors.New("injected") }
 	if _, err := cp.Restore(ctx, project.Everything, "a", "b/bs"); err == nil {
 		t.Fatal("restore succeeded despite the injected failure")
 	}
 	s := mustGet(t, cp, "a")
-	if s.State != apiv1.StateSuspended || !node.ImageComplete(s.ImageDir) {
-		t.Fatalf("after restore and way back failed: %s, image %q; want suspended on its image", s.State, s.ImageDir)
+	if s.State != apiv1.StateSuspended || !fn.hasImage(s.Image) {
+		t.Fatalf("after restore and way back failed: %s, image %q; want suspended on its image", s.State, s.Image)
 	}
 
 	cp, fn = twoRunning(t)
@@ -388,7 +452,7 @@ func TestFailedRestoreNeverFails(t *testing.T) {
 	if _, err := cp.Restore(ctx, project.Everything, "a", "b/bs"); err == nil {
 		t.Fatal("restore succeeded despite the failed suspend")
 	}
-	if s := mustGet(t, cp, "a"); s.State != apiv1.StateRunning || s.ImageDir != "" || s.Restoring != "" {
+	if s := mustGet(t, cp, "a"); s.State != apiv1.StateRunning || s.Image != "" || s.Restoring != "" {
 		t.Fatalf("after the suspend failed: %+v", s)
 	}
 	if fn.called("resumefrom") != 0 {
@@ -404,44 +468,37 @@ func TestRestoreCommitsAfterRecording(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != apiv1.StateRunning || got.Snapshot != "b/bs" || got.ImageDir != "" || got.Restoring != "" {
+	if got.State != apiv1.StateRunning || got.Snapshot != "b/bs" || got.Image != "" || got.Restoring != "" {
 		t.Fatalf("after restore: %+v", got)
 	}
 	if fn.called("commit a") != 1 {
 		t.Fatal("the old volume was not dropped")
 	}
-	if _, err := os.Stat(cp.suspendImage("a")); !os.IsNotExist(err) {
-		t.Fatalf("the image the restore went through is left: %v", err)
+	if fn.hasImage(suspendImage("a")) {
+		t.Fatal("the image the restore went through is left")
 	}
 }
 
 // Recovery after a crash in a restore undoes it; after a crash in a resume
 // it drops the suspend image the live runtime came from.
 func TestRecoverySettlesRestoreAndResume(t *testing.T) {
-	dir := t.TempDir()
-	image := filepath.Join(dir, "images", "r", "suspend")
-	if err := writeImage(image); err != nil {
-		t.Fatal(err)
-	}
-	resumeImage := filepath.Join(dir, "images", "s", "suspend")
-	if err := writeImage(resumeImage); err != nil {
-		t.Fatal(err)
-	}
+	image, resumeImage := suspendImage("r"), suspendImage("s")
 	fn := newFakeNode()
+	fn.images[image], fn.images[resumeImage] = true, true
 	fn.volumes["sandboxes/r"], fn.volumes["sandboxes/s"] = true, true
 	fn.alive["s"] = true // the resume got as far as running it
 	restoring := sandbox("r", apiv1.StateResuming)
-	restoring.Restoring, restoring.ImageDir = "b/bs", image
+	restoring.Restoring, restoring.Image = "b/bs", image
 	resuming := sandbox("s", apiv1.StateResuming)
-	resuming.ImageDir = resumeImage
-	cp := newTestCPIn(t, dir, fn, restoring, resuming)
+	resuming.Image = resumeImage
+	cp := newTestCP(t, fn, restoring, resuming)
 
 	if fn.called("revert r") != 1 {
 		t.Fatal("the interrupted restore was not reverted")
 	}
 	r := mustGet(t, cp, "r")
-	if r.State != apiv1.StateSuspended || r.Restoring != "" || r.ImageDir != image {
-		t.Fatalf("interrupted restore: %s, restoring %q, image %q; want suspended on its own image", r.State, r.Restoring, r.ImageDir)
+	if r.State != apiv1.StateSuspended || r.Restoring != "" || r.Image != image {
+		t.Fatalf("interrupted restore: %s, restoring %q, image %q; want suspended on its own image", r.State, r.Restoring, r.Image)
 	}
 	if r.Recovered != "" {
 		t.Fatalf("an undone restore lost nothing, yet is flagged recovered: %q", r.Recovered)
@@ -450,55 +507,42 @@ func TestRecoverySettlesRestoreAndResume(t *testing.T) {
 		t.Fatal("an unrecorded restore was committed")
 	}
 	s := mustGet(t, cp, "s")
-	if s.State != apiv1.StateRunning || s.ImageDir != "" {
-		t.Fatalf("interrupted resume: %s, image %q; want running without an image", s.State, s.ImageDir)
+	if s.State != apiv1.StateRunning || s.Image != "" {
+		t.Fatalf("interrupted resume: %s, image %q; want running without an image", s.State, s.Image)
 	}
-	if _, err := os.Stat(resumeImage); !os.IsNotExist(err) {
-		t.Fatalf("the stale suspend image is still on disk: %v", err)
+	if fn.hasImage(resumeImage) {
+		t.Fatal("the stale suspend image is still on the node")
 	}
 }
 
 // A branch whose start a crash interrupted starts again from its capture,
-// which is dropped once it ran; captures nothing owns are swept, and so
-// are image directories left empty.
+// which is dropped once it ran; captures and images nothing owns are swept.
 func TestRecoveryRestartsBranchesAndSweepsCaptures(t *testing.T) {
-	dir := t.TempDir()
-	images := filepath.Join(dir, "images")
-	capture := Source{Volume: "snapshots/src/branch-1", ImageDir: filepath.Join(images, "src", "branches", "1"), AccessToken: "t"}
-	orphan := filepath.Join(images, "src", "branches", "2")
-	for _, d := range []string{capture.ImageDir, orphan} {
-		if err := writeImage(d); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(images, "gone", "snapshots"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	capture := Source{Volume: "snapshots/src/branch-1", Image: branchImage("src", "1"), AccessToken: "t"}
+	orphan := branchImage("src", "2")
 	fn := newFakeNode()
+	fn.images[capture.Image], fn.images[orphan] = true, true
 	fn.alive["src"], fn.volumes["sandboxes/src"] = true, true
 	fn.volumes[capture.Volume], fn.volumes["snapshots/src/branch-2"], fn.volumes["snapshots/old/x"] = true, true, true
 	branch := sandbox("br", apiv1.StateStarting)
 	branch.BranchOf, branch.Source = "src", &capture
-	cp := newTestCPIn(t, dir, fn, sandbox("src", apiv1.StateRunning), branch)
+	cp := newTestCP(t, fn, sandbox("src", apiv1.StateRunning), branch)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := cp.Wait(ctx, "br", apiv1.StateRunning); err != nil {
 		t.Fatalf("interrupted branch: %v", err)
 	}
 	for _, v := range []string{"snapshots/src/branch-2", "snapshots/old/x", "snapshots/old"} {
-		if fn.VolumeExists(v) {
+		if fn.hasVolume(v) {
 			t.Errorf("orphaned capture %s was not swept", v)
 		}
 	}
-	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
-		t.Errorf("orphaned capture image left: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(images, "gone")); !os.IsNotExist(err) {
-		t.Errorf("empty image directory left: %v", err)
+	if fn.hasImage(orphan) {
+		t.Error("orphaned capture image left")
 	}
 	// The capture goes once the branch ran.
 	deadline := time.Now().Add(5 * time.Second)
-	for fn.VolumeExists(capture.Volume) {
+	for fn.hasVolume(capture.Volume) || fn.hasImage(capture.Image) {
 		if time.Now().After(deadline) {
 			t.Fatal("the capture was not dropped after the branch ran")
 		}

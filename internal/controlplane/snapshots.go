@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -16,7 +15,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/crashpoint"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -33,9 +32,13 @@ type Snapshot struct {
 	// Rolling snapshots are taken on a schedule and pruned after the
 	// sandbox's retention.
 	Rolling bool `json:"rolling,omitempty"`
-	// Volume is the read-only filesystem, ImageDir the memory image.
-	Volume   string `json:"volume"`
-	ImageDir string `json:"image_dir"`
+	// Volume is the read-only filesystem, Image the memory image (both
+	// named on the node).
+	Volume string `json:"volume"`
+	Image  string `json:"image,omitempty"`
+	// LegacyImageDir is the image's path as earlier versions recorded
+	// it; Recover turns it into Image.
+	LegacyImageDir string `json:"image_dir,omitempty"`
 	// The source's template and the token its agent held, for restores.
 	Template    string `json:"template"`
 	TemplateID  string `json:"template_id"`
@@ -47,7 +50,7 @@ type Snapshot struct {
 
 // source is what a sandbox started from the snapshot restores from.
 func (s Snapshot) source() Source {
-	return Source{Volume: s.Volume, ImageDir: s.ImageDir, AccessToken: s.AccessToken, Snapshot: snapshotKey(s.SandboxID, s.Name)}
+	return Source{Volume: s.Volume, Image: s.Image, AccessToken: s.AccessToken, Snapshot: snapshotKey(s.SandboxID, s.Name)}
 }
 
 // API returns the public view of a snapshot.
@@ -96,37 +99,30 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 	snapID := newID()
 	snap := Snapshot{
 		ID: snapID, Name: name, SandboxID: s.ID, CreatedAt: time.Now().UTC(), Rolling: rolling,
-		Volume: path.Join("snapshots", s.ID, snapID), ImageDir: filepath.Join(cp.cfg.ImagesDir, s.ID, "snapshots", snapID),
+		Volume: path.Join("snapshots", s.ID, snapID), Image: snapshotImage(s.ID, snapID),
 		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken, Project: project.Of(s.Project),
 	}
 	back := s.State
 	err := cp.step(r, apiv1.StateSnapshotting, back, "", func() error {
-		return cp.cfg.Node.Capture(ctx, s.ID, snap.Volume, snap.ImageDir)
+		return cp.cfg.Node.Capture(ctx, nodeapi.CaptureRequest{ID: s.ID, Volume: snap.Volume, Image: snap.Image})
 	})
 	if err != nil {
 		return Snapshot{}, err
 	}
 	crashpoint.Hit("snapshot-captured")
-	snap.SizeBytes = dirSize(snap.ImageDir)
+	if info, err := cp.cfg.Node.Image(ctx, snap.Image); err == nil {
+		snap.SizeBytes = info.SizeBytes
+	} else {
+		cp.log.Warn("size of snapshot image", "snapshot", snap.ID, "err", err)
+	}
 	if err := cp.cfg.Store.Put(snapshotBucket, snapshotKey(s.ID, name), snap); err != nil {
-		cp.dropSnapshotData(snap)
+		cp.dropSnapshotData(ctx, snap)
 		return Snapshot{}, fmt.Errorf("record snapshot: %w", err)
 	}
 	now := snap.CreatedAt
 	_ = cp.update(r, func(s *Sandbox) { s.LastSnapshotAt = &now })
 	cp.recordEvent(s.ID, Event{Type: "snapshot", Message: "snapshot " + name + " taken"})
 	return snap, nil
-}
-
-func dirSize(dir string) int64 {
-	var total int64
-	_ = filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() {
-			total += info.Size()
-		}
-		return nil
-	})
-	return total
 }
 
 // Snapshots lists a sandbox's snapshots, oldest first. They outlive the
@@ -207,7 +203,7 @@ func (cp *ControlPlane) DeleteSnapshot(sandboxID, name string) error {
 		return err
 	}
 	// Nothing can take the snapshot any more: its record is gone.
-	cp.dropSnapshotData(snap)
+	cp.dropSnapshotData(context.Background(), snap)
 	return nil
 }
 
@@ -241,11 +237,12 @@ func (cp *ControlPlane) holdSnapshot(resolve func() (Snapshot, error), op string
 	}, nil
 }
 
-func (cp *ControlPlane) dropSnapshotData(s Snapshot) {
-	if err := cp.cfg.Node.DeleteVolume(s.Volume); err != nil {
+func (cp *ControlPlane) dropSnapshotData(ctx context.Context, s Snapshot) {
+	ctx = context.WithoutCancel(ctx)
+	if err := cp.cfg.Node.DeleteVolume(ctx, s.Volume); err != nil {
 		cp.log.Error("delete snapshot volume", "snapshot", s.ID, "err", err)
 	}
-	if err := cp.removeImage(s.ImageDir); err != nil {
+	if err := cp.removeImage(ctx, s.Image); err != nil {
 		cp.log.Error("delete snapshot image", "snapshot", s.ID, "err", err)
 	}
 }
@@ -317,15 +314,15 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 			return err
 		}
 		s := cp.snapshot(r)
-		from, image := s.State, cp.suspendImage(s.ID)
-		if from == apiv1.StateSuspended && s.ImageDir != "" {
-			image = s.ImageDir
+		from, image := s.State, suspendImage(s.ID)
+		if from == apiv1.StateSuspended && s.Image != "" {
+			image = s.Image
 		}
 		ref := snapshotKey(snap.SandboxID, snap.Name)
 		// Recorded before anything moves, so that recovery after a crash
 		// knows to put the old sandbox back.
 		if err := cp.setState(r, apiv1.StateResuming, "restoring snapshot "+ref, func(s *Sandbox) {
-			s.Restoring, s.ImageDir = ref, image
+			s.Restoring, s.Image = ref, image
 		}); err != nil {
 			return err
 		}
@@ -337,8 +334,8 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 			}
 		}
 		crashpoint.Hit("restore-suspended")
-		spec := node.RestoreSpec{
-			ID: s.ID, ImageDir: snap.ImageDir, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
+		spec := nodeapi.RestoreSpec{
+			ID: s.ID, Image: snap.Image, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
 			AccessToken: snap.AccessToken, Rollback: true, Network: s.policy(),
 		}
 		if snap.SandboxID != s.ID || snap.AccessToken != s.AccessToken {
@@ -351,16 +348,16 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 		}
 		crashpoint.Hit("restore-resumed")
 		if err := cp.setState(r, apiv1.StateRunning, "restored snapshot "+snap.Name, func(s *Sandbox) {
-			s.Snapshot, s.Restoring, s.ImageDir, s.SuspendedAt = ref, "", "", nil
+			s.Snapshot, s.Restoring, s.Image, s.SuspendedAt = ref, "", "", nil
 		}); err != nil {
 			return err
 		}
 		crashpoint.Hit("restore-recorded")
 		// Recorded: the old root volume and memory are not needed any more.
-		if err := cp.cfg.Node.CommitRestore(s.ID); err != nil {
+		if err := cp.cfg.Node.CommitRestore(ctx, s.ID); err != nil {
 			cp.log.Warn("drop the volume a restore replaced", "sandbox", s.ID, "err", err)
 		}
-		if err := cp.removeImage(image); err != nil {
+		if err := cp.removeImage(ctx, image); err != nil {
 			cp.log.Warn("drop the image a restore replaced", "sandbox", s.ID, "err", err)
 		}
 		return nil
@@ -387,20 +384,22 @@ func (cp *ControlPlane) unrestore(ctx context.Context, r *record, from, image, r
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	err := cp.cfg.Node.ResumeFrom(ctx, node.RestoreSpec{
-		ID: s.ID, ImageDir: image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken, Network: s.policy(),
+	err := cp.cfg.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
+		ID: s.ID, Image: image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken, Network: s.policy(),
 	})
 	if err == nil && from == apiv1.StatePaused {
 		err = cp.cfg.Node.Pause(ctx, s.ID)
 	}
 	if err != nil {
 		cp.log.Error("bring back a sandbox after a failed restore", "sandbox", s.ID, "err", err)
-		cp.cfg.Node.Halt(ctx, s.ID)
+		if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+			cp.log.Error("halt a sandbox after a failed restore", "sandbox", s.ID, "err", err)
+		}
 		cp.endRestore(r, apiv1.StateSuspended, reason+", suspended on its image", image)
 		return
 	}
 	cp.endRestore(r, from, reason, "")
-	if err := cp.removeImage(image); err != nil {
+	if err := cp.removeImage(ctx, image); err != nil {
 		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
 	}
 }
@@ -408,7 +407,7 @@ func (cp *ControlPlane) unrestore(ctx context.Context, r *record, from, image, r
 // endRestore records the end of a restore that did not happen.
 func (cp *ControlPlane) endRestore(r *record, to, reason, image string) {
 	if err := cp.setState(r, to, reason, func(s *Sandbox) {
-		s.Restoring, s.ImageDir = "", image
+		s.Restoring, s.Image = "", image
 		if to == apiv1.StateSuspended && s.SuspendedAt == nil {
 			now := time.Now().UTC()
 			s.SuspendedAt = &now
@@ -419,7 +418,7 @@ func (cp *ControlPlane) endRestore(r *record, to, reason, image string) {
 }
 
 // identity is what a restored copy must be told about itself.
-func (cp *ControlPlane) identity(s Sandbox) *node.Identity {
+func (cp *ControlPlane) identity(s Sandbox) *nodeapi.Identity {
 	info := map[string]string{"sandbox_id": s.ID, "restored_at": time.Now().UTC().Format(time.RFC3339Nano)}
 	if s.BranchOf != "" {
 		info["branch_of"] = s.BranchOf
@@ -431,7 +430,7 @@ func (cp *ControlPlane) identity(s Sandbox) *node.Identity {
 	for k, v := range s.Env {
 		env[k] = v
 	}
-	return &node.Identity{AccessToken: s.AccessToken, Env: env, Info: info}
+	return &nodeapi.Identity{AccessToken: s.AccessToken, Env: env, Info: info}
 }
 
 // pruneSnapshots removes rolling snapshots older than their sandbox's

@@ -24,7 +24,7 @@ import (
 
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -48,7 +48,7 @@ type ControlPlane interface {
 	Snapshots(sandboxID string) ([]controlplane.Snapshot, error)
 	ResolveSnapshot(scope project.Scope, ref string) (controlplane.Snapshot, error)
 	DeleteSnapshot(sandboxID, name string) error
-	Running(ctx context.Context, id string) (*node.Sandbox, error)
+	Running(ctx context.Context, id string) (nodeapi.Sandbox, error)
 }
 
 // Keys checks API keys; *auth.Keys satisfies it.

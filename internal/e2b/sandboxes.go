@@ -342,7 +342,7 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []sandboxMetric{})
 		return
 	}
-	sample, err := h.agentMetrics(r.Context(), id)
+	sample, err := h.agentMetrics(r.Context(), id, s.AccessToken)
 	if err != nil {
 		h.fail(w, err)
 		return
@@ -351,7 +351,10 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 }
 
 // agentMetrics reads the agent's GET /metrics (envd's shape) and converts it.
-func (h *Handler) agentMetrics(ctx context.Context, id string) (sandboxMetric, error) {
+// The node's agent transport carries requests as they are, so the request
+// presents the sandbox's access token itself, taken from the control
+// plane's record, as an SDK calling envd would.
+func (h *Handler) agentMetrics(ctx context.Context, id, accessToken string) (sandboxMetric, error) {
 	sb, err := h.cfg.ControlPlane.Running(ctx, id)
 	if err != nil {
 		return sandboxMetric{}, err
@@ -360,7 +363,10 @@ func (h *Handler) agentMetrics(ctx context.Context, id string) (sandboxMetric, e
 	if err != nil {
 		return sandboxMetric{}, err
 	}
-	resp, err := sb.Agent.Do(req)
+	if accessToken != "" {
+		req.Header.Set("X-Access-Token", accessToken)
+	}
+	resp, err := sb.Agent().RoundTrip(req)
 	if err != nil {
 		return sandboxMetric{}, fmt.Errorf("read metrics of %s: %w", id, err)
 	}

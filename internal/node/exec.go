@@ -7,36 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/space-platform/space/internal/agent/gen/processpb"
 )
-
-// ExecSpec is a one-shot command.
-type ExecSpec struct {
-	Cmd     []string
-	Env     map[string]string
-	Cwd     string
-	User    string
-	Timeout time.Duration
-}
-
-// ExecResult is what a one-shot command produced.
-type ExecResult struct {
-	Stdout, Stderr []byte
-	ExitCode       int
-	// Truncated is set when a stream produced more than MaxExecOutput
-	// bytes; only the first MaxExecOutput of it were kept.
-	Truncated bool
-}
-
-// MaxExecOutput bounds what a one-shot command's stdout and stderr may
-// each hold in the server's memory: the sandbox chooses how much it
-// prints, so without a bound one call could exhaust the node. Larger
-// output belongs in a session, whose attach streams it.
-const MaxExecOutput = 1 << 20
 
 // headBuffer keeps the first max bytes written to it and counts the rest.
 type headBuffer struct {
@@ -52,10 +27,6 @@ func (h *headBuffer) write(p []byte) {
 	}
 	h.buf.Write(p)
 }
-
-// ErrExecTimeout is returned when a one-shot command outlives its timeout;
-// the agent kills it.
-var ErrExecTimeout = errors.New("command timed out")
 
 // Exec runs a command to completion and returns its output. The timeout is
 // sent to the agent as the process's lifetime.

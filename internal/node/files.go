@@ -21,16 +21,6 @@ import (
 	"github.com/space-platform/space/internal/dirlist"
 )
 
-// AgentError is a failed call to a sandbox's agent, with the HTTP status
-// that describes it to API clients (404 missing, 400 bad path, 507 out of
-// space, 502 agent unreachable, ...).
-type AgentError struct {
-	Status  int
-	Message string
-}
-
-func (e *AgentError) Error() string { return e.Message }
-
 func filesURL(path, user string) string {
 	q := url.Values{"path": {path}}
 	if user != "" {
@@ -109,13 +99,6 @@ func (sb *Sandbox) Stat(ctx context.Context, path, user string) (*filesystempb.E
 		return nil, fileErr("stat", path, err)
 	}
 	return resp.Msg.GetEntry(), nil
-}
-
-// ListOptions selects one page of a directory listing; zero values are
-// the agent's defaults (depth 1, dirlist.DefaultLimit entries).
-type ListOptions struct {
-	Depth, Limit int
-	Cursor       string // next_cursor of the previous page
 }
 
 // DirPage is one page of a listing as it streams from the agent: Next

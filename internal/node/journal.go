@@ -6,41 +6,6 @@ import (
 	"sync"
 )
 
-// Stream identifies which output a chunk came from.
-type Stream uint8
-
-const (
-	Stdout Stream = iota + 1
-	Stderr
-	PTY
-)
-
-func (s Stream) String() string {
-	switch s {
-	case Stdout:
-		return "stdout"
-	case Stderr:
-		return "stderr"
-	case PTY:
-		return "pty"
-	}
-	return "unknown"
-}
-
-// Chunk is a piece of output at a position in the session's output sequence.
-// Offsets count the bytes of all streams together, in arrival order.
-type Chunk struct {
-	Stream Stream
-	Offset int64
-	Data   []byte
-}
-
-// End is how a session's process finished.
-type End struct {
-	ExitCode int
-	Error    string
-}
-
 // Journal records a session's output so that readers can come and go, and
 // resume from any offset still held, without ever blocking the process.
 // It keeps at most limit bytes; older chunks are dropped from the front.

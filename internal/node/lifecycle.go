@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/crashpoint"
-	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
 )
 
@@ -19,8 +19,8 @@ import (
 // image is whole, so recovery can tell a finished image from a torn one.
 const completeMarker = "space-complete"
 
-// ImageComplete reports whether dir holds a finished checkpoint image.
-func ImageComplete(dir string) bool {
+// imageComplete reports whether dir holds a finished checkpoint image.
+func imageComplete(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, completeMarker))
 	return err == nil
 }
@@ -39,23 +39,37 @@ func syncDir(dir string) error {
 }
 
 // Quiesce waits (a bounded time) for runtime commands on the sandbox that a
-// crashed server left running, so recovery sees their outcome.
-func (n *Node) Quiesce(ctx context.Context, id string) {
+// crashed server left running, so recovery sees their outcome. An error
+// says they still run.
+func (n *Node) Quiesce(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := n.cfg.Runtime.Quiesce(qctx, id); err != nil {
-		n.log.Warn("runtime commands still running", "sandbox", id, "err", err)
+		return fmt.Errorf("quiesce %s: runtime commands still running: %w", id, err)
 	}
+	return nil
 }
 
 // SettleCheckpoint decides, after a crash during a suspend, whether the
-// suspend image in imageDir is whole. A checkpoint command may have
-// outlived the server, so it waits for that first. Images are written
-// under another name and renamed into place only when whole (see
-// saveImage), so a torn one is never taken for finished.
-func (n *Node) SettleCheckpoint(ctx context.Context, id, imageDir string) bool {
-	n.Quiesce(ctx, id)
-	return ImageComplete(imageDir)
+// suspend image is whole. A checkpoint command may have outlived the
+// server, so it waits for that first. Images are written under another
+// name and renamed into place only when whole (see saveImage), so a torn
+// one is never taken for finished.
+func (n *Node) SettleCheckpoint(ctx context.Context, id, image string) (bool, error) {
+	dir, err := n.imagePath(image)
+	if err != nil {
+		return false, err
+	}
+	if err := n.Quiesce(ctx, id); err != nil {
+		if errors.Is(err, nodeapi.ErrInvalidName) {
+			return false, err
+		}
+		n.log.Warn("settle checkpoint", "sandbox", id, "err", err)
+	}
+	return imageComplete(dir), nil
 }
 
 // saveImage checkpoints the sandbox into imageDir, leaving it running (or
@@ -85,6 +99,9 @@ func (n *Node) saveImage(ctx context.Context, id, imageDir string) error {
 
 // Pause freezes every process of the sandbox; its memory stays resident.
 func (n *Node) Pause(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	if err := n.cfg.Runtime.Pause(ctx, id); err != nil {
 		return fmt.Errorf("pause %s: %w", id, err)
 	}
@@ -93,25 +110,52 @@ func (n *Node) Pause(ctx context.Context, id string) error {
 
 // Resume thaws a paused sandbox.
 func (n *Node) Resume(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	if err := n.cfg.Runtime.Resume(ctx, id); err != nil {
 		return fmt.Errorf("resume %s: %w", id, err)
 	}
 	return nil
 }
 
-// Paused reports whether the runtime holds the sandbox frozen.
-func (n *Node) Paused(ctx context.Context, id string) bool {
+// Paused reports whether the runtime holds the sandbox frozen; a sandbox
+// the runtime does not know is not.
+func (n *Node) Paused(ctx context.Context, id string) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
 	st, err := n.cfg.Runtime.State(ctx, id)
-	return err == nil && st.Status == runtime.StatusPaused
+	if errors.Is(err, runtime.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("state of %s: %w", id, err)
+	}
+	return st.Status == runtime.StatusPaused, nil
 }
 
-// Suspend saves the sandbox's memory and process state to imageDir and
+// paused is Paused for the node's own steps, which treat "cannot tell" as
+// "not frozen": they freeze the sandbox themselves then.
+func (n *Node) paused(ctx context.Context, id string) bool {
+	p, err := n.Paused(ctx, id)
+	return err == nil && p
+}
+
+// Suspend saves the sandbox's memory and process state to the image and
 // releases its CPU, memory and network slot. The root volume stays on disk;
 // together with the image it is the sandbox's durable state. The node keeps
 // its sessions, which continue after ResumeFrom.
-func (n *Node) Suspend(ctx context.Context, id, imageDir string) error {
+func (n *Node) Suspend(ctx context.Context, id, image string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	imageDir, err := n.imagePath(image)
+	if err != nil {
+		return err
+	}
 	rt := n.cfg.Runtime
-	wasPaused := n.Paused(ctx, id)
+	wasPaused := n.paused(ctx, id)
 	if !wasPaused {
 		// Freeze first so the image and the volume describe one instant.
 		if err := rt.Pause(ctx, id); err != nil {
@@ -131,17 +175,46 @@ func (n *Node) Suspend(ctx context.Context, id, imageDir string) error {
 
 // Halt stops a sandbox's runtime and frees its network slot; its volume and
 // sessions stay (a restore in place follows).
-func (n *Node) Halt(ctx context.Context, id string) { n.releaseRuntime(ctx, id) }
+func (n *Node) Halt(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	n.releaseRuntime(ctx, id)
+	return nil
+}
 
-// DeleteVolume removes a captured volume (a snapshot's filesystem).
-func (n *Node) DeleteVolume(name string) error { return n.cfg.Volumes.Delete(name) }
+// DeleteVolume removes a volume (a snapshot's filesystem, a root volume a
+// failed start left); a missing one is not an error.
+func (n *Node) DeleteVolume(_ context.Context, name string) error {
+	if err := nodeapi.ValidName(name); err != nil {
+		return err
+	}
+	if err := n.cfg.Volumes.Delete(name); err != nil {
+		return fmt.Errorf("delete volume %s: %w", name, err)
+	}
+	return nil
+}
 
-// ListVolumes lists the volumes (and directories of volumes) directly
-// under prefix, such as "snapshots" or "snapshots/<id>".
-func (n *Node) ListVolumes(prefix string) ([]string, error) { return n.cfg.Volumes.List(prefix) }
+// Volumes lists the volumes (and directories of volumes) directly under
+// prefix, such as "snapshots" or "snapshots/<id>".
+func (n *Node) Volumes(_ context.Context, prefix string) ([]string, error) {
+	if err := nodeapi.ValidName(prefix); err != nil {
+		return nil, err
+	}
+	vols, err := n.cfg.Volumes.List(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list volumes %s: %w", prefix, err)
+	}
+	return vols, nil
+}
 
 // VolumeExists reports whether a volume is present.
-func (n *Node) VolumeExists(name string) bool { return n.cfg.Volumes.Exists(name) }
+func (n *Node) VolumeExists(_ context.Context, name string) (bool, error) {
+	if err := nodeapi.ValidName(name); err != nil {
+		return false, err
+	}
+	return n.cfg.Volumes.Exists(name), nil
+}
 
 // releaseRuntime stops the runtime and removes the slot but keeps the
 // volume and the node's handle (with its sessions).
@@ -153,18 +226,34 @@ func (n *Node) releaseRuntime(ctx context.Context, id string) {
 	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
 		n.log.Warn("release network slot", "sandbox", id, "err", err)
 	}
-	if sb, err := n.Sandbox(id); err == nil {
+	if sb, err := n.lookup(id); err == nil {
 		sb.Agent.Reset()
 	}
 }
 
 // Capture records the running sandbox's filesystem as the read-only volume
-// volume and its memory as a checkpoint image in imageDir, both taken while
-// the sandbox is frozen, and lets it continue. It is the first half of a
-// snapshot or a branch.
-func (n *Node) Capture(ctx context.Context, id, volume, imageDir string) error {
+// req.Volume and its memory as the checkpoint image req.Image, both taken
+// while the sandbox is frozen, and lets it continue. It is the first half
+// of a snapshot or a branch.
+func (n *Node) Capture(ctx context.Context, req nodeapi.CaptureRequest) error {
+	if err := checkID(req.ID); err != nil {
+		return err
+	}
+	if err := nodeapi.ValidName(req.Volume); err != nil {
+		return err
+	}
+	dir, err := n.imagePath(req.Image)
+	if err != nil {
+		return err
+	}
+	return n.capture(ctx, req.ID, req.Volume, dir)
+}
+
+// capture is Capture into an image directory (a checkpoint image's, or a
+// template image's).
+func (n *Node) capture(ctx context.Context, id, volume, imageDir string) error {
 	rt := n.cfg.Runtime
-	wasPaused := n.Paused(ctx, id)
+	wasPaused := n.paused(ctx, id)
 	if !wasPaused {
 		if err := rt.Pause(ctx, id); err != nil {
 			return fmt.Errorf("capture %s: %w", id, err)
@@ -185,35 +274,11 @@ func (n *Node) Capture(ctx context.Context, id, volume, imageDir string) error {
 	return nil
 }
 
-// Identity is what makes a restored copy a sandbox of its own.
-type Identity struct {
-	AccessToken string
-	Env         map[string]string
-	// Info is written to /run/space/identity.json inside the sandbox, so
-	// processes that were restored can tell (and watch) who they are now.
-	Info map[string]string
-}
-
-// RestoreSpec describes a sandbox to bring back from a checkpoint image.
-type RestoreSpec struct {
-	ID       string
-	ImageDir string
-	// FromVolume, when set, replaces the sandbox's root volume with a
-	// writable snapshot of this (captured) volume first.
-	FromVolume string
-	Limits     runtime.Limits
-	DiskMB     int
-	// AccessToken is the token the agent in the image holds.
-	AccessToken string
-	// NewIdentity re-keys the restored agent: a branch, or a new sandbox
-	// started from a snapshot. Nil keeps the identity (resume, rollback).
-	NewIdentity *Identity
-	// Network is the sandbox's egress policy.
-	Network network.Policy
-	// Rollback drops the sessions the node follows: the restored image
-	// holds other processes (a restore in place to an earlier snapshot).
-	Rollback bool
-}
+// The contract's values for restores.
+type (
+	Identity    = nodeapi.Identity
+	RestoreSpec = nodeapi.RestoreSpec
+)
 
 // ResumeFrom restores a sandbox from a checkpoint image. Processes continue
 // where they were; the node reconnects to them and to their sessions.
@@ -224,7 +289,25 @@ type RestoreSpec struct {
 // failure puts it back. The caller drops the previous volume with
 // CommitRestore once it has recorded the restore, and RevertRestore undoes
 // one that a crash interrupted.
-func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
+func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) error {
+	if err := checkID(spec.ID); err != nil {
+		return err
+	}
+	if spec.FromVolume != "" {
+		if err := nodeapi.ValidName(spec.FromVolume); err != nil {
+			return err
+		}
+	}
+	dir, err := n.imagePath(spec.Image)
+	if err != nil {
+		return err
+	}
+	return n.resumeFrom(ctx, spec, dir)
+}
+
+// resumeFrom is ResumeFrom from an image directory (a checkpoint image's,
+// or a template image's); spec.Image is not used.
+func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string) (err error) {
 	vol := volumeName(spec.ID)
 	if spec.FromVolume != "" && spec.Rollback {
 		if err := n.stageVolume(spec); err != nil {
@@ -276,11 +359,11 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) (err error) {
 		AgentDir: n.agentDir, Args: []string{agentPath}, Hostname: spec.ID, Limits: spec.Limits,
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 	}
-	if err := n.cfg.Runtime.Restore(ctx, rs, spec.ImageDir); err != nil {
+	if err := n.cfg.Runtime.Restore(ctx, rs, imageDir); err != nil {
 		_ = n.destroySlot(slot)
 		return err
 	}
-	sb, err := n.Sandbox(spec.ID)
+	sb, err := n.lookup(spec.ID)
 	if err != nil {
 		sb = n.newSandbox(spec.ID, spec.AccessToken)
 	} else {
@@ -380,6 +463,9 @@ func (n *Node) renameVolume(from, to string) error {
 // put back. It reports whether a swap was undone (the sandbox's runtime is
 // then gone). It is a no-op for a sandbox with no restore in progress.
 func (n *Node) RevertRestore(ctx context.Context, id string) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
 	vol, prev := volumeName(id), previousVolumeName(id)
 	if err := n.cfg.Volumes.Delete(stagedVolumeName(id)); err != nil {
 		return false, fmt.Errorf("revert restore of %s: %w", id, err)
@@ -400,7 +486,10 @@ func (n *Node) RevertRestore(ctx context.Context, id string) (bool, error) {
 // CommitRestore removes what a finished restore in place kept for a
 // rollback (the previous root volume, a staged volume); the caller has
 // recorded the restore.
-func (n *Node) CommitRestore(id string) error {
+func (n *Node) CommitRestore(_ context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	var errs []error
 	for _, v := range []string{previousVolumeName(id), stagedVolumeName(id)} {
 		if err := n.cfg.Volumes.Delete(v); err != nil {
@@ -435,6 +524,9 @@ func (sb *Sandbox) reseed(ctx context.Context) error {
 // BootFromDisk starts a sandbox again on its existing root volume, without
 // memory: what remains of a running sandbox after the host went down.
 func (n *Node) BootFromDisk(ctx context.Context, spec CreateSpec) error {
+	if err := checkCreateSpec(spec); err != nil {
+		return err
+	}
 	vol := volumeName(spec.ID)
 	if !n.cfg.Volumes.Exists(vol) {
 		return fmt.Errorf("boot %s from disk: root volume is missing", spec.ID)

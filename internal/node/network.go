@@ -2,14 +2,10 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/space-platform/space/internal/network"
 )
-
-// ErrNoEgress is returned for a policy change on a node without uplinks.
-var ErrNoEgress = errors.New("this node gives sandboxes no network (egress is not configured)")
 
 // applyNetwork gives a slot its uplink and egress rules. Without an egress
 // configuration sandboxes stay as the slot alone leaves them: reachable by
@@ -47,6 +43,9 @@ func (n *Node) destroySlot(slot *network.Slot) error {
 // (running or paused); new connections follow it at once, established ones
 // are left alone.
 func (n *Node) SetNetwork(ctx context.Context, id string, p network.Policy) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	if n.cfg.Egress == nil {
 		return ErrNoEgress
 	}

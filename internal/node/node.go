@@ -69,10 +69,11 @@ type Config struct {
 	// Gateway runs each slot's resolver and egress proxy; nil with Egress
 	// nil.
 	Gateway *gateway.Gateway
-	// OnActivity is told when a sandbox's processes produce output, which
-	// counts as activity for idle suspend.
-	OnActivity func(id string)
-	Logger     *slog.Logger
+	// ID names the node in its Info; Capacity is what it offers (Info
+	// reports it as configured).
+	ID       string
+	Capacity Capacity
+	Logger   *slog.Logger
 }
 
 // Node is the node service.
@@ -86,6 +87,14 @@ type Node struct {
 	templateLocks map[string]*sync.Mutex
 	pools         pools
 	builds        map[string]bool // build sandboxes running (build.go)
+	events        events          // subscribers of Events (events.go)
+}
+
+// Capacity is what a node offers in total.
+type Capacity struct {
+	VCPUs    int
+	MemoryMB int
+	DiskMB   int
 }
 
 // agentName is the agent's file name inside runtime.AgentMountPoint.
@@ -143,11 +152,8 @@ func installAgent(src, dir string) error {
 	return os.Rename(tmp.Name(), filepath.Join(dir, agentName))
 }
 
-// ErrNoSandbox is returned for a sandbox this node does not run.
-var ErrNoSandbox = errors.New("sandbox not running on this node")
-
-// Sandbox returns the node's handle of a running sandbox.
-func (n *Node) Sandbox(id string) (*Sandbox, error) {
+// lookup returns the node's handle of a running sandbox.
+func (n *Node) lookup(id string) (*Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	sb, ok := n.sandboxes[id]
@@ -159,13 +165,10 @@ func (n *Node) Sandbox(id string) (*Sandbox, error) {
 
 // Stats reads a sandbox's resource usage from its runtime.
 func (n *Node) Stats(ctx context.Context, id string) (runtime.Stats, error) {
-	return n.cfg.Runtime.Stats(ctx, id)
-}
-
-func (n *Node) activity(id string) {
-	if n.cfg.OnActivity != nil {
-		n.cfg.OnActivity(id)
+	if err := checkID(id); err != nil {
+		return runtime.Stats{}, err
 	}
+	return n.cfg.Runtime.Stats(ctx, id)
 }
 
 func (n *Node) register(sb *Sandbox) {
@@ -179,5 +182,6 @@ func (n *Node) unregister(id string) *Sandbox {
 	defer n.mu.Unlock()
 	sb := n.sandboxes[id]
 	delete(n.sandboxes, id)
+	n.events.forget(id)
 	return sb
 }

@@ -2,21 +2,23 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/sandboxid"
 )
 
-// PoolLimits are the limits pooled sandboxes run with; only a request that
-// asks for exactly these can take one.
-type PoolLimits struct {
-	Limits runtime.Limits
-	DiskMB int
-}
+// The contract's pool values.
+type (
+	PoolLimits = nodeapi.PoolLimits
+	PoolStatus = nodeapi.PoolStatus
+)
 
 // warmPool keeps sandboxes of one template restored and idle, so a create
 // only has to give one its identity.
@@ -27,12 +29,6 @@ type warmPool struct {
 	size    int
 	ready   []string
 	filling bool
-}
-
-// PoolStatus is what a pool holds.
-type PoolStatus struct {
-	Size  int `json:"size"`
-	Ready int `json:"ready"`
 }
 
 // foreground counts creates in progress; pool refills wait for it to drop
@@ -50,11 +46,30 @@ type pools struct {
 	active foreground
 }
 
-// SetPoolSize sets how many idle sandboxes of the template to keep ready;
-// 0 drains the pool. Pooled sandboxes wait with the network policy their
+// maxPoolSize bounds one template's pool on a node, whatever a caller asks.
+const maxPoolSize = 256
+
+// SetPool sets how many idle sandboxes of the template to keep ready; 0
+// drains the pool. Pooled sandboxes wait with the network policy their
 // owners will most likely ask for, held (nothing gets out): a claim with
 // that policy only lifts the hold instead of reloading the gateway's rules.
-func (n *Node) SetPoolSize(tpl TemplateSpec, limits PoolLimits, waiting network.Policy, size int) {
+func (n *Node) SetPool(_ context.Context, req nodeapi.PoolRequest) error {
+	if err := checkTemplateID(req.Template.ID); err != nil {
+		return err
+	}
+	if req.Size < 0 || req.Size > maxPoolSize {
+		return fmt.Errorf("pool of %s: size must be between 0 and %d, got %d", req.Template.ID, maxPoolSize, req.Size)
+	}
+	if req.Size > 0 {
+		if err := checkTemplate(req.Template); err != nil {
+			return err
+		}
+	}
+	n.setPoolSize(req.Template, req.Limits, req.Waiting, req.Size)
+	return nil
+}
+
+func (n *Node) setPoolSize(tpl TemplateSpec, limits PoolLimits, waiting network.Policy, size int) {
 	n.pools.mu.Lock()
 	if n.pools.byTpl == nil {
 		n.pools.byTpl = map[string]*warmPool{}
@@ -75,7 +90,9 @@ func (n *Node) SetPoolSize(tpl TemplateSpec, limits PoolLimits, waiting network.
 	if start {
 		p.filling = true
 	}
+	st := p.status()
 	n.pools.mu.Unlock()
+	n.poolChanged(tpl.ID, st)
 	for _, id := range drain {
 		_ = n.release(context.Background(), id)
 	}
@@ -84,20 +101,77 @@ func (n *Node) SetPoolSize(tpl TemplateSpec, limits PoolLimits, waiting network.
 	}
 }
 
-// PoolStatus reports a template's pool.
-func (n *Node) PoolStatus(templateID string) PoolStatus {
+func (p *warmPool) status() PoolStatus { return PoolStatus{Size: p.size, Ready: len(p.ready)} }
+
+// Pool reports a template's pool.
+func (n *Node) Pool(_ context.Context, templateID string) (PoolStatus, error) {
+	if err := checkTemplateID(templateID); err != nil {
+		return PoolStatus{}, err
+	}
 	n.pools.mu.Lock()
 	defer n.pools.mu.Unlock()
 	p, ok := n.pools.byTpl[templateID]
 	if !ok {
-		return PoolStatus{}
+		return PoolStatus{}, nil
 	}
-	return PoolStatus{Size: p.size, Ready: len(p.ready)}
+	return p.status(), nil
 }
 
-// Claim takes a ready sandbox of the template if one matches the limits.
-// The caller gives it its identity (Rekey) or releases it.
-func (n *Node) Claim(templateID string, limits PoolLimits) (string, bool) {
+// poolStatuses reports every pool that keeps sandboxes or still holds some.
+func (n *Node) poolStatuses() map[string]PoolStatus {
+	n.pools.mu.Lock()
+	defer n.pools.mu.Unlock()
+	out := map[string]PoolStatus{}
+	for id, p := range n.pools.byTpl {
+		if p.size > 0 || len(p.ready) > 0 {
+			out[id] = p.status()
+		}
+	}
+	return out
+}
+
+// Claim takes a ready sandbox of the template if one matches the limits,
+// gives it its identity and its owner's network policy, and returns its id.
+// The identity is completed with that id (SPACE_SANDBOX_ID and sandbox_id),
+// which the caller cannot know before. A sandbox that cannot be given
+// them is released and the error returned; nothing is claimed then.
+func (n *Node) Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.ClaimResult, error) {
+	if err := checkTemplateID(req.TemplateID); err != nil {
+		return nodeapi.ClaimResult{}, err
+	}
+	id, ok := n.claim(req.TemplateID, req.Limits)
+	if !ok {
+		return nodeapi.ClaimResult{}, nil
+	}
+	identity := req.Identity
+	identity.Env = maps.Clone(identity.Env)
+	identity.Info = maps.Clone(identity.Info)
+	if identity.Env == nil {
+		identity.Env = map[string]string{}
+	}
+	if identity.Info == nil {
+		identity.Info = map[string]string{}
+	}
+	identity.Env["SPACE_SANDBOX_ID"], identity.Info["sandbox_id"] = id, id
+	err := n.Rekey(ctx, id, identity)
+	if err == nil {
+		// Pooled sandboxes wait with no way out; the owner's policy opens
+		// it. A node without egress leaves every sandbox without one.
+		if err = n.SetNetwork(ctx, id, req.Network); errors.Is(err, ErrNoEgress) {
+			err = nil
+		}
+	}
+	if err != nil {
+		if rerr := n.release(context.WithoutCancel(ctx), id); rerr != nil {
+			n.log.Error("release a pooled sandbox that could not be claimed", "sandbox", id, "err", rerr)
+		}
+		return nodeapi.ClaimResult{}, fmt.Errorf("claim a pooled sandbox of %s: %w", req.TemplateID, err)
+	}
+	return nodeapi.ClaimResult{Claimed: true, ID: id}, nil
+}
+
+// claim takes a ready sandbox of the template off its pool.
+func (n *Node) claim(templateID string, limits PoolLimits) (string, bool) {
 	n.pools.mu.Lock()
 	p, ok := n.pools.byTpl[templateID]
 	if !ok || len(p.ready) == 0 || p.limits != limits {
@@ -110,7 +184,9 @@ func (n *Node) Claim(templateID string, limits PoolLimits) (string, bool) {
 	if start {
 		p.filling = true
 	}
+	st := p.status()
 	n.pools.mu.Unlock()
+	n.poolChanged(templateID, st)
 	if start {
 		go n.fill(templateID)
 	}
@@ -119,7 +195,10 @@ func (n *Node) Claim(templateID string, limits PoolLimits) (string, bool) {
 
 // Rekey gives a claimed sandbox its identity.
 func (n *Node) Rekey(ctx context.Context, id string, identity Identity) error {
-	sb, err := n.Sandbox(id)
+	if err := checkID(id); err != nil {
+		return err
+	}
+	sb, err := n.lookup(id)
 	if err != nil {
 		return err
 	}
@@ -151,11 +230,16 @@ func (n *Node) fill(templateID string) {
 		}
 		n.pools.mu.Lock()
 		p = n.pools.byTpl[templateID]
-		if len(p.ready) < p.size && p.tpl.ID == tpl.ID {
+		added := len(p.ready) < p.size && p.tpl.ID == tpl.ID
+		if added {
 			p.ready = append(p.ready, id)
 			id = ""
 		}
+		st := p.status()
 		n.pools.mu.Unlock()
+		if added {
+			n.poolChanged(templateID, st)
+		}
 		if id != "" { // the pool shrank meanwhile
 			_ = n.release(context.Background(), id)
 		}
@@ -165,15 +249,15 @@ func (n *Node) fill(templateID string) {
 func (n *Node) restorePooled(tpl TemplateSpec, limits PoolLimits, waiting network.Policy) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	img, err := n.TemplateImage(ctx, tpl)
+	img, err := n.templateImage(ctx, tpl)
 	if err != nil {
 		return "", err
 	}
 	id := sandboxid.New()
-	err = n.ResumeFrom(ctx, RestoreSpec{
-		ID: id, ImageDir: img.ImageDir, FromVolume: img.Volume, Limits: limits.Limits, DiskMB: limits.DiskMB,
+	err = n.resumeFrom(ctx, RestoreSpec{
+		ID: id, FromVolume: img.Volume, Limits: limits.Limits, DiskMB: limits.DiskMB,
 		AccessToken: img.Token, Network: waiting,
-	})
+	}, img.ImageDir)
 	if err != nil {
 		_ = n.release(context.Background(), id)
 		return "", err
@@ -181,7 +265,7 @@ func (n *Node) restorePooled(tpl TemplateSpec, limits PoolLimits, waiting networ
 	// A restore loads memory lazily; running one command now faults in
 	// what the agent needs to start processes, so the first exec of the
 	// tenant who claims this sandbox does not pay for it.
-	if sb, err := n.Sandbox(id); err == nil {
+	if sb, err := n.lookup(id); err == nil {
 		if _, err := sb.Exec(ctx, ExecSpec{Cmd: []string{"true"}, Timeout: 10 * time.Second}); err != nil {
 			n.log.Warn("warm up pooled sandbox", "sandbox", id, "err", err)
 		}

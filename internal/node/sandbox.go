@@ -14,33 +14,15 @@ import (
 
 	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
 )
 
-// TemplateSpec is what the node needs to know of a template.
-type TemplateSpec struct {
-	ID           string
-	RootfsVolume string
-	Env          map[string]string
-	User         string
-	Workdir      string
-	// Start is a long-running command started in every new sandbox and
-	// Ready a check that must exit 0 before the sandbox counts as running.
-	Start string
-	Ready string
-}
-
-// CreateSpec is one sandbox to start.
-type CreateSpec struct {
-	ID          string
-	Template    TemplateSpec
-	Limits      runtime.Limits
-	DiskMB      int
-	Env         map[string]string
-	AccessToken string
-	// Network is the sandbox's egress policy.
-	Network network.Policy
-}
+// The node's control values are the contract's (see nodeapi).
+type (
+	TemplateSpec = nodeapi.TemplateSpec
+	CreateSpec   = nodeapi.CreateSpec
+)
 
 // Sandbox is the node's handle of one running sandbox.
 type Sandbox struct {
@@ -64,10 +46,10 @@ const (
 
 func volumeName(id string) string { return path.Join("sandboxes", id) }
 
-// Create starts a sandbox: a copy-on-write snapshot of the template's root,
-// a network slot, the runtime, then the agent's identity. On failure
+// create boots a sandbox cold: a copy-on-write snapshot of the template's
+// root, a network slot, the runtime, then the agent's identity. On failure
 // everything already made is released again.
-func (n *Node) Create(ctx context.Context, spec CreateSpec) (err error) {
+func (n *Node) create(ctx context.Context, spec CreateSpec) (err error) {
 	defer func() {
 		if err != nil {
 			if cerr := n.release(context.WithoutCancel(ctx), spec.ID); cerr != nil {
@@ -195,6 +177,9 @@ func (sb *Sandbox) startTemplateCommand(ctx context.Context, t TemplateSpec) err
 // Adopt takes over a sandbox whose runtime survived a restart of the node.
 // It reports false if the sandbox is not running any more.
 func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
 	st, err := n.cfg.Runtime.State(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return false, nil
@@ -225,6 +210,9 @@ func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) 
 // network slot, root volume, runtime state. Destroying a sandbox that is
 // already gone is not an error.
 func (n *Node) Destroy(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	return n.release(ctx, id)
 }
 
@@ -255,13 +243,19 @@ func (n *Node) release(ctx context.Context, id string) error {
 // Sweep removes runtime sandboxes, network slots and volumes that belong to
 // no sandbox in keep: leftovers of a crash between steps. Candidates come
 // from this installation's runtime state, volumes and network namespace
-// directory.
+// directory. Image directories that hold no image any more go too (images
+// themselves outlive their sandboxes: the control plane deletes them).
 //
 // Slots in network.LegacyDir, where older versions kept them, are another
 // matter: that directory is host-wide and may hold other installations'.
 // Of those, only the slots of sandboxes in keep whose runtime is gone are
 // removed (the slot of a runtime that survived an upgrade is still in use).
-func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
+func (n *Node) Sweep(ctx context.Context, keepIDs []string) error {
+	kept := make(map[string]bool, len(keepIDs))
+	for _, id := range keepIDs {
+		kept[id] = true
+	}
+	keep := func(id string) bool { return kept[id] }
 	ids := map[string]bool{}
 	running, err := n.cfg.Runtime.List(ctx)
 	if err != nil {
@@ -315,6 +309,9 @@ func (n *Node) Sweep(ctx context.Context, keep func(id string) bool) error {
 		if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
 			errs = append(errs, fmt.Errorf("sweep: %w", err))
 		}
+	}
+	if err := n.pruneImageDirs(); err != nil {
+		errs = append(errs, fmt.Errorf("sweep: %w", err))
 	}
 	return errors.Join(errs...)
 }

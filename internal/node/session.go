@@ -14,19 +14,6 @@ import (
 	"github.com/space-platform/space/internal/agent/gen/processpb"
 )
 
-// SessionSpec is a command to start as a session.
-type SessionSpec struct {
-	Cmd   []string
-	Env   map[string]string
-	Cwd   string
-	User  string
-	TTY   bool
-	Cols  uint32
-	Rows  uint32
-	Stdin bool
-	Tag   string
-}
-
 // Session is one command whose lifetime is independent of any client: the
 // node follows its output into a journal that clients read by offset.
 type Session struct {
@@ -48,9 +35,6 @@ func (s *Session) EndedAt() time.Time {
 	defer s.mu.Unlock()
 	return s.endedAt
 }
-
-// ErrNoSession is returned for an unknown session id.
-var ErrNoSession = errors.New("session not found")
 
 // StartSession starts a command and follows its output until it ends.
 func (sb *Sandbox) StartSession(ctx context.Context, spec SessionSpec) (*Session, error) {

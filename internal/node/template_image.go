@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -52,9 +53,19 @@ func (n *Node) templateLock(templateID string) *sync.Mutex {
 	return l
 }
 
-// TemplateImage returns the template's pre-booted image, booting and
+// PrepareTemplate makes the template's pre-booted image now rather than at
+// the template's first warm create.
+func (n *Node) PrepareTemplate(ctx context.Context, tpl TemplateSpec) error {
+	if err := checkTemplate(tpl); err != nil {
+		return err
+	}
+	_, err := n.templateImage(ctx, tpl)
+	return err
+}
+
+// templateImage returns the template's pre-booted image, booting and
 // capturing it first if there is none yet.
-func (n *Node) TemplateImage(ctx context.Context, tpl TemplateSpec) (*TemplateImage, error) {
+func (n *Node) templateImage(ctx context.Context, tpl TemplateSpec) (*TemplateImage, error) {
 	l := n.templateLock(tpl.ID)
 	l.Lock()
 	defer l.Unlock()
@@ -74,7 +85,7 @@ func (n *Node) loadTemplateImage(templateID string) (*TemplateImage, error) {
 	if err := json.Unmarshal(data, &img); err != nil {
 		return nil, fmt.Errorf("template image %s: %w", templateID, err)
 	}
-	if !ImageComplete(dir) || !n.cfg.Volumes.Exists(img.Volume) {
+	if !imageComplete(dir) || !n.cfg.Volumes.Exists(img.Volume) {
 		return nil, fmt.Errorf("template image %s is incomplete", templateID)
 	}
 	img.ImageDir = dir
@@ -84,12 +95,12 @@ func (n *Node) loadTemplateImage(templateID string) (*TemplateImage, error) {
 // bootTemplateImage boots the template in a throwaway sandbox, waits for
 // its start command and ready check, captures it, and removes the sandbox.
 func (n *Node) bootTemplateImage(ctx context.Context, tpl TemplateSpec) (*TemplateImage, error) {
-	if err := n.DropTemplateImage(tpl.ID); err != nil {
+	if err := n.dropTemplateImage(tpl.ID); err != nil {
 		return nil, err
 	}
 	bootID := "tpl" + tpl.ID[:min(len(tpl.ID), 17)]
 	token := randomHex(32)
-	if err := n.Create(ctx, CreateSpec{ID: bootID, Template: tpl, AccessToken: token, Limits: templateBootLimits}); err != nil {
+	if err := n.create(ctx, CreateSpec{ID: bootID, Template: tpl, AccessToken: token, Limits: templateBootLimits}); err != nil {
 		return nil, fmt.Errorf("boot template %s: %w", tpl.ID, err)
 	}
 	defer func() {
@@ -99,7 +110,7 @@ func (n *Node) bootTemplateImage(ctx context.Context, tpl TemplateSpec) (*Templa
 	}()
 	dir := n.templateImageDir(tpl.ID)
 	img := &TemplateImage{TemplateID: tpl.ID, Volume: templateImageVolume(tpl.ID), Token: token, CreatedAt: time.Now().UTC(), ImageDir: dir}
-	if err := n.Capture(ctx, bootID, img.Volume, dir); err != nil {
+	if err := n.capture(ctx, bootID, img.Volume, dir); err != nil {
 		return nil, fmt.Errorf("capture template %s: %w", tpl.ID, err)
 	}
 	data, _ := json.Marshal(img)
@@ -110,10 +121,38 @@ func (n *Node) bootTemplateImage(ctx context.Context, tpl TemplateSpec) (*Templa
 	return img, nil
 }
 
+// TemplateImages lists the templates whose pre-booted image is complete.
+func (n *Node) TemplateImages(context.Context) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(n.cfg.ImagesDir, "templates"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list template images: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && imageComplete(filepath.Join(n.cfg.ImagesDir, "templates", e.Name())) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
 // DropTemplateImage removes a template's image (the template was deleted
 // or its image is stale). Sandboxes restored from it keep running: their
 // volumes are independent snapshots.
-func (n *Node) DropTemplateImage(templateID string) error {
+func (n *Node) DropTemplateImage(_ context.Context, templateID string) error {
+	if err := checkTemplateID(templateID); err != nil {
+		return err
+	}
+	l := n.templateLock(templateID)
+	l.Lock()
+	defer l.Unlock()
+	return n.dropTemplateImage(templateID)
+}
+
+func (n *Node) dropTemplateImage(templateID string) error {
 	var errs []error
 	if err := os.RemoveAll(n.templateImageDir(templateID)); err != nil {
 		errs = append(errs, err)
@@ -127,15 +166,13 @@ func (n *Node) DropTemplateImage(templateID string) error {
 	return nil
 }
 
-// CreateFromImage starts a sandbox as a restore of its template's image,
+// createFromImage starts a sandbox as a restore of its template's image,
 // then gives it its own identity.
-func (n *Node) CreateFromImage(ctx context.Context, img *TemplateImage, spec CreateSpec, id Identity) error {
-	n.pools.active.enter()
-	defer n.pools.active.leave()
-	err := n.ResumeFrom(ctx, RestoreSpec{
-		ID: spec.ID, ImageDir: img.ImageDir, FromVolume: img.Volume, Limits: spec.Limits, DiskMB: spec.DiskMB,
+func (n *Node) createFromImage(ctx context.Context, img *TemplateImage, spec CreateSpec, id Identity) error {
+	err := n.resumeFrom(ctx, RestoreSpec{
+		ID: spec.ID, FromVolume: img.Volume, Limits: spec.Limits, DiskMB: spec.DiskMB,
 		AccessToken: img.Token, NewIdentity: &id, Network: spec.Network,
-	})
+	}, img.ImageDir)
 	if err != nil {
 		if cerr := n.release(context.WithoutCancel(ctx), spec.ID); cerr != nil {
 			n.log.Error("cleanup after failed restore", "sandbox", spec.ID, "err", cerr)

@@ -7,16 +7,26 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/space-platform/space/internal/nodeapi"
 )
 
 // watchInterval is how often the node checks that its sandboxes' runtime
 // processes are alive. A check is one kill(pid, 0) per sandbox.
 const watchInterval = time.Second
 
-// Watch reports sandboxes whose runtime died on their own (killed by the
-// host for exceeding their memory limit, or crashed) until ctx ends. A
-// sandbox the node stops itself is never reported.
-func (n *Node) Watch(ctx context.Context, died func(id, reason string)) {
+// Run does the node's background work until ctx ends: it reports, as
+// exit events, sandboxes whose runtime died on their own (killed by the
+// host for exceeding their memory limit, or crashed). A sandbox the node
+// stops itself is never reported.
+func (n *Node) Run(ctx context.Context) {
+	n.watch(ctx, func(id, reason string) {
+		n.publish(nodeapi.Event{Type: nodeapi.EventExit, Sandbox: id, Reason: reason})
+	})
+}
+
+// watch calls died for every sandbox whose runtime died on its own.
+func (n *Node) watch(ctx context.Context, died func(id, reason string)) {
 	t := time.NewTicker(watchInterval)
 	defer t.Stop()
 	for {
@@ -59,7 +69,7 @@ func (n *Node) track(ctx context.Context, sb *Sandbox) {
 
 // untrack stops watching a sandbox the node is about to stop.
 func (n *Node) untrack(id string) {
-	if sb, err := n.Sandbox(id); err == nil {
+	if sb, err := n.lookup(id); err == nil {
 		sb.pid.Store(0)
 	}
 }

@@ -49,8 +49,11 @@ type Control interface {
 	Create(ctx context.Context, req CreateRequest) error
 	// Claim takes a ready sandbox from the template's pool, gives it
 	// req.Identity and req.Network, and returns its id (pooled sandboxes
-	// are named when they are made). Claimed is false when the pool has
-	// none ready with these limits.
+	// are named when they are made). The node completes the identity with
+	// that id (env SPACE_SANDBOX_ID, info sandbox_id), which the caller
+	// cannot know before. Claimed is false when the pool has none ready
+	// with these limits; on an error nothing is claimed (the node released
+	// the sandbox it could not give the identity).
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// BootFromDisk boots a sandbox again on the root volume it already
 	// has (a sandbox whose memory image is lost).
@@ -102,7 +105,9 @@ type Control interface {
 	// DeleteImage deletes a checkpoint image; a missing one is not an error.
 	DeleteImage(ctx context.Context, image string) error
 
-	// Volumes lists the volumes whose names start with prefix.
+	// Volumes lists the volumes (and directories of volumes) directly
+	// under prefix, by full name: "snapshots" gives "snapshots/<sandbox>",
+	// which gives "snapshots/<sandbox>/<capture>".
 	Volumes(ctx context.Context, prefix string) ([]string, error)
 	VolumeExists(ctx context.Context, name string) (bool, error)
 	// DeleteVolume deletes a volume; a missing one is not an error.
@@ -357,6 +362,15 @@ type Info struct {
 	Sandboxes    int `json:"sandboxes"`
 	DiskFreeMB   int `json:"disk_free_mb"`
 	MemoryFreeMB int `json:"memory_free_mb"`
+	// VCPUsCommitted and MemoryCommittedMB are the sums of the limits of
+	// the sandboxes the node runs, pooled ones included, counted from the
+	// moment the node accepts a create: placement weighs commitment, since
+	// a sandbox's memory is used lazily and free memory lags behind it.
+	VCPUsCommitted    int `json:"vcpus_committed"`
+	MemoryCommittedMB int `json:"memory_committed_mb"`
+	// Templates are the ids of the templates whose root volume the node
+	// holds, so it can run their sandboxes.
+	Templates []string `json:"templates,omitempty"`
 	// TemplateImages are the templates booted warm on the node; Pools
 	// their pools' stock by template id.
 	TemplateImages []string              `json:"template_images,omitempty"`
@@ -433,6 +447,19 @@ const (
 	// PTY is a terminal's combined output.
 	PTY Stream = 3
 )
+
+// String names the stream as the API's attach events do.
+func (s Stream) String() string {
+	switch s {
+	case Stdout:
+		return "stdout"
+	case Stderr:
+		return "stderr"
+	case PTY:
+		return "pty"
+	}
+	return "unknown"
+}
 
 // Chunk is output at an offset of a session's journal.
 type Chunk struct {

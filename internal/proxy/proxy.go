@@ -34,7 +34,7 @@ import (
 	"strings"
 
 	"github.com/space-platform/space/internal/controlplane"
-	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -56,9 +56,9 @@ const (
 // ControlPlane is what the proxy needs of space's control plane;
 // *controlplane.ControlPlane satisfies it.
 type ControlPlane interface {
-	// Running returns a running sandbox's node handle, resuming a
+	// Running returns a running sandbox's data plane, resuming a
 	// suspended one first when its auto-resume is on.
-	Running(ctx context.Context, id string) (*node.Sandbox, error)
+	Running(ctx context.Context, id string) (nodeapi.Sandbox, error)
 	// Get and List see every project: the proxy takes no API key, a
 	// sandbox's own tokens are what admit a request (see ServeHTTP).
 	Get(scope project.Scope, id string) (controlplane.Sandbox, error)
@@ -339,16 +339,16 @@ func signedWith(q url.Values, method, sig, token string) bool {
 // envd forwards to the sandbox's agent over the node's HTTP/2 channel.
 // Responses are flushed as they come: Connect server streams (process
 // output, watches) must reach the client promptly.
-func (p *Proxy) envd(sb *node.Sandbox) *httputil.ReverseProxy {
+func (p *Proxy) envd(sb nodeapi.Sandbox) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = "agent"
 			pr.Out.Host = "agent"
 		},
-		Transport:     sb.Agent, // RoundTrip: the client's token, unchanged
+		Transport:     sb.Agent(), // the client's token, unchanged
 		FlushInterval: -1,
-		ErrorHandler:  p.proxyError(sb.ID, EnvdPort),
+		ErrorHandler:  p.proxyError(sb.ID(), EnvdPort),
 	}
 }
 

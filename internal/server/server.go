@@ -5,7 +5,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/hostpath"
@@ -133,6 +133,8 @@ type Server struct {
 	templates *template.Manager
 	slots     *network.Namespaces
 	cp        *controlplane.ControlPlane
+	node      *node.Node
+	cat       catalog
 	gateway   *gateway.Gateway
 	// hostPaths keeps the data dir out of what clients read.
 	hostPaths *hostpath.Hider
@@ -226,24 +228,27 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		if s.gateway, err = gateway.New(gateway.Config{
 			Egress: egress, Upstream: upstream, Logger: cfg.Logger, Interceptor: interceptor,
-			// Denials are reported once sandboxes run, after s.cp is set.
-			OnDenied: func(id, message string) { s.cp.NetworkDenied(id, message) },
+			// Denials are reported once sandboxes run, after s.node is
+			// set; they reach the control plane as the node's events.
+			OnDenied: func(id, message string) { s.node.NetworkDenied(id, message) },
 		}); err != nil {
 			return nil, err
 		}
 	}
+	capacity := nodeCapacity(cfg.MemoryOvercommit, s.pool.Root())
+	hostname, _ := os.Hostname()
 	nd, err := node.New(node.Config{
 		Namespaces: s.slots, Egress: egress, Gateway: s.gateway,
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
-		// Process output counts as activity; the control plane is built
-		// below, and no sandbox runs before Recover.
-		OnActivity: func(id string) { s.cp.Activity(id) },
+		ID:        hostname,
+		Capacity:  node.Capacity{VCPUs: capacity.VCPUs, MemoryMB: capacity.MemoryMB, DiskMB: capacity.DiskMB},
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.node = nd
 	if s.templates, err = template.NewManager(template.Config{
 		DataDir: cfg.DataDir, Volumes: s.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
 		TrustedCA:      ca.CertPEM(),
@@ -257,6 +262,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	reg := metrics.NewRegistry()
 	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
+	s.cat = cat
 	reg.GaugeFunc("space_pool_ready", "Warm pool sandboxes ready, by template.", "template", func() map[string]float64 {
 		out := map[string]float64{}
 		for _, t := range s.templates.List() {
@@ -268,11 +274,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	})
 	s.cp = controlplane.New(controlplane.Config{
 		Store: s.st, Node: nd, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
-		Capacity:  nodeCapacity(cfg.MemoryOvercommit, s.pool.Root()),
-		ImagesDir: filepath.Join(cfg.DataDir, "images"),
-		Secrets:   secretStore,
-		Quotas:    quotas,
-		HostPaths: s.hostPaths,
+		Capacity: capacity,
+		// Records of earlier versions name their images by path.
+		LegacyImagesDir: filepath.Join(cfg.DataDir, "images"),
+		Secrets:         secretStore,
+		Quotas:          quotas,
+		HostPaths:       s.hostPaths,
 	})
 	if err := s.cp.Recover(ctx); err != nil {
 		return nil, err
@@ -282,12 +289,14 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.cancel = cancel
 	go s.cp.Run(runCtx)
 	go s.pool.WatchQuotas(runCtx, quotaCheckInterval)
-	go nd.Watch(runCtx, s.cp.Died)
+	// After the control plane's Run, which follows the node's events.
+	go nd.Run(runCtx)
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 
 	handler := api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: reg, Logger: cfg.Logger,
+		Nodes:             cluster.NewSingle("local", localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
 		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths)
 	if err := s.startCompat(keys); err != nil {
@@ -337,11 +346,21 @@ func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
 			continue
 		}
 		say("template %s ready; booting it once for its snapshot", name)
-		if err := s.cp.PrepareTemplate(ctx, name); err != nil {
+		if err := s.prepareTemplate(ctx, name); err != nil {
 			say("template %s: no pre-booted image (%v); sandboxes will boot instead", name, err)
 		}
 	}
 	s.cp.ApplyPools(s.cfg.PoolSizes)
+}
+
+// prepareTemplate boots the template once on the node for its image, so
+// that its first create is a restore rather than a boot.
+func (s *Server) prepareTemplate(ctx context.Context, name string) error {
+	tpl, _, err := s.cat.Resolve(project.Everything, name)
+	if err != nil {
+		return err
+	}
+	return s.node.PrepareTemplate(ctx, tpl)
 }
 
 // Shutdown stops serving. Sandboxes keep running; a restarted server adopts them.
@@ -467,16 +486,8 @@ func findTool(configured, env, name string) (string, error) {
 // nodeCapacity reads this machine's size.
 func nodeCapacity(overcommit float64, volumesRoot string) controlplane.Capacity {
 	c := controlplane.Capacity{VCPUs: goruntime.NumCPU(), MemoryOvercommit: overcommit}
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var kb int
-			if _, err := fmt.Sscanf(sc.Text(), "MemTotal: %d kB", &kb); err == nil {
-				c.MemoryMB = kb / 1024
-				break
-			}
-		}
-		f.Close()
+	if kb, _, err := readMeminfo(); err == nil {
+		c.MemoryMB = kb / 1024
 	}
 	var fs syscall.Statfs_t
 	if syscall.Statfs(volumesRoot, &fs) == nil {

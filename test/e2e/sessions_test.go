@@ -177,3 +177,77 @@ func waitForOutput(t *testing.T, id, sid, want string) {
 		out.Write(ev.Data)
 	}
 }
+
+// A session that printed more than its journal holds reports what was
+// dropped: its dropped_bytes, and a truncated event to a client that asks
+// for an offset no longer held, before the output that is; the exit
+// event's id is where the output ends.
+func TestSessionAttachReportsDroppedOutput(t *testing.T) {
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	ctx := testContext(t)
+	const total = 12_000_000 // more than the server's 8 MiB journal
+	sess, err := env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{
+		Cmd: []string{"/bin/sh", "-c", fmt.Sprintf("yes 0123456789abcdef | head -c %d", total)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *apiv1.Session
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		got, err := env.client.GetSession(ctx, sb.ID, sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == apiv1.SessionExited {
+			info = got
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session still running: %+v", got)
+		}
+	}
+	if info.OutputBytes != total || info.DroppedBytes <= 0 || info.DroppedBytes >= total {
+		t.Fatalf("session after exit: output_bytes %d, dropped_bytes %d; want %d and some dropped", info.OutputBytes, info.DroppedBytes, total)
+	}
+
+	// read attaches from offset and returns the truncated event (if any),
+	// the output bytes received and the exit event's offset.
+	read := func(from int64) (*apiv1.TruncatedEvent, int64, int64) {
+		stream, err := env.client.Attach(ctx, sb.ID, sess.ID, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stream.Close()
+		var truncated *apiv1.TruncatedEvent
+		var received int64
+		for {
+			ev, err := stream.Next()
+			if err != nil {
+				t.Fatalf("attach from %d: %v", from, err)
+			}
+			switch ev.Type {
+			case apiv1.EventTruncated:
+				if truncated != nil || received > 0 {
+					t.Fatalf("attach from %d: truncated event %+v after other events", from, ev.Truncated)
+				}
+				truncated = ev.Truncated
+			case apiv1.EventExit:
+				return truncated, received, ev.Offset
+			default:
+				received += int64(len(ev.Data))
+			}
+		}
+	}
+	truncated, received, end := read(0)
+	if truncated == nil || truncated.Requested != 0 || truncated.From != info.DroppedBytes {
+		t.Fatalf("attach from 0: truncated event %+v, want requested 0 from %d", truncated, info.DroppedBytes)
+	}
+	if received != total-info.DroppedBytes || end != total {
+		t.Fatalf("attach from 0: %d bytes, exit at %d; want %d bytes, exit at %d", received, end, total-info.DroppedBytes, total)
+	}
+	// From an offset still held: no truncated event, exactly the rest.
+	from := info.DroppedBytes + 1000
+	if truncated, received, end := read(from); truncated != nil || received != total-from || end != total {
+		t.Fatalf("attach from %d: truncated %+v, %d bytes, exit at %d; want none, %d, %d", from, truncated, received, end, total-from, total)
+	}
+}

@@ -186,6 +186,12 @@ func nativeRouteCases() map[string]routeCase {
 		"GET /v1/projects":                              {path: fixed("/v1/projects"), want: http.StatusForbidden},
 		"GET /v1/projects/{name}":                       {path: func(i ids) string { return "/v1/projects/" + i.project }, want: http.StatusForbidden},
 		"PUT /v1/projects/{name}":                       {path: func(i ids) string { return "/v1/projects/" + i.project }, body: fixed(`{"max_sandboxes":0}`), want: http.StatusForbidden},
+		"GET /v1/nodes":                                 {path: fixed("/v1/nodes"), want: http.StatusForbidden},
+		"GET /v1/nodes/{id}":                            {path: fixed("/v1/nodes/local"), want: http.StatusForbidden},
+		"POST /v1/nodes/{id}/cordon":                    {path: fixed("/v1/nodes/local/cordon"), want: http.StatusForbidden},
+		"POST /v1/nodes/{id}/uncordon":                  {path: fixed("/v1/nodes/local/uncordon"), want: http.StatusForbidden},
+		"POST /v1/nodes/{id}/drain":                     {path: fixed("/v1/nodes/local/drain"), want: http.StatusForbidden},
+		"DELETE /v1/nodes/{id}":                         {path: fixed("/v1/nodes/local?force=true"), want: http.StatusForbidden},
 	}
 }
 
