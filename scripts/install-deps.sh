@@ -15,6 +15,14 @@ for pair in btrfs:btrfs-progs debootstrap:debootstrap nft:nftables ip:iproute2 \
 done
 # busybox-static specifically: the dynamic busybox cannot run inside a minimal rootfs.
 [ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || need_pkgs+=(busybox-static)
+# PostgreSQL for the store's tests, which run a private cluster of their own
+# (internal/pgtest). Debian would also create and start a system cluster
+# "main": tell it not to, so that installing touches no system instance.
+if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  need_pkgs+=(postgresql)
+  mkdir -p /etc/postgresql-common/createcluster.d
+  echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.d/space-no-main.conf
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -48,7 +48,7 @@ func (k Key) Scope() project.Scope {
 
 // Keys is the key registry, cached in memory for the request path.
 type Keys struct {
-	st     *store.Store
+	st     store.Store
 	mu     sync.RWMutex
 	byHash map[string]Key
 	// revoked holds, per key id, the channels closed when it is revoked,
@@ -57,7 +57,7 @@ type Keys struct {
 }
 
 // Open loads the registry.
-func Open(st *store.Store) (*Keys, error) {
+func Open(st store.Store) (*Keys, error) {
 	all, err := store.All[Key](st, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("load API keys: %w", err)

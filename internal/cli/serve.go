@@ -23,6 +23,7 @@ Run the space server: control plane, node service and HTTP API in one
 process, with embedded state under --data-dir. Sandboxes keep running when
 the server stops; a restarted server adopts them.`)
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where state, volumes and templates live")
+	fs.StringVar(&cfg.Store, "store", "", "state store: empty for the embedded bbolt <data-dir>/state.db, or a postgres://user@host/db URL")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the HTTP API")
 	fs.StringVar(&cfg.E2BListen, "e2b-listen", cfg.E2BListen, "address of the E2B-compatible API (E2B_API_URL); empty to turn it off")
 	fs.DurationVar(&cfg.HTTP.ReadHeaderTimeout, "http-read-header-timeout", cfg.HTTP.ReadHeaderTimeout, "how long a client of any listener (API, E2B API, proxy) may take to send a request's headers")
@@ -48,7 +49,7 @@ the server stops; a restarted server adopts them.`)
 	fs.IntVar(&cfg.Defaults.MaxConnections, "sandbox-max-connections", cfg.Defaults.MaxConnections, "connections each sandbox may have open at once (0: unlimited); create requests may ask for fewer")
 	allowPrivate := fs.String("allow-private", "", "private IPv4 ranges sandboxes may reach, comma-separated CIDRs (default: none)")
 	fs.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "resolver (host:port) that sandboxes' allowed names are looked up with (default: the host's first nameserver in /etc/resolv.conf)")
-	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "key the secrets in state.db are encrypted with, created if missing (default <data-dir>/secrets.key)")
+	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "key the secrets in the state store are encrypted with, created if missing (default <data-dir>/secrets.key)")
 	fs.StringVar(&cfg.EgressCAFile, "egress-ca-file", "", "PEM certificates trusted, besides the system roots, for upstream servers of credential injection")
 	pools := fs.String("pool", "base=2", "warm pool sizes by template, e.g. base=2,minimal=1 (sizes set through the API win)")
 	archiveMiB := fs.Int64("max-template-archive-mib", 2048, "largest OCI archive a template build may upload, in MiB")
@@ -69,7 +70,7 @@ the server stops; a restarted server adopts them.`)
 		return fs.usageErrorf("--max-requests-per-key must be positive")
 	}
 	if *resetAdmin {
-		key, err := server.ResetAdminKey(cfg.DataDir)
+		key, err := server.ResetAdminKey(ctx, cfg.DataDir, cfg.Store)
 		if err != nil {
 			return err
 		}

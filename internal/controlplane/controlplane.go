@@ -112,7 +112,7 @@ type Defaults struct {
 
 // Config wires a control plane.
 type Config struct {
-	Store     *store.Store
+	Store     store.Store
 	Node      Node
 	Templates Templates
 	Capacity  Capacity

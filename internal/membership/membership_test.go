@@ -29,7 +29,7 @@ func (c *controlPlane) registry() *cluster.Registry {
 	return c.reg
 }
 
-func (c *controlPlane) restart(t *testing.T, st *store.Store) *cluster.Registry {
+func (c *controlPlane) restart(t *testing.T, st store.Store) *cluster.Registry {
 	t.Helper()
 	reg, err := cluster.New(cluster.Config{Store: st})
 	if err != nil {
@@ -50,7 +50,7 @@ func (c *controlPlane) Heartbeat(_ context.Context, id string, info nodeapi.Info
 	return c.registry().Heartbeat(id, info)
 }
 
-func openStore(t *testing.T) *store.Store {
+func openStore(t *testing.T) store.Store {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {

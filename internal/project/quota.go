@@ -59,7 +59,7 @@ func over(o Override, d Quota) Quota {
 // (persisted) and the create-rate buckets (in memory: a restart refills
 // them). It is safe for concurrent use.
 type Quotas struct {
-	st       *store.Store
+	st       store.Store
 	defaults Quota
 	// now is the clock of the rate limiter; tests replace it.
 	now func() time.Time
@@ -75,7 +75,7 @@ type stored struct {
 }
 
 // OpenQuotas loads the overrides from st (nil: in memory only).
-func OpenQuotas(st *store.Store, defaults Quota) (*Quotas, error) {
+func OpenQuotas(st store.Store, defaults Quota) (*Quotas, error) {
 	q := &Quotas{st: st, defaults: defaults, now: time.Now, overrides: map[string]Override{}, buckets: map[string]*tokenBucket{}}
 	if st == nil {
 		return q, nil

@@ -33,9 +33,13 @@ import (
 const (
 	bucket = "secrets"
 	// checkKey is the record that proves the key at start: a known text
-	// encrypted under the key that encrypted everything else.
-	checkKey  = "\x00key-check"
-	checkText = "space secrets key check"
+	// encrypted under the key that encrypted everything else. No secret
+	// reference starts with "-".
+	checkKey = "-key-check"
+	// legacyCheckKey is where stores made before PostgreSQL (which cannot
+	// hold a NUL) kept it; Open moves it to checkKey.
+	legacyCheckKey = "\x00key-check"
+	checkText      = "space secrets key check"
 	// KeySize is the length of the encryption key (AES-256).
 	KeySize = 32
 	// MaxValueBytes bounds one secret's value.
@@ -101,7 +105,7 @@ type record struct {
 
 // Store is the encrypted secret store. It is safe for concurrent use.
 type Store struct {
-	st   *store.Store
+	st   store.Store
 	aead cipher.AEAD
 	// mu makes Set's "created or replaced" answer exact.
 	mu sync.Mutex
@@ -109,7 +113,7 @@ type Store struct {
 
 // Open uses key to read and write secrets in st. It fails with ErrWrongKey
 // when st holds secrets sealed under another key.
-func Open(st *store.Store, key []byte) (*Store, error) {
+func Open(st store.Store, key []byte) (*Store, error) {
 	if len(key) != KeySize {
 		return nil, fmt.Errorf("secrets key: want %d bytes, got %d", KeySize, len(key))
 	}
@@ -123,7 +127,13 @@ func Open(st *store.Store, key []byte) (*Store, error) {
 	}
 	s := &Store{st: st, aead: aead}
 	var check record
-	switch err := st.Get(bucket, checkKey, &check); {
+	err = st.Get(bucket, checkKey, &check)
+	legacy := false
+	if errors.Is(err, store.ErrNotFound) {
+		err = st.Get(bucket, legacyCheckKey, &check)
+		legacy = err == nil
+	}
+	switch {
 	case errors.Is(err, store.ErrNotFound):
 		if err := st.Put(bucket, checkKey, s.seal(checkKey, []byte(checkText), time.Now().UTC())); err != nil {
 			return nil, fmt.Errorf("secrets: record key check: %w", err)
@@ -133,6 +143,14 @@ func Open(st *store.Store, key []byte) (*Store, error) {
 	default:
 		if got, err := s.open(check); err != nil || string(got) != checkText {
 			return nil, ErrWrongKey
+		}
+		if legacy {
+			if err := st.Put(bucket, checkKey, s.seal(checkKey, []byte(checkText), check.CreatedAt)); err != nil {
+				return nil, fmt.Errorf("secrets: move key check: %w", err)
+			}
+			if err := st.Delete(bucket, legacyCheckKey); err != nil {
+				return nil, fmt.Errorf("secrets: move key check: %w", err)
+			}
 		}
 	}
 	return s, nil

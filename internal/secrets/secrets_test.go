@@ -2,17 +2,21 @@ package secrets
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/space-platform/space/internal/store"
 )
 
 // openTemp opens a store and a secret store with a fresh key in a temp dir.
-func openTemp(t *testing.T) (*Store, *store.Store, string) {
+func openTemp(t *testing.T) (*Store, store.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "state.db"))
@@ -98,7 +102,7 @@ func TestSecretsReplaceListDelete(t *testing.T) {
 
 func TestSecretsRejectBadInput(t *testing.T) {
 	s, _, _ := openTemp(t)
-	for _, name := range []string{"", "1abc", "has-dash", "sp ace", "a$b", strings.Repeat("a", 65), "\x00key-check"} {
+	for _, name := range []string{"", "1abc", "has-dash", "sp ace", "a$b", strings.Repeat("a", 65), "\x00key-check", checkKey} {
 		if _, _, err := s.Set(name, []byte("v")); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Set(%q): %v, want ErrInvalid", name, err)
 		}
@@ -190,4 +194,66 @@ func TestSecretsNameIsBound(t *testing.T) {
 	if _, err := s.Get("B"); !errors.Is(err, ErrWrongKey) {
 		t.Fatalf("moved ciphertext decrypted: %v", err)
 	}
+}
+
+// A state.db from before the PostgreSQL store kept its key check under a
+// NUL-prefixed key; Open still checks the key against it, then moves it.
+func TestSecretsMoveTheLegacyKeyCheck(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	key, err := LoadOrCreateKey(filepath.Join(dir, "secrets.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer, err := Open(openBolt(t, filepath.Join(dir, "scratch.db")), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := json.Marshal(sealer.seal(legacyCheckKey, []byte(checkText), time.Now().UTC()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte(bucket))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(legacyCheckKey), legacy)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	st := openBolt(t, path)
+	wrong := bytes.Repeat([]byte{7}, KeySize)
+	if _, err := Open(st, wrong); !errors.Is(err, ErrWrongKey) {
+		t.Fatalf("Open with another key against the legacy check: err = %v, want ErrWrongKey", err)
+	}
+	if _, err := Open(st, key); err != nil {
+		t.Fatal(err)
+	}
+	var check record
+	if err := st.Get(bucket, checkKey, &check); err != nil {
+		t.Fatalf("key check not moved: %v", err)
+	}
+	if err := st.Get(bucket, legacyCheckKey, &check); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("legacy key check left behind: %v", err)
+	}
+	if _, err := Open(st, wrong); !errors.Is(err, ErrWrongKey) {
+		t.Fatalf("Open with another key after the move: err = %v, want ErrWrongKey", err)
+	}
+}
+
+func openBolt(t *testing.T, path string) store.Store {
+	t.Helper()
+	st, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

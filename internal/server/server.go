@@ -39,7 +39,11 @@ import (
 
 // Config is everything `space serve` can be told.
 type Config struct {
-	DataDir   string
+	DataDir string
+	// Store is where the control plane's state lives: empty for the
+	// embedded bbolt file <data-dir>/state.db, or a postgres:// URL (see
+	// store.OpenURL).
+	Store     string
 	Listen    string
 	RunscPath string
 	AgentPath string
@@ -124,7 +128,7 @@ type Server struct {
 	AdminKey string
 
 	cfg       Config
-	st        *store.Store
+	st        store.Store
 	pool      *storage.Pool
 	templates *template.Manager
 	slots     *network.Namespaces
@@ -164,7 +168,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 
-	if s.st, err = store.Open(filepath.Join(cfg.DataDir, "state.db")); err != nil {
+	if s.st, err = openStore(ctx, cfg.DataDir, cfg.Store); err != nil {
 		return nil, err
 	}
 	keys, err := auth.Open(s.st)
@@ -417,18 +421,32 @@ func mintAdminKey(keys *auth.Keys, name, path string) (string, error) {
 	return secret, nil
 }
 
+// openStore opens the state store: url if given, else the embedded
+// state.db of dataDir.
+func openStore(ctx context.Context, dataDir, url string) (store.Store, error) {
+	if url == "" {
+		return store.Open(filepath.Join(dataDir, "state.db"))
+	}
+	return store.OpenURL(ctx, url)
+}
+
 // ResetAdminKey mints a new admin key on the host, for an operator who
 // lost every admin key: it writes <data-dir>/admin.key (0600) and returns
-// the key. The server must be stopped, since it holds state.db open; the
-// old keys stay valid (revoke them with the new one).
-func ResetAdminKey(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, "state.db")
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("no space state in %s (is --data-dir right?)", dataDir)
+// the key. With the embedded store (storeURL empty) the server must be
+// stopped, since it holds state.db open; a PostgreSQL store may be in use.
+// The old keys stay valid (revoke them with the new one).
+func ResetAdminKey(ctx context.Context, dataDir, storeURL string) (string, error) {
+	if storeURL == "" {
+		if _, err := os.Stat(filepath.Join(dataDir, "state.db")); err != nil {
+			return "", fmt.Errorf("no space state in %s (is --data-dir right?)", dataDir)
+		}
 	}
-	st, err := store.Open(path)
+	st, err := openStore(ctx, dataDir, storeURL)
 	if err != nil {
-		return "", fmt.Errorf("%w (stop the running server first: it holds the state database)", err)
+		if storeURL == "" {
+			err = fmt.Errorf("%w (stop the running server first: it holds the state database)", err)
+		}
+		return "", err
 	}
 	defer st.Close()
 	keys, err := auth.Open(st)

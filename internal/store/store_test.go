@@ -1,47 +1,33 @@
-package store
+package store_test
 
 import (
-	"errors"
+	"context"
+	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/space-platform/space/internal/pgtest"
+	"github.com/space-platform/space/internal/store"
+	"github.com/space-platform/space/internal/store/storetest"
 )
 
-type rec struct{ Name string }
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-func TestPutGetDeleteSurviveReopen(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Put("things", "a", rec{"alpha"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Put("things", "b", rec{"beta"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Delete("things", "b"); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+func TestBolt(t *testing.T) {
+	storetest.Run(t, storetest.Backend{
+		NewDB: func(t *testing.T) func() (store.Store, error) {
+			path := filepath.Join(t.TempDir(), "state.db")
+			return func() (store.Store, error) { return store.Open(path) }
+		},
+	})
+}
 
-	s, err = Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var got rec
-	if err := s.Get("things", "a", &got); err != nil || got.Name != "alpha" {
-		t.Fatalf("Get after reopen = %+v, %v", got, err)
-	}
-	if err := s.Get("things", "b", &got); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("deleted record: err = %v, want ErrNotFound", err)
-	}
-	if err := s.Get("nobucket", "x", &got); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("missing bucket: err = %v, want ErrNotFound", err)
-	}
-	all, err := All[rec](s, "things")
-	if err != nil || len(all) != 1 {
-		t.Fatalf("All = %v, %v", all, err)
-	}
+func TestPostgres(t *testing.T) {
+	storetest.Run(t, storetest.Backend{
+		NewDB: func(t *testing.T) func() (store.Store, error) {
+			url := pgtest.Start(t)
+			return func() (store.Store, error) { return store.OpenURL(context.Background(), url) }
+		},
+		Replicas: true,
+	})
 }

@@ -31,6 +31,9 @@ type crashServer struct {
 	cmd       *exec.Cmd
 	exited    chan struct{} // closed when the process has ended
 	client    *client.Client
+
+	// store, when set, is the server's --store (a postgres:// URL).
+	store string
 }
 
 func (s *crashServer) start() {
@@ -39,6 +42,9 @@ func (s *crashServer) start() {
 		"--data-dir", s.dataDir, "--listen", s.listen, "--build-templates", "minimal",
 		"--runsc", env.cfg.RunscPath, "--agent", env.cfg.AgentPath, "--default-template", "minimal",
 		"--volume-image-gib", "8", "--pool", "", "--e2b-listen", "", "--proxy-listen", "")
+	if s.store != "" {
+		s.cmd.Args = append(s.cmd.Args, "--store", s.store)
+	}
 	log, err := os.OpenFile(filepath.Join(s.dataDir, "..", "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/network/nettest"
+	"github.com/space-platform/space/internal/pgtest"
 	"github.com/space-platform/space/internal/server"
 	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/internal/template"
@@ -54,7 +55,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) (int, error) {
 	if os.Geteuid() != 0 {
 		env.skip = "end-to-end tests need root (namespaces, mounts, cgroups)"
-		return m.Run(), nil
+		return pgtest.Main(m), nil
 	}
 	root, err := repoRoot()
 	if err != nil {
@@ -120,7 +121,7 @@ func run(m *testing.M) (int, error) {
 	if err := buildBuiltin("minimal"); err != nil {
 		return 1, err
 	}
-	code := m.Run()
+	code := pgtest.Main(m) // stops the PostgreSQL cluster tests may start
 	cleanup()
 	return code, nil
 }

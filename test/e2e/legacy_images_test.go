@@ -10,7 +10,7 @@ import (
 
 // legacyRecord rewrites a stored record as versions before named images
 // wrote it: the image by its absolute path (image_dir), no name.
-func legacyRecord(t *testing.T, st *store.Store, bucket, key string) {
+func legacyRecord(t *testing.T, st store.Store, bucket, key string) {
 	t.Helper()
 	var rec map[string]any
 	if err := st.Get(bucket, key, &rec); err != nil {
