@@ -138,7 +138,7 @@ func TestNodeAndControlPlaneFlags(t *testing.T) {
 		{args: []string{"control-plane", "--store", "mysql://u:pw@db/space"}, code: 2, inStderr: "--store must be a postgres:// or postgresql:// URL"},
 		{args: []string{"control-plane", "--store", "postgres://db/space", "--heartbeat-timeout", "0s"}, code: 2, inStderr: "--heartbeat-timeout must be positive"},
 		{args: []string{"control-plane", "--store", "postgres://db/space"}, code: 1, inStderr: "no cluster token"},
-		{args: []string{"control-plane", "--store", "postgresql://db/space", "--cluster-token-file", token}, code: 1, inStderr: "the control plane is not implemented yet"},
+		{args: []string{"control-plane", "--store", "postgresql://db/space", "--cluster-token-file", token, "--tls-ca", notPEM}, code: 1, inStderr: "holds no PEM certificate"},
 	}
 	for _, tt := range tests {
 		code, out, errOut := runMain(t, "", tt.args...)

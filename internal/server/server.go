@@ -136,7 +136,9 @@ type Server struct {
 	node      *node.Node
 	cat       catalog
 	nodeSide  *nodeSide
-	gateway   *gateway.Gateway
+	// nodes are a cluster control plane's nodes (StartControlPlane).
+	nodes   *clusterNodes
+	gateway *gateway.Gateway
 	// hostPaths keeps the data dir out of what clients read.
 	hostPaths *hostpath.Hider
 	http      *http.Server
@@ -301,6 +303,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := errors.Join(s.http.Shutdown(ctx), s.shutdownCompat(ctx))
 	s.cancel()
 	<-s.done
+	if s.nodes != nil {
+		s.nodes.close()
+	}
 	s.closeStores()
 	return err
 }
@@ -340,13 +345,8 @@ func mintAdminKey(keys *auth.Keys, name, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write admin key: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("write admin key: %w", err)
+	if err := writeAdminKeyFile(path, secret); err != nil {
+		return "", err
 	}
 	return secret, nil
 }
