@@ -299,7 +299,7 @@ func newTestCPWith(t *testing.T, cfg Config, dir string, fn *fakeNode, sandboxes
 			t.Fatal(err)
 		}
 	}
-	cfg.Store, cfg.Node, cfg.Templates = st, fn, fakeTemplates{}
+	cfg.Store, cfg.Nodes, cfg.Templates = st, OneNode("local", fn), fakeTemplates{}
 	cfg.Capacity = Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 1}
 	cp := New(cfg)
 	if err := cp.Recover(context.Background()); err != nil {
