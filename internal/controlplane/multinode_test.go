@@ -14,7 +14,6 @@ import (
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
-	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -171,28 +170,14 @@ func (tn *testNodes) Joins(ctx context.Context) <-chan string {
 }
 
 // newClusterCP is a control plane over nodes, on a fresh store holding
-// sandboxes and snapshots (as a restart finds them).
+// sandboxes (as a restart finds them) and snapshots.
 func newClusterCP(t *testing.T, nodes Nodes, sandboxes []Sandbox, snaps ...Snapshot) *ControlPlane {
 	t.Helper()
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	for _, s := range sandboxes {
-		if err := st.Put(sandboxBucket, s.ID, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cp := newTestCPWith(t, Config{Nodes: nodes}, t.TempDir(), nil, sandboxes...)
 	for _, s := range snaps {
-		if err := st.Put(snapshotBucket, snapshotKey(s.SandboxID, s.Name), s); err != nil {
+		if err := cp.cfg.Store.Put(snapshotBucket, snapshotKey(s.SandboxID, s.Name), s); err != nil {
 			t.Fatal(err)
 		}
-	}
-	cp := New(Config{Store: st, Nodes: nodes, Templates: fakeTemplates{},
-		Capacity: Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 4}})
-	if err := cp.Recover(context.Background()); err != nil {
-		t.Fatal(err)
 	}
 	return cp
 }
