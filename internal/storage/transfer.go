@@ -55,7 +55,7 @@ func (p *Pool) send(ctx context.Context, name string, w io.Writer) error {
 	if !ok {
 		return ErrNoStreams
 	}
-	src, err := p.abs(name)
+	src, err := p.transferPath(name)
 	if err != nil {
 		return err
 	}
@@ -107,12 +107,9 @@ func (p *Pool) receive(ctx context.Context, name string, r io.Reader, opts Recei
 	if !ok {
 		return ErrNoStreams
 	}
-	dst, err := p.abs(name)
+	dst, err := p.transferPath(name)
 	if err != nil {
 		return err
-	}
-	if strings.HasPrefix(name, stagingDir+"/") || name == stagingDir {
-		return fmt.Errorf("invalid volume name %q: reserved", name)
 	}
 	if _, err := os.Lstat(dst); err == nil {
 		return fs.ErrExist
@@ -166,6 +163,15 @@ func (p *Pool) receive(ctx context.Context, name string, r io.Reader, opts Recei
 		}
 	}
 	return syncDir(filepath.Dir(dst))
+}
+
+// transferPath is abs for a volume a transfer names: the staging dir is
+// no volume and cannot be sent or received into.
+func (p *Pool) transferPath(name string) (string, error) {
+	if first, _, _ := strings.Cut(name, "/"); first == stagingDir {
+		return "", fmt.Errorf("invalid volume name %q: reserved", name)
+	}
+	return p.abs(name)
 }
 
 // receivedSubvolume returns the one subvolume btrfs receive made in dir,

@@ -112,16 +112,23 @@ func assertNoStaging(t *testing.T, p *Pool) {
 	}
 }
 
-func TestSendReceiveBetweenPools(t *testing.T) {
-	a, _ := openTestPool(t)
-	b, _ := openTestPool(t)
-	ctx := context.Background()
-
-	dir, err := a.Create("templates/t1")
+// twoPools opens two pools, as two nodes hold them, and fills the volume
+// name on the first; it returns the pools and the volume's path.
+func twoPools(t *testing.T, name string) (a, b *Pool, dir string) {
+	t.Helper()
+	a, _ = openTestPool(t)
+	b, _ = openTestPool(t)
+	dir, err := a.Create(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fillVolume(t, dir)
+	return a, b, dir
+}
+
+func TestSendReceiveBetweenPools(t *testing.T) {
+	a, b, dir := twoPools(t, "templates/t1")
+	ctx := context.Background()
 	if err := a.SetReadOnly("templates/t1", true); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +158,7 @@ func TestSendReceiveBetweenPools(t *testing.T) {
 
 	// The same stream again: the name is taken, and what is there stays.
 	writeFile(t, filepath.Join(b.Path("sandboxes/s1"), "mine"), "keep")
-	err = b.Receive(ctx, "sandboxes/s1", bytes.NewReader(stream), ReceiveOptions{Writable: true})
+	err := b.Receive(ctx, "sandboxes/s1", bytes.NewReader(stream), ReceiveOptions{Writable: true})
 	if !errors.Is(err, fs.ErrExist) {
 		t.Fatalf("receive over an existing volume: %v, want ErrExist", err)
 	}
@@ -165,15 +172,8 @@ func TestSendReceiveBetweenPools(t *testing.T) {
 }
 
 func TestSendWritableReceiveWritableWithLimit(t *testing.T) {
-	a, _ := openTestPool(t)
-	b, _ := openTestPool(t)
+	a, b, dir := twoPools(t, "sandboxes/s1")
 	ctx := context.Background()
-
-	dir, err := a.Create("sandboxes/s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fillVolume(t, dir)
 	want := treeDigest(t, dir)
 	// The writable volume is sent through a read-only copy that goes away.
 	stream := sendToBuffer(t, a, "sandboxes/s1")
@@ -201,21 +201,8 @@ func TestSendWritableReceiveWritableWithLimit(t *testing.T) {
 		t.Fatalf("received volume uses %d bytes: the holes were filled", used)
 	}
 	// The limit holds on the received volume.
-	f, err := os.Create(filepath.Join(got, "fill"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := bytes.Repeat([]byte{0xab}, 1<<20)
-	var werr error
-	for i := 0; i < 64 && werr == nil; i++ {
-		_, werr = f.Write(chunk)
-	}
-	if werr == nil {
-		werr = f.Sync()
-	}
-	f.Close()
-	if !errors.Is(werr, syscall.EDQUOT) {
-		t.Fatalf("writing 64 MiB into a volume limited to 16 MiB: %v, want EDQUOT", werr)
+	if err := fillUntilFull(t, filepath.Join(got, "fill"), 64); !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("writing 64 MiB into a volume limited to 16 MiB: %v, want EDQUOT", err)
 	}
 	assertNoStaging(t, b)
 }
@@ -238,15 +225,8 @@ func streamCommands(t *testing.T, stream []byte) (header []byte, cmds [][]byte) 
 }
 
 func TestReceiveRefusesBrokenStreams(t *testing.T) {
-	a, _ := openTestPool(t)
-	b, _ := openTestPool(t)
+	a, b, _ := twoPools(t, "templates/t1")
 	ctx := context.Background()
-
-	dir, err := a.Create("templates/t1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fillVolume(t, dir)
 	stream := sendToBuffer(t, a, "templates/t1")
 	dir2, err := a.Create("templates/t2")
 	if err != nil {
@@ -338,6 +318,12 @@ func TestSendErrors(t *testing.T) {
 	}
 	if err := os.MkdirAll(filepath.Join(a.Root(), "sandboxes", "plain"), 0o755); err != nil {
 		t.Fatal(err)
+	}
+	if err := a.Send(ctx, stagingDir+"/x", io.Discard); err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("send from the staging dir: %v, want refused", err)
+	}
+	if err := a.Receive(ctx, stagingDir+"/x", strings.NewReader(""), ReceiveOptions{}); err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("receive into the staging dir: %v, want refused", err)
 	}
 	if err := a.Send(ctx, "sandboxes/plain", io.Discard); err == nil {
 		t.Fatal("sent a plain directory")
