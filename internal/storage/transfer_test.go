@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // fillVolume writes a small tree into a volume: files, a directory, a
@@ -377,4 +378,44 @@ func TestCopyBackendRefusesStreams(t *testing.T) {
 	if err := p.Receive(context.Background(), "templates/b", strings.NewReader(""), ReceiveOptions{}); !errors.Is(err, ErrNoStreams) {
 		t.Fatalf("receive on the copy backend: %v, want ErrNoStreams", err)
 	}
+}
+
+// stallingReader yields data, then blocks until ctx ends, as a peer that
+// stops sending mid-stream does.
+type stallingReader struct {
+	ctx  context.Context
+	data []byte
+}
+
+func (r *stallingReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		<-r.ctx.Done()
+		return 0, r.ctx.Err()
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+func TestReceiveEndsWithContext(t *testing.T) {
+	a, b, _ := twoPools(t, "sandboxes/s1")
+	stream := sendToBuffer(t, a, "sandboxes/s1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		cancel()
+	}()
+	start := time.Now()
+	err := b.Receive(ctx, "sandboxes/s1", &stallingReader{ctx: ctx, data: stream[:len(stream)/2]}, ReceiveOptions{Writable: true})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("receive of a stalled stream: %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("receive took %v to end after its context", d)
+	}
+	if b.Exists("sandboxes/s1") {
+		t.Fatal("a cancelled receive left a volume")
+	}
+	assertNoStaging(t, b)
 }
