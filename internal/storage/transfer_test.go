@@ -150,6 +150,15 @@ func TestSendReceiveBetweenPools(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(got, "new"), nil, 0o644); err == nil {
 		t.Fatal("wrote into a read-only received volume")
 	}
+	// A received volume is sent on as any other (a template that goes on
+	// to a third node).
+	back := sendToBuffer(t, b, "templates/t1")
+	if err := a.Receive(ctx, "templates/t1-back", bytes.NewReader(back), ReceiveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := treeDigest(t, a.Path("templates/t1-back")); d != want {
+		t.Fatalf("volume sent on differs:\n got %s\nwant %s", d, want)
+	}
 	// What arrives is a volume of B's own, from which sandboxes snapshot.
 	if _, err := b.Snapshot("templates/t1", "sandboxes/s1", false); err != nil {
 		t.Fatal(err)
