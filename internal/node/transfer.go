@@ -76,25 +76,10 @@ func (n *Node) ReceiveVolume(ctx context.Context, req nodeapi.ReceiveVolumeReque
 	return nil
 }
 
-// transferImageDir resolves a checkpoint image's name under the images
-// directory as the node's other image operations do: template images
-// (under templates/) and the scratch directories of unfinished images
-// (*.partial) are no checkpoint images and cannot be named.
-func (n *Node) transferImageDir(image string) (string, error) {
-	if err := nodeapi.ValidName(image); err != nil {
-		return "", err
-	}
-	first, _, _ := strings.Cut(image, "/")
-	if first == "templates" || strings.HasSuffix(image, ".partial") {
-		return "", fmt.Errorf("%w: %q is reserved", nodeapi.ErrInvalidName, image)
-	}
-	return filepath.Join(n.cfg.ImagesDir, filepath.FromSlash(image)), nil
-}
-
 // SendImage writes a complete checkpoint image as a tar stream, its
 // completeness marker last: a receiver that has the marker has the image.
 func (n *Node) SendImage(ctx context.Context, image string, w io.Writer) error {
-	dir, err := n.transferImageDir(image)
+	dir, err := n.imagePath(image)
 	if err != nil {
 		return fmt.Errorf("send image: %w", err)
 	}
@@ -117,7 +102,7 @@ func (n *Node) SendImage(ctx context.Context, image string, w io.Writer) error {
 // with the completeness marker. An existing image is never replaced. The
 // caller serializes work on one image name.
 func (n *Node) ReceiveImage(ctx context.Context, image string, r io.Reader) error {
-	dir, err := n.transferImageDir(image)
+	dir, err := n.imagePath(image)
 	if err != nil {
 		return fmt.Errorf("receive image: %w", err)
 	}

@@ -164,7 +164,7 @@ func TestTransferVolumeNeedsBtrfs(t *testing.T) {
 // mkCheckpoint makes a checkpoint image as a suspend leaves it.
 func mkCheckpoint(t *testing.T, n *Node, name string, complete bool) string {
 	t.Helper()
-	dir, err := n.transferImageDir(name)
+	dir, err := n.imagePath(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestTransferImageBetweenNodes(t *testing.T) {
 	if sendErr != nil || recvErr != nil {
 		t.Fatalf("send: %v, receive: %v", sendErr, recvErr)
 	}
-	dst, _ := b.transferImageDir(name)
+	dst, _ := b.imagePath(name)
 	if !hasCompleteMarker(dst) {
 		t.Fatal("received image is not complete")
 	}
