@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/space-platform/space/internal/api"
@@ -147,23 +146,34 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		},
 	})
 
-	// The nodes' service answers from the start; the API once the control
-	// plane is up.
-	var apiHandler atomic.Pointer[http.Handler]
-	mux := http.NewServeMux()
-	mux.Handle(clusterPath, clusterHandler)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if h := apiHandler.Load(); h != nil {
-			(*h).ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, `{"code":"unavailable","message":"the control plane is starting: no node has joined it yet"}`+"\n")
-	})
-	if s.http, s.listener, err = listenHTTP(cfg.Listen, mux, cfg.HTTP); err != nil {
+	metricsReg := metrics.NewRegistry()
+	if s.cp, err = newClusterControlPlane(ctx, controlplane.Config{
+		Store: s.st, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: metricsReg,
+		Secrets: secretStore, Quotas: quotas, HostPaths: s.hostPaths,
+	}, nodes); err != nil {
 		return nil, err
 	}
+	mux := http.NewServeMux()
+	// The nodes' service shares the API's listener under its Connect
+	// path; it takes the cluster token, not API keys.
+	mux.Handle(clusterPath, clusterHandler)
+	mux.Handle("/", api.HidePaths(api.New(api.Config{
+		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: metricsReg, Logger: cfg.Logger,
+		Nodes: reg, MaxRequestsPerKey: cfg.MaxRequestsPerKey,
+	}), s.hostPaths))
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if err := s.startCompat(keys); err != nil {
+		cancel()
+		return nil, err
+	}
+	if s.http, s.listener, err = listenHTTP(cfg.Listen, mux, cfg.HTTP); err != nil {
+		cancel()
+		_ = s.shutdownCompat(ctx)
+		return nil, err
+	}
+	go s.cp.Run(runCtx)
 	s.URL = "http://" + s.listener.Addr().String()
 	go func() {
 		defer close(s.done)
@@ -171,34 +181,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 			cfg.Logger.Error("http server", "err", err)
 		}
 	}()
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	defer func() {
-		if err != nil {
-			_ = s.http.Close()
-			cancel()
-			<-s.done
-		}
-	}()
-	say("listening on %s (API and the nodes' cluster service)", s.URL)
-
-	metricsReg := metrics.NewRegistry()
-	if s.cp, err = newClusterControlPlane(ctx, runCtx, controlplane.Config{
-		Store: s.st, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: metricsReg,
-		Secrets: secretStore, Quotas: quotas, HostPaths: s.hostPaths,
-	}, nodes, cfg.MemoryOvercommit, say); err != nil {
-		return nil, err
-	}
-	go s.cp.Run(runCtx)
-
-	h := api.HidePaths(api.New(api.Config{
-		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: metricsReg, Logger: cfg.Logger,
-		Nodes: reg, MaxRequestsPerKey: cfg.MaxRequestsPerKey,
-	}), s.hostPaths)
-	apiHandler.Store(&h)
-	if err := s.startCompat(keys); err != nil {
-		return nil, err
-	}
+	say("listening on %s (the API, and the cluster service nodes join through)", s.URL)
 	if s.compat.e2bURL != "" || s.compat.proxyURL != "" {
 		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)
 	}
@@ -206,33 +189,11 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 }
 
 // newClusterControlPlane builds the cluster's control plane over its
-// nodes.
-//
-// Stand-in until the control plane routes every operation through
-// controlplane.Nodes (Config.Nodes): it drives the first node that joins,
-// which this waits for, as its one node. The API answers 503 meanwhile.
-func newClusterControlPlane(ctx, runCtx context.Context, cfg controlplane.Config, nodes *clusterNodes, overcommit float64, say func(string, ...any)) (*controlplane.ControlPlane, error) {
-	say("waiting for a node to join (space node --control-plane ...)")
-	joinsCtx, stop := context.WithCancel(runCtx)
-	defer stop()
-	joins := nodes.Joins(joinsCtx)
-	var id string
-	select {
-	case id = <-joins:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	nd, err := nodes.Node(id)
-	if err != nil {
-		return nil, err
-	}
-	info, err := nd.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", id, err)
-	}
-	say("node %s joined; the control plane drives it", id)
-	cfg.Node = nd
-	cfg.Capacity = controlplane.Capacity{VCPUs: info.VCPUs, MemoryMB: info.MemoryMB, DiskMB: info.DiskMB, MemoryOvercommit: overcommit}
+// nodes. Its Capacity stays zero: placement weighs each node's figures
+// (cluster.Registry.Place), and a refusal names the cluster's. The nodes
+// are reconciled as they join (their sandboxes adopted), not here.
+func newClusterControlPlane(ctx context.Context, cfg controlplane.Config, nodes *clusterNodes) (*controlplane.ControlPlane, error) {
+	cfg.Nodes = nodes
 	cp := controlplane.New(cfg)
 	if err := cp.Recover(ctx); err != nil {
 		return nil, err

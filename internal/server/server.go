@@ -190,10 +190,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
-	hostname, _ := os.Hostname()
 	ns, err := openNodeSide(ctx, nodeSideConfig{
 		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
-		VolumeImageBytes: cfg.VolumeImageBytes, ID: hostname,
+		VolumeImageBytes: cfg.VolumeImageBytes, ID: localNodeID,
 		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
 		// The node enforces the limits on every sandbox, whatever its
 		// record says; the control plane only lets a create request lower
@@ -226,7 +225,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return out
 	})
 	s.cp = controlplane.New(controlplane.Config{
-		Store: s.st, Node: nd, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
+		Store: s.st, Nodes: controlplane.OneNode(localNodeID, nd), Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
 		Capacity: capacity,
 		// Records of earlier versions name their images by path.
 		LegacyImagesDir: filepath.Join(cfg.DataDir, "images"),
@@ -248,7 +247,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	handler := api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: reg, Logger: cfg.Logger,
-		Nodes:             cluster.NewSingle("local", localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
+		Nodes:             cluster.NewSingle(localNodeID, localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
 		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths)
 	if err := s.startCompat(keys); err != nil {
