@@ -168,19 +168,11 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		cancel()
 		return nil, err
 	}
-	if s.http, s.listener, err = listenHTTP(cfg.Listen, mux, cfg.HTTP); err != nil {
+	if err := s.serveAPI(ctx, mux); err != nil {
 		cancel()
-		_ = s.shutdownCompat(ctx)
 		return nil, err
 	}
 	go s.cp.Run(runCtx)
-	s.URL = "http://" + s.listener.Addr().String()
-	go func() {
-		defer close(s.done)
-		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			cfg.Logger.Error("http server", "err", err)
-		}
-	}()
 	say("listening on %s (the API, and the cluster service nodes join through)", s.URL)
 	if s.compat.e2bURL != "" || s.compat.proxyURL != "" {
 		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)

@@ -254,23 +254,33 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		cancel()
 		return nil, err
 	}
-	if s.http, s.listener, err = listenHTTP(cfg.Listen, handler, cfg.HTTP); err != nil {
+	if err := s.serveAPI(ctx, handler); err != nil {
 		cancel()
-		_ = s.shutdownCompat(ctx)
 		return nil, err
 	}
-	s.URL = "http://" + s.listener.Addr().String()
-	go func() {
-		defer close(s.done)
-		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			cfg.Logger.Error("http server", "err", err)
-		}
-	}()
 	say("listening on %s", s.URL)
 	if s.compat.e2bURL != "" || s.compat.proxyURL != "" {
 		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)
 	}
 	return s, nil
+}
+
+// serveAPI opens the main listener for handler and serves it in the
+// background. On failure the compatibility listeners are closed too.
+func (s *Server) serveAPI(ctx context.Context, handler http.Handler) error {
+	var err error
+	if s.http, s.listener, err = listenHTTP(s.cfg.Listen, handler, s.cfg.HTTP); err != nil {
+		_ = s.shutdownCompat(ctx)
+		return err
+	}
+	s.URL = "http://" + s.listener.Addr().String()
+	go func() {
+		defer close(s.done)
+		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.cfg.Logger.Error("http server", "err", err)
+		}
+	}()
+	return nil
 }
 
 // Templates exposes the template manager (for the CLI's local builds and tests).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +74,8 @@ type testCluster struct {
 	nodes  []*clusterProc
 	dirs   []string // the nodes' data dirs
 	client *client.Client
+	// proxyURL is the control plane's sandbox proxy.
+	proxyURL string
 }
 
 // Uplink pools of the test's nodes: apart from each other and from
@@ -95,10 +98,11 @@ func startCluster(t *testing.T, nodes int) *testCluster {
 	if err := os.WriteFile(token, []byte("e2e-cluster-token-"+strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cpListen := freePort(t)
+	cpListen, proxyListen := freePort(t), freePort(t)
+	c.proxyURL = "http://" + proxyListen
 	c.cp = &clusterProc{t: t, name: "control plane", log: filepath.Join(base, "control-plane.log"), args: []string{
 		"control-plane", "--store", pg, "--data-dir", filepath.Join(base, "cp"), "--listen", cpListen,
-		"--e2b-listen", "", "--proxy-listen", freePort(t), "--cluster-token-file", token, "--heartbeat-timeout", "6s",
+		"--e2b-listen", "", "--proxy-listen", proxyListen, "--cluster-token-file", token, "--heartbeat-timeout", "6s",
 	}}
 	c.cp.start()
 	for i := range nodes {
@@ -228,6 +232,28 @@ func TestClusterProcesses(t *testing.T) {
 	if len(perNode) != 2 {
 		t.Fatalf("4 sandboxes on %d node(s) (%v), want both nodes used", len(perNode), perNode)
 	}
+	// The control plane's proxy reaches a port of a sandbox on each node.
+	for _, ids := range perNode {
+		id := ids[0]
+		execOn(t, cl, id, `mkdir -p /tmp/www && echo served by $SPACE_SANDBOX_ID > /tmp/www/index.html && busybox httpd -p 8080 -h /tmp/www`)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.proxyURL+"/index.html", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("E2b-Sandbox-Id", id)
+			req.Header.Set("E2b-Sandbox-Port", "8080")
+			resp := do(t, req)
+			if resp.status == http.StatusOK && string(resp.body) == "served by "+id+"\n" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the proxy never reached port 8080 of %s: %d %q", id, resp.status, resp.body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	// The nodes count them too (their heartbeats may lag a little).
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -329,6 +355,15 @@ func TestClusterProcesses(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+}
+
+// execOn runs a shell command through cl and fails unless it exits 0.
+func execOn(t *testing.T, cl *client.Client, id, script string) {
+	t.Helper()
+	res, err := cl.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec %q in %s: %+v, %v", script, id, res, err)
 	}
 }
 
