@@ -16,9 +16,9 @@ import (
 //     retention;
 //   - stopped or failed sandboxes are forgotten after the retention period.
 //
-// It also follows the node's events (nodeevents.go) meanwhile.
+// It also follows the nodes and their events (nodeevents.go) meanwhile.
 func (cp *ControlPlane) Run(ctx context.Context) {
-	go cp.followNode(ctx)
+	go cp.followNodes(ctx)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for n := 0; ; n++ {

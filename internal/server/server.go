@@ -236,13 +236,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	capacity := nodeCapacity(cfg.MemoryOvercommit, s.pool.Root())
-	hostname, _ := os.Hostname()
 	nd, err := node.New(node.Config{
 		Namespaces: s.slots, Egress: egress, Gateway: s.gateway,
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
-		ID:        hostname,
+		ID:        localNodeID,
 		Capacity:  node.Capacity{VCPUs: capacity.VCPUs, MemoryMB: capacity.MemoryMB, DiskMB: capacity.DiskMB},
 	})
 	if err != nil {
@@ -273,7 +272,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return out
 	})
 	s.cp = controlplane.New(controlplane.Config{
-		Store: s.st, Node: nd, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
+		Store: s.st, Nodes: controlplane.OneNode(localNodeID, nd), Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
 		Capacity: capacity,
 		// Records of earlier versions name their images by path.
 		LegacyImagesDir: filepath.Join(cfg.DataDir, "images"),
@@ -296,7 +295,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	handler := api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: reg, Logger: cfg.Logger,
-		Nodes:             cluster.NewSingle("local", localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
+		Nodes:             cluster.NewSingle(localNodeID, localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
 		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths)
 	if err := s.startCompat(keys); err != nil {
