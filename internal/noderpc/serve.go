@@ -1,0 +1,68 @@
+package noderpc
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+// ServerOptions configure the node's HTTP server.
+type ServerOptions struct {
+	// CertFile and KeyFile, both set, make the server speak TLS (HTTP/2
+	// over TLS); both empty, HTTP/2 in the clear (h2c) and HTTP/1.1.
+	CertFile, KeyFile string
+}
+
+// NewServer returns the HTTP server for a node handler: HTTP/2 with or
+// without TLS, since streams in both directions (file uploads, port
+// tunnels) need it. Run it with Serve.
+func NewServer(handler http.Handler, opts ServerOptions) (*http.Server, error) {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	srv := &http.Server{
+		Handler:           handler,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	switch {
+	case opts.CertFile == "" && opts.KeyFile == "":
+		protocols.SetUnencryptedHTTP2(true)
+	case opts.CertFile == "" || opts.KeyFile == "":
+		return nil, errors.New("node server TLS needs both a certificate and a key file")
+	default:
+		cert, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load node TLS certificate: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return srv, nil
+}
+
+// Serve serves srv (from NewServer) on ln, with TLS when it has a
+// certificate.
+func Serve(srv *http.Server, ln net.Listener) error {
+	if srv.TLSConfig != nil && len(srv.TLSConfig.Certificates) > 0 {
+		return srv.ServeTLS(ln, "", "")
+	}
+	return srv.Serve(ln)
+}
+
+// loadRoots reads the PEM certificates of a CA file.
+func loadRoots(caFile string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read cluster CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("cluster CA file %s holds no PEM certificate", caFile)
+	}
+	return pool, nil
+}
