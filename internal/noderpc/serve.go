@@ -29,6 +29,10 @@ func NewServer(handler http.Handler, opts ServerOptions) (*http.Server, error) {
 		Handler:           handler,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
+		// Every attach and event subscription holds a stream for as long
+		// as it follows; the default of 250 per connection is too few for
+		// a control plane's clients on a busy node.
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 4096},
 	}
 	switch {
 	case opts.CertFile == "" && opts.KeyFile == "":

@@ -114,6 +114,12 @@ func (s *server) serveAgent(w http.ResponseWriter, r *http.Request) {
 			}
 			pr.Out.Header.Del(forwardedAuthHeader)
 		},
+		// The agent's answer is the sandbox's to shape: it must not pass
+		// for the node's own refusal.
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del(nodeErrorHeader)
+			return nil
+		},
 		Transport: sb.Agent(),
 		// Streamed responses (process output over Connect) reach the
 		// client as they come.

@@ -248,11 +248,9 @@ func TestLargeFilesStream(t *testing.T) {
 	}
 }
 
-// A body that fails aborts the upload: the node is not left a truncated
-// file.
-func TestWriteFileBodyError(t *testing.T) {
-	f := nodeapitest.NewFake("fake")
-	c := dial(t, f)
+// fakeSandbox creates a sandbox through c, a client of a fake node.
+func fakeSandbox(t *testing.T, c *Client) (string, nodeapi.Sandbox) {
+	t.Helper()
 	ctx := context.Background()
 	id := sandboxid.New()
 	if err := c.Create(ctx, nodeapi.CreateRequest{Spec: nodeapi.CreateSpec{ID: id, Template: nodeapi.TemplateSpec{ID: "minimal"}}}); err != nil {
@@ -262,6 +260,15 @@ func TestWriteFileBodyError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return id, sb
+}
+
+// A body that fails aborts the upload: the node is not left a truncated
+// file.
+func TestWriteFileBodyError(t *testing.T) {
+	f := nodeapitest.NewFake("fake")
+	ctx := context.Background()
+	id, sb := fakeSandbox(t, dial(t, f))
 	broken := io.MultiReader(strings.NewReader(strings.Repeat("x", 200<<10)), failingReader{})
 	if err := sb.WriteFile(ctx, "/tmp/partial", "", broken); err == nil || !strings.Contains(err.Error(), "disk on fire") {
 		t.Fatalf("write with a failing body: %v", err)
@@ -279,13 +286,8 @@ func (failingReader) Read([]byte) (int, error) { return 0, errors.New("disk on f
 func TestAttachDropped(t *testing.T) {
 	f := nodeapitest.NewFake("fake")
 	f.JournalLimit = 8
-	c := dial(t, f)
 	ctx := context.Background()
-	id := sandboxid.New()
-	if err := c.Create(ctx, nodeapi.CreateRequest{Spec: nodeapi.CreateSpec{ID: id, Template: nodeapi.TemplateSpec{ID: "minimal"}}}); err != nil {
-		t.Fatal(err)
-	}
-	sb, _ := c.Sandbox(ctx, id)
+	_, sb := fakeSandbox(t, dial(t, f))
 	info, err := sb.StartSession(ctx, nodeapi.SessionSpec{Cmd: []string{"sh", "-c", "echo aaaaaaa; echo bbbbbbb; echo ccc"}})
 	if err != nil {
 		t.Fatal(err)

@@ -448,17 +448,24 @@ func (f *Fake) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return runtime.Stats{CPUNanos: 1, MemoryBytes: 16 << 20, Pids: uint64(1 + len(sb.sessions))}, nil
 }
 
-func (f *Fake) Image(ctx context.Context, image string) (nodeapi.ImageInfo, error) {
-	if err := nodeapi.ValidName(image); err != nil {
-		return nodeapi.ImageInfo{}, fmt.Errorf("image: %w", err)
+// named runs fn under f.mu once name is a valid name.
+func (f *Fake) named(op, name string, fn func()) error {
+	if err := nodeapi.ValidName(name); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fs, ok := f.images[image]
-	if !ok {
-		return nodeapi.ImageInfo{}, nil
-	}
-	return nodeapi.ImageInfo{Complete: true, SizeBytes: 4096 + fs.size()}, nil
+	fn()
+	return nil
+}
+
+func (f *Fake) Image(ctx context.Context, image string) (info nodeapi.ImageInfo, err error) {
+	err = f.named("image", image, func() {
+		if fs, ok := f.images[image]; ok {
+			info = nodeapi.ImageInfo{Complete: true, SizeBytes: 4096 + fs.size()}
+		}
+	})
+	return info, err
 }
 
 func sortedKeys[V any](m map[string]V, keep func(string) bool) []string {
@@ -479,13 +486,7 @@ func (f *Fake) Images(ctx context.Context) ([]string, error) {
 }
 
 func (f *Fake) DeleteImage(ctx context.Context, image string) error {
-	if err := nodeapi.ValidName(image); err != nil {
-		return fmt.Errorf("delete image: %w", err)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.images, image)
-	return nil
+	return f.named("delete image", image, func() { delete(f.images, image) })
 }
 
 // Volumes lists the volumes Capture made (root volumes are not listed).
@@ -501,24 +502,13 @@ func (f *Fake) Volumes(ctx context.Context, prefix string) ([]string, error) {
 	return sortedKeys(f.volumes, func(k string) bool { return strings.HasPrefix(k, prefix) }), nil
 }
 
-func (f *Fake) VolumeExists(ctx context.Context, name string) (bool, error) {
-	if err := nodeapi.ValidName(name); err != nil {
-		return false, fmt.Errorf("volume: %w", err)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, ok := f.volumes[name]
-	return ok, nil
+func (f *Fake) VolumeExists(ctx context.Context, name string) (ok bool, err error) {
+	err = f.named("volume", name, func() { _, ok = f.volumes[name] })
+	return ok, err
 }
 
 func (f *Fake) DeleteVolume(ctx context.Context, name string) error {
-	if err := nodeapi.ValidName(name); err != nil {
-		return fmt.Errorf("delete volume: %w", err)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.volumes, name)
-	return nil
+	return f.named("delete volume", name, func() { delete(f.volumes, name) })
 }
 
 func (f *Fake) TemplateImages(ctx context.Context) ([]string, error) {
@@ -528,13 +518,7 @@ func (f *Fake) TemplateImages(ctx context.Context) ([]string, error) {
 }
 
 func (f *Fake) DropTemplateImage(ctx context.Context, templateID string) error {
-	if err := nodeapi.ValidName(templateID); err != nil {
-		return fmt.Errorf("drop template image: %w", err)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.templateImages, templateID)
-	return nil
+	return f.named("drop template image", templateID, func() { delete(f.templateImages, templateID) })
 }
 
 func (f *Fake) SetPool(ctx context.Context, req nodeapi.PoolRequest) error {

@@ -548,14 +548,32 @@ func counterGoesOn(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, before
 	eventually(ctx, t, "the restored counter to go on", func() bool { return readCounter(ctx, t, sb) > first })
 }
 
+// fillSandbox gives a sandbox state a checkpoint must keep: a file at
+// path and, on a real node, a counting process (whose count it returns).
+func fillSandbox(ctx context.Context, t *testing.T, h Harness, sb nodeapi.Sandbox, path string) int {
+	t.Helper()
+	writeFile(ctx, t, sb, path, "state of "+path)
+	if !h.Real {
+		return 0
+	}
+	return startCounter(ctx, t, sb)
+}
+
+// checkRestored checks that a restored sandbox has what fillSandbox gave.
+func checkRestored(ctx context.Context, t *testing.T, h Harness, sb nodeapi.Sandbox, path string, count int) {
+	t.Helper()
+	if got := readFile(ctx, t, sb, path); got != "state of "+path {
+		t.Fatalf("%s after the restore: %q", path, got)
+	}
+	if h.Real {
+		counterGoesOn(ctx, t, sb, count)
+	}
+}
+
 func testSuspendResume(t *testing.T, h Harness) {
 	ctx := caseContext(t, h)
 	sb := create(ctx, t, h)
-	writeFile(ctx, t, sb, "/tmp/kept.txt", "kept")
-	count := 0
-	if h.Real {
-		count = startCounter(ctx, t, sb)
-	}
+	count := fillSandbox(ctx, t, h, sb, "/tmp/kept.txt")
 	image := unique("image")
 	t.Cleanup(func() { _ = h.Node.DeleteImage(context.Background(), image) })
 	if err := h.Node.Suspend(ctx, sb.id, image); err != nil {
@@ -575,22 +593,13 @@ func testSuspendResume(t *testing.T, h Harness) {
 		t.Fatalf("resume from image: %v", err)
 	}
 	restored := handle(ctx, t, h, sb.id)
-	if got := readFile(ctx, t, restored, "/tmp/kept.txt"); got != "kept" {
-		t.Fatalf("file after resume: %q", got)
-	}
-	if h.Real {
-		counterGoesOn(ctx, t, restored, count)
-	}
+	checkRestored(ctx, t, h, restored, "/tmp/kept.txt", count)
 }
 
 func testCaptureRestore(t *testing.T, h Harness) {
 	ctx := caseContext(t, h)
 	sb := create(ctx, t, h)
-	writeFile(ctx, t, sb, "/tmp/captured.txt", "captured")
-	count := 0
-	if h.Real {
-		count = startCounter(ctx, t, sb)
-	}
+	count := fillSandbox(ctx, t, h, sb, "/tmp/captured.txt")
 	image, volume := unique("image"), unique("volume")
 	t.Cleanup(func() {
 		_ = h.Node.DeleteImage(context.Background(), image)
@@ -616,9 +625,7 @@ func testCaptureRestore(t *testing.T, h Harness) {
 	}
 	destroyLater(t, h, id)
 	branch := sandbox{id: id, token: newToken, Sandbox: handle(ctx, t, h, id)}
-	if got := readFile(ctx, t, branch, "/tmp/captured.txt"); got != "captured" {
-		t.Fatalf("file in the restored copy: %q", got)
-	}
+	checkRestored(ctx, t, h, branch, "/tmp/captured.txt", count)
 	if _, err := branch.Stat(ctx, "/tmp/later.txt", ""); err == nil {
 		t.Fatal("the restored copy holds a file written after the capture")
 	}
@@ -627,9 +634,6 @@ func testCaptureRestore(t *testing.T, h Harness) {
 	}
 	if status, _ := agentGet(ctx, t, branch, "/tmp/captured.txt", sb.token); status != http.StatusUnauthorized {
 		t.Fatalf("restored copy's agent with the source's token: %d, want 401", status)
-	}
-	if h.Real {
-		counterGoesOn(ctx, t, branch, count)
 	}
 }
 
