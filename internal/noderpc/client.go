@@ -627,7 +627,7 @@ func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	prefix := "/agent/" + t.s.id
+	prefix := agentPrefix + t.s.id
 	u.Path += prefix + req.URL.Path
 	if req.URL.RawPath != "" {
 		u.RawPath = u.Path[:len(u.Path)-len(req.URL.Path)] + req.URL.RawPath

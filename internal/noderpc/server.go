@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -39,9 +40,17 @@ func NewHandler(node nodeapi.Node, token string, logger *slog.Logger) http.Handl
 	// data center, and compressing file and output chunks only costs CPU.
 	path, h := nodev1connect.NewNodeServiceHandler(s, connect.WithCompressMinBytes(1<<62))
 	mux.Handle(path, h)
-	mux.HandleFunc(agentRoute, s.serveAgent)
 	mux.HandleFunc(portRoute, s.servePort)
-	return requireToken(token, mux)
+	// The agent's paths go to it as the client wrote them: ServeMux would
+	// clean them and redirect.
+	routes := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, agentPrefix) {
+			s.serveAgent(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	return requireToken(token, routes)
 }
 
 type server struct {

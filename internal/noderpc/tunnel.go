@@ -20,10 +20,10 @@ import (
 
 // Routes next to the Connect service.
 const (
-	// agentRoute forwards HTTP requests to a sandbox's agent
-	// (nodeapi.Sandbox.Agent): /agent/{id} is stripped, the rest of the
-	// path and the query go to the agent unchanged.
-	agentRoute = "/agent/{id}/{rest...}"
+	// agentPrefix, then a sandbox id, forwards HTTP requests to the
+	// sandbox's agent (nodeapi.Sandbox.Agent): /agent/{id} is stripped,
+	// the rest of the path and the query go to the agent unchanged.
+	agentPrefix = "/agent/"
 	// portRoute is a full-duplex tunnel to a TCP port inside a sandbox
 	// (nodeapi.Sandbox.DialPort): the request body is what the client
 	// sends, the response body what the port answers. It needs HTTP/2
@@ -94,19 +94,22 @@ func readNodeError(resp *http.Response) error {
 }
 
 func (s *server) serveAgent(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, agentPrefix), "/")
 	sb, err := s.node.Sandbox(r.Context(), id)
 	if err != nil {
 		writeNodeError(w, err)
 		return
 	}
-	prefix := "/agent/" + id
+	prefix := agentPrefix + id
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			u := pr.Out.URL
 			u.Scheme, u.Host = "http", "agent"
 			u.Path = strings.TrimPrefix(pr.In.URL.Path, prefix)
 			u.RawPath = strings.TrimPrefix(pr.In.URL.RawPath, prefix) // ids need no escaping
+			if u.Path == "" {
+				u.Path = "/"
+			}
 			pr.Out.Host = ""
 			pr.Out.Header.Del("Authorization")
 			if a := pr.In.Header.Get(forwardedAuthHeader); a != "" {

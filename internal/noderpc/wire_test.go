@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"reflect"
 	goruntime "runtime"
 	"strings"
@@ -363,7 +365,7 @@ func TestAgentRoute(t *testing.T) {
 	c := dial(t, n)
 	ctx := context.Background()
 	sb := &remoteSandbox{c: c, id: "known"}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://whatever.example/files/a%2Fb?path=/tmp/x&username=user", strings.NewReader("payload"))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://whatever.example/files//a%2Fb?path=/tmp/x&username=user", strings.NewReader("payload"))
 	req.Header.Set("Authorization", "Basic dXNlcjo=")
 	resp, err := sb.Agent().RoundTrip(req)
 	if err != nil {
@@ -381,7 +383,7 @@ func TestAgentRoute(t *testing.T) {
 		}
 		line = append(line, buf[0])
 	}
-	want := `POST /files/a%2Fb path=/tmp/x&username=user auth="Basic dXNlcjo=" cluster="" host="agent" body="payload"` + "\n"
+	want := `POST /files//a%2Fb path=/tmp/x&username=user auth="Basic dXNlcjo=" cluster="" host="agent" body="payload"` + "\n"
 	if string(line) != want {
 		t.Fatalf("the agent received\n%s\nwant\n%s", line, want)
 	}
@@ -482,5 +484,76 @@ func TestConversionsRoundTrip(t *testing.T) {
 	bad.Allow = []string{"not-a-cidr"}
 	if _, err := fromPolicy(bad); err == nil {
 		t.Error("a bad prefix was accepted")
+	}
+}
+
+// portNode's sandboxes hand the far end of every DialPort to the test.
+type portNode struct {
+	nodeapi.Node
+	far chan net.Conn
+}
+
+func (n *portNode) Sandbox(ctx context.Context, id string) (nodeapi.Sandbox, error) {
+	return &portSandbox{n: n}, nil
+}
+
+type portSandbox struct {
+	nodeapi.Sandbox
+	n *portNode
+}
+
+func (s *portSandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port != 8080 {
+		return nil, fmt.Errorf("dial port %d: connection refused", port)
+	}
+	near, far := net.Pipe()
+	s.n.far <- far
+	return near, nil
+}
+
+func TestPortTunnel(t *testing.T) {
+	n := &portNode{Node: nodeapitest.NewFake("fake"), far: make(chan net.Conn, 1)}
+	sb := &remoteSandbox{c: dial(t, n), id: "any"}
+	if _, err := sb.DialPort(context.Background(), 9); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("dial a closed port: %v", err)
+	}
+	exchange := func(a, b net.Conn, msg string) {
+		t.Helper()
+		_ = b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		go func() { _, _ = a.Write([]byte(msg)) }()
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(b, buf); err != nil || string(buf) != msg {
+			t.Fatalf("sent %q, received %q (%v)", msg, buf, err)
+		}
+	}
+
+	// The dial's context bounds the dial only.
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := sb.DialPort(ctx, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	far := <-n.far
+	exchange(conn, far, "to the sandbox")
+	exchange(far, conn, "from the sandbox")
+	// The sandbox's side closing ends the client's reads.
+	_ = far.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("read after the sandbox closed: %v, want EOF", err)
+	}
+	_ = conn.Close()
+
+	// The client closing ends the sandbox's side.
+	conn, err = sb.DialPort(context.Background(), 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	far = <-n.far
+	_ = conn.Close()
+	_ = far.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := far.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after the client closed: %v, want the connection closed", err)
 	}
 }

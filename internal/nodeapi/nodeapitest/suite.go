@@ -37,8 +37,8 @@ type Harness struct {
 	// to keep their memory across a checkpoint run only then.
 	Real bool
 	// EchoServer is the command of a session that listens on TCP port
-	// inside a sandbox and sends back what it reads; nil skips the
-	// DialPort case.
+	// inside a sandbox and sends back what it reads (on busybox, as in
+	// minimal: nc -lk -p PORT -e cat); nil skips the DialPort case.
 	EchoServer func(port int) []string
 	// Kill ends a sandbox's runtime behind the node's back (a crash);
 	// nil skips the exit event check.
@@ -503,9 +503,6 @@ func testControlRunning(t *testing.T, h Harness) {
 	}
 	if status, _ := agentGet(ctx, t, sb, "/tmp/rekeyed.txt", sb.token); status != http.StatusUnauthorized {
 		t.Fatalf("agent with the old token: %d, want 401", status)
-	}
-	if adopted, err := h.Node.Adopt(ctx, sb.id, newToken); err != nil || !adopted {
-		t.Fatalf("adopt of a running sandbox: %v, %v", adopted, err)
 	}
 }
 
