@@ -489,17 +489,25 @@ func (f *Fake) DeleteImage(ctx context.Context, image string) error {
 	return f.named("delete image", image, func() { delete(f.images, image) })
 }
 
-// Volumes lists the volumes Capture made (root volumes are not listed).
+// Volumes lists the volumes Capture made (root volumes are not listed)
+// and the directories of them directly under prefix ("" for the top).
 func (f *Fake) Volumes(ctx context.Context, prefix string) ([]string, error) {
 	if prefix != "" {
-		// A prefix may end inside a segment, or with '/'.
-		if err := nodeapi.ValidName(strings.TrimSuffix(prefix, "/")); err != nil {
+		if err := nodeapi.ValidName(prefix); err != nil {
 			return nil, fmt.Errorf("volumes: %w", err)
 		}
+		prefix += "/"
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return sortedKeys(f.volumes, func(k string) bool { return strings.HasPrefix(k, prefix) }), nil
+	under := map[string]bool{}
+	for name := range f.volumes {
+		if rest, ok := strings.CutPrefix(name, prefix); ok {
+			first, _, _ := strings.Cut(rest, "/")
+			under[prefix+first] = true
+		}
+	}
+	return sortedKeys(under, func(string) bool { return true }), nil
 }
 
 func (f *Fake) VolumeExists(ctx context.Context, name string) (ok bool, err error) {

@@ -637,7 +637,13 @@ func testCaptureRestore(t *testing.T, h Harness) {
 func testImagesVolumes(t *testing.T, h Harness) {
 	ctx := caseContext(t, h)
 	sb := create(ctx, t, h)
-	image, volume := unique("image"), unique("volume")
+	// Volumes nest: the listing of dir holds the volume by its full name.
+	dir := unique("volumes")
+	image, volume := unique("image"), dir+"/captured"
+	t.Cleanup(func() {
+		_ = h.Node.DeleteImage(context.Background(), image)
+		_ = h.Node.DeleteVolume(context.Background(), volume)
+	})
 	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: sb.id, Volume: volume, Image: image}); err != nil {
 		t.Fatalf("capture: %v", err)
 	}
@@ -645,8 +651,8 @@ func testImagesVolumes(t *testing.T, h Harness) {
 	if err != nil || !slices.Contains(images, image) {
 		t.Fatalf("images %v (%v) lack %s", images, err, image)
 	}
-	if vols, err := h.Node.Volumes(ctx, volume); err != nil || !slices.Equal(vols, []string{volume}) {
-		t.Fatalf("volumes with prefix %s: %v, %v", volume, vols, err)
+	if vols, err := h.Node.Volumes(ctx, dir); err != nil || !slices.Equal(vols, []string{volume}) {
+		t.Fatalf("volumes under %s: %v, %v", dir, vols, err)
 	}
 	if ok, err := h.Node.VolumeExists(ctx, volume); err != nil || !ok {
 		t.Fatalf("volume exists: %v, %v", ok, err)
