@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,9 @@ type ServerOptions struct {
 	// CertFile and KeyFile, both set, make the server speak TLS (HTTP/2
 	// over TLS); both empty, HTTP/2 in the clear (h2c) and HTTP/1.1.
 	CertFile, KeyFile string
+	// Logger receives the HTTP server's own errors (failed TLS
+	// handshakes, ...); nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // NewServer returns the HTTP server for a node handler: HTTP/2 with or
@@ -25,8 +29,13 @@ func NewServer(handler http.Handler, opts ServerOptions) (*http.Server, error) {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
 	srv := &http.Server{
 		Handler:           handler,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		// Every attach and event subscription holds a stream for as long

@@ -213,7 +213,7 @@ func heapPeak() (stop func() uint64) {
 // Files larger than 64 MiB cross both ways while the process holds a
 // small part of them at a time.
 func TestLargeFilesStream(t *testing.T) {
-	const size = 80 << 20
+	const size = 65 << 20
 	n := &streamNode{Node: nodeapitest.NewFake("fake"), size: size, got: make(chan [32]byte, 1)}
 	c := dial(t, n)
 	ctx := context.Background()
