@@ -406,37 +406,8 @@ func (r *downloadReader) Close() error {
 }
 
 func (s *remoteSandbox) WriteFile(ctx context.Context, path, user string, body io.Reader) error {
-	// Cancelling the stream (not closing it) when body fails makes the
-	// node drop the upload instead of keeping a truncated file.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream := s.c.rpc.WriteFile(ctx)
-	sendErr := stream.Send(&pb.WriteFileRequest{Sandbox: s.id, Path: path, User: user})
-	buf := make([]byte, chunkSize)
-	for sendErr == nil {
-		n, rerr := body.Read(buf)
-		if n > 0 {
-			// Send marshals at once, so buf can be reused.
-			sendErr = stream.Send(&pb.WriteFileRequest{Data: buf[:n]})
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			cancel()
-			_, _ = stream.CloseAndReceive()
-			return fmt.Errorf("write %s: read body: %w", path, rerr)
-		}
-	}
-	// A failed Send means the node answered already: its error, if it
-	// failed, comes with the answer.
-	if _, err := stream.CloseAndReceive(); err != nil {
-		return s.c.fail(err)
-	}
-	if sendErr != nil && !errors.Is(sendErr, io.EOF) {
-		return s.c.fail(sendErr)
-	}
-	return nil
+	head := &pb.WriteFileRequest{Sandbox: s.id, Path: path, User: user}
+	return upload(ctx, s.c, s.c.rpc.WriteFile, head, func(p []byte) *pb.WriteFileRequest { return &pb.WriteFileRequest{Data: p} }, body, "write "+path)
 }
 
 func entryOf(res *pb.EntryResponse, err error) (*pbEntry, error) {

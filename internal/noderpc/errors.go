@@ -26,6 +26,7 @@ const (
 	kindExecTimeout = "exec_timeout"
 	kindNoEgress    = "no_egress"
 	kindInvalidName = "invalid_name"
+	kindExists      = "exists"
 	kindAgent       = "agent"
 )
 
@@ -39,6 +40,7 @@ var sentinels = []struct {
 	{kindExecTimeout, nodeapi.ErrExecTimeout, connect.CodeDeadlineExceeded},
 	{kindNoEgress, nodeapi.ErrNoEgress, connect.CodeFailedPrecondition},
 	{kindInvalidName, nodeapi.ErrInvalidName, connect.CodeInvalidArgument},
+	{kindExists, nodeapi.ErrExists, connect.CodeAlreadyExists},
 }
 
 // describe classifies err for the wire: its NodeError detail and the

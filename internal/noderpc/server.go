@@ -340,28 +340,27 @@ func (s *server) ReadFile(ctx context.Context, req *connect.Request[pb.FileReque
 }
 
 func (s *server) WriteFile(ctx context.Context, stream *connect.ClientStream[pb.WriteFileRequest]) (*connect.Response[pb.Empty], error) {
-	if !stream.Receive() {
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, invalid(errors.New("write file: no header message"))
+	head, err := receiveHead(stream, "write file")
+	if err != nil {
+		return nil, err
 	}
-	head := stream.Msg()
 	sb, err := s.sandbox(ctx, head.GetSandbox())
 	if err != nil {
 		return nil, err
 	}
-	body := &uploadReader{stream: stream, buf: head.GetData()}
+	body := &uploadReader[pb.WriteFileRequest]{stream: stream, data: (*pb.WriteFileRequest).GetData, buf: head.GetData()}
 	return ok(sb.WriteFile(ctx, head.GetPath(), head.GetUser(), body))
 }
 
-// uploadReader reads the data of a WriteFile stream's messages.
-type uploadReader struct {
-	stream *connect.ClientStream[pb.WriteFileRequest]
+// uploadReader reads the data of a client stream's messages (the first
+// one's already in buf).
+type uploadReader[T any] struct {
+	stream *connect.ClientStream[T]
+	data   func(*T) []byte
 	buf    []byte
 }
 
-func (r *uploadReader) Read(p []byte) (int, error) {
+func (r *uploadReader[T]) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
 		if !r.stream.Receive() {
 			if err := r.stream.Err(); err != nil {
@@ -369,11 +368,22 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 			}
 			return 0, io.EOF
 		}
-		r.buf = r.stream.Msg().GetData()
+		r.buf = r.data(r.stream.Msg())
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
+}
+
+// receiveHead reads the first message of a client stream.
+func receiveHead[T any](stream *connect.ClientStream[T], what string) (*T, error) {
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return nil, err
+		}
+		return nil, invalid(errors.New(what + ": no header message"))
+	}
+	return stream.Msg(), nil
 }
 
 func entry(e *pbEntry, err error) (*connect.Response[pb.EntryResponse], error) {

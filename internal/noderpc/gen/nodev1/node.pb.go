@@ -34,7 +34,8 @@ const (
 type NodeError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kind: "no_sandbox", "no_session", "exec_timeout", "no_egress",
-	// "invalid_name", "agent" (status set), or "" for any other error.
+	// "invalid_name", "exists", "agent" (status set), or "" for any other
+	// error.
 	Kind   string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	Status int32  `protobuf:"varint,2,opt,name=status,proto3" json:"status,omitempty"`
 	// agent_message is the AgentError's own message (the error's message
@@ -3509,6 +3510,172 @@ func (x *ResizeRequest) GetRows() uint32 {
 	return 0
 }
 
+type DataChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataChunk) Reset() {
+	*x = DataChunk{}
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataChunk) ProtoMessage() {}
+
+func (x *DataChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataChunk.ProtoReflect.Descriptor instead.
+func (*DataChunk) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *DataChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ReceiveVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set in the first message only.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Writable      bool   `protobuf:"varint,2,opt,name=writable,proto3" json:"writable,omitempty"`
+	DiskMb        int64  `protobuf:"varint,3,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReceiveVolumeRequest) Reset() {
+	*x = ReceiveVolumeRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceiveVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceiveVolumeRequest) ProtoMessage() {}
+
+func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceiveVolumeRequest.ProtoReflect.Descriptor instead.
+func (*ReceiveVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ReceiveVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReceiveVolumeRequest) GetWritable() bool {
+	if x != nil {
+		return x.Writable
+	}
+	return false
+}
+
+func (x *ReceiveVolumeRequest) GetDiskMb() int64 {
+	if x != nil {
+		return x.DiskMb
+	}
+	return 0
+}
+
+func (x *ReceiveVolumeRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ReceiveImageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set in the first message only.
+	Image         string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReceiveImageRequest) Reset() {
+	*x = ReceiveImageRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceiveImageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceiveImageRequest) ProtoMessage() {}
+
+func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceiveImageRequest.ProtoReflect.Descriptor instead.
+func (*ReceiveImageRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ReceiveImageRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *ReceiveImageRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_space_node_v1_node_proto protoreflect.FileDescriptor
 
 const file_space_node_v1_node_proto_rawDesc = "" +
@@ -3780,7 +3947,17 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x12\n" +
 	"\x04cols\x18\x03 \x01(\rR\x04cols\x12\x12\n" +
-	"\x04rows\x18\x04 \x01(\rR\x04rows2\xa8\x1a\n" +
+	"\x04rows\x18\x04 \x01(\rR\x04rows\"\x1f\n" +
+	"\tDataChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"s\n" +
+	"\x14ReceiveVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bwritable\x18\x02 \x01(\bR\bwritable\x12\x17\n" +
+	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"?\n" +
+	"\x13ReceiveImageRequest\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data2\xcd\x1c\n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
@@ -3835,7 +4012,12 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"CloseStdin\x12\x1d.space.node.v1.SessionRequest\x1a\x14.space.node.v1.Empty\x12<\n" +
 	"\x06Signal\x12\x1c.space.node.v1.SignalRequest\x1a\x14.space.node.v1.Empty\x12<\n" +
-	"\x06Resize\x12\x1c.space.node.v1.ResizeRequest\x1a\x14.space.node.v1.EmptyBDZBgithub.com/space-platform/space/internal/noderpc/gen/nodev1;nodev1b\x06proto3"
+	"\x06Resize\x12\x1c.space.node.v1.ResizeRequest\x1a\x14.space.node.v1.Empty\x12D\n" +
+	"\n" +
+	"SendVolume\x12\x1a.space.node.v1.NameRequest\x1a\x18.space.node.v1.DataChunk0\x01\x12L\n" +
+	"\rReceiveVolume\x12#.space.node.v1.ReceiveVolumeRequest\x1a\x14.space.node.v1.Empty(\x01\x12C\n" +
+	"\tSendImage\x12\x1a.space.node.v1.NameRequest\x1a\x18.space.node.v1.DataChunk0\x01\x12J\n" +
+	"\fReceiveImage\x12\".space.node.v1.ReceiveImageRequest\x1a\x14.space.node.v1.Empty(\x01BDZBgithub.com/space-platform/space/internal/noderpc/gen/nodev1;nodev1b\x06proto3"
 
 var (
 	file_space_node_v1_node_proto_rawDescOnce sync.Once
@@ -3849,7 +4031,7 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_space_node_v1_node_proto_goTypes = []any{
 	(*NodeError)(nil),              // 0: space.node.v1.NodeError
 	(*Empty)(nil),                  // 1: space.node.v1.Empty
@@ -3907,25 +4089,28 @@ var file_space_node_v1_node_proto_goTypes = []any{
 	(*StdinRequest)(nil),           // 53: space.node.v1.StdinRequest
 	(*SignalRequest)(nil),          // 54: space.node.v1.SignalRequest
 	(*ResizeRequest)(nil),          // 55: space.node.v1.ResizeRequest
-	nil,                            // 56: space.node.v1.InfoResponse.PoolsEntry
-	nil,                            // 57: space.node.v1.TemplateSpec.EnvEntry
-	nil,                            // 58: space.node.v1.Identity.EnvEntry
-	nil,                            // 59: space.node.v1.Identity.InfoEntry
-	nil,                            // 60: space.node.v1.CreateSpec.EnvEntry
-	nil,                            // 61: space.node.v1.ExecRequest.EnvEntry
-	nil,                            // 62: space.node.v1.SessionSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
-	(*filesystempb.EntryInfo)(nil), // 64: filesystem.EntryInfo
+	(*DataChunk)(nil),              // 56: space.node.v1.DataChunk
+	(*ReceiveVolumeRequest)(nil),   // 57: space.node.v1.ReceiveVolumeRequest
+	(*ReceiveImageRequest)(nil),    // 58: space.node.v1.ReceiveImageRequest
+	nil,                            // 59: space.node.v1.InfoResponse.PoolsEntry
+	nil,                            // 60: space.node.v1.TemplateSpec.EnvEntry
+	nil,                            // 61: space.node.v1.Identity.EnvEntry
+	nil,                            // 62: space.node.v1.Identity.InfoEntry
+	nil,                            // 63: space.node.v1.CreateSpec.EnvEntry
+	nil,                            // 64: space.node.v1.ExecRequest.EnvEntry
+	nil,                            // 65: space.node.v1.SessionSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil),  // 66: google.protobuf.Timestamp
+	(*filesystempb.EntryInfo)(nil), // 67: filesystem.EntryInfo
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
-	56, // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
-	57, // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
+	59, // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
+	60, // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
 	10, // 2: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
-	58, // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
-	59, // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
+	61, // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
+	62, // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
 	8,  // 5: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
 	9,  // 6: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
-	60, // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
+	63, // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
 	11, // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
 	13, // 9: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
 	12, // 10: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
@@ -3942,16 +4127,16 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	8,  // 21: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
 	16, // 22: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
 	11, // 23: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	63, // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	66, // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
 	32, // 25: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
-	61, // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	64, // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	64, // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	62, // 29: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
+	64, // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
+	67, // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	67, // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	65, // 29: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
 	43, // 30: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
 	43, // 31: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	63, // 32: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	63, // 33: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	66, // 32: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	66, // 33: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
 	45, // 34: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
 	46, // 35: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
 	50, // 36: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
@@ -4008,58 +4193,66 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	47, // 87: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
 	54, // 88: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
 	55, // 89: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	7,  // 90: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	15, // 91: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	18, // 92: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	20, // 93: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,  // 94: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,  // 95: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	22, // 96: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,  // 97: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,  // 98: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,  // 99: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,  // 100: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,  // 101: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,  // 102: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,  // 103: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,  // 104: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,  // 105: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,  // 106: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,  // 107: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,  // 108: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,  // 109: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,  // 110: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	29, // 111: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	30, // 112: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,  // 113: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,  // 114: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,  // 115: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,  // 116: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,  // 117: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	4,  // 118: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,  // 119: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,  // 120: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	32, // 121: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	33, // 122: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	1,  // 123: space.node.v1.NodeService.Sandbox:output_type -> space.node.v1.Empty
-	35, // 124: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	37, // 125: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,  // 126: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	39, // 127: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	41, // 128: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,  // 129: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	39, // 130: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	39, // 131: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	46, // 132: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	46, // 133: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	48, // 134: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	52, // 135: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,  // 136: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,  // 137: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,  // 138: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,  // 139: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	90, // [90:140] is the sub-list for method output_type
-	40, // [40:90] is the sub-list for method input_type
+	3,  // 90: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	57, // 91: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,  // 92: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	58, // 93: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	7,  // 94: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	15, // 95: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	18, // 96: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	20, // 97: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,  // 98: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,  // 99: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	22, // 100: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,  // 101: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,  // 102: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,  // 103: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,  // 104: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,  // 105: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,  // 106: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,  // 107: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,  // 108: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,  // 109: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,  // 110: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,  // 111: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,  // 112: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,  // 113: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,  // 114: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	29, // 115: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	30, // 116: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,  // 117: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,  // 118: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,  // 119: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,  // 120: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,  // 121: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	4,  // 122: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,  // 123: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,  // 124: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	32, // 125: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	33, // 126: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	1,  // 127: space.node.v1.NodeService.Sandbox:output_type -> space.node.v1.Empty
+	35, // 128: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	37, // 129: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,  // 130: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	39, // 131: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	41, // 132: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,  // 133: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	39, // 134: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	39, // 135: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	46, // 136: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	46, // 137: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	48, // 138: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	52, // 139: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,  // 140: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,  // 141: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,  // 142: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,  // 143: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	56, // 144: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,  // 145: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	56, // 146: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,  // 147: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	94, // [94:148] is the sub-list for method output_type
+	40, // [40:94] is the sub-list for method input_type
 	40, // [40:40] is the sub-list for extension type_name
 	40, // [40:40] is the sub-list for extension extendee
 	0,  // [0:40] is the sub-list for field type_name
@@ -4081,7 +4274,7 @@ func file_space_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

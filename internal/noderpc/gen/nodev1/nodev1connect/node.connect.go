@@ -148,6 +148,16 @@ const (
 	NodeServiceSignalProcedure = "/space.node.v1.NodeService/Signal"
 	// NodeServiceResizeProcedure is the fully-qualified name of the NodeService's Resize RPC.
 	NodeServiceResizeProcedure = "/space.node.v1.NodeService/Resize"
+	// NodeServiceSendVolumeProcedure is the fully-qualified name of the NodeService's SendVolume RPC.
+	NodeServiceSendVolumeProcedure = "/space.node.v1.NodeService/SendVolume"
+	// NodeServiceReceiveVolumeProcedure is the fully-qualified name of the NodeService's ReceiveVolume
+	// RPC.
+	NodeServiceReceiveVolumeProcedure = "/space.node.v1.NodeService/ReceiveVolume"
+	// NodeServiceSendImageProcedure is the fully-qualified name of the NodeService's SendImage RPC.
+	NodeServiceSendImageProcedure = "/space.node.v1.NodeService/SendImage"
+	// NodeServiceReceiveImageProcedure is the fully-qualified name of the NodeService's ReceiveImage
+	// RPC.
+	NodeServiceReceiveImageProcedure = "/space.node.v1.NodeService/ReceiveImage"
 )
 
 // NodeServiceClient is a client for the space.node.v1.NodeService service.
@@ -213,6 +223,13 @@ type NodeServiceClient interface {
 	CloseStdin(context.Context, *connect.Request[nodev1.SessionRequest]) (*connect.Response[nodev1.Empty], error)
 	Signal(context.Context, *connect.Request[nodev1.SignalRequest]) (*connect.Response[nodev1.Empty], error)
 	Resize(context.Context, *connect.Request[nodev1.ResizeRequest]) (*connect.Response[nodev1.Empty], error)
+	// Transfer (nodeapi.Transfer): volumes and checkpoint images as byte
+	// streams between nodes. Send* stream data messages; Receive* take a
+	// first message naming what to make, then data.
+	SendVolume(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.ServerStreamForClient[nodev1.DataChunk], error)
+	ReceiveVolume(context.Context) *connect.ClientStreamForClient[nodev1.ReceiveVolumeRequest, nodev1.Empty]
+	SendImage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.ServerStreamForClient[nodev1.DataChunk], error)
+	ReceiveImage(context.Context) *connect.ClientStreamForClient[nodev1.ReceiveImageRequest, nodev1.Empty]
 }
 
 // NewNodeServiceClient constructs a client for the space.node.v1.NodeService service. By default,
@@ -526,6 +543,30 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Resize")),
 			connect.WithClientOptions(opts...),
 		),
+		sendVolume: connect.NewClient[nodev1.NameRequest, nodev1.DataChunk](
+			httpClient,
+			baseURL+NodeServiceSendVolumeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SendVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		receiveVolume: connect.NewClient[nodev1.ReceiveVolumeRequest, nodev1.Empty](
+			httpClient,
+			baseURL+NodeServiceReceiveVolumeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ReceiveVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		sendImage: connect.NewClient[nodev1.NameRequest, nodev1.DataChunk](
+			httpClient,
+			baseURL+NodeServiceSendImageProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("SendImage")),
+			connect.WithClientOptions(opts...),
+		),
+		receiveImage: connect.NewClient[nodev1.ReceiveImageRequest, nodev1.Empty](
+			httpClient,
+			baseURL+NodeServiceReceiveImageProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ReceiveImage")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -581,6 +622,10 @@ type nodeServiceClient struct {
 	closeStdin        *connect.Client[nodev1.SessionRequest, nodev1.Empty]
 	signal            *connect.Client[nodev1.SignalRequest, nodev1.Empty]
 	resize            *connect.Client[nodev1.ResizeRequest, nodev1.Empty]
+	sendVolume        *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
+	receiveVolume     *connect.Client[nodev1.ReceiveVolumeRequest, nodev1.Empty]
+	sendImage         *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
+	receiveImage      *connect.Client[nodev1.ReceiveImageRequest, nodev1.Empty]
 }
 
 // Info calls space.node.v1.NodeService.Info.
@@ -833,6 +878,26 @@ func (c *nodeServiceClient) Resize(ctx context.Context, req *connect.Request[nod
 	return c.resize.CallUnary(ctx, req)
 }
 
+// SendVolume calls space.node.v1.NodeService.SendVolume.
+func (c *nodeServiceClient) SendVolume(ctx context.Context, req *connect.Request[nodev1.NameRequest]) (*connect.ServerStreamForClient[nodev1.DataChunk], error) {
+	return c.sendVolume.CallServerStream(ctx, req)
+}
+
+// ReceiveVolume calls space.node.v1.NodeService.ReceiveVolume.
+func (c *nodeServiceClient) ReceiveVolume(ctx context.Context) *connect.ClientStreamForClient[nodev1.ReceiveVolumeRequest, nodev1.Empty] {
+	return c.receiveVolume.CallClientStream(ctx)
+}
+
+// SendImage calls space.node.v1.NodeService.SendImage.
+func (c *nodeServiceClient) SendImage(ctx context.Context, req *connect.Request[nodev1.NameRequest]) (*connect.ServerStreamForClient[nodev1.DataChunk], error) {
+	return c.sendImage.CallServerStream(ctx, req)
+}
+
+// ReceiveImage calls space.node.v1.NodeService.ReceiveImage.
+func (c *nodeServiceClient) ReceiveImage(ctx context.Context) *connect.ClientStreamForClient[nodev1.ReceiveImageRequest, nodev1.Empty] {
+	return c.receiveImage.CallClientStream(ctx)
+}
+
 // NodeServiceHandler is an implementation of the space.node.v1.NodeService service.
 type NodeServiceHandler interface {
 	// Control.
@@ -896,6 +961,13 @@ type NodeServiceHandler interface {
 	CloseStdin(context.Context, *connect.Request[nodev1.SessionRequest]) (*connect.Response[nodev1.Empty], error)
 	Signal(context.Context, *connect.Request[nodev1.SignalRequest]) (*connect.Response[nodev1.Empty], error)
 	Resize(context.Context, *connect.Request[nodev1.ResizeRequest]) (*connect.Response[nodev1.Empty], error)
+	// Transfer (nodeapi.Transfer): volumes and checkpoint images as byte
+	// streams between nodes. Send* stream data messages; Receive* take a
+	// first message naming what to make, then data.
+	SendVolume(context.Context, *connect.Request[nodev1.NameRequest], *connect.ServerStream[nodev1.DataChunk]) error
+	ReceiveVolume(context.Context, *connect.ClientStream[nodev1.ReceiveVolumeRequest]) (*connect.Response[nodev1.Empty], error)
+	SendImage(context.Context, *connect.Request[nodev1.NameRequest], *connect.ServerStream[nodev1.DataChunk]) error
+	ReceiveImage(context.Context, *connect.ClientStream[nodev1.ReceiveImageRequest]) (*connect.Response[nodev1.Empty], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -1205,6 +1277,30 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Resize")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceSendVolumeHandler := connect.NewServerStreamHandler(
+		NodeServiceSendVolumeProcedure,
+		svc.SendVolume,
+		connect.WithSchema(nodeServiceMethods.ByName("SendVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceReceiveVolumeHandler := connect.NewClientStreamHandler(
+		NodeServiceReceiveVolumeProcedure,
+		svc.ReceiveVolume,
+		connect.WithSchema(nodeServiceMethods.ByName("ReceiveVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceSendImageHandler := connect.NewServerStreamHandler(
+		NodeServiceSendImageProcedure,
+		svc.SendImage,
+		connect.WithSchema(nodeServiceMethods.ByName("SendImage")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceReceiveImageHandler := connect.NewClientStreamHandler(
+		NodeServiceReceiveImageProcedure,
+		svc.ReceiveImage,
+		connect.WithSchema(nodeServiceMethods.ByName("ReceiveImage")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/space.node.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceInfoProcedure:
@@ -1307,6 +1403,14 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceSignalHandler.ServeHTTP(w, r)
 		case NodeServiceResizeProcedure:
 			nodeServiceResizeHandler.ServeHTTP(w, r)
+		case NodeServiceSendVolumeProcedure:
+			nodeServiceSendVolumeHandler.ServeHTTP(w, r)
+		case NodeServiceReceiveVolumeProcedure:
+			nodeServiceReceiveVolumeHandler.ServeHTTP(w, r)
+		case NodeServiceSendImageProcedure:
+			nodeServiceSendImageHandler.ServeHTTP(w, r)
+		case NodeServiceReceiveImageProcedure:
+			nodeServiceReceiveImageHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1514,4 +1618,20 @@ func (UnimplementedNodeServiceHandler) Signal(context.Context, *connect.Request[
 
 func (UnimplementedNodeServiceHandler) Resize(context.Context, *connect.Request[nodev1.ResizeRequest]) (*connect.Response[nodev1.Empty], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Resize is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SendVolume(context.Context, *connect.Request[nodev1.NameRequest], *connect.ServerStream[nodev1.DataChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.SendVolume is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ReceiveVolume(context.Context, *connect.ClientStream[nodev1.ReceiveVolumeRequest]) (*connect.Response[nodev1.Empty], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.ReceiveVolume is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) SendImage(context.Context, *connect.Request[nodev1.NameRequest], *connect.ServerStream[nodev1.DataChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.SendImage is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ReceiveImage(context.Context, *connect.ClientStream[nodev1.ReceiveImageRequest]) (*connect.Response[nodev1.Empty], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.ReceiveImage is not implemented"))
 }
