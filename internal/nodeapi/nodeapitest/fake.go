@@ -1344,3 +1344,86 @@ func (s *fakeSandbox) Move(ctx context.Context, from, to, user string) (*filesys
 	}
 	return t.entry(to, t.nodes[to]), nil
 }
+
+var _ nodeapi.Transfer = (*Fake)(nil)
+
+// A fake's volume or image crosses as the JSON of its file tree.
+type wireFile struct {
+	Path  string    `json:"path"`
+	Dir   bool      `json:"dir,omitempty"`
+	Data  []byte    `json:"data,omitempty"`
+	MTime time.Time `json:"mtime"`
+}
+
+func (t *tree) encode(w io.Writer) error {
+	t.mu.Lock()
+	files := make([]wireFile, 0, len(t.nodes))
+	for p, n := range t.nodes {
+		files = append(files, wireFile{Path: p, Dir: n.dir, Data: n.data, MTime: n.mtime})
+	}
+	t.mu.Unlock()
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	return json.NewEncoder(w).Encode(files)
+}
+
+func decodeTree(r io.Reader) (*tree, error) {
+	var files []wireFile
+	if err := json.NewDecoder(r).Decode(&files); err != nil {
+		return nil, err
+	}
+	t := &tree{nodes: map[string]*fnode{}}
+	for _, f := range files {
+		t.nodes[f.Path] = &fnode{dir: f.Dir, data: f.Data, mtime: f.MTime}
+	}
+	return t, nil
+}
+
+// send writes the tree store holds under name.
+func (f *Fake) send(op string, store map[string]*tree, name string, w io.Writer) error {
+	var t *tree
+	if err := f.named(op, name, func() { t = store[name] }); err != nil {
+		return err
+	}
+	if t == nil {
+		return fmt.Errorf("%s %s: it does not exist", op, name)
+	}
+	return t.encode(w)
+}
+
+// receive reads a tree into store under name, which it never replaces.
+func (f *Fake) receive(op string, store map[string]*tree, name string, r io.Reader) error {
+	exists := false
+	if err := f.named(op, name, func() { _, exists = store[name] }); err != nil {
+		return err
+	}
+	if exists {
+		return fmt.Errorf("%s %s: %w", op, name, nodeapi.ErrExists)
+	}
+	t, err := decodeTree(r)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, name, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := store[name]; ok {
+		return fmt.Errorf("%s %s: %w", op, name, nodeapi.ErrExists)
+	}
+	store[name] = t
+	return nil
+}
+
+func (f *Fake) SendVolume(ctx context.Context, name string, w io.Writer) error {
+	return f.send("send volume", f.volumes, name, w)
+}
+
+func (f *Fake) ReceiveVolume(ctx context.Context, req nodeapi.ReceiveVolumeRequest, r io.Reader) error {
+	return f.receive("receive volume", f.volumes, req.Name, r)
+}
+
+func (f *Fake) SendImage(ctx context.Context, image string, w io.Writer) error {
+	return f.send("send image", f.images, image, w)
+}
+
+func (f *Fake) ReceiveImage(ctx context.Context, image string, r io.Reader) error {
+	return f.receive("receive image", f.images, image, r)
+}

@@ -62,6 +62,7 @@ func Run(t *testing.T, setup func(t *testing.T) Harness) {
 		{"SuspendResume", testSuspendResume},
 		{"CaptureRestoreNewIdentity", testCaptureRestore},
 		{"ImagesVolumes", testImagesVolumes},
+		{"Transfer", testTransfer},
 		{"InvalidNames", testInvalidNames},
 		{"UnknownSandbox", testUnknownSandbox},
 		{"Events", testEvents},
@@ -896,4 +897,104 @@ func testAgent(t *testing.T, h Harness) {
 	if status, _ := agentGet(ctx, t, sb, "/tmp/agent.txt", "wrong"); status != http.StatusUnauthorized {
 		t.Fatalf("agent with a wrong token: %d, want 401", status)
 	}
+}
+
+// failing is a stream that breaks after some bytes.
+func failing() io.Reader {
+	return io.MultiReader(strings.NewReader(strings.Repeat("x", 100<<10)), iotestErr{})
+}
+
+type iotestErr struct{}
+
+func (iotestErr) Read([]byte) (int, error) { return 0, errors.New("the stream broke") }
+
+// through copies what send writes into receive, as one node's Send* feeds
+// another's Receive*.
+func through(send func(io.Writer) error, receive func(io.Reader) error) error {
+	pr, pw := io.Pipe()
+	sent := make(chan error, 1)
+	go func() {
+		err := send(pw)
+		pw.CloseWithError(err)
+		sent <- err
+	}()
+	err := receive(pr)
+	_ = pr.Close()
+	if serr := <-sent; serr != nil && err == nil {
+		err = serr
+	}
+	return err
+}
+
+func testTransfer(t *testing.T, h Harness) {
+	tr, ok := h.Node.(nodeapi.Transfer)
+	if !ok {
+		t.Skip("the node does not transfer volumes or images")
+	}
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	count := fillSandbox(ctx, t, h, sb, "/tmp/shipped.txt")
+	image, volume := unique("image"), unique("volume")
+	image2, volume2 := image+"-received", volume+"-received"
+	t.Cleanup(func() {
+		for _, v := range []string{volume, volume2} {
+			_ = h.Node.DeleteVolume(context.Background(), v)
+		}
+		for _, i := range []string{image, image2} {
+			_ = h.Node.DeleteImage(context.Background(), i)
+		}
+	})
+	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: sb.id, Volume: volume, Image: image}); err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	sendVolume := func(w io.Writer) error { return tr.SendVolume(ctx, volume, w) }
+	sendImage := func(w io.Writer) error { return tr.SendImage(ctx, image, w) }
+	receiveVolume := func(r io.Reader) error { return tr.ReceiveVolume(ctx, nodeapi.ReceiveVolumeRequest{Name: volume2}, r) }
+	receiveImage := func(r io.Reader) error { return tr.ReceiveImage(ctx, image2, r) }
+	if err := through(sendVolume, receiveVolume); err != nil {
+		t.Fatalf("ship volume: %v", err)
+	}
+	if err := through(sendImage, receiveImage); err != nil {
+		t.Fatalf("ship image: %v", err)
+	}
+	if ok, err := h.Node.VolumeExists(ctx, volume2); err != nil || !ok {
+		t.Fatalf("received volume exists: %v, %v", ok, err)
+	}
+	if info, err := h.Node.Image(ctx, image2); err != nil || !info.Complete {
+		t.Fatalf("received image: %+v, %v", info, err)
+	}
+	// What a node holds is never replaced.
+	if err := through(sendVolume, receiveVolume); !errors.Is(err, nodeapi.ErrExists) {
+		t.Fatalf("receive over a volume: got %v, want ErrExists", err)
+	}
+	if err := through(sendImage, receiveImage); !errors.Is(err, nodeapi.ErrExists) {
+		t.Fatalf("receive over an image: got %v, want ErrExists", err)
+	}
+	// A broken stream leaves nothing behind.
+	broken := unique("broken")
+	if err := tr.ReceiveVolume(ctx, nodeapi.ReceiveVolumeRequest{Name: broken}, failing()); err == nil {
+		t.Fatal("a volume received from a broken stream")
+	}
+	if ok, err := h.Node.VolumeExists(ctx, broken); err != nil || ok {
+		t.Fatalf("volume of a broken stream exists: %v, %v", ok, err)
+	}
+	if err := tr.ReceiveImage(ctx, broken, failing()); err == nil {
+		t.Fatal("an image received from a broken stream")
+	}
+	if info, err := h.Node.Image(ctx, broken); err != nil || info.Complete {
+		t.Fatalf("image of a broken stream: %+v, %v", info, err)
+	}
+
+	// The received pair restores a sandbox as the captured one would.
+	id := sandboxid.New()
+	err := h.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
+		ID: id, Image: image2, FromVolume: volume2, Limits: h.Limits, DiskMB: h.DiskMB, AccessToken: sb.token,
+		NewIdentity: &nodeapi.Identity{AccessToken: token(), Info: map[string]string{"sandbox_id": id}},
+		Network:     network.Policy{Offline: true},
+	})
+	if err != nil {
+		t.Fatalf("restore from what was received: %v", err)
+	}
+	destroyLater(t, h, id)
+	checkRestored(ctx, t, h, handle(ctx, t, h, id), "/tmp/shipped.txt", count)
 }
