@@ -183,7 +183,7 @@ func fromPoolStatus(p *pb.PoolStatus) nodeapi.PoolStatus {
 }
 
 func toInfo(i nodeapi.Info) *pb.InfoResponse {
-	out := &pb.InfoResponse{Id: i.ID, Vcpus: int64(i.VCPUs), MemoryMb: int64(i.MemoryMB), DiskMb: int64(i.DiskMB), Sandboxes: int64(i.Sandboxes), DiskFreeMb: int64(i.DiskFreeMB), MemoryFreeMb: int64(i.MemoryFreeMB), TemplateImages: i.TemplateImages}
+	out := &pb.InfoResponse{Id: i.ID, Vcpus: int64(i.VCPUs), MemoryMb: int64(i.MemoryMB), DiskMb: int64(i.DiskMB), Sandboxes: int64(i.Sandboxes), DiskFreeMb: int64(i.DiskFreeMB), MemoryFreeMb: int64(i.MemoryFreeMB), VcpusCommitted: int64(i.VCPUsCommitted), MemoryCommittedMb: int64(i.MemoryCommittedMB), Templates: i.Templates, TemplateImages: i.TemplateImages}
 	if len(i.Pools) > 0 {
 		out.Pools = make(map[string]*pb.PoolStatus, len(i.Pools))
 		for k, v := range i.Pools {
@@ -194,7 +194,7 @@ func toInfo(i nodeapi.Info) *pb.InfoResponse {
 }
 
 func fromInfo(i *pb.InfoResponse) nodeapi.Info {
-	out := nodeapi.Info{ID: i.GetId(), VCPUs: int(i.GetVcpus()), MemoryMB: int(i.GetMemoryMb()), DiskMB: int(i.GetDiskMb()), Sandboxes: int(i.GetSandboxes()), DiskFreeMB: int(i.GetDiskFreeMb()), MemoryFreeMB: int(i.GetMemoryFreeMb()), TemplateImages: emptySlice(i.GetTemplateImages())}
+	out := nodeapi.Info{ID: i.GetId(), VCPUs: int(i.GetVcpus()), MemoryMB: int(i.GetMemoryMb()), DiskMB: int(i.GetDiskMb()), Sandboxes: int(i.GetSandboxes()), DiskFreeMB: int(i.GetDiskFreeMb()), MemoryFreeMB: int(i.GetMemoryFreeMb()), VCPUsCommitted: int(i.GetVcpusCommitted()), MemoryCommittedMB: int(i.GetMemoryCommittedMb()), Templates: emptySlice(i.GetTemplates()), TemplateImages: emptySlice(i.GetTemplateImages())}
 	if len(i.GetPools()) > 0 {
 		out.Pools = make(map[string]nodeapi.PoolStatus, len(i.GetPools()))
 		for k, v := range i.GetPools() {

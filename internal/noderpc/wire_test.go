@@ -459,7 +459,7 @@ func TestConversionsRoundTrip(t *testing.T) {
 	check("restore spec", gotRestore, restore)
 	pl := nodeapi.PoolLimits{Limits: limits, DiskMB: 3}
 	check("pool limits", fromPoolLimits(toPoolLimits(pl)), pl)
-	info := nodeapi.Info{ID: "n", VCPUs: 1, MemoryMB: 2, DiskMB: 3, Sandboxes: 4, DiskFreeMB: 5, MemoryFreeMB: 6, TemplateImages: []string{"t"}, Pools: map[string]nodeapi.PoolStatus{"t": {Size: 2, Ready: 1}}}
+	info := nodeapi.Info{ID: "n", VCPUs: 1, MemoryMB: 2, DiskMB: 3, Sandboxes: 4, DiskFreeMB: 5, MemoryFreeMB: 6, VCPUsCommitted: 7, MemoryCommittedMB: 8, Templates: []string{"t", "u"}, TemplateImages: []string{"t"}, Pools: map[string]nodeapi.PoolStatus{"t": {Size: 2, Ready: 1}}}
 	check("info", fromInfo(toInfo(info)), info)
 	ev := nodeapi.Event{Type: nodeapi.EventPool, Time: now, Sandbox: "s", Reason: "r", TemplateID: "t", Pool: &nodeapi.PoolStatus{Size: 1, Ready: 1}}
 	gotEv := fromEvent(toEvent(ev))

@@ -345,18 +345,21 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 }
 
 type InfoResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Vcpus          int64                  `protobuf:"varint,2,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
-	MemoryMb       int64                  `protobuf:"varint,3,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
-	DiskMb         int64                  `protobuf:"varint,4,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
-	Sandboxes      int64                  `protobuf:"varint,5,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
-	DiskFreeMb     int64                  `protobuf:"varint,6,opt,name=disk_free_mb,json=diskFreeMb,proto3" json:"disk_free_mb,omitempty"`
-	MemoryFreeMb   int64                  `protobuf:"varint,7,opt,name=memory_free_mb,json=memoryFreeMb,proto3" json:"memory_free_mb,omitempty"`
-	TemplateImages []string               `protobuf:"bytes,8,rep,name=template_images,json=templateImages,proto3" json:"template_images,omitempty"`
-	Pools          map[string]*PoolStatus `protobuf:"bytes,9,rep,name=pools,proto3" json:"pools,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Id                string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Vcpus             int64                  `protobuf:"varint,2,opt,name=vcpus,proto3" json:"vcpus,omitempty"`
+	MemoryMb          int64                  `protobuf:"varint,3,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
+	DiskMb            int64                  `protobuf:"varint,4,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
+	Sandboxes         int64                  `protobuf:"varint,5,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	DiskFreeMb        int64                  `protobuf:"varint,6,opt,name=disk_free_mb,json=diskFreeMb,proto3" json:"disk_free_mb,omitempty"`
+	MemoryFreeMb      int64                  `protobuf:"varint,7,opt,name=memory_free_mb,json=memoryFreeMb,proto3" json:"memory_free_mb,omitempty"`
+	TemplateImages    []string               `protobuf:"bytes,8,rep,name=template_images,json=templateImages,proto3" json:"template_images,omitempty"`
+	Pools             map[string]*PoolStatus `protobuf:"bytes,9,rep,name=pools,proto3" json:"pools,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	VcpusCommitted    int64                  `protobuf:"varint,10,opt,name=vcpus_committed,json=vcpusCommitted,proto3" json:"vcpus_committed,omitempty"`
+	MemoryCommittedMb int64                  `protobuf:"varint,11,opt,name=memory_committed_mb,json=memoryCommittedMb,proto3" json:"memory_committed_mb,omitempty"`
+	Templates         []string               `protobuf:"bytes,12,rep,name=templates,proto3" json:"templates,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -448,6 +451,27 @@ func (x *InfoResponse) GetTemplateImages() []string {
 func (x *InfoResponse) GetPools() map[string]*PoolStatus {
 	if x != nil {
 		return x.Pools
+	}
+	return nil
+}
+
+func (x *InfoResponse) GetVcpusCommitted() int64 {
+	if x != nil {
+		return x.VcpusCommitted
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetMemoryCommittedMb() int64 {
+	if x != nil {
+		return x.MemoryCommittedMb
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetTemplates() []string {
+	if x != nil {
+		return x.Templates
 	}
 	return nil
 }
@@ -3694,7 +3718,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"$\n" +
 	"\fBoolResponse\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\bR\x05value\"\r\n" +
-	"\vInfoRequest\"\x8c\x03\n" +
+	"\vInfoRequest\"\x83\x04\n" +
 	"\fInfoResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05vcpus\x18\x02 \x01(\x03R\x05vcpus\x12\x1b\n" +
@@ -3705,7 +3729,11 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"diskFreeMb\x12$\n" +
 	"\x0ememory_free_mb\x18\a \x01(\x03R\fmemoryFreeMb\x12'\n" +
 	"\x0ftemplate_images\x18\b \x03(\tR\x0etemplateImages\x12<\n" +
-	"\x05pools\x18\t \x03(\v2&.space.node.v1.InfoResponse.PoolsEntryR\x05pools\x1aS\n" +
+	"\x05pools\x18\t \x03(\v2&.space.node.v1.InfoResponse.PoolsEntryR\x05pools\x12'\n" +
+	"\x0fvcpus_committed\x18\n" +
+	" \x01(\x03R\x0evcpusCommitted\x12.\n" +
+	"\x13memory_committed_mb\x18\v \x01(\x03R\x11memoryCommittedMb\x12\x1c\n" +
+	"\ttemplates\x18\f \x03(\tR\ttemplates\x1aS\n" +
 	"\n" +
 	"PoolsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
