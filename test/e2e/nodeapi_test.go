@@ -28,6 +28,7 @@ func nodeHarness(t *testing.T, node nodeapi.Node) nodeapitest.Harness {
 		Real:     true,
 		// A client always has the methods; the node behind it may not.
 		NoTransfer: !transfers,
+		Kill:       func(t *testing.T, id string) { loseRuntime(id) },
 		EchoServer: func(port int) []string {
 			return []string{"nc", "-ll", "-p", strconv.Itoa(port), "-e", "cat"}
 		},
