@@ -29,6 +29,7 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/gvisor"
@@ -326,6 +327,17 @@ func (s *Server) Templates() *template.Manager { return s.templates }
 
 // Namespaces exposes the directory of the sandboxes' network slots (for tests).
 func (s *Server) Namespaces() *network.Namespaces { return s.slots }
+
+// Node exposes the server's node as the control plane drives it (for the
+// node contract's conformance test).
+func (s *Server) Node() nodeapi.Node { return s.node }
+
+// TemplateSpec is what the node is told of a ready template (for tests that
+// drive the node directly).
+func (s *Server) TemplateSpec(name string) (nodeapi.TemplateSpec, error) {
+	tpl, _, err := s.cat.Resolve(project.Everything, name)
+	return tpl, err
+}
 
 // buildTemplates builds missing built-in templates, one after the other.
 func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
