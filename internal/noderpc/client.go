@@ -25,8 +25,10 @@ import (
 // DialOptions configure a Client.
 type DialOptions struct {
 	// CAFile holds the PEM certificates that sign the node's TLS
-	// certificate, for https URLs; empty trusts the system's roots.
+	// certificate, for https URLs; CAPEM is the same already read (as
+	// the CLI's --tls-ca holds it). Neither trusts the system's roots.
 	CAFile string
+	CAPEM  []byte
 }
 
 // Client is a node reached over the network. It implements nodeapi.Node.
@@ -62,15 +64,15 @@ func Dial(baseURL, token string, opts DialOptions) (*Client, error) {
 	if u.Scheme == "https" {
 		protocols.SetHTTP2(true)
 		t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		if opts.CAFile != "" {
-			roots, err := loadRoots(opts.CAFile)
+		if opts.CAFile != "" || len(opts.CAPEM) > 0 {
+			roots, err := loadRoots(opts.CAFile, opts.CAPEM)
 			if err != nil {
 				return nil, err
 			}
 			t.TLSClientConfig.RootCAs = roots
 		}
 	} else {
-		if opts.CAFile != "" {
+		if opts.CAFile != "" || len(opts.CAPEM) > 0 {
 			return nil, fmt.Errorf("node address %q: a CA file needs an https:// URL", baseURL)
 		}
 		protocols.SetUnencryptedHTTP2(true)

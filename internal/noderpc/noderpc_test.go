@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,6 +133,21 @@ func TestTLSNeedsTheCA(t *testing.T) {
 	}
 	if _, err := Dial("http://127.0.0.1:1", testToken, DialOptions{CAFile: cert}); err == nil {
 		t.Fatal("a CA file with an http URL was accepted")
+	}
+	// The CA as bytes works as the file does.
+	pem, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = Dial(url, testToken, DialOptions{CAPEM: pem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Info(context.Background()); err != nil {
+		t.Fatalf("trusting the CA given as PEM: %v", err)
+	}
+	if _, err := Dial(url, testToken, DialOptions{CAPEM: []byte("not pem")}); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("a CA that is no PEM: %v", err)
 	}
 	if _, err := NewServer(nil, ServerOptions{CertFile: cert}); err == nil {
 		t.Fatal("a certificate without a key was accepted")

@@ -67,15 +67,19 @@ func Serve(srv *http.Server, ln net.Listener) error {
 	return srv.Serve(ln)
 }
 
-// loadRoots reads the PEM certificates of a CA file.
-func loadRoots(caFile string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("read cluster CA file: %w", err)
+// loadRoots makes a pool of the PEM certificates of a CA file or of pem.
+func loadRoots(caFile string, pem []byte) (*x509.CertPool, error) {
+	source := "the cluster CA"
+	if caFile != "" {
+		var err error
+		if pem, err = os.ReadFile(caFile); err != nil {
+			return nil, fmt.Errorf("read the cluster CA file: %w", err)
+		}
+		source = "the cluster CA file " + caFile
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("cluster CA file %s holds no PEM certificate", caFile)
+		return nil, fmt.Errorf("%s holds no PEM certificate", source)
 	}
 	return pool, nil
 }

@@ -27,6 +27,9 @@ import (
 // amortize framing, small enough that a stream holds little at a time.
 const chunkSize = 64 << 10
 
+// maxMessage bounds one message the server reads.
+const maxMessage = 16 << 20
+
 // NewHandler serves node to the holders of token: the Connect service, the
 // agent route and the port tunnel. An empty token refuses every request.
 // logger may be nil.
@@ -38,7 +41,10 @@ func NewHandler(node nodeapi.Node, token string, logger *slog.Logger) http.Handl
 	mux := http.NewServeMux()
 	// Messages are never compressed: nodes and control planes share a
 	// data center, and compressing file and output chunks only costs CPU.
-	path, h := nodev1connect.NewNodeServiceHandler(s, connect.WithCompressMinBytes(1<<62))
+	// A message is a control value or one chunk of a stream: none comes
+	// near maxMessage, which bounds what one request can make the node
+	// hold.
+	path, h := nodev1connect.NewNodeServiceHandler(s, connect.WithCompressMinBytes(1<<62), connect.WithReadMaxBytes(maxMessage))
 	mux.Handle(path, h)
 	mux.HandleFunc(portRoute, s.servePort)
 	// The agent's paths go to it as the client wrote them: ServeMux would

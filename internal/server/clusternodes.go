@@ -19,7 +19,7 @@ import (
 // the address it advertised.
 type clusterNodes struct {
 	reg          *cluster.Registry
-	token, caCAs string
+	token, caFile string
 
 	mu      sync.Mutex
 	clients map[string]*remoteNode // by node id
@@ -51,7 +51,7 @@ func (s *joinSub) deliver(id string) {
 var _ controlplane.Nodes = (*clusterNodes)(nil)
 
 func newClusterNodes(reg *cluster.Registry, token, caFile string) *clusterNodes {
-	return &clusterNodes{reg: reg, token: token, caCAs: caFile, clients: map[string]*remoteNode{}, subs: map[*joinSub]struct{}{}}
+	return &clusterNodes{reg: reg, token: token, caFile: caFile, clients: map[string]*remoteNode{}, subs: map[*joinSub]struct{}{}}
 }
 
 // remoteNode is a node reached over RPC, as the control plane drives it.
@@ -80,7 +80,7 @@ func (c *clusterNodes) client(id, address string) (*remoteNode, error) {
 	if rn, ok := c.clients[id]; ok && rn.address == address {
 		return rn, nil
 	}
-	cl, err := noderpc.Dial(address, c.token, noderpc.DialOptions{CAFile: c.caCAs})
+	cl, err := noderpc.Dial(address, c.token, noderpc.DialOptions{CAFile: c.caFile})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", id, err)
 	}

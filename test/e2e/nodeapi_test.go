@@ -19,14 +19,18 @@ func nodeHarness(t *testing.T, node nodeapi.Node) nodeapitest.Harness {
 		t.Fatalf("minimal template: %v", err)
 	}
 	d := env.cfg.Defaults
+	_, transfers := env.srv.Node().(nodeapi.Transfer)
 	return nodeapitest.Harness{
 		Node:     node,
 		Template: tpl,
 		Limits:   runtime.Limits{VCPUs: d.VCPUs, MemoryMB: d.MemoryMB, Pids: d.Pids},
 		DiskMB:   d.DiskMB,
 		Real:     true,
+		// A client always has the methods; the node behind it may not.
+		NoTransfer: !transfers,
+		Kill:       func(t *testing.T, id string) { loseRuntime(id) },
 		EchoServer: func(port int) []string {
-			return []string{"nc", "-lk", "-p", strconv.Itoa(port), "-e", "cat"}
+			return []string{"nc", "-ll", "-p", strconv.Itoa(port), "-e", "cat"}
 		},
 	}
 }

@@ -1158,59 +1158,63 @@ func (t *tree) mkdirAllLocked(p string) error {
 	return nil
 }
 
-func (s *fakeSandbox) ReadFile(ctx context.Context, p, user string) (io.ReadCloser, int64, error) {
-	p, err := clean(p)
-	if err != nil {
-		return nil, 0, err
-	}
-	t := s.fs
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n, ok := t.nodes[p]
-	switch {
-	case !ok:
-		return nil, 0, agentErr(http.StatusNotFound, "%s: no such file or directory", p)
-	case n.dir:
-		return nil, 0, agentErr(http.StatusBadRequest, "%s is a directory", p)
-	}
-	return io.NopCloser(bytes.NewReader(n.data)), int64(len(n.data)), nil
-}
-
-func (s *fakeSandbox) WriteFile(ctx context.Context, p, user string, body io.Reader) error {
+// inTree runs fn on the sandbox's file tree, locked, with p made clean.
+func (s *fakeSandbox) inTree(p string, fn func(t *tree, p string) error) error {
 	p, err := clean(p)
 	if err != nil {
 		return err
 	}
+	s.fs.mu.Lock()
+	defer s.fs.mu.Unlock()
+	return fn(s.fs, p)
+}
+
+func missing(p string) error {
+	return agentErr(http.StatusNotFound, "%s: no such file or directory", p)
+}
+
+func (s *fakeSandbox) ReadFile(ctx context.Context, p, user string) (body io.ReadCloser, size int64, err error) {
+	err = s.inTree(p, func(t *tree, p string) error {
+		n, ok := t.nodes[p]
+		switch {
+		case !ok:
+			return missing(p)
+		case n.dir:
+			return agentErr(http.StatusBadRequest, "%s is a directory", p)
+		}
+		body, size = io.NopCloser(bytes.NewReader(n.data)), int64(len(n.data))
+		return nil
+	})
+	return body, size, err
+}
+
+func (s *fakeSandbox) WriteFile(ctx context.Context, p, user string, body io.Reader) error {
 	data, err := io.ReadAll(body)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
-	t := s.fs
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if n, ok := t.nodes[p]; ok && n.dir {
-		return agentErr(http.StatusBadRequest, "%s is a directory", p)
-	}
-	if err := t.mkdirAllLocked(path.Dir(p)); err != nil {
-		return err
-	}
-	t.nodes[p] = &fnode{data: data, mtime: time.Now()}
-	return nil
+	return s.inTree(p, func(t *tree, p string) error {
+		if n, ok := t.nodes[p]; ok && n.dir {
+			return agentErr(http.StatusBadRequest, "%s is a directory", p)
+		}
+		if err := t.mkdirAllLocked(path.Dir(p)); err != nil {
+			return err
+		}
+		t.nodes[p] = &fnode{data: data, mtime: time.Now()}
+		return nil
+	})
 }
 
-func (s *fakeSandbox) Stat(ctx context.Context, p, user string) (*filesystempb.EntryInfo, error) {
-	p, err := clean(p)
-	if err != nil {
-		return nil, err
-	}
-	t := s.fs
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n, ok := t.nodes[p]
-	if !ok {
-		return nil, agentErr(http.StatusNotFound, "%s: no such file or directory", p)
-	}
-	return t.entry(p, n), nil
+func (s *fakeSandbox) Stat(ctx context.Context, p, user string) (e *filesystempb.EntryInfo, err error) {
+	err = s.inTree(p, func(t *tree, p string) error {
+		n, ok := t.nodes[p]
+		if !ok {
+			return missing(p)
+		}
+		e = t.entry(p, n)
+		return nil
+	})
+	return e, err
 }
 
 // below reports whether p lies under dir, and how deep.
@@ -1226,38 +1230,37 @@ func below(dir, p string) (int, bool) {
 }
 
 func (s *fakeSandbox) List(ctx context.Context, p, user string, opts nodeapi.ListOptions) (nodeapi.DirPage, error) {
-	p, err := clean(p)
-	if err != nil {
-		return nil, err
-	}
 	depth, limit := max(opts.Depth, 1), opts.Limit
 	if limit <= 0 {
 		limit = 1000
 	}
-	t := s.fs
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n, ok := t.nodes[p]
-	switch {
-	case !ok:
-		return nil, agentErr(http.StatusNotFound, "%s: no such file or directory", p)
-	case !n.dir:
-		return nil, agentErr(http.StatusBadRequest, "%s is not a directory", p)
-	}
-	var paths []string
-	for q := range t.nodes {
-		if d, ok := below(p, q); ok && d <= depth && q > opts.Cursor {
-			paths = append(paths, q)
-		}
-	}
-	sort.Strings(paths)
 	page := &fakePage{}
-	if len(paths) > limit {
-		paths = paths[:limit]
-		page.cursor = paths[limit-1]
-	}
-	for _, q := range paths {
-		page.entries = append(page.entries, t.entry(q, t.nodes[q]))
+	err := s.inTree(p, func(t *tree, p string) error {
+		n, ok := t.nodes[p]
+		switch {
+		case !ok:
+			return missing(p)
+		case !n.dir:
+			return agentErr(http.StatusBadRequest, "%s is not a directory", p)
+		}
+		var paths []string
+		for q := range t.nodes {
+			if d, ok := below(p, q); ok && d <= depth && q > opts.Cursor {
+				paths = append(paths, q)
+			}
+		}
+		sort.Strings(paths)
+		if len(paths) > limit {
+			paths = paths[:limit]
+			page.cursor = paths[limit-1]
+		}
+		for _, q := range paths {
+			page.entries = append(page.entries, t.entry(q, t.nodes[q]))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return page, nil
 }
@@ -1280,69 +1283,59 @@ func (p *fakePage) NextCursor() string { return p.cursor }
 func (p *fakePage) Close() error       { return nil }
 
 func (s *fakeSandbox) Remove(ctx context.Context, p, user string) error {
-	p, err := clean(p)
-	if err != nil {
-		return err
-	}
-	t := s.fs
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.nodes[p]; !ok {
-		return agentErr(http.StatusNotFound, "%s: no such file or directory", p)
-	}
-	for q := range t.nodes {
-		if _, ok := below(p, q); ok || q == p {
-			delete(t.nodes, q)
+	return s.inTree(p, func(t *tree, p string) error {
+		if _, ok := t.nodes[p]; !ok {
+			return missing(p)
 		}
-	}
-	return nil
+		for q := range t.nodes {
+			if _, ok := below(p, q); ok || q == p {
+				delete(t.nodes, q)
+			}
+		}
+		return nil
+	})
 }
 
-func (s *fakeSandbox) MakeDir(ctx context.Context, p, user string) (*filesystempb.EntryInfo, error) {
-	p, err := clean(p)
-	if err != nil {
-		return nil, err
-	}
-	t := s.fs
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.nodes[p]; ok {
-		return nil, agentErr(http.StatusConflict, "%s already exists", p)
-	}
-	if err := t.mkdirAllLocked(p); err != nil {
-		return nil, err
-	}
-	return t.entry(p, t.nodes[p]), nil
+func (s *fakeSandbox) MakeDir(ctx context.Context, p, user string) (e *filesystempb.EntryInfo, err error) {
+	err = s.inTree(p, func(t *tree, p string) error {
+		if _, ok := t.nodes[p]; ok {
+			return agentErr(http.StatusConflict, "%s already exists", p)
+		}
+		if err := t.mkdirAllLocked(p); err != nil {
+			return err
+		}
+		e = t.entry(p, t.nodes[p])
+		return nil
+	})
+	return e, err
 }
 
-func (s *fakeSandbox) Move(ctx context.Context, from, to, user string) (*filesystempb.EntryInfo, error) {
-	from, err := clean(from)
+func (s *fakeSandbox) Move(ctx context.Context, from, to, user string) (e *filesystempb.EntryInfo, err error) {
+	to, err = clean(to)
 	if err != nil {
 		return nil, err
 	}
-	if to, err = clean(to); err != nil {
-		return nil, err
-	}
-	t := s.fs
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.nodes[from]; !ok {
-		return nil, agentErr(http.StatusNotFound, "%s: no such file or directory", from)
-	}
-	if err := t.mkdirAllLocked(path.Dir(to)); err != nil {
-		return nil, err
-	}
-	moved := map[string]*fnode{}
-	for q, n := range t.nodes {
-		if _, ok := below(from, q); ok || q == from {
-			moved[to+q[len(from):]] = n
-			delete(t.nodes, q)
+	err = s.inTree(from, func(t *tree, from string) error {
+		if _, ok := t.nodes[from]; !ok {
+			return missing(from)
 		}
-	}
-	for q, n := range moved {
-		t.nodes[q] = n
-	}
-	return t.entry(to, t.nodes[to]), nil
+		if err := t.mkdirAllLocked(path.Dir(to)); err != nil {
+			return err
+		}
+		moved := map[string]*fnode{}
+		for q, n := range t.nodes {
+			if _, ok := below(from, q); ok || q == from {
+				moved[to+q[len(from):]] = n
+				delete(t.nodes, q)
+			}
+		}
+		for q, n := range moved {
+			t.nodes[q] = n
+		}
+		e = t.entry(to, t.nodes[to])
+		return nil
+	})
+	return e, err
 }
 
 var _ nodeapi.Transfer = (*Fake)(nil)
