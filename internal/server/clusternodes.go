@@ -18,7 +18,7 @@ import (
 // it answers, and each node is driven through a noderpc client dialed at
 // the address it advertised.
 type clusterNodes struct {
-	reg          *cluster.Registry
+	reg           *cluster.Registry
 	token, caFile string
 
 	mu      sync.Mutex
