@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/space-platform/space/internal/cluster"
@@ -94,13 +95,39 @@ func (c *clusterNodes) client(id, address string) (*remoteNode, error) {
 
 // Join is told of a node's registration (through this replica): the node
 // is dialed at its address and every Joins subscriber learns its id.
-func (c *clusterNodes) Join(n cluster.Node) {
+func (c *clusterNodes) Join(n cluster.Node) { c.join(n, false) }
+
+// Heard is told of a heartbeat through this replica. A node this replica
+// has not seen join does now: it registered before this replica started
+// (a control plane restarted over its store keeps its nodes, whose
+// heartbeats go on), or through another replica.
+func (c *clusterNodes) Heard(id string) {
+	c.mu.Lock()
+	known := slices.Contains(c.joined, id)
+	c.mu.Unlock()
+	if known {
+		return
+	}
+	if n, err := c.reg.Get(id); err == nil {
+		c.join(n, true)
+	}
+}
+
+// join delivers n's id to the subscribers; with onlyNew, only if no
+// registration of it was delivered yet (a heartbeat raced one).
+func (c *clusterNodes) join(n cluster.Node, onlyNew bool) {
 	if _, err := c.client(n.ID, n.Address); err != nil {
 		return // its address was checked by the registry; Node reports the error
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.joined = append(c.joined, n.ID)
+	if slices.Contains(c.joined, n.ID) {
+		if onlyNew {
+			return
+		}
+	} else {
+		c.joined = append(c.joined, n.ID)
+	}
 	for sub := range c.subs {
 		sub.deliver(n.ID)
 	}

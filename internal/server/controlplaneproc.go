@@ -143,6 +143,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 			if err := cat.record(id, ts); err != nil {
 				cfg.Logger.Error("node heartbeat", "node", id, "err", err)
 			}
+			nodes.Heard(id)
 		},
 	})
 

@@ -187,8 +187,10 @@ func (c *testCluster) nodeCounts(t *testing.T) map[string]int {
 
 // A control plane and two nodes as separate processes: sandboxes of
 // minimal are created, exec'd and given files through the control plane,
-// spread over both nodes; a node killed with SIGKILL and started again
-// keeps its sandboxes running, re-adopted with their memory state.
+// spread over both nodes, and reached through its proxy; a node killed
+// with SIGKILL and started again keeps its sandboxes running, re-adopted
+// with their memory state; a control plane killed and started again
+// follows its nodes again.
 func TestClusterProcesses(t *testing.T) {
 	c := startCluster(t, 2)
 	ctx := testContext(t)
@@ -335,6 +337,44 @@ func TestClusterProcesses(t *testing.T) {
 	// A restarted process would count from 1 again: the counter went on.
 	if after <= before {
 		t.Fatalf("counter %d after the restart, %d before", after, before)
+	}
+
+	// A control plane killed and started again over its store finds its
+	// nodes by their heartbeats and follows them again: a sandbox whose
+	// runtime dies on the other node is seen to end.
+	c.cp.kill()
+	c.cp.start()
+	deadline = time.Now().Add(time.Minute)
+	for {
+		if _, err := cl.ListNodes(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the control plane did not come back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	execOn(t, cl, target, "true")
+	doomed := perNode[otherNode(perNode, victimID)]
+	dies := doomed[len(doomed)-1]
+	execOn(t, cl, dies, "true")
+	// After a heartbeat, which joins the node to the new process.
+	time.Sleep(6 * time.Second)
+	loseRuntime(dies)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		sb, err := cl.GetSandbox(ctx, dies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State != apiv1.StateRunning {
+			t.Logf("sandbox %s whose runtime died: %s (%s)", dies, sb.State, sb.Reason)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s still running 30 s after its runtime died: the restarted control plane does not follow its node", dies)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	for _, sb := range sbs {
