@@ -88,7 +88,7 @@ type NodeServer struct {
 }
 
 // StartNode brings a node up: its sandboxes' machinery, its RPC service on
-// cfg.Listen, the built-in templates (in the background) and its
+// cfg.Listen, then in the background the built-in templates and its
 // membership of the control plane. Sandboxes a previous node process left
 // running keep running; the control plane adopts them when the node joins.
 func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
@@ -169,8 +169,12 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 			cfg.Logger.Error("node rpc server", "err", err)
 		}
 	}()
-	go side.buildTemplates(runCtx, cfg.BuildTemplates, cfg.Progress, say)
 	go func() {
+		// The node joins once its built-in templates are built and booted
+		// (at once when they are, as on a restart): the control plane
+		// sweeps what a node runs for no sandbox of its own when the node
+		// joins, a template's first boot included.
+		side.buildTemplates(runCtx, cfg.BuildTemplates, cfg.Progress, say)
 		s.member <- membership.Run(runCtx, membership.Config{
 			ID: cfg.ID, Address: cfg.Advertise, Node: held, ControlPlane: s.cpClient,
 			Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
