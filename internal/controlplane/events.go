@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"time"
 
 	"github.com/space-platform/space/pkg/apiv1"
@@ -21,6 +22,14 @@ func (cp *ControlPlane) recordEvent(id string, ev Event) {
 	// must not hold up every other request behind cp.mu.
 	cp.eventsMu.Lock()
 	defer cp.eventsMu.Unlock()
+	if cp.shared {
+		// Other replicas append to the same history.
+		if unlock, err := cp.cfg.Store.Lock(context.Background(), "events/"+id); err == nil {
+			defer unlock()
+		} else {
+			cp.log.Warn("lock event history", "sandbox", id, "err", err)
+		}
+	}
 	var events []Event
 	_ = cp.cfg.Store.Get(eventBucket, id, &events)
 	events = append(events, ev)

@@ -35,8 +35,13 @@ import (
 // An adopted runtime makes the sandbox's suspend image stale: it is
 // dropped. Afterwards anything on the node that no sandbox or snapshot owns
 // is removed: runtimes, slots, volumes, images, captures, empty image
-// directories.
+// directories. On a store other replicas share, Recover only loads the
+// records: what a dead replica left unfinished is the leader's to finish
+// (replicas.go), and the others' transitions are not this one's.
 func (cp *ControlPlane) Recover(ctx context.Context) error {
+	if cp.shared {
+		return cp.recoverShared()
+	}
 	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
