@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,9 +138,21 @@ func (cp *ControlPlane) reload(r *record) {
 			delete(cp.sandboxes, id)
 		}
 	} else {
-		r.Sandbox = s
+		assignStored(r, s)
 	}
 	cp.wake()
+}
+
+// assignStored replaces r's fields with the stored record's, all but the
+// ID, which never changes and which code holding r reads without cp.mu.
+// cp.mu is held.
+func assignStored(r *record, s Sandbox) {
+	dst, src := reflect.ValueOf(&r.Sandbox).Elem(), reflect.ValueOf(s)
+	for i := range dst.NumField() {
+		if dst.Type().Field(i).Name != "ID" {
+			dst.Field(i).Set(src.Field(i))
+		}
+	}
 }
 
 // refresh brings the cache entry of id up to date with the store, adding
@@ -180,6 +193,14 @@ func (cp *ControlPlane) adopt(s Sandbox) *record {
 // resync reloads every record: what the store holds now replaces the
 // cache, whose entries the store no longer has leave it.
 func (cp *ControlPlane) resync() {
+	// A record this replica writes while the bucket is read is newer than
+	// what the read returns for it.
+	cp.mu.Lock()
+	gens := make(map[*record]uint64, len(cp.sandboxes))
+	for _, r := range cp.sandboxes {
+		gens[r] = r.gen
+	}
+	cp.mu.Unlock()
 	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
 	if err != nil {
 		cp.log.Warn("reload sandboxes", "err", err)
@@ -196,8 +217,8 @@ func (cp *ControlPlane) resync() {
 			continue
 		}
 		cp.mu.Lock()
-		if r.persisted {
-			r.Sandbox = s
+		if gen, seen := gens[r]; r.persisted && seen && gen == r.gen {
+			assignStored(r, s)
 		}
 		cp.mu.Unlock()
 	}
