@@ -35,12 +35,13 @@ import (
 // An adopted runtime makes the sandbox's suspend image stale: it is
 // dropped. Afterwards anything on the node that no sandbox or snapshot owns
 // is removed: runtimes, slots, volumes, images, captures, empty image
-// directories. On a store other replicas share, Recover only loads the
-// records: what a dead replica left unfinished is the leader's to finish
-// (replicas.go), and the others' transitions are not this one's.
+// directories. On a store other replicas share, only the replica that
+// finds no leader (the first of a cluster, or `space serve` on PostgreSQL)
+// does this, leaving alone the transitions live replicas run; the others
+// only load the records (replicas.go).
 func (cp *ControlPlane) Recover(ctx context.Context) error {
-	if cp.shared {
-		return cp.recoverShared()
+	if cp.shared && !cp.recoverShared(ctx) {
+		return nil
 	}
 	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
 	if err != nil {
@@ -57,6 +58,9 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 	copies := map[Source][]*record{}
 	for _, s := range all {
 		r, _ := cp.lookup(s.ID)
+		if cp.othersTransition(ctx, s) {
+			continue
+		}
 		if err := cp.recoverOne(ctx, r, copies); err != nil {
 			cp.log.Error("recover sandbox", "sandbox", s.ID, "state", s.State, "err", err)
 			cp.fail(ctx, r, "recovery failed: "+err.Error())

@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -277,10 +276,7 @@ func (cp *ControlPlane) followStore(ctx context.Context) {
 // that renewal began. onChange is called with each change of held. On a
 // clean end the lease is given up at once.
 func (cp *ControlPlane) lease(ctx context.Context, name string, held *atomic.Bool, onChange func(bool)) {
-	ttl := cp.cfg.LeaseTTL
-	if ttl <= 0 {
-		ttl = defaultLeaseTTL
-	}
+	ttl := cp.leaseTTL()
 	set := func(v bool) {
 		if held.Swap(v) != v && onChange != nil {
 			onChange(v)
@@ -397,15 +393,41 @@ func (cp *ControlPlane) claimOrphan(ctx context.Context, r *record) bool {
 	return true
 }
 
-// recoverShared is Recover on a shared store: it loads the records into
-// the cache, and leaves the node alone (other replicas are using it).
-func (cp *ControlPlane) recoverShared() error {
+// recoverShared starts Recover on a shared store: it loads the records
+// into the cache and reports whether this replica should also reconcile
+// them with the node, which it should when it can take the leader lease
+// (no replica leads: it is the first, or `space serve` on PostgreSQL
+// restarting). Otherwise the leader is alive and finishes what dead
+// replicas left (adoptOrphans), and the node is in use by the others.
+func (cp *ControlPlane) recoverShared(ctx context.Context) bool {
 	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
 	if err != nil {
-		return fmt.Errorf("recover: %w", err)
+		cp.log.Error("load sandbox records", "err", err)
+		return false
 	}
 	for _, s := range all {
 		cp.adopt(s)
 	}
-	return nil
+	lead, err := cp.cfg.Store.TryLead(ctx, leaderLease, cp.replicaID, cp.leaseTTL())
+	if err != nil {
+		cp.log.Warn("take the leader lease to recover", "err", err)
+	}
+	return lead
+}
+
+// othersTransition reports whether s is in a transition a live replica
+// other than this one runs, which Recover must leave to it.
+func (cp *ControlPlane) othersTransition(ctx context.Context, s Sandbox) bool {
+	if !cp.shared || !transitional(s.State) || s.Owner == cp.replicaID {
+		return false
+	}
+	alive, err := cp.ownerAlive(ctx, s.Owner)
+	return alive || err != nil
+}
+
+func (cp *ControlPlane) leaseTTL() time.Duration {
+	if cp.cfg.LeaseTTL > 0 {
+		return cp.cfg.LeaseTTL
+	}
+	return defaultLeaseTTL
 }
