@@ -293,6 +293,14 @@ func New(cfg Config) *ControlPlane {
 	cp.createLatency = cfg.Metrics.Histogram("space_sandbox_create_seconds",
 		"Time from create request to running.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})
 	cfg.Metrics.GaugeFunc("space_sandboxes", "Sandboxes by state.", "state", cp.countByState)
+	cfg.Metrics.GaugeFunc("space_controlplane_leader", "1 while this control-plane replica holds the leader lease and runs the background loops.",
+		"replica", func() map[string]float64 {
+			v := 0.0
+			if cp.Leading() {
+				v = 1
+			}
+			return map[string]float64{cp.replicaID: v}
+		})
 	return cp
 }
 
