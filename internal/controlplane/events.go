@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"context"
 	"time"
 
 	"github.com/space-platform/space/pkg/apiv1"
@@ -19,17 +18,13 @@ func (cp *ControlPlane) recordEvent(id string, ev Event) {
 		ev.Time = time.Now().UTC()
 	}
 	// Its own lock: the read-modify-write of the history is disk I/O and
-	// must not hold up every other request behind cp.mu.
+	// must not hold up every other request behind cp.mu. Across replicas
+	// the sandbox's lock, which nearly every caller holds, serialises
+	// appends; a store lock here would need a second locking connection
+	// per operation, and a burst of starts could then take them all and
+	// wait on each other.
 	cp.eventsMu.Lock()
 	defer cp.eventsMu.Unlock()
-	if cp.shared {
-		// Other replicas append to the same history.
-		if unlock, err := cp.cfg.Store.Lock(context.Background(), "events/"+id); err == nil {
-			defer unlock()
-		} else {
-			cp.log.Warn("lock event history", "sandbox", id, "err", err)
-		}
-	}
 	var events []Event
 	_ = cp.cfg.Store.Get(eventBucket, id, &events)
 	events = append(events, ev)

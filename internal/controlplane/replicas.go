@@ -142,13 +142,15 @@ func (cp *ControlPlane) reload(r *record) {
 	cp.wake()
 }
 
-// assignStored replaces r's fields with the stored record's, all but the
-// ID, which never changes and which code holding r reads without cp.mu.
+// assignStored replaces r's fields with the stored record's, writing only
+// those that differ: code that holds r (its lock, or having just written
+// it) reads some fields without cp.mu, and the notification of this
+// replica's own write, which changes nothing, must not race with that.
 // cp.mu is held.
 func assignStored(r *record, s Sandbox) {
 	dst, src := reflect.ValueOf(&r.Sandbox).Elem(), reflect.ValueOf(s)
 	for i := range dst.NumField() {
-		if dst.Type().Field(i).Name != "ID" {
+		if !reflect.DeepEqual(dst.Field(i).Interface(), src.Field(i).Interface()) {
 			dst.Field(i).Set(src.Field(i))
 		}
 	}

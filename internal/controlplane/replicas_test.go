@@ -346,3 +346,27 @@ func TestReplicasTakeOverStart(t *testing.T) {
 	n.started.Store(s0.ID, true) // not held
 	waitState(t, b.ControlPlane, s0.ID, apiv1.StateRunning)
 }
+
+// A burst of creates larger than the connections a replica may hold locks
+// on all reach running: a start holds its sandbox's lock throughout, and
+// nothing it does while holding it waits for another locking connection.
+func TestReplicasCreateBurst(t *testing.T) {
+	url := pgtest.Start(t) + "&pool_max_conns=4" // two locking connections
+	n := newReplicaNode()
+	a, b := newReplica(t, url, n, "a"), newReplica(t, url, n, "b")
+	var ids []string
+	for i := range 12 {
+		cp := a.ControlPlane
+		if i%2 == 1 {
+			cp = b.ControlPlane
+		}
+		sb, err := cp.Create(project.Everything, apiv1.CreateSandboxRequest{Template: "tpl"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	for _, id := range ids {
+		waitState(t, a.ControlPlane, id, apiv1.StateRunning)
+	}
+}

@@ -36,8 +36,9 @@ const (
 	// key space, which never collides with the bigint one).
 	lockSpace = 0x73706163 // "spac"
 	// defaultMaxConns sizes the pool when the URL does not
-	// (pool_max_conns); half of it may hold per-key locks.
-	defaultMaxConns = 16
+	// (pool_max_conns); half of it may hold per-key locks, one per sandbox
+	// operation in progress (a start holds one until the sandbox runs).
+	defaultMaxConns = 32
 )
 
 // pgStore is the PostgreSQL backend.
