@@ -3,7 +3,10 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -432,4 +435,25 @@ func (cp *ControlPlane) leaseTTL() time.Duration {
 		return cp.cfg.LeaseTTL
 	}
 	return defaultLeaseTTL
+}
+
+// LoadReplicaID returns the replica name kept in the file at path,
+// creating it with a new name the first time. A replica restarted with its
+// data directory keeps its name, so it renews its own leases at once
+// instead of waiting for them to expire, and recovers its own unfinished
+// transitions like any restart.
+func LoadReplicaID(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		if id := strings.TrimSpace(string(data)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read replica id: %w", err)
+	}
+	id := newReplicaID()
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write replica id: %w", err)
+	}
+	return id, nil
 }
