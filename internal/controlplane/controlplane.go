@@ -365,6 +365,14 @@ func (cp *ControlPlane) snapshot(r *record) Sandbox {
 // update changes a record, persists it, and wakes waiters. The change is
 // durable before anything acts on it.
 func (cp *ControlPlane) update(r *record, fn func(s *Sandbox)) error {
+	if cp.shared && r.lock.tryLocal() {
+		// A caller that does not hold the sandbox's lock (SetTimeout, a
+		// network change) would write its cached copy over what another
+		// replica changed: it writes under the lock, on the record as
+		// stored.
+		r.lock.lockShared()
+		defer r.lock.Unlock()
+	}
 	cp.mu.Lock()
 	next := r.Sandbox
 	fn(&next)

@@ -172,6 +172,17 @@ func TestReplicasShareRecords(t *testing.T) {
 		r := a.sandboxes[sb.ID]
 		return r != nil && r.State == apiv1.StatePaused
 	})
+	// A write that takes no lifecycle lock (SetTimeout) through a replica
+	// whose cache is behind does not undo the other's change.
+	a.mu.Lock()
+	a.sandboxes[sb.ID].State = apiv1.StateRunning // as if the notification were late
+	a.mu.Unlock()
+	if _, err := a.SetTimeout(sb.ID, 600); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Get(project.Everything, sb.ID); got.State != apiv1.StatePaused || got.TimeoutS != 600 {
+		t.Fatalf("after SetTimeout through a stale replica: %s, timeout %d; want paused, 600", got.State, got.TimeoutS)
+	}
 	if _, err := a.Resume(context.Background(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
