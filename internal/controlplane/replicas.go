@@ -353,7 +353,7 @@ func (cp *ControlPlane) adoptOrphans(ctx context.Context) {
 		}
 	}
 	cp.mu.Unlock()
-	copies := map[Source][]*record{}
+	var claimed []*record
 	for _, r := range candidates {
 		if ctx.Err() != nil {
 			return
@@ -365,14 +365,9 @@ func (cp *ControlPlane) adoptOrphans(ctx context.Context) {
 		cp.log.Info("taking over a transition of a replica that died", "sandbox", s.ID, "state", s.State)
 		cp.recordEvent(s.ID, Event{Time: time.Now().UTC(), Type: "takeover",
 			Message: "the control-plane replica that was " + s.State + " it stopped; " + cp.replicaID + " finishes"})
-		if err := cp.recoverOne(ctx, r, copies); err != nil {
-			cp.log.Error("take over sandbox", "sandbox", s.ID, "state", s.State, "err", err)
-			cp.fail(ctx, r, "recovery after its control-plane replica died failed: "+err.Error())
-		}
+		claimed = append(claimed, r)
 	}
-	for src, rs := range copies {
-		cp.restartCopies(src, rs)
-	}
+	cp.recoverRecords(ctx, claimed, "recovery after its control-plane replica died failed: ")
 }
 
 // claimOrphan makes this replica the owner of r's transition if its owner
@@ -417,7 +412,41 @@ func (cp *ControlPlane) recoverShared(ctx context.Context) bool {
 	if err != nil {
 		cp.log.Warn("take the leader lease to recover", "err", err)
 	}
+	if !lead {
+		cp.recoverOwn(ctx, all)
+	}
 	return lead
+}
+
+// recoverOwn finishes the transitions this replica's previous run (by its
+// name, LoadReplicaID) left: the leader takes those of dead replicas only,
+// and this one is alive again.
+func (cp *ControlPlane) recoverOwn(ctx context.Context, all []Sandbox) {
+	var own []*record
+	for _, s := range all {
+		if transitional(s.State) && s.Owner == cp.replicaID {
+			if r, err := cp.lookup(s.ID); err == nil {
+				own = append(own, r)
+			}
+		}
+	}
+	cp.recoverRecords(ctx, own, "recovery failed: ")
+}
+
+// recoverRecords reconciles each of rs with the node as after a restart
+// (recoverOne), failing those it cannot with failPrefix and the error.
+func (cp *ControlPlane) recoverRecords(ctx context.Context, rs []*record, failPrefix string) {
+	copies := map[Source][]*record{}
+	for _, r := range rs {
+		s := cp.snapshot(r)
+		if err := cp.recoverOne(ctx, r, copies); err != nil {
+			cp.log.Error("recover sandbox", "sandbox", s.ID, "state", s.State, "err", err)
+			cp.fail(ctx, r, failPrefix+err.Error())
+		}
+	}
+	for src, rs := range copies {
+		cp.restartCopies(src, rs)
+	}
 }
 
 // othersTransition reports whether s is in a transition a live replica

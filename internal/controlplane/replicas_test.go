@@ -141,9 +141,10 @@ func waitState(t *testing.T, cp *ControlPlane, id, state string) Sandbox {
 	return s
 }
 
-// A sandbox created through one replica is seen, waited on and operated
-// on through the other, and a change made on either shows on both.
-func TestReplicasShareRecords(t *testing.T) {
+// twoReplicasCreate starts replicas a and b on a new database and creates
+// a sandbox through a.
+func twoReplicasCreate(t *testing.T) (*replicaNode, *replica, *replica, Sandbox) {
+	t.Helper()
 	url := pgtest.Start(t)
 	n := newReplicaNode()
 	a, b := newReplica(t, url, n, "a"), newReplica(t, url, n, "b")
@@ -151,6 +152,13 @@ func TestReplicasShareRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n, a, b, sb
+}
+
+// A sandbox created through one replica is seen, waited on and operated
+// on through the other, and a change made on either shows on both.
+func TestReplicasShareRecords(t *testing.T) {
+	_, a, b, sb := twoReplicasCreate(t)
 	if got, err := b.Get(project.Everything, sb.ID); err != nil || got.ID != sb.ID {
 		t.Fatalf("Get through b right after the create through a: %+v, %v", got, err)
 	}
@@ -201,13 +209,7 @@ func TestReplicasShareRecords(t *testing.T) {
 // never run on the node at the same time, and the sandbox is destroyed
 // once.
 func TestReplicasSerializeOperations(t *testing.T) {
-	url := pgtest.Start(t)
-	n := newReplicaNode()
-	a, b := newReplica(t, url, n, "a"), newReplica(t, url, n, "b")
-	sb, err := a.Create(project.Everything, apiv1.CreateSandboxRequest{Template: "tpl"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, a, b, sb := twoReplicasCreate(t)
 	waitState(t, a.ControlPlane, sb.ID, apiv1.StateRunning)
 	var wg sync.WaitGroup
 	for i := range 16 {
@@ -379,5 +381,37 @@ func TestReplicasCreateBurst(t *testing.T) {
 	}
 	for _, id := range ids {
 		waitState(t, a.ControlPlane, id, apiv1.StateRunning)
+	}
+}
+
+// A replica restarted under its name while another leads finishes the
+// transitions its previous run left, which the leader, seeing it alive,
+// does not touch.
+func TestReplicasRestartFinishesOwn(t *testing.T) {
+	url := pgtest.Start(t)
+	n := newReplicaNode()
+	b := newReplica(t, url, n, "b")
+	waitFor(t, "b leads", 5*time.Second, b.Leading)
+	// a is alive (as its new run will be at once) from before the record
+	// shows, so the leader never takes the record over.
+	if ok, err := b.st.TryLead(context.Background(), "replica/a", "a", time.Minute); !ok || err != nil {
+		t.Fatalf("liveness lease of a: %v, %v", ok, err)
+	}
+	s0 := sandbox("left", apiv1.StateStarting)
+	s0.Owner = "a"
+	if err := b.st.Put(sandboxBucket, s0.ID, s0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the leader's loop looks at it
+	if got := n.called("create " + s0.ID); got != 0 {
+		t.Fatalf("the leader started a record a live replica owns (%d starts)", got)
+	}
+	a := newReplica(t, url, n, "a")
+	if a.Leading() {
+		t.Fatal("the restarted replica leads while b does")
+	}
+	waitState(t, b.ControlPlane, s0.ID, apiv1.StateRunning)
+	if got := n.called("create " + s0.ID); got != 1 {
+		t.Fatalf("started %d times, want once", got)
 	}
 }
