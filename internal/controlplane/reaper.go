@@ -27,6 +27,7 @@ func (cp *ControlPlane) Run(ctx context.Context) {
 	go cp.followNode(ctx)
 	if cp.shared {
 		go cp.followStore(ctx)
+		go cp.shareActivity(ctx)
 		go cp.lease(ctx, "replica/"+cp.replicaID, &cp.alive, nil)
 		go cp.lease(ctx, leaderLease, &cp.leading, func(leads bool) {
 			cp.log.Info("leader lease", "replica", cp.replicaID, "leading", leads)
@@ -46,7 +47,10 @@ func (cp *ControlPlane) Run(ctx context.Context) {
 			if !cp.Leading() {
 				continue
 			}
-			cp.adoptOrphans(ctx)
+			if cp.shared {
+				cp.mergeActivity()
+				cp.adoptOrphans(ctx)
+			}
 			cp.reap(ctx)
 			if n%10 == 0 {
 				cp.pruneSnapshots(time.Now())

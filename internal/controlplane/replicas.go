@@ -340,11 +340,9 @@ func (cp *ControlPlane) ownerAlive(ctx context.Context, owner string) (bool, err
 // adoptOrphans finishes the transitions that replicas which died left
 // behind: a record in a transitional state whose owner no longer renews
 // its liveness lease is claimed by this replica (the leader) and
-// reconciled with the node as after a restart (recoverOne).
+// reconciled with the node as after a restart (recoverOne). Only on a
+// shared store: with one process Recover did this at start.
 func (cp *ControlPlane) adoptOrphans(ctx context.Context) {
-	if !cp.shared {
-		return // one process: Recover did this at start
-	}
 	cp.mu.Lock()
 	var candidates []*record
 	for _, r := range cp.sandboxes {
@@ -485,4 +483,69 @@ func LoadReplicaID(path string) (string, error) {
 		return "", fmt.Errorf("write replica id: %w", err)
 	}
 	return id, nil
+}
+
+// activityBucket holds, per replica, when the sandboxes it served were
+// last active; the leader's idle suspend merges them with its own view.
+const activityBucket = "replica_activity"
+
+// activityWindow is how far back a replica shares activity: what is older
+// the leader has already merged.
+const activityWindow = time.Minute
+
+// shareActivity publishes this replica's recent activity every second
+// until ctx ends, so that a sandbox used only through another replica is
+// not suspended as idle by the leader.
+func (cp *ControlPlane) shareActivity(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			_ = cp.cfg.Store.Delete(activityBucket, cp.replicaID)
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		recent := map[string]time.Time{}
+		newest := last
+		cp.mu.Lock()
+		for id, t := range cp.lastActive {
+			if now.Sub(t) < activityWindow {
+				recent[id] = t.UTC()
+			}
+			if t.After(newest) {
+				newest = t
+			}
+		}
+		cp.mu.Unlock()
+		if !newest.After(last) {
+			continue // nothing new since the last write
+		}
+		if err := cp.cfg.Store.Put(activityBucket, cp.replicaID, recent); err != nil {
+			cp.log.Warn("share sandbox activity", "err", err)
+			continue
+		}
+		last = newest
+	}
+}
+
+// mergeActivity folds the other replicas' shared activity into
+// lastActive, for the leader's idle suspend.
+func (cp *ControlPlane) mergeActivity() {
+	all, err := store.All[map[string]time.Time](cp.cfg.Store, activityBucket)
+	if err != nil {
+		cp.log.Warn("read shared sandbox activity", "err", err)
+		return
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for _, m := range all {
+		for id, t := range m {
+			if _, live := cp.sandboxes[id]; live && t.After(cp.lastActive[id]) {
+				cp.lastActive[id] = t
+			}
+		}
+	}
 }

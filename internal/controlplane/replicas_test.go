@@ -415,3 +415,30 @@ func TestReplicasRestartFinishesOwn(t *testing.T) {
 		t.Fatalf("started %d times, want once", got)
 	}
 }
+
+// Activity seen only by a replica that does not lead keeps the leader
+// from suspending the sandbox as idle.
+func TestReplicasShareActivity(t *testing.T) {
+	url := pgtest.Start(t)
+	n := newReplicaNode()
+	a := newReplica(t, url, n, "a")
+	waitFor(t, "a leads", 5*time.Second, a.Leading)
+	b := newReplica(t, url, n, "b")
+	s0 := sandbox("busy", apiv1.StateRunning)
+	s0.Lifecycle.IdleSuspendS = 2
+	n.alive[s0.ID] = true
+	if err := b.st.Put(sandboxBucket, s0.ID, s0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b caches the sandbox", 5*time.Second, func() bool { _, err := b.lookup(s0.ID); return err == nil })
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		b.touch(s0.ID)
+		if got, _ := a.Get(project.Everything, s0.ID); got.State != apiv1.StateRunning {
+			t.Fatalf("used through b, the sandbox went %s (%s)", got.State, got.Reason)
+		}
+	}
+	// Left alone, it is suspended.
+	if s := waitState(t, a.ControlPlane, s0.ID, apiv1.StateSuspended); s.Reason != "idle" {
+		t.Fatalf("suspended for %q, want idle", s.Reason)
+	}
+}
