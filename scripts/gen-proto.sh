@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates internal/agent/gen from proto/. The generated code is committed,
-# so CI never runs this; run it after editing a .proto file. Tool versions are
-# pinned so regeneration is reproducible.
+# Regenerates internal/agent/gen (the agent's services) and
+# internal/noderpc/gen (the node service, proto/space/node) from proto/. The
+# generated code is committed, so CI never runs this; run it after editing a
+# .proto file. Tool versions are pinned so regeneration is reproducible.
 set -euo pipefail
 
 BUF_VERSION="${BUF_VERSION:-v1.65.0}"
@@ -26,4 +27,5 @@ install_tool connectrpc.com/connect/cmd/protoc-gen-connect-go "$PROTOC_GEN_CONNE
 
 cd "$root/proto"
 PATH="$bin:$PATH" buf generate
-echo "==> generated into internal/agent/gen"
+PATH="$bin:$PATH" buf generate --template buf.gen.node.yaml
+echo "==> generated into internal/agent/gen and internal/noderpc/gen"

@@ -16,7 +16,7 @@ func (s *Server) lifecycleAction(act func(*Server, *http.Request, string) (contr
 			s.fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, sb.API())
+		writeJSON(w, http.StatusOK, s.cp.View(sb))
 	}
 }
 
@@ -88,7 +88,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sb.API())
+	writeJSON(w, http.StatusOK, s.cp.View(sb))
 }
 
 func (s *Server) branch(w http.ResponseWriter, r *http.Request) {
@@ -103,7 +103,7 @@ func (s *Server) branch(w http.ResponseWriter, r *http.Request) {
 	}
 	out := apiv1.BranchResult{Sandboxes: []apiv1.Sandbox{}}
 	for _, b := range branches {
-		out.Sandboxes = append(out.Sandboxes, b.API())
+		out.Sandboxes = append(out.Sandboxes, s.cp.View(b))
 	}
 	writeJSON(w, http.StatusCreated, out)
 }

@@ -17,5 +17,5 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sb.API())
+	writeJSON(w, http.StatusOK, s.cp.View(sb))
 }

@@ -25,7 +25,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, sb.API())
+	writeJSON(w, http.StatusAccepted, s.cp.View(sb))
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
@@ -41,7 +41,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := apiv1.SandboxList{Sandboxes: []apiv1.Sandbox{}}
 	for _, sb := range s.cp.List(scope, f) {
-		out.Sandboxes = append(out.Sandboxes, sb.API())
+		out.Sandboxes = append(out.Sandboxes, s.cp.View(sb))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -52,7 +52,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sb.API())
+	writeJSON(w, http.StatusOK, s.cp.View(sb))
 }
 
 // sandboxStates are the states GET .../wait can wait for; any other would
@@ -95,7 +95,7 @@ func (s *Server) waitSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sb.API())
+	writeJSON(w, http.StatusOK, s.cp.View(sb))
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
@@ -116,7 +116,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sb.API())
+	writeJSON(w, http.StatusOK, s.cp.View(sb))
 }
 
 func (s *Server) sandboxEvents(w http.ResponseWriter, r *http.Request) {

@@ -395,6 +395,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, cluster.ErrNoCapacity):
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
+	case errors.Is(err, controlplane.ErrNodeUnavailable):
+		// The message names the node and its state; the sandbox is kept
+		// and answers again once its node does.
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.As(err, &quotaErr):
 		if quotaErr.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(quotaErr.RetryAfter.Seconds())))

@@ -28,20 +28,25 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 	volume := path.Join("snapshots", id, "branch-"+captureID)
 	image := branchImage(id, captureID)
 	var src Sandbox
+	var n Node
 	_, err := cp.locked(id, func(r *record) error {
 		if err := cp.require(r, "branch", apiv1.StateRunning, apiv1.StatePaused); err != nil {
 			return err
 		}
 		src = cp.snapshot(r)
+		var err error
+		if n, err = cp.nodeOf(src); err != nil {
+			return err
+		}
 		return cp.step(r, apiv1.StateSnapshotting, src.State, "", func() error {
-			return cp.cfg.Node.Capture(ctx, nodeapi.CaptureRequest{ID: id, Volume: volume, Image: image})
+			return n.Capture(ctx, nodeapi.CaptureRequest{ID: id, Volume: volume, Image: image})
 		})
 	})
 	crashpoint.Hit("branch-captured")
 	if err != nil {
 		return nil, err
 	}
-	release := func() { cp.dropCapture(volume, image) }
+	release := func() { cp.dropCapture(n, volume, image) }
 	if timeoutS == 0 {
 		timeoutS = src.TimeoutS
 	}
@@ -58,7 +63,8 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 		release()
 		return nil, err
 	}
-	capture := Source{Volume: volume, Image: image, AccessToken: src.AccessToken}
+	// The capture is on the source's node: the branches run there.
+	capture := Source{Volume: volume, Image: image, AccessToken: src.AccessToken, Node: src.Node}
 	var admitted []*record
 	for i := 0; i < count; i++ {
 		r, err := cp.admit(src.Project, req, src.Template, src.TemplateID, func(s *Sandbox) {
@@ -68,6 +74,7 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 			// Same placeholders: the branch's processes hold the source's env.
 			s.Credentials = slices.Clone(src.Credentials)
 			s.Source = &capture
+			s.Node = src.Node
 		})
 		if err != nil {
 			if len(admitted) == 0 {
@@ -101,18 +108,24 @@ type Source struct {
 	// Snapshot is the key of the snapshot the capture belongs to, empty
 	// for a branch's private capture.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Node holds the capture ("" as on sandboxes).
+	Node string `json:"node,omitempty"`
 }
 
-// startCopies starts each of rs (recorded as starting) as a copy of src
-// with an identity of its own, and calls done once every start has ended:
-// the copies share the capture until then.
+// startCopies starts each of rs (recorded as starting, on src's node) as a
+// copy of src with an identity of its own, and calls done once every start
+// has ended: the copies share the capture until then.
 func (cp *ControlPlane) startCopies(rs []*record, src Source, done func()) {
 	var started sync.WaitGroup
 	started.Add(len(rs))
 	for _, r := range rs {
 		cp.launch(r, func(ctx context.Context, s Sandbox) error {
 			defer started.Done()
-			return cp.cfg.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
+			n, err := cp.nodeOf(s)
+			if err != nil {
+				return err
+			}
+			return n.ResumeFrom(ctx, nodeapi.RestoreSpec{
 				ID: s.ID, Image: src.Image, FromVolume: src.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
 				AccessToken: src.AccessToken, NewIdentity: cp.identity(s), Network: s.policy(),
 			})

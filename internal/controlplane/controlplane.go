@@ -114,7 +114,6 @@ type Defaults struct {
 // Config wires a control plane.
 type Config struct {
 	Store     store.Store
-	Node      Node
 	Templates Templates
 	Capacity  Capacity
 	Defaults  Defaults
@@ -139,6 +138,8 @@ type Config struct {
 	// HostPaths hides the node's directories in the reasons clients read
 	// (nil: none hidden).
 	HostPaths *hostpath.Hider
+	// Nodes reaches the nodes sandboxes run on (OneNode for serve).
+	Nodes Nodes
 }
 
 // ControlPlane is the single authority over sandbox state.
@@ -168,6 +169,8 @@ type ControlPlane struct {
 	snapMu sync.Mutex
 	// snapshotUsers names, per snapshot key, the operations reading it now.
 	snapshotUsers map[string][]string
+	// fleet tracks the nodes (routing.go).
+	fleet fleet
 }
 
 // record is the persisted sandbox plus its in-memory lock.
@@ -243,6 +246,9 @@ type Sandbox struct {
 	// Traffic is the exposed ports' token and the network limits
 	// (traffic.go); nil is public and the node's limits.
 	Traffic *Traffic `json:"traffic,omitempty"`
+	// Node is the node the sandbox runs on; "" (records of versions with
+	// one node) is serve's one node.
+	Node string `json:"node,omitempty"`
 }
 
 // Lifecycle holds a sandbox's lifetime settings; its wire form is the

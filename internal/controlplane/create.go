@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
@@ -57,21 +58,47 @@ func (cp *ControlPlane) Create(scope project.Scope, req apiv1.CreateSandboxReque
 	if err := cp.allowCreates(scope.Owner(), 1); err != nil {
 		return Sandbox{}, err
 	}
-	if sb, ok, err := cp.createPooled(scope.Owner(), req, tpl, tplName); ok {
-		return sb, err
-	}
-	r, err := cp.admit(scope.Owner(), req, tplName, tpl.ID, func(s *Sandbox) {})
+	d := cp.cfg.Defaults
+	nodeID, err := cp.place(cluster.PlaceRequest{
+		Template: tpl.ID, VCPUs: req.VCPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
+		// The pools hold sandboxes with the default limits (poolRequest).
+		Pooled: req.VCPUs == d.VCPUs && req.MemoryMB == d.MemoryMB && req.DiskMB == d.DiskMB,
+	})
 	if err != nil {
 		return Sandbox{}, err
 	}
-	cp.launch(r, func(ctx context.Context, s Sandbox) error { return cp.startFromTemplate(ctx, s, tpl) })
+	n, err := cp.node(nodeID, "")
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if sb, ok, err := cp.createPooled(scope.Owner(), nodeID, n, req, tpl, tplName); ok {
+		return sb, err
+	}
+	r, err := cp.admit(scope.Owner(), req, tplName, tpl.ID, func(s *Sandbox) { s.Node = nodeID })
+	if err != nil {
+		return Sandbox{}, err
+	}
+	cp.launch(r, func(ctx context.Context, s Sandbox) error { return cp.startFromTemplate(ctx, n, s, tpl) })
 	return cp.snapshot(r), nil
 }
 
-// startFromTemplate restores the template's pre-booted image (the node
-// boots the template when no image can be had).
-func (cp *ControlPlane) startFromTemplate(ctx context.Context, s Sandbox, tpl nodeapi.TemplateSpec) error {
-	return cp.cfg.Node.Create(ctx, nodeapi.CreateRequest{Spec: cp.createSpec(s, tpl), Warm: true, Identity: *cp.identity(s)})
+// place chooses the node of a new sandbox. A refusal wraps ErrCapacity
+// too, so that it is answered as serve answers a full node.
+func (cp *ControlPlane) place(req cluster.PlaceRequest) (string, error) {
+	id, err := cp.cfg.Nodes.Place(req)
+	if errors.Is(err, cluster.ErrNoCapacity) {
+		return "", fmt.Errorf("%w: %w", ErrCapacity, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("place sandbox: %w", err)
+	}
+	return id, nil
+}
+
+// startFromTemplate restores the template's pre-booted image on n (the
+// node boots the template when no image can be had).
+func (cp *ControlPlane) startFromTemplate(ctx context.Context, n Node, s Sandbox, tpl nodeapi.TemplateSpec) error {
+	return n.Create(ctx, nodeapi.CreateRequest{Spec: cp.createSpec(s, tpl), Warm: true, Identity: *cp.identity(s)})
 }
 
 // createSpec is what the node needs to start s from tpl.
@@ -90,18 +117,18 @@ func (cp *ControlPlane) poolLimits(vcpus, memoryMB, diskMB int) nodeapi.PoolLimi
 	}
 }
 
-// createPooled serves a create from the template's warm pool: the node
-// gives the claimed sandbox its identity and network, so it is running when
+// createPooled serves a create from the template's warm pool on node n
+// (nodeID): the node gives the claimed sandbox its identity and network, so it is running when
 // this returns. ok is false when no pooled sandbox matched or the claim
 // failed (the node released that sandbox); the caller starts one instead.
-func (cp *ControlPlane) createPooled(owner string, req apiv1.CreateSandboxRequest, tpl nodeapi.TemplateSpec, tplName string) (Sandbox, bool, error) {
-	r := cp.newRecord(owner, req, tplName, tpl.ID, func(*Sandbox) {})
+func (cp *ControlPlane) createPooled(owner, nodeID string, n Node, req apiv1.CreateSandboxRequest, tpl nodeapi.TemplateSpec, tplName string) (Sandbox, bool, error) {
+	r := cp.newRecord(owner, req, tplName, tpl.ID, func(s *Sandbox) { s.Node = nodeID })
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
 	defer cancel()
 	// The record's id is the pooled sandbox's; the node adds it to the
 	// identity, which is all the identity needs of it.
-	res, err := cp.cfg.Node.Claim(ctx, nodeapi.ClaimRequest{
+	res, err := n.Claim(ctx, nodeapi.ClaimRequest{
 		TemplateID: tpl.ID, Limits: cp.poolLimits(req.VCPUs, req.MemoryMB, req.DiskMB),
 		Identity: *cp.identity(r.Sandbox), Network: r.policy(),
 	})
@@ -114,7 +141,7 @@ func (cp *ControlPlane) createPooled(owner string, req apiv1.CreateSandboxReques
 	}
 	r.ID = res.ID
 	if err := cp.admitRecord(r, req, tplName); err != nil {
-		_ = cp.cfg.Node.Destroy(context.Background(), res.ID)
+		_ = n.Destroy(context.Background(), res.ID)
 		return Sandbox{}, true, err
 	}
 	r.lock.Lock()
@@ -142,10 +169,17 @@ func (cp *ControlPlane) createFromSnapshot(scope project.Scope, req apiv1.Create
 		release()
 		return Sandbox{}, err
 	}
+	// The snapshot's volume and image are on its node: the new sandbox
+	// runs there.
+	if _, err := cp.node(snap.Node, ""); err != nil {
+		release()
+		return Sandbox{}, err
+	}
 	src := snap.source()
 	r, err := cp.admit(scope.Owner(), req, snap.Template, snap.TemplateID, func(s *Sandbox) {
 		s.Snapshot = src.Snapshot
 		s.Source = &src
+		s.Node = snap.Node
 	})
 	if err != nil {
 		release()
@@ -245,11 +279,11 @@ func (cp *ControlPlane) checkRequest(owner string, req *apiv1.CreateSandboxReque
 	switch {
 	case req.VCPUs < 0:
 		return invalid("vcpus must be positive, got %d", req.VCPUs)
-	case req.VCPUs > c.VCPUs:
+	case c.VCPUs > 0 && req.VCPUs > c.VCPUs:
 		return fmt.Errorf("%w: requested %d vCPUs, the node has %d", ErrCapacity, req.VCPUs, c.VCPUs)
 	case req.MemoryMB < 0 || (req.MemoryMB > 0 && req.MemoryMB < 32):
 		return invalid("memory_mb must be at least 32, got %d", req.MemoryMB)
-	case req.MemoryMB > c.MemoryMB:
+	case c.MemoryMB > 0 && req.MemoryMB > c.MemoryMB:
 		return fmt.Errorf("%w: requested %d MiB of memory, the node has %d MiB", ErrCapacity, req.MemoryMB, c.MemoryMB)
 	case req.DiskMB < 0 || (req.DiskMB > 0 && req.DiskMB < 16):
 		return invalid("disk_mb must be at least 16, got %d", req.DiskMB)
@@ -395,15 +429,19 @@ func (cp *ControlPlane) stop(ctx context.Context, r *record, reason string) erro
 	if s.State == apiv1.StateStopped {
 		return nil
 	}
+	n, err := cp.nodeOf(s)
+	if err != nil {
+		return err
+	}
 	if err := cp.setState(r, apiv1.StateStopping, reason); err != nil {
 		return err
 	}
 	crashpoint.Hit("stop-recorded")
-	if err := cp.cfg.Node.Destroy(ctx, s.ID); err != nil {
+	if err := n.Destroy(ctx, s.ID); err != nil {
 		_ = cp.setState(r, apiv1.StateFailed, "stop failed: "+err.Error())
 		return fmt.Errorf("stop %s: %w", s.ID, err)
 	}
-	if err := cp.removeImage(ctx, suspendImage(s.ID)); err != nil {
+	if err := cp.removeImage(ctx, n, suspendImage(s.ID)); err != nil {
 		cp.log.Error("remove suspend image", "sandbox", s.ID, "err", err)
 	}
 	crashpoint.Hit("stop-destroyed")
@@ -467,7 +505,11 @@ func (cp *ControlPlane) Running(ctx context.Context, id string) (nodeapi.Sandbox
 	if s.State != apiv1.StateRunning {
 		return nil, &StateError{ID: id, State: s.State, Want: "reach its processes or files (it must be running)"}
 	}
-	sb, err := cp.cfg.Node.Sandbox(ctx, id)
+	n, err := cp.nodeOf(s)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := n.Sandbox(ctx, id)
 	if errors.Is(err, nodeapi.ErrNoSandbox) {
 		return nil, &StateError{ID: id, State: cp.snapshot(r).State, Want: "reach its agent"}
 	}

@@ -62,21 +62,21 @@ func suspendImage(id string) string           { return id + "/suspend" }
 func snapshotImage(id, snapID string) string  { return id + "/snapshots/" + snapID }
 func branchImage(id, captureID string) string { return id + "/branches/" + captureID }
 
-// removeImage deletes a checkpoint image on the node; "" is none.
-func (cp *ControlPlane) removeImage(ctx context.Context, image string) error {
+// removeImage deletes a checkpoint image on node n; "" is none.
+func (cp *ControlPlane) removeImage(ctx context.Context, n Node, image string) error {
 	if image == "" {
 		return nil
 	}
-	return cp.cfg.Node.DeleteImage(context.WithoutCancel(ctx), image)
+	return n.DeleteImage(context.WithoutCancel(ctx), image)
 }
 
-// imageComplete reports whether the node holds the whole image; a node
+// imageComplete reports whether node n holds the whole image; a node
 // that cannot tell is taken to hold none.
-func (cp *ControlPlane) imageComplete(ctx context.Context, image string) bool {
+func (cp *ControlPlane) imageComplete(ctx context.Context, n Node, image string) bool {
 	if image == "" {
 		return false
 	}
-	info, err := cp.cfg.Node.Image(ctx, image)
+	info, err := n.Image(ctx, image)
 	if err != nil {
 		cp.log.Warn("look up image", "image", image, "err", err)
 		return false
@@ -90,7 +90,11 @@ func (cp *ControlPlane) Pause(ctx context.Context, id string) (Sandbox, error) {
 		if err := cp.require(r, "pause", apiv1.StateRunning); err != nil {
 			return err
 		}
-		return cp.step(r, apiv1.StatePausing, apiv1.StatePaused, "", func() error { return cp.cfg.Node.Pause(ctx, id) })
+		n, err := cp.nodeFor(r)
+		if err != nil {
+			return err
+		}
+		return cp.step(r, apiv1.StatePausing, apiv1.StatePaused, "", func() error { return n.Pause(ctx, id) })
 	})
 }
 
@@ -105,16 +109,20 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 		return err
 	}
 	s := cp.snapshot(r)
+	n, err := cp.nodeOf(s)
+	if err != nil {
+		return err
+	}
 	if s.State == apiv1.StatePaused {
-		return cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error { return cp.cfg.Node.Resume(ctx, r.ID) })
+		return cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error { return n.Resume(ctx, r.ID) })
 	}
 	cp.touch(r.ID)
-	err := cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error {
+	err = cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error {
 		if s.Image == "" {
 			// A record of an earlier version whose image was not found.
 			return fmt.Errorf("resume %s: its suspend image is lost", s.ID)
 		}
-		err := cp.cfg.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
+		err := n.ResumeFrom(ctx, nodeapi.RestoreSpec{
 			ID: s.ID, Image: s.Image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken,
 			Network: s.policy(),
 		})
@@ -131,7 +139,7 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 	if err != nil {
 		return err
 	}
-	if err := cp.removeImage(ctx, s.Image); err != nil {
+	if err := cp.removeImage(ctx, n, s.Image); err != nil {
 		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
 	}
 	return nil
@@ -147,6 +155,10 @@ func (cp *ControlPlane) suspend(ctx context.Context, r *record, reason string) e
 	if err := cp.require(r, "suspend", apiv1.StateRunning, apiv1.StatePaused); err != nil {
 		return err
 	}
+	n, err := cp.nodeFor(r)
+	if err != nil {
+		return err
+	}
 	image := suspendImage(r.ID)
 	// The image is recorded before the checkpoint starts so that recovery
 	// knows where to look whatever moment a crash hits.
@@ -154,7 +166,7 @@ func (cp *ControlPlane) suspend(ctx context.Context, r *record, reason string) e
 		return err
 	}
 	return cp.step(r, apiv1.StateSuspending, apiv1.StateSuspended, reason, func() error {
-		return cp.cfg.Node.Suspend(ctx, r.ID, image)
+		return n.Suspend(ctx, r.ID, image)
 	}, func(s *Sandbox) {
 		now := time.Now().UTC()
 		s.SuspendedAt = &now
@@ -178,12 +190,12 @@ func (cp *ControlPlane) activity(id string) {
 	cp.mu.Unlock()
 }
 
-// died is the node's report that a sandbox's runtime died on its own, for
+// died is node's report that a sandbox's runtime died on its own, for
 // instance killed by the host for exceeding its memory limit. The sandbox
 // is failed with the reason and its resources released.
-func (cp *ControlPlane) died(id, reason string) {
+func (cp *ControlPlane) died(node, id, reason string) {
 	r, err := cp.lookup(id)
-	if err != nil {
+	if err != nil || !cp.sameNode(cp.snapshot(r).Node, node) {
 		return
 	}
 	go func() {

@@ -155,13 +155,17 @@ func (cp *ControlPlane) SetNetwork(ctx context.Context, id string, req apiv1.Net
 		if terminal(s.State) {
 			return &StateError{ID: id, State: s.State, Want: "change its network"}
 		}
+		n, err := cp.nodeOf(s)
+		if err != nil {
+			return err
+		}
 		if err := cp.update(r, func(s *Sandbox) { s.Network = p }); err != nil {
 			return err
 		}
 		if s.State != apiv1.StateRunning && s.State != apiv1.StatePaused {
 			return nil
 		}
-		if err := cp.cfg.Node.SetNetwork(ctx, id, cp.snapshot(r).policy()); err != nil {
+		if err := n.SetNetwork(ctx, id, cp.snapshot(r).policy()); err != nil {
 			if errors.Is(err, nodeapi.ErrNoEgress) {
 				return fmt.Errorf("%w: %v", ErrInvalid, err)
 			}

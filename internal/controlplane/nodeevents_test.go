@@ -25,7 +25,7 @@ func TestNodeEventsAreFollowed(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go cp.followNode(ctx)
+	go cp.followNode(ctx, "local")
 
 	first := <-streams
 	cp.mu.Lock()

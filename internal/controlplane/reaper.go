@@ -16,7 +16,7 @@ import (
 //     retention;
 //   - stopped or failed sandboxes are forgotten after the retention period.
 //
-// It also follows the node's events (nodeevents.go) meanwhile.
+// It also follows the nodes and their events (nodeevents.go) meanwhile.
 //
 // On a store shared by several replicas (replicas.go) Run also keeps the
 // cache in step with the store and renews this replica's liveness lease;
@@ -24,7 +24,6 @@ import (
 // once across the cluster, and the leader also finishes the transitions
 // of replicas that died. With bbolt this process simply leads.
 func (cp *ControlPlane) Run(ctx context.Context) {
-	go cp.followNode(ctx)
 	if cp.shared {
 		go cp.followStore(ctx)
 		go cp.shareActivity(ctx)
@@ -37,6 +36,7 @@ func (cp *ControlPlane) Run(ctx context.Context) {
 		cp.leading.Store(true)
 		defer cp.leading.Store(false)
 	}
+	go cp.followNodes(ctx)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for n := 0; ; n++ {

@@ -14,8 +14,43 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// Recover loads the persisted sandboxes after a (re)start and reconciles
-// each with what the node still has, finishing or rolling back whatever
+// Recover loads the persisted sandboxes after a (re)start and, when the
+// control plane has one node of its own (serve), reconciles that node
+// (ReconcileNode); a cluster's nodes are reconciled as they join (Run).
+// On a store other replicas share, only the replica that finds no leader
+// (the first of a cluster, or `space serve` on PostgreSQL) goes on past
+// loading the records (replicas.go).
+func (cp *ControlPlane) Recover(ctx context.Context) error {
+	if cp.shared && !cp.recoverShared(ctx) {
+		return nil
+	}
+	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	if err := cp.convertLegacyImages(all); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	cp.mu.Lock()
+	for _, s := range all {
+		cp.sandboxes[s.ID] = cp.stored(s)
+	}
+	cp.mu.Unlock()
+	l, ok := cp.cfg.Nodes.(legacyNoder)
+	if !ok {
+		return nil
+	}
+	id := l.LegacyNode()
+	cp.fleet.join(id)
+	if err := cp.ReconcileNode(ctx, id); err != nil {
+		return err
+	}
+	cp.fleet.markReconciled(id)
+	return nil
+}
+
+// ReconcileNode reconciles the sandboxes of node id with what the node
+// still has, finishing or rolling back whatever
 // transition a crash interrupted:
 //
 //   - running/pausing/resuming/snapshotting: a runtime that survived is
@@ -33,62 +68,71 @@ import (
 //   - a restore that was not recorded (Restoring) is undone first.
 //
 // An adopted runtime makes the sandbox's suspend image stale: it is
-// dropped. Afterwards anything on the node that no sandbox or snapshot owns
-// is removed: runtimes, slots, volumes, images, captures, empty image
-// directories. On a store other replicas share, only the replica that
-// finds no leader (the first of a cluster, or `space serve` on PostgreSQL)
-// does this, leaving alone the transitions live replicas run; the others
-// only load the records (replicas.go).
-func (cp *ControlPlane) Recover(ctx context.Context) error {
-	if cp.shared && !cp.recoverShared(ctx) {
-		return nil
-	}
-	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
+// dropped. Afterwards anything on the node that none of its sandboxes or
+// snapshots owns is removed: runtimes, slots, volumes, images, captures,
+// empty image directories. Only node id's records are read or changed; a
+// sandbox whose operation is under way (its lock held) is left to that
+// operation.
+func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
+	n, err := cp.node(id, "")
 	if err != nil {
-		return fmt.Errorf("recover: %w", err)
-	}
-	if err := cp.convertLegacyImages(all); err != nil {
-		return fmt.Errorf("recover: %w", err)
+		return fmt.Errorf("reconcile: %w", err)
 	}
 	cp.mu.Lock()
-	for _, s := range all {
-		cp.sandboxes[s.ID] = &record{Sandbox: s}
+	var rs []*record
+	for _, r := range cp.sandboxes {
+		if cp.nodeID(r.Node) == id {
+			rs = append(rs, r)
+		}
 	}
 	cp.mu.Unlock()
-	copies := map[Source][]*record{}
-	for _, s := range all {
-		r, _ := cp.lookup(s.ID)
-		if cp.othersTransition(ctx, s) {
+	rec := &reconcile{copies: map[Source][]*record{}, starts: map[*record]nodeapi.TemplateSpec{}}
+	for _, r := range rs {
+		if !r.lock.TryLock() {
 			continue
 		}
-		if err := cp.recoverOne(ctx, r, copies); err != nil {
-			cp.log.Error("recover sandbox", "sandbox", s.ID, "state", s.State, "err", err)
+		if err := cp.recoverOne(ctx, n, r, rec); err != nil {
+			cp.log.Error("recover sandbox", "sandbox", r.ID, "node", id, "err", err)
 			cp.fail(ctx, r, "recovery failed: "+err.Error())
 		}
+		r.lock.Unlock()
 	}
-	for src, rs := range copies {
+	for r, tpl := range rec.starts {
+		cp.launch(r, func(ctx context.Context, s Sandbox) error {
+			return n.Create(ctx, nodeapi.CreateRequest{Spec: cp.createSpec(s, tpl)})
+		})
+	}
+	for src, rs := range rec.copies {
 		cp.restartCopies(src, rs)
 	}
-	if err := cp.sweepImages(ctx); err != nil {
-		cp.log.Warn("sweep images", "err", err)
+	if err := cp.sweepImages(ctx, n, id); err != nil {
+		cp.log.Warn("sweep images", "node", id, "err", err)
 	}
-	if err := cp.sweepCaptures(ctx); err != nil {
-		cp.log.Warn("sweep captures", "err", err)
+	if err := cp.sweepCaptures(ctx, n, id); err != nil {
+		cp.log.Warn("sweep captures", "node", id, "err", err)
 	}
 	var keep []string
 	cp.mu.Lock()
-	for id, r := range cp.sandboxes {
-		if !terminal(r.State) {
-			keep = append(keep, id)
+	for sid, r := range cp.sandboxes {
+		if !terminal(r.State) && cp.nodeID(r.Node) == id {
+			keep = append(keep, sid)
 		}
 	}
 	cp.mu.Unlock()
-	return cp.cfg.Node.Sweep(ctx, keep)
+	return n.Sweep(ctx, keep)
 }
 
-// recoverOne reconciles one sandbox; a branch or a start from a snapshot
-// that must run again is added to copies, keyed by what it restores from.
-func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[Source][]*record) error {
+// reconcile is what a reconcile of a node starts again once every record
+// was looked at (their locks released): starts from a template, and
+// copies (branches, starts from a snapshot) keyed by what they restore
+// from.
+type reconcile struct {
+	copies map[Source][]*record
+	starts map[*record]nodeapi.TemplateSpec
+}
+
+// recoverOne reconciles one sandbox of node n with r.lock held.
+func (cp *ControlPlane) recoverOne(ctx context.Context, n Node, r *record, rec *reconcile) error {
 	s := cp.snapshot(r)
 	if terminal(s.State) {
 		// Released when it ended; what a crash left of it (a slot, a
@@ -97,7 +141,7 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		return nil
 	}
 	if s.State != apiv1.StateSuspended {
-		if err := cp.cfg.Node.Quiesce(ctx, s.ID); err != nil {
+		if err := n.Quiesce(ctx, s.ID); err != nil {
 			cp.log.Warn("quiesce", "sandbox", s.ID, "err", err)
 		}
 	}
@@ -105,20 +149,20 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		// A restore that was not recorded did not happen: the node puts
 		// the old root volume back, and the old memory is its suspend
 		// image (or its runtime, if the crash came before that was made).
-		if _, err := cp.cfg.Node.RevertRestore(ctx, s.ID); err != nil {
+		if _, err := n.RevertRestore(ctx, s.ID); err != nil {
 			return err
 		}
 		if err := cp.update(r, func(s *Sandbox) { s.Restoring = "" }); err != nil {
 			return err
 		}
 		cp.recordEvent(s.ID, Event{Type: "restore", Message: "restore of " + s.Restoring + " interrupted by a server restart; undone"})
-	} else if err := cp.cfg.Node.CommitRestore(ctx, s.ID); err != nil {
+	} else if err := n.CommitRestore(ctx, s.ID); err != nil {
 		// What a recorded restore had not dropped yet.
 		cp.log.Warn("drop the volume a restore replaced", "sandbox", s.ID, "err", err)
 	}
 	switch s.State {
 	case apiv1.StateStarting:
-		return cp.restart(ctx, r, copies)
+		return cp.restart(ctx, n, r, rec)
 	case apiv1.StateStopping:
 		if err := cp.stop(ctx, r, s.Reason); err != nil {
 			return err
@@ -130,8 +174,8 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 	case apiv1.StateSuspended:
 		return nil
 	case apiv1.StateSuspending:
-		if cp.settled(ctx, s) {
-			if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+		if cp.settled(ctx, n, s) {
+			if err := n.Halt(ctx, s.ID); err != nil {
 				return err
 			}
 			return cp.setState(r, apiv1.StateSuspended, "suspend finished after a server restart",
@@ -139,7 +183,7 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		}
 	}
 	// running, paused, pausing, resuming, snapshotting, or a torn suspend.
-	alive, err := cp.cfg.Node.Adopt(ctx, s.ID, s.AccessToken)
+	alive, err := n.Adopt(ctx, s.ID, s.AccessToken)
 	if err != nil {
 		return err
 	}
@@ -147,25 +191,25 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		want := apiv1.StateRunning
 		if s.State == apiv1.StatePaused {
 			want = apiv1.StatePaused
-		} else if paused, err := cp.cfg.Node.Paused(ctx, s.ID); err != nil {
+		} else if paused, err := n.Paused(ctx, s.ID); err != nil {
 			return err
 		} else if paused {
 			// Left frozen by an interrupted pause, suspend or capture.
-			if err := cp.cfg.Node.Resume(ctx, s.ID); err != nil {
+			if err := n.Resume(ctx, s.ID); err != nil {
 				return err
 			}
 		}
 		// The slot's rules live in the kernel and survived the restart;
 		// applying the stored policy again repairs a change the crash
 		// interrupted between persisting and applying it.
-		if err := cp.cfg.Node.SetNetwork(ctx, s.ID, s.policy()); err != nil && !errors.Is(err, nodeapi.ErrNoEgress) {
+		if err := n.SetNetwork(ctx, s.ID, s.policy()); err != nil && !errors.Is(err, nodeapi.ErrNoEgress) {
 			cp.log.Warn("re-apply network policy", "sandbox", s.ID, "err", err)
 		}
 		cp.recordEvent(s.ID, Event{Type: "adopted", Message: "re-adopted after server restart"})
 		// The runtime that lives on is newer than any suspend image (a
 		// resume from it, or a suspend that did not finish): restoring
 		// that image later would bring back memory older than the disk.
-		if err := cp.dropSuspendImage(ctx, r); err != nil {
+		if err := cp.dropSuspendImage(ctx, n, r); err != nil {
 			return err
 		}
 		if s.State != want {
@@ -174,8 +218,8 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		return nil
 	}
 	// The runtime is gone (host reboot, or it died with the server).
-	if s.State != apiv1.StateSuspended && cp.imageComplete(ctx, s.Image) {
-		if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+	if s.State != apiv1.StateSuspended && cp.imageComplete(ctx, n, s.Image) {
+		if err := n.Halt(ctx, s.ID); err != nil {
 			return err
 		}
 		if s.Restoring != "" {
@@ -188,16 +232,16 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, r *record, copies map[So
 		}
 		return cp.update(r, func(s *Sandbox) { s.Recovered = "restored from the last suspend image" })
 	}
-	return cp.reboot(ctx, r)
+	return cp.reboot(ctx, n, r)
 }
 
 // settled reports whether the suspend a crash interrupted left a whole
 // image (the node waits for a checkpoint still running first).
-func (cp *ControlPlane) settled(ctx context.Context, s Sandbox) bool {
+func (cp *ControlPlane) settled(ctx context.Context, n Node, s Sandbox) bool {
 	if s.Image == "" {
 		return false
 	}
-	ok, err := cp.cfg.Node.SettleCheckpoint(ctx, s.ID, s.Image)
+	ok, err := n.SettleCheckpoint(ctx, s.ID, s.Image)
 	if err != nil {
 		cp.log.Warn("settle checkpoint", "sandbox", s.ID, "err", err)
 		return false
@@ -208,7 +252,7 @@ func (cp *ControlPlane) settled(ctx context.Context, s Sandbox) bool {
 // dropSuspendImage forgets and removes a sandbox's suspend image once it
 // runs from something newer. The record is changed first: an image that
 // lingers after a crash is swept, one still recorded would be used.
-func (cp *ControlPlane) dropSuspendImage(ctx context.Context, r *record) error {
+func (cp *ControlPlane) dropSuspendImage(ctx context.Context, n Node, r *record) error {
 	image := cp.snapshot(r).Image
 	if image == "" {
 		return nil
@@ -216,7 +260,7 @@ func (cp *ControlPlane) dropSuspendImage(ctx context.Context, r *record) error {
 	if err := cp.update(r, func(s *Sandbox) { s.Image = "" }); err != nil {
 		return err
 	}
-	if err := cp.removeImage(ctx, image); err != nil {
+	if err := cp.removeImage(ctx, n, image); err != nil {
 		cp.log.Warn("remove stale suspend image", "sandbox", r.ID, "err", err)
 	}
 	return nil
@@ -244,9 +288,12 @@ func (cp *ControlPlane) moveTo(r *record, to, reason string) error {
 	return cp.setState(r, to, reason)
 }
 
-// fail releases a sandbox's node resources and records it failed.
+// fail releases a sandbox's node resources and records it failed. A node
+// that does not answer is swept of them when it comes back.
 func (cp *ControlPlane) fail(ctx context.Context, r *record, reason string) {
-	if err := cp.cfg.Node.Destroy(ctx, r.ID); err != nil {
+	if n, err := cp.nodeFor(r); err != nil {
+		cp.log.Error("release failed sandbox", "sandbox", r.ID, "err", err)
+	} else if err := n.Destroy(ctx, r.ID); err != nil {
 		cp.log.Error("release failed sandbox", "sandbox", r.ID, "err", err)
 	}
 	if err := cp.setState(r, apiv1.StateFailed, reason); err != nil {
@@ -258,9 +305,9 @@ func (cp *ControlPlane) fail(ctx context.Context, r *record, reason string) {
 // a start from a snapshot) whose capture is still whole is queued in copies
 // to be restored again; one whose capture is gone never ran, so nothing is
 // lost by failing it.
-func (cp *ControlPlane) restart(ctx context.Context, r *record, copies map[Source][]*record) error {
+func (cp *ControlPlane) restart(ctx context.Context, n Node, r *record, rec *reconcile) error {
 	s := cp.snapshot(r)
-	if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+	if err := n.Halt(ctx, s.ID); err != nil {
 		return err
 	}
 	if s.Snapshot == "" && s.BranchOf == "" {
@@ -268,17 +315,15 @@ func (cp *ControlPlane) restart(ctx context.Context, r *record, copies map[Sourc
 		if err != nil {
 			return err
 		}
-		if err := cp.cfg.Node.DeleteVolume(ctx, path.Join("sandboxes", s.ID)); err != nil {
+		if err := n.DeleteVolume(ctx, path.Join("sandboxes", s.ID)); err != nil {
 			cp.log.Warn("drop the root volume of an interrupted start", "sandbox", s.ID, "err", err)
 		}
-		cp.launch(r, func(ctx context.Context, s Sandbox) error {
-			return cp.cfg.Node.Create(ctx, nodeapi.CreateRequest{Spec: cp.createSpec(s, tpl)})
-		})
+		rec.starts[r] = tpl
 		return nil
 	}
-	if src := s.Source; src != nil && cp.volumeExists(ctx, src.Volume) && cp.imageComplete(ctx, src.Image) {
+	if src := s.Source; src != nil && cp.volumeExists(ctx, n, src.Volume) && cp.imageComplete(ctx, n, src.Image) {
 		if _, err := cp.findSnapshotKey(src.Snapshot); src.Snapshot == "" || err == nil {
-			copies[*src] = append(copies[*src], r)
+			rec.copies[*src] = append(rec.copies[*src], r)
 			return nil
 		}
 	}
@@ -289,7 +334,11 @@ func (cp *ControlPlane) restart(ctx context.Context, r *record, copies map[Sourc
 // restartCopies starts again the copies that a crash interrupted, all from
 // the same capture, which is then released as after a branch.
 func (cp *ControlPlane) restartCopies(src Source, rs []*record) {
-	done := func() { cp.dropCapture(src.Volume, src.Image) }
+	done := func() {
+		if n, err := cp.node(src.Node, ""); err == nil {
+			cp.dropCapture(n, src.Volume, src.Image)
+		}
+	}
 	if src.Snapshot != "" {
 		// A snapshot stays (and is held as during the first attempt).
 		_, release, err := cp.holdSnapshot(func() (Snapshot, error) { return cp.findSnapshotKey(src.Snapshot) },
@@ -316,23 +365,23 @@ func (cp *ControlPlane) findSnapshotKey(key string) (Snapshot, error) {
 
 // reboot starts a sandbox again on its root volume after its memory was
 // lost, and flags it.
-func (cp *ControlPlane) reboot(ctx context.Context, r *record) error {
+func (cp *ControlPlane) reboot(ctx context.Context, n Node, r *record) error {
 	s := cp.snapshot(r)
 	tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, s.TemplateID)
 	if err != nil {
 		return err
 	}
-	if !cp.volumeExists(ctx, path.Join("sandboxes", s.ID)) {
+	if !cp.volumeExists(ctx, n, path.Join("sandboxes", s.ID)) {
 		return fmt.Errorf("root volume of %s is gone", s.ID)
 	}
-	if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+	if err := n.Halt(ctx, s.ID); err != nil {
 		return err
 	}
 	tpl.Start, tpl.Ready = "", "" // the filesystem already holds what start made
 	if err := cp.moveTo(r, apiv1.StateResuming, "host lost the sandbox's memory; booting its disk again"); err != nil {
 		return err
 	}
-	if err := cp.cfg.Node.BootFromDisk(ctx, cp.createSpec(s, tpl)); err != nil {
+	if err := n.BootFromDisk(ctx, cp.createSpec(s, tpl)); err != nil {
 		return err
 	}
 	if err := cp.update(r, func(s *Sandbox) {
@@ -343,17 +392,20 @@ func (cp *ControlPlane) reboot(ctx context.Context, r *record) error {
 	return cp.setState(r, apiv1.StateRunning, "recovered from its last durable state")
 }
 
-// sweepImages deletes the node's checkpoint images that no sandbox or
-// snapshot owns: what a crash left of a suspend, capture or branch (the
-// node removes the directories they leave empty).
-func (cp *ControlPlane) sweepImages(ctx context.Context) error {
-	images, err := cp.cfg.Node.Images(ctx)
+// sweepImages deletes the checkpoint images of node n (id) that none of its
+// sandboxes or snapshots owns: what a crash left of a suspend, capture or
+// branch (the node removes the directories they leave empty).
+func (cp *ControlPlane) sweepImages(ctx context.Context, n Node, id string) error {
+	images, err := n.Images(ctx)
 	if err != nil {
 		return err
 	}
 	owned := map[string]bool{}
 	cp.mu.Lock()
 	for _, r := range cp.sandboxes {
+		if cp.nodeID(r.Node) != id {
+			continue
+		}
 		if r.Image != "" {
 			owned[r.Image] = true
 		}
@@ -367,7 +419,9 @@ func (cp *ControlPlane) sweepImages(ctx context.Context) error {
 		return err
 	}
 	for _, s := range snaps {
-		owned[s.Image] = true
+		if cp.nodeID(s.Node) == id {
+			owned[s.Image] = true
+		}
 	}
 	var errs []error
 	for _, image := range images {
@@ -375,17 +429,17 @@ func (cp *ControlPlane) sweepImages(ctx context.Context) error {
 			continue
 		}
 		cp.log.Info("removing orphaned image", "image", image)
-		if err := cp.cfg.Node.DeleteImage(ctx, image); err != nil {
+		if err := n.DeleteImage(ctx, image); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// volumeExists reports whether the node holds a volume; a node that
-// cannot tell is taken to hold none.
-func (cp *ControlPlane) volumeExists(ctx context.Context, name string) bool {
-	ok, err := cp.cfg.Node.VolumeExists(ctx, name)
+// volumeExists reports whether node n holds a volume; a node that cannot
+// tell is taken to hold none.
+func (cp *ControlPlane) volumeExists(ctx context.Context, n Node, name string) bool {
+	ok, err := n.VolumeExists(ctx, name)
 	if err != nil {
 		cp.log.Warn("look up volume", "volume", name, "err", err)
 	}
@@ -404,22 +458,22 @@ func startingFrom(r *record) *Source {
 // sweepCaptures removes captured volumes (snapshots/<sandbox>/<x>) that no
 // snapshot owns and no start restores from: the capture of a snapshot or a
 // branch that a crash interrupted. Directories left empty go too.
-func (cp *ControlPlane) sweepCaptures(ctx context.Context) error {
-	owned := cp.snapshotVolumes()
+func (cp *ControlPlane) sweepCaptures(ctx context.Context, n Node, id string) error {
+	owned := cp.snapshotVolumes(id)
 	cp.mu.Lock()
 	for _, r := range cp.sandboxes {
-		if src := startingFrom(r); src != nil {
+		if src := startingFrom(r); src != nil && cp.nodeID(r.Node) == id {
 			owned[src.Volume] = true
 		}
 	}
 	cp.mu.Unlock()
-	dirs, err := cp.cfg.Node.Volumes(ctx, "snapshots")
+	dirs, err := n.Volumes(ctx, "snapshots")
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, dir := range dirs {
-		vols, err := cp.cfg.Node.Volumes(ctx, dir)
+		vols, err := n.Volumes(ctx, dir)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -431,12 +485,12 @@ func (cp *ControlPlane) sweepCaptures(ctx context.Context) error {
 				continue
 			}
 			cp.log.Info("removing orphaned capture", "volume", v)
-			if err := cp.cfg.Node.DeleteVolume(ctx, v); err != nil {
+			if err := n.DeleteVolume(ctx, v); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		if kept == 0 {
-			if err := cp.cfg.Node.DeleteVolume(ctx, dir); err != nil {
+			if err := n.DeleteVolume(ctx, dir); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -444,13 +498,14 @@ func (cp *ControlPlane) sweepCaptures(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// dropCapture removes a branch's capture once every branch restored from it.
-func (cp *ControlPlane) dropCapture(volume, image string) {
+// dropCapture removes a branch's capture on n once every branch restored
+// from it.
+func (cp *ControlPlane) dropCapture(n Node, volume, image string) {
 	ctx := context.Background()
-	if err := cp.cfg.Node.DeleteVolume(ctx, volume); err != nil {
+	if err := n.DeleteVolume(ctx, volume); err != nil {
 		cp.log.Warn("drop branch capture", "volume", volume, "err", err)
 	}
-	if err := cp.removeImage(ctx, image); err != nil {
+	if err := cp.removeImage(ctx, n, image); err != nil {
 		cp.log.Warn("drop branch capture image", "image", image, "err", err)
 	}
 }

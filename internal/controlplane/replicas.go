@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -47,6 +48,31 @@ type recordLock struct {
 func (l *recordLock) Lock() {
 	l.mu.Lock()
 	l.lockShared()
+}
+
+// TryLock takes the lock only if no one holds it, in this process or, on
+// a shared store, on another replica (which it waits for briefly).
+func (l *recordLock) TryLock() bool {
+	if !l.mu.TryLock() {
+		return false
+	}
+	cp, r := l.cp.Load(), l.r.Load()
+	if cp == nil || !cp.shared {
+		return true
+	}
+	cp.mu.Lock()
+	id := r.ID
+	cp.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	unlock, err := cp.cfg.Store.Lock(ctx, "sandbox/"+id)
+	if err != nil {
+		l.mu.Unlock()
+		return false
+	}
+	l.release = unlock
+	cp.reload(r)
+	return true
 }
 
 // tryLocal takes the mutex only if it is free; lockShared completes it.
@@ -89,6 +115,13 @@ func (cp *ControlPlane) bind(r *record) {
 		r.lock.r.Store(r)
 		r.lock.cp.Store(cp)
 	}
+}
+
+// stored is the cache's record of s as read from the store.
+func (cp *ControlPlane) stored(s Sandbox) *record {
+	r := &record{Sandbox: s, persisted: true}
+	cp.bind(r)
+	return r
 }
 
 // newReplicaID names a replica that was not given a name.
@@ -187,8 +220,7 @@ func (cp *ControlPlane) adopt(s Sandbox) *record {
 	if r, ok := cp.sandboxes[s.ID]; ok {
 		return r
 	}
-	r := &record{Sandbox: s, persisted: true}
-	cp.bind(r)
+	r := cp.stored(s)
 	cp.sandboxes[s.ID] = r
 	cp.wake()
 	return r
@@ -340,7 +372,7 @@ func (cp *ControlPlane) ownerAlive(ctx context.Context, owner string) (bool, err
 // adoptOrphans finishes the transitions that replicas which died left
 // behind: a record in a transitional state whose owner no longer renews
 // its liveness lease is claimed by this replica (the leader) and
-// reconciled with the node as after a restart (recoverOne). Only on a
+// reconciled with its node as after a restart (recoverOne). Only on a
 // shared store: with one process Recover did this at start.
 func (cp *ControlPlane) adoptOrphans(ctx context.Context) {
 	cp.mu.Lock()
@@ -351,44 +383,72 @@ func (cp *ControlPlane) adoptOrphans(ctx context.Context) {
 		}
 	}
 	cp.mu.Unlock()
-	var claimed []*record
+	rec := &reconcile{copies: map[Source][]*record{}, starts: map[*record]nodeapi.TemplateSpec{}}
 	for _, r := range candidates {
 		if ctx.Err() != nil {
-			return
+			break
 		}
-		if !cp.claimOrphan(ctx, r) {
-			continue
-		}
-		s := cp.snapshot(r)
-		cp.log.Info("taking over a transition of a replica that died", "sandbox", s.ID, "state", s.State)
-		cp.recordEvent(s.ID, Event{Time: time.Now().UTC(), Type: "takeover",
-			Message: "the control-plane replica that was " + s.State + " it stopped; " + cp.replicaID + " finishes"})
-		claimed = append(claimed, r)
+		cp.adoptOrphan(ctx, r, rec)
 	}
-	cp.recoverRecords(ctx, claimed, "recovery after its control-plane replica died failed: ")
+	cp.restartRecovered(rec)
 }
 
-// claimOrphan makes this replica the owner of r's transition if its owner
-// is dead, under the sandbox's lock (so that two leaders, one of them
-// stale, cannot both claim it).
-func (cp *ControlPlane) claimOrphan(ctx context.Context, r *record) bool {
+// adoptOrphan claims and reconciles r if its owner is dead, under the
+// sandbox's lock (so that two leaders, one of them stale, cannot both).
+func (cp *ControlPlane) adoptOrphan(ctx context.Context, r *record, rec *reconcile) {
 	r.lock.Lock()
 	defer r.lock.Unlock()
 	s := cp.snapshot(r)
 	if !transitional(s.State) || s.Owner == cp.replicaID {
-		return false
+		return
 	}
 	if alive, err := cp.ownerAlive(ctx, s.Owner); alive || err != nil {
 		if err != nil {
 			cp.log.Warn("check replica liveness", "replica", s.Owner, "err", err)
 		}
-		return false
+		return
 	}
 	if err := cp.update(r, func(s *Sandbox) { s.Owner = cp.replicaID }); err != nil {
 		cp.log.Error("claim sandbox", "sandbox", s.ID, "err", err)
-		return false
+		return
 	}
-	return true
+	cp.log.Info("taking over a transition of a replica that died", "sandbox", s.ID, "state", s.State)
+	cp.recordEvent(s.ID, Event{Time: time.Now().UTC(), Type: "takeover",
+		Message: "the control-plane replica that was " + s.State + " it stopped; " + cp.replicaID + " finishes"})
+	cp.recoverLocked(ctx, r, rec, "recovery after its control-plane replica died failed: ")
+}
+
+// recoverLocked reconciles r with its node (recoverOne) with r.lock held,
+// failing it with failPrefix and the error if that fails. A node that
+// cannot be reached leaves the record as it is, for a later attempt.
+func (cp *ControlPlane) recoverLocked(ctx context.Context, r *record, rec *reconcile, failPrefix string) {
+	s := cp.snapshot(r)
+	n, err := cp.nodeOf(s)
+	if err != nil {
+		cp.log.Warn("recover sandbox", "sandbox", s.ID, "err", err)
+		return
+	}
+	if err := cp.recoverOne(ctx, n, r, rec); err != nil {
+		cp.log.Error("recover sandbox", "sandbox", s.ID, "state", s.State, "err", err)
+		cp.fail(ctx, r, failPrefix+err.Error())
+	}
+}
+
+// restartRecovered runs again the starts and copies recoverOne queued,
+// once the records' locks are released.
+func (cp *ControlPlane) restartRecovered(rec *reconcile) {
+	for r, tpl := range rec.starts {
+		cp.launch(r, func(ctx context.Context, s Sandbox) error {
+			n, err := cp.nodeOf(s)
+			if err != nil {
+				return err
+			}
+			return n.Create(ctx, nodeapi.CreateRequest{Spec: cp.createSpec(s, tpl)})
+		})
+	}
+	for src, rs := range rec.copies {
+		cp.restartCopies(src, rs)
+	}
 }
 
 // recoverShared starts Recover on a shared store: it loads the records
@@ -410,7 +470,11 @@ func (cp *ControlPlane) recoverShared(ctx context.Context) bool {
 	if err != nil {
 		cp.log.Warn("take the leader lease to recover", "err", err)
 	}
-	if !lead {
+	if lead {
+		// Until Run's renewals take over: ReconcileNode, which Recover
+		// calls next, is the leader's.
+		cp.leading.Store(true)
+	} else {
 		cp.recoverOwn(ctx, all)
 	}
 	return lead
@@ -420,41 +484,20 @@ func (cp *ControlPlane) recoverShared(ctx context.Context) bool {
 // name, LoadReplicaID) left: the leader takes those of dead replicas only,
 // and this one is alive again.
 func (cp *ControlPlane) recoverOwn(ctx context.Context, all []Sandbox) {
-	var own []*record
+	rec := &reconcile{copies: map[Source][]*record{}, starts: map[*record]nodeapi.TemplateSpec{}}
 	for _, s := range all {
-		if transitional(s.State) && s.Owner == cp.replicaID {
-			if r, err := cp.lookup(s.ID); err == nil {
-				own = append(own, r)
-			}
+		if !transitional(s.State) || s.Owner != cp.replicaID {
+			continue
 		}
-	}
-	cp.recoverRecords(ctx, own, "recovery failed: ")
-}
-
-// recoverRecords reconciles each of rs with the node as after a restart
-// (recoverOne), failing those it cannot with failPrefix and the error.
-func (cp *ControlPlane) recoverRecords(ctx context.Context, rs []*record, failPrefix string) {
-	copies := map[Source][]*record{}
-	for _, r := range rs {
-		s := cp.snapshot(r)
-		if err := cp.recoverOne(ctx, r, copies); err != nil {
-			cp.log.Error("recover sandbox", "sandbox", s.ID, "state", s.State, "err", err)
-			cp.fail(ctx, r, failPrefix+err.Error())
+		r, err := cp.lookup(s.ID)
+		if err != nil {
+			continue
 		}
+		r.lock.Lock()
+		cp.recoverLocked(ctx, r, rec, "recovery failed: ")
+		r.lock.Unlock()
 	}
-	for src, rs := range copies {
-		cp.restartCopies(src, rs)
-	}
-}
-
-// othersTransition reports whether s is in a transition a live replica
-// other than this one runs, which Recover must leave to it.
-func (cp *ControlPlane) othersTransition(ctx context.Context, s Sandbox) bool {
-	if !cp.shared || !transitional(s.State) || s.Owner == cp.replicaID {
-		return false
-	}
-	alive, err := cp.ownerAlive(ctx, s.Owner)
-	return alive || err != nil
+	cp.restartRecovered(rec)
 }
 
 func (cp *ControlPlane) leaseTTL() time.Duration {

@@ -101,7 +101,7 @@ func newReplica(t *testing.T, url string, n *replicaNode, name string) *replica 
 		t.Fatal(err)
 	}
 	cp := New(Config{
-		Store: st, Node: n, Templates: fakeTemplates{}, ReplicaID: name, LeaseTTL: 1500 * time.Millisecond,
+		Store: st, Nodes: OneNode("local", n), Templates: fakeTemplates{}, ReplicaID: name, LeaseTTL: 1500 * time.Millisecond,
 		Capacity: Capacity{VCPUs: 8, MemoryMB: 1 << 20, DiskMB: 1 << 20},
 		Defaults: Defaults{VCPUs: 1, MemoryMB: 256, DiskMB: 64, TimeoutS: 3600, Retention: time.Hour},
 	})
@@ -119,7 +119,7 @@ func newReplica(t *testing.T, url string, n *replicaNode, name string) *replica 
 	return &replica{ControlPlane: cp, st: st, stop: cancel}
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) {
+func waitUntil(t *testing.T, what string, within time.Duration, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !ok() {
@@ -174,7 +174,7 @@ func TestReplicasShareRecords(t *testing.T) {
 	}
 	// a's cache follows b's change without a Get, through the store's
 	// notifications.
-	waitFor(t, "a's cache sees the pause", 5*time.Second, func() bool {
+	waitUntil(t, "a's cache sees the pause", 5*time.Second, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		r := a.sandboxes[sb.ID]
@@ -260,7 +260,7 @@ func TestReplicasLeaderLease(t *testing.T) {
 	url := pgtest.Start(t)
 	n := newReplicaNode()
 	a, b := newReplica(t, url, n, "a"), newReplica(t, url, n, "b")
-	waitFor(t, "a leader", 5*time.Second, func() bool { return a.Leading() || b.Leading() })
+	waitUntil(t, "a leader", 5*time.Second, func() bool { return a.Leading() || b.Leading() })
 	for range 50 {
 		if a.Leading() == b.Leading() {
 			t.Fatalf("leading: a %v, b %v; want exactly one", a.Leading(), b.Leading())
@@ -273,9 +273,9 @@ func TestReplicasLeaderLease(t *testing.T) {
 	}
 	leader.kill()
 	began := time.Now()
-	waitFor(t, "the other replica leads", 1500*time.Millisecond+time.Second+time.Second, other.Leading)
+	waitUntil(t, "the other replica leads", 1500*time.Millisecond+time.Second+time.Second, other.Leading)
 	t.Logf("took over after %s", time.Since(began))
-	waitFor(t, "the dead leader stops leading", 1500*time.Millisecond, func() bool { return !leader.Leading() })
+	waitUntil(t, "the dead leader stops leading", 1500*time.Millisecond, func() bool { return !leader.Leading() })
 
 	// A clean stop resigns: the other takes over at once, not after a ttl.
 	c := newReplica(t, url, n, "c")
@@ -284,7 +284,7 @@ func TestReplicasLeaderLease(t *testing.T) {
 		t.Fatal("a new replica leads while the leader is alive")
 	}
 	other.stop()
-	waitFor(t, "the resigned lease taken over", time.Second, c.Leading)
+	waitUntil(t, "the resigned lease taken over", time.Second, c.Leading)
 }
 
 // A sandbox's timeout fires once although both replicas run their loops.
@@ -330,13 +330,13 @@ func TestReplicasTakeOverStart(t *testing.T) {
 	n.hold = make(chan struct{})
 	defer close(n.hold)
 	a := newReplica(t, url, n, "a")
-	waitFor(t, "a leads", 5*time.Second, a.Leading)
+	waitUntil(t, "a leads", 5*time.Second, a.Leading)
 	b := newReplica(t, url, n, "b")
 	sb, err := a.Create(project.Everything, apiv1.CreateSandboxRequest{Template: "tpl"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a's start reaches the node", 5*time.Second, func() bool { return n.called("create "+sb.ID) == 1 })
+	waitUntil(t, "a's start reaches the node", 5*time.Second, func() bool { return n.called("create "+sb.ID) == 1 })
 	if got, _ := b.Get(project.Everything, sb.ID); got.State != apiv1.StateStarting || got.Owner != "a" {
 		t.Fatalf("b sees %s owned by %q, want starting owned by a", got.State, got.Owner)
 	}
@@ -391,7 +391,7 @@ func TestReplicasRestartFinishesOwn(t *testing.T) {
 	url := pgtest.Start(t)
 	n := newReplicaNode()
 	b := newReplica(t, url, n, "b")
-	waitFor(t, "b leads", 5*time.Second, b.Leading)
+	waitUntil(t, "b leads", 5*time.Second, b.Leading)
 	// a is alive (as its new run will be at once) from before the record
 	// shows, so the leader never takes the record over.
 	if ok, err := b.st.TryLead(context.Background(), "replica/a", "a", time.Minute); !ok || err != nil {
@@ -422,7 +422,7 @@ func TestReplicasShareActivity(t *testing.T) {
 	url := pgtest.Start(t)
 	n := newReplicaNode()
 	a := newReplica(t, url, n, "a")
-	waitFor(t, "a leads", 5*time.Second, a.Leading)
+	waitUntil(t, "a leads", 5*time.Second, a.Leading)
 	b := newReplica(t, url, n, "b")
 	s0 := sandbox("busy", apiv1.StateRunning)
 	s0.Lifecycle.IdleSuspendS = 2
@@ -430,7 +430,7 @@ func TestReplicasShareActivity(t *testing.T) {
 	if err := b.st.Put(sandboxBucket, s0.ID, s0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b caches the sandbox", 5*time.Second, func() bool { _, err := b.lookup(s0.ID); return err == nil })
+	waitUntil(t, "b caches the sandbox", 5*time.Second, func() bool { _, err := b.lookup(s0.ID); return err == nil })
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		b.touch(s0.ID)
 		if got, _ := a.Get(project.Everything, s0.ID); got.State != apiv1.StateRunning {

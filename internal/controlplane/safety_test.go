@@ -285,8 +285,8 @@ func newTestCPIn(t *testing.T, dir string, fn *fakeNode, sandboxes ...Sandbox) *
 	return newTestCPWith(t, Config{}, dir, fn, sandboxes...)
 }
 
-// newTestCPWith is newTestCPIn with cfg's settings (store, node, templates
-// and capacity are the test's).
+// newTestCPWith is newTestCPIn with cfg's settings (store, templates and
+// capacity are the test's; the nodes are fn unless cfg has Nodes).
 func newTestCPWith(t *testing.T, cfg Config, dir string, fn *fakeNode, sandboxes ...Sandbox) *ControlPlane {
 	t.Helper()
 	st, err := store.Open(filepath.Join(dir, "state.db"))
@@ -299,7 +299,10 @@ func newTestCPWith(t *testing.T, cfg Config, dir string, fn *fakeNode, sandboxes
 			t.Fatal(err)
 		}
 	}
-	cfg.Store, cfg.Node, cfg.Templates = st, fn, fakeTemplates{}
+	cfg.Store, cfg.Templates = st, fakeTemplates{}
+	if cfg.Nodes == nil {
+		cfg.Nodes = OneNode("local", fn)
+	}
 	cfg.Capacity = Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 1}
 	cp := New(cfg)
 	if err := cp.Recover(context.Background()); err != nil {

@@ -46,11 +46,14 @@ type Snapshot struct {
 	SizeBytes   int64  `json:"size_bytes"`
 	// Project is the source sandbox's project, which owns the snapshot.
 	Project string `json:"project,omitempty"`
+	// Node holds the volume and image (the source sandbox's node; "" as
+	// on sandboxes).
+	Node string `json:"node,omitempty"`
 }
 
 // source is what a sandbox started from the snapshot restores from.
 func (s Snapshot) source() Source {
-	return Source{Volume: s.Volume, Image: s.Image, AccessToken: s.AccessToken, Snapshot: snapshotKey(s.SandboxID, s.Name)}
+	return Source{Volume: s.Volume, Image: s.Image, AccessToken: s.AccessToken, Snapshot: snapshotKey(s.SandboxID, s.Name), Node: s.Node}
 }
 
 // API returns the public view of a snapshot.
@@ -93,6 +96,10 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 		return Snapshot{}, &StateError{ID: r.ID, State: "holding a snapshot named " + name, Want: "take another with the same name"}
 	}
 	s := cp.snapshot(r)
+	n, err := cp.nodeOf(s)
+	if err != nil {
+		return Snapshot{}, err
+	}
 	if err := cp.checkSnapshotQuota(s.Project); err != nil {
 		return Snapshot{}, err
 	}
@@ -101,22 +108,23 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 		ID: snapID, Name: name, SandboxID: s.ID, CreatedAt: time.Now().UTC(), Rolling: rolling,
 		Volume: path.Join("snapshots", s.ID, snapID), Image: snapshotImage(s.ID, snapID),
 		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken, Project: project.Of(s.Project),
+		Node: s.Node,
 	}
 	back := s.State
-	err := cp.step(r, apiv1.StateSnapshotting, back, "", func() error {
-		return cp.cfg.Node.Capture(ctx, nodeapi.CaptureRequest{ID: s.ID, Volume: snap.Volume, Image: snap.Image})
+	err = cp.step(r, apiv1.StateSnapshotting, back, "", func() error {
+		return n.Capture(ctx, nodeapi.CaptureRequest{ID: s.ID, Volume: snap.Volume, Image: snap.Image})
 	})
 	if err != nil {
 		return Snapshot{}, err
 	}
 	crashpoint.Hit("snapshot-captured")
-	if info, err := cp.cfg.Node.Image(ctx, snap.Image); err == nil {
+	if info, err := n.Image(ctx, snap.Image); err == nil {
 		snap.SizeBytes = info.SizeBytes
 	} else {
 		cp.log.Warn("size of snapshot image", "snapshot", snap.ID, "err", err)
 	}
 	if err := cp.cfg.Store.Put(snapshotBucket, snapshotKey(s.ID, name), snap); err != nil {
-		cp.dropSnapshotData(ctx, snap)
+		cp.dropSnapshotData(ctx, n, snap)
 		return Snapshot{}, fmt.Errorf("record snapshot: %w", err)
 	}
 	now := snap.CreatedAt
@@ -203,7 +211,13 @@ func (cp *ControlPlane) DeleteSnapshot(sandboxID, name string) error {
 		return err
 	}
 	// Nothing can take the snapshot any more: its record is gone.
-	cp.dropSnapshotData(context.Background(), snap)
+	n, err := cp.node(snap.Node, "")
+	if err != nil {
+		// What is left on the node, its sweep removes when it comes back.
+		cp.log.Warn("delete snapshot data", "snapshot", snap.ID, "err", err)
+		return nil
+	}
+	cp.dropSnapshotData(context.Background(), n, snap)
 	return nil
 }
 
@@ -237,12 +251,13 @@ func (cp *ControlPlane) holdSnapshot(resolve func() (Snapshot, error), op string
 	}, nil
 }
 
-func (cp *ControlPlane) dropSnapshotData(ctx context.Context, s Snapshot) {
+// dropSnapshotData deletes a snapshot's volume and image on n, its node.
+func (cp *ControlPlane) dropSnapshotData(ctx context.Context, n Node, s Snapshot) {
 	ctx = context.WithoutCancel(ctx)
-	if err := cp.cfg.Node.DeleteVolume(ctx, s.Volume); err != nil {
+	if err := n.DeleteVolume(ctx, s.Volume); err != nil {
 		cp.log.Error("delete snapshot volume", "snapshot", s.ID, "err", err)
 	}
-	if err := cp.removeImage(ctx, s.Image); err != nil {
+	if err := cp.removeImage(ctx, n, s.Image); err != nil {
 		cp.log.Error("delete snapshot image", "snapshot", s.ID, "err", err)
 	}
 }
@@ -255,7 +270,11 @@ func (cp *ControlPlane) OpenSnapshotFile(sandboxID, name, p string) (*os.File, f
 	if err != nil {
 		return nil, nil, err
 	}
-	return cp.cfg.Node.OpenInVolume(snap.Volume, p)
+	n, err := cp.node(snap.Node, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	return n.OpenInVolume(snap.Volume, p)
 }
 
 // OpenSnapshotDir opens a directory of a snapshot's filesystem as a root
@@ -265,7 +284,11 @@ func (cp *ControlPlane) OpenSnapshotDir(sandboxID, name, p string) (*os.Root, er
 	if err != nil {
 		return nil, err
 	}
-	return cp.cfg.Node.OpenDirInVolume(snap.Volume, p)
+	n, err := cp.node(snap.Node, "")
+	if err != nil {
+		return nil, err
+	}
+	return n.OpenDirInVolume(snap.Volume, p)
 }
 
 // snapshotOf finds a snapshot of sandboxID by name or id.
@@ -314,6 +337,15 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 			return err
 		}
 		s := cp.snapshot(r)
+		n, err := cp.nodeOf(s)
+		if err != nil {
+			return err
+		}
+		if !cp.sameNode(s.Node, snap.Node) {
+			// Moving a snapshot between nodes is not there yet.
+			return &StateError{ID: s.ID, State: "on node " + cp.nodeID(s.Node) + " while snapshot " + snap.Name + " is on node " + cp.nodeID(snap.Node),
+				Want: "restore that snapshot in place"}
+		}
 		from, image := s.State, suspendImage(s.ID)
 		if from == apiv1.StateSuspended && s.Image != "" {
 			image = s.Image
@@ -328,7 +360,7 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 		}
 		if from != apiv1.StateSuspended {
 			// The suspend image is what a failed restore comes back from.
-			if err := cp.cfg.Node.Suspend(ctx, s.ID, image); err != nil {
+			if err := n.Suspend(ctx, s.ID, image); err != nil {
 				// Suspend leaves the sandbox as it was when it fails.
 				return cp.restoreFailed(r, ref, err, func(reason string) { cp.endRestore(r, from, reason, "") })
 			}
@@ -341,10 +373,10 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 		if snap.SandboxID != s.ID || snap.AccessToken != s.AccessToken {
 			spec.NewIdentity = cp.identity(s)
 		}
-		if err := cp.cfg.Node.ResumeFrom(ctx, spec); err != nil {
+		if err := n.ResumeFrom(ctx, spec); err != nil {
 			// The node has put the old root volume back; bring back the
 			// old memory too.
-			return cp.restoreFailed(r, ref, err, func(reason string) { cp.unrestore(ctx, r, from, image, reason) })
+			return cp.restoreFailed(r, ref, err, func(reason string) { cp.unrestore(ctx, n, r, from, image, reason) })
 		}
 		crashpoint.Hit("restore-resumed")
 		if err := cp.setState(r, apiv1.StateRunning, "restored snapshot "+snap.Name, func(s *Sandbox) {
@@ -354,10 +386,10 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 		}
 		crashpoint.Hit("restore-recorded")
 		// Recorded: the old root volume and memory are not needed any more.
-		if err := cp.cfg.Node.CommitRestore(ctx, s.ID); err != nil {
+		if err := n.CommitRestore(ctx, s.ID); err != nil {
 			cp.log.Warn("drop the volume a restore replaced", "sandbox", s.ID, "err", err)
 		}
-		if err := cp.removeImage(ctx, image); err != nil {
+		if err := cp.removeImage(ctx, n, image); err != nil {
 			cp.log.Warn("drop the image a restore replaced", "sandbox", s.ID, "err", err)
 		}
 		return nil
@@ -377,29 +409,29 @@ func (cp *ControlPlane) restoreFailed(r *record, ref string, err error, undo fun
 // unrestore brings a sandbox whose restore failed back to state from, from
 // the suspend image the restore made (or had). Should that fail too, the
 // sandbox stays suspended on that image: still whole, resumed on next use.
-func (cp *ControlPlane) unrestore(ctx context.Context, r *record, from, image, reason string) {
+func (cp *ControlPlane) unrestore(ctx context.Context, n Node, r *record, from, image, reason string) {
 	s := cp.snapshot(r)
 	if from == apiv1.StateSuspended {
 		cp.endRestore(r, from, reason, image)
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	err := cp.cfg.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
+	err := n.ResumeFrom(ctx, nodeapi.RestoreSpec{
 		ID: s.ID, Image: image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken, Network: s.policy(),
 	})
 	if err == nil && from == apiv1.StatePaused {
-		err = cp.cfg.Node.Pause(ctx, s.ID)
+		err = n.Pause(ctx, s.ID)
 	}
 	if err != nil {
 		cp.log.Error("bring back a sandbox after a failed restore", "sandbox", s.ID, "err", err)
-		if err := cp.cfg.Node.Halt(ctx, s.ID); err != nil {
+		if err := n.Halt(ctx, s.ID); err != nil {
 			cp.log.Error("halt a sandbox after a failed restore", "sandbox", s.ID, "err", err)
 		}
 		cp.endRestore(r, apiv1.StateSuspended, reason+", suspended on its image", image)
 		return
 	}
 	cp.endRestore(r, from, reason, "")
-	if err := cp.removeImage(ctx, image); err != nil {
+	if err := cp.removeImage(ctx, n, image); err != nil {
 		cp.log.Warn("remove used suspend image", "sandbox", s.ID, "err", err)
 	}
 }
@@ -457,12 +489,15 @@ func (cp *ControlPlane) pruneSnapshots(now time.Time) {
 	}
 }
 
-// snapshotVolumes lists every snapshot's volume, so a sweep spares them.
-func (cp *ControlPlane) snapshotVolumes() map[string]bool {
+// snapshotVolumes lists the volumes of the snapshots on node id, so its
+// sweep spares them.
+func (cp *ControlPlane) snapshotVolumes(id string) map[string]bool {
 	out := map[string]bool{}
 	all, _ := store.All[Snapshot](cp.cfg.Store, snapshotBucket)
 	for _, s := range all {
-		out[s.Volume] = true
+		if cp.nodeID(s.Node) == id {
+			out[s.Volume] = true
+		}
 	}
 	return out
 }

@@ -261,6 +261,9 @@ func errorStatus(err error) int {
 	switch {
 	case errors.As(err, &quotaErr):
 		return http.StatusTooManyRequests
+	case errors.Is(err, controlplane.ErrNodeUnavailable):
+		// The sandbox's node does not answer; the sandbox is kept.
+		return http.StatusServiceUnavailable
 	case errors.Is(err, controlplane.ErrNotFound), errors.Is(err, controlplane.ErrUnknownTemplate):
 		return http.StatusNotFound
 	case errors.As(err, &stateErr), errors.Is(err, controlplane.ErrTemplateNotReady):

@@ -140,6 +140,37 @@ type Events interface {
 	Events(ctx context.Context) (<-chan Event, error)
 }
 
+// Transfer moves volumes and checkpoint images between nodes as byte
+// streams: templates shipped to the nodes that need them, and a drain's
+// sandboxes (root volume, memory image, snapshots) moved off a node. A
+// stream is produced by Send* on one node and consumed by Receive* on
+// another; nothing of it is held whole in memory.
+type Transfer interface {
+	// SendVolume writes a volume as a stream (a btrfs send stream on
+	// btrfs). A writable volume is sent as a read-only copy taken when
+	// the send starts.
+	SendVolume(ctx context.Context, name string, w io.Writer) error
+	// ReceiveVolume makes req.Name from a stream SendVolume wrote. It
+	// never replaces a volume (ErrExists) and leaves nothing behind when
+	// it fails.
+	ReceiveVolume(ctx context.Context, req ReceiveVolumeRequest, r io.Reader) error
+	// SendImage writes a complete checkpoint image as a tar stream.
+	SendImage(ctx context.Context, image string, w io.Writer) error
+	// ReceiveImage makes a checkpoint image from a stream SendImage
+	// wrote; the image is Complete once it returns. It never replaces an
+	// image (ErrExists) and leaves nothing behind when it fails.
+	ReceiveImage(ctx context.Context, image string, r io.Reader) error
+}
+
+// ReceiveVolumeRequest says what a received volume becomes: a template's
+// root volume stays read-only; a sandbox's root volume is writable under
+// its disk limit (DiskMB, 0 for none), set before the volume appears.
+type ReceiveVolumeRequest struct {
+	Name     string `json:"name"`
+	Writable bool   `json:"writable,omitempty"`
+	DiskMB   int    `json:"disk_mb,omitempty"`
+}
+
 // Sandbox is the data plane of one running sandbox. Bodies stream both
 // ways; nothing holds a whole file or a whole output in memory.
 type Sandbox interface {
@@ -204,6 +235,9 @@ var (
 	// ErrInvalidName: an image, volume or template id is not a name the
 	// node accepts (see ValidName).
 	ErrInvalidName = errors.New("invalid name")
+	// ErrExists: a transfer would replace a volume or an image the node
+	// already holds.
+	ErrExists = errors.New("already exists")
 )
 
 // AgentError is a failed call to a sandbox's agent, with the HTTP status

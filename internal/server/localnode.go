@@ -15,6 +15,10 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
+// localNodeID names `space serve`'s one node: in GET /v1/nodes, in the
+// node's Info, and on the sandboxes it runs.
+const localNodeID = "local"
+
 // localInfo reports the Info of `space serve`'s one node for GET
 // /v1/nodes, from this machine and the control plane's records. Once
 // *node.Node answers nodeapi.Control's Info itself, the node takes its

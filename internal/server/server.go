@@ -29,6 +29,7 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/gvisor"
@@ -236,13 +237,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	capacity := nodeCapacity(cfg.MemoryOvercommit, s.pool.Root())
-	hostname, _ := os.Hostname()
 	nd, err := node.New(node.Config{
 		Namespaces: s.slots, Egress: egress, Gateway: s.gateway,
 		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
-		ID:        hostname,
+		ID:        localNodeID,
 		Capacity:  node.Capacity{VCPUs: capacity.VCPUs, MemoryMB: capacity.MemoryMB, DiskMB: capacity.DiskMB},
 	})
 	if err != nil {
@@ -278,7 +278,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.cp = controlplane.New(controlplane.Config{
-		Store: s.st, Node: nd, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
+		Store: s.st, Nodes: controlplane.OneNode(localNodeID, nd), Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
 		Capacity: capacity, ReplicaID: replicaID,
 		// Records of earlier versions name their images by path.
 		LegacyImagesDir: filepath.Join(cfg.DataDir, "images"),
@@ -301,7 +301,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	handler := api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: reg, Logger: cfg.Logger,
-		Nodes:             cluster.NewSingle("local", localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
+		Nodes:             cluster.NewSingle(localNodeID, localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
 		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths)
 	if err := s.startCompat(keys); err != nil {
@@ -332,6 +332,17 @@ func (s *Server) Templates() *template.Manager { return s.templates }
 
 // Namespaces exposes the directory of the sandboxes' network slots (for tests).
 func (s *Server) Namespaces() *network.Namespaces { return s.slots }
+
+// Node exposes the server's node as the control plane drives it (for the
+// node contract's conformance test).
+func (s *Server) Node() nodeapi.Node { return s.node }
+
+// TemplateSpec is what the node is told of a ready template (for tests that
+// drive the node directly).
+func (s *Server) TemplateSpec(name string) (nodeapi.TemplateSpec, error) {
+	tpl, _, err := s.cat.Resolve(project.Everything, name)
+	return tpl, err
+}
 
 // buildTemplates builds missing built-in templates, one after the other.
 func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {

@@ -107,6 +107,7 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 		return p, nil
 	}
 	p.backend = newBtrfsBackend(ctx, root, p.logf)
+	p.cleanStaging()
 	return p, nil
 }
 
@@ -297,7 +298,7 @@ func (p *Pool) List(prefix string) ([]string, error) {
 	}
 	var names []string
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() || dir == p.root && e.Name() == stagingDir {
 			continue
 		}
 		names = append(names, path.Join(strings.TrimSuffix(prefix, "/"), e.Name()))

@@ -249,19 +249,7 @@ func TestQuotaEnforced(t *testing.T) {
 	if err := p.SetLimit("sandboxes/s1/rootfs", limit); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(filepath.Join(dir, "big"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := bytes.Repeat([]byte{0xab}, 1<<20)
-	var writeErr error
-	for i := 0; i < 64 && writeErr == nil; i++ {
-		_, writeErr = f.Write(chunk)
-	}
-	if writeErr == nil {
-		writeErr = f.Sync()
-	}
-	f.Close()
+	writeErr := fillUntilFull(t, filepath.Join(dir, "big"), 64)
 	if !errors.Is(writeErr, syscall.EDQUOT) {
 		t.Fatalf("writing 64 MiB under a 16 MiB limit: %v, want EDQUOT", writeErr)
 	}
@@ -276,12 +264,30 @@ func TestQuotaEnforced(t *testing.T) {
 	if err := p.SetLimit("sandboxes/s1/rootfs", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "more"), chunk, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "more"), make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatalf("write after removing limit: %v", err)
 	}
 	if err := p.Delete("sandboxes/s1"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fillUntilFull writes up to mib MiB into a new file at path and syncs it,
+// and returns the first write error (nil when all of it fit).
+func fillUntilFull(t *testing.T, path string, mib int) error {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := bytes.Repeat([]byte{0xab}, 1<<20)
+	for i := 0; i < mib; i++ {
+		if _, err := f.Write(chunk); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
 }
 
 func TestReopenAfterCrash(t *testing.T) {

@@ -107,6 +107,11 @@ type Sandbox struct {
 	// ports (header E2b-Traffic-Access-Token) when it was created with
 	// network.allow_public_traffic false.
 	TrafficAccessToken string `json:"traffic_access_token,omitempty"`
+	// Node is the node the sandbox runs on; NodeState is "ready" while
+	// the node answers, "unreachable" or "lost" when it does not (the
+	// sandbox's operations then answer 503).
+	Node      string `json:"node,omitempty"`
+	NodeState string `json:"node_state,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

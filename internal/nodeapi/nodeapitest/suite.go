@@ -1,0 +1,1007 @@
+// Package nodeapitest is the conformance suite of the node contract: Run
+// drives any nodeapi.Node (the in-process node, a noderpc client of a
+// remote one, or the in-memory Fake this package also provides) through the
+// same cases, so that every implementation behaves alike.
+package nodeapitest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/internal/agent/gen/filesystempb"
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/internal/sandboxid"
+)
+
+// Harness is the node under test and what the cases need of it.
+type Harness struct {
+	Node nodeapi.Node
+	// Template is a bootable template of the node; sandboxes are created
+	// from it with Limits and DiskMB.
+	Template nodeapi.TemplateSpec
+	Limits   runtime.Limits
+	DiskMB   int
+	// Real says the node runs real sandboxes: cases that need processes
+	// to keep their memory across a checkpoint run only then.
+	Real bool
+	// EchoServer is the command of a session that listens on TCP port
+	// inside a sandbox and sends back what it reads (on busybox, as in
+	// minimal: nc -ll -p PORT -e cat); nil skips the DialPort case.
+	EchoServer func(port int) []string
+	// Kill ends a sandbox's runtime behind the node's back (a crash);
+	// nil skips the exit event check.
+	Kill func(t *testing.T, id string)
+	// NoTransfer skips the transfer case even though Node has the
+	// methods (a client whose remote node lacks them).
+	NoTransfer bool
+	// Timeout bounds each case; zero means two minutes.
+	Timeout time.Duration
+}
+
+// Run runs every case as a subtest; setup is called once per case, so
+// cases share nothing but what setup shares.
+func Run(t *testing.T, setup func(t *testing.T) Harness) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, h Harness)
+	}{
+		{"Exec", testExec},
+		{"Files", testFiles},
+		{"Sessions", testSessions},
+		{"SessionSignalAndTTY", testSessionSignal},
+		{"ControlRunning", testControlRunning},
+		{"SuspendResume", testSuspendResume},
+		{"CaptureRestoreNewIdentity", testCaptureRestore},
+		{"ImagesVolumes", testImagesVolumes},
+		{"Transfer", testTransfer},
+		{"InvalidNames", testInvalidNames},
+		{"UnknownSandbox", testUnknownSandbox},
+		{"Events", testEvents},
+		{"Pool", testPool},
+		{"Info", testInfo},
+		{"DialPort", testDialPort},
+		{"Agent", testAgent},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := setup(t)
+			c.fn(t, h)
+		})
+	}
+}
+
+// caseContext bounds one case.
+func caseContext(t *testing.T, h Harness) context.Context {
+	d := h.Timeout
+	if d == 0 {
+		d = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func token() string { return "tok-" + sandboxid.New() }
+
+// unique is a name for an image or volume no other case uses.
+func unique(kind string) string { return "nodeapitest-" + kind + "-" + sandboxid.New() }
+
+// sandbox is one sandbox a case created: its id, access token and data
+// plane. It is destroyed when the case ends.
+type sandbox struct {
+	id, token string
+	nodeapi.Sandbox
+}
+
+func createSpec(h Harness, id, tok string) nodeapi.CreateSpec {
+	return nodeapi.CreateSpec{ID: id, Template: h.Template, Limits: h.Limits, DiskMB: h.DiskMB, AccessToken: tok, Network: network.Policy{Offline: true}}
+}
+
+func destroyLater(t *testing.T, h Harness, id string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := h.Node.Destroy(ctx, id); err != nil {
+			t.Errorf("destroy %s: %v", id, err)
+		}
+	})
+}
+
+func create(ctx context.Context, t *testing.T, h Harness) sandbox {
+	t.Helper()
+	id, tok := sandboxid.New(), token()
+	if err := h.Node.Create(ctx, nodeapi.CreateRequest{Spec: createSpec(h, id, tok)}); err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
+	destroyLater(t, h, id)
+	return sandbox{id: id, token: tok, Sandbox: handle(ctx, t, h, id)}
+}
+
+func handle(ctx context.Context, t *testing.T, h Harness, id string) nodeapi.Sandbox {
+	t.Helper()
+	sb, err := h.Node.Sandbox(ctx, id)
+	if err != nil {
+		t.Fatalf("sandbox %s: %v", id, err)
+	}
+	if sb.ID() != id {
+		t.Fatalf("sandbox %s: handle says it is %s", id, sb.ID())
+	}
+	return sb
+}
+
+func run(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, cmd ...string) *nodeapi.ExecResult {
+	t.Helper()
+	res, err := sb.Exec(ctx, nodeapi.ExecSpec{Cmd: cmd, Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("exec %q: %v", cmd, err)
+	}
+	return res
+}
+
+func writeFile(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, path, content string) {
+	t.Helper()
+	if err := sb.WriteFile(ctx, path, "", strings.NewReader(content)); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+}
+
+func readFile(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, path string) string {
+	t.Helper()
+	body, size, err := sb.ReadFile(ctx, path, "")
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	defer body.Close()
+	data, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	// -1 says the size is not known in advance.
+	if size != -1 && size != int64(len(data)) {
+		t.Fatalf("read %s: size %d announced, %d bytes read", path, size, len(data))
+	}
+	return string(data)
+}
+
+// wantAgentStatus fails unless err is an *AgentError with status.
+func wantAgentStatus(t *testing.T, what string, err error, status int) {
+	t.Helper()
+	var ae *nodeapi.AgentError
+	if !errors.As(err, &ae) || ae.Status != status {
+		t.Fatalf("%s: got %v (%T), want an AgentError with status %d", what, err, err, status)
+	}
+}
+
+// eventually polls cond until it holds or the case's context ends.
+func eventually(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func testExec(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	res := run(ctx, t, sb, "echo", "hello")
+	if string(res.Stdout) != "hello\n" || res.ExitCode != 0 || res.Truncated {
+		t.Fatalf("echo hello: %+v", res)
+	}
+	res = run(ctx, t, sb, "sh", "-c", "echo oops >&2; exit 3")
+	if string(res.Stderr) != "oops\n" || len(res.Stdout) != 0 || res.ExitCode != 3 {
+		t.Fatalf("sh -c 'echo oops >&2; exit 3': stdout %q stderr %q exit %d", res.Stdout, res.Stderr, res.ExitCode)
+	}
+	_, err := sb.Exec(ctx, nodeapi.ExecSpec{Cmd: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond})
+	if !errors.Is(err, nodeapi.ErrExecTimeout) {
+		t.Fatalf("sleep past its timeout: got %v, want ErrExecTimeout", err)
+	}
+}
+
+func testFiles(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	const dir = "/tmp/nodeapitest"
+	e, err := sb.MakeDir(ctx, dir, "")
+	if err != nil {
+		t.Fatalf("make dir: %v", err)
+	}
+	if e.GetType() != filesystempb.FileType_FILE_TYPE_DIRECTORY || e.GetName() != "nodeapitest" {
+		t.Fatalf("make dir: entry %v", e)
+	}
+	names := []string{"a.txt", "b.txt", "c.txt", "d.txt", "e.txt"}
+	for _, n := range names {
+		writeFile(ctx, t, sb, dir+"/"+n, "content of "+n)
+	}
+	if got := readFile(ctx, t, sb, dir+"/a.txt"); got != "content of a.txt" {
+		t.Fatalf("read back %q", got)
+	}
+	// The file is in the sandbox, not only in the file API.
+	if res := run(ctx, t, sb, "cat", dir+"/b.txt"); string(res.Stdout) != "content of b.txt" {
+		t.Fatalf("cat in the sandbox: %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	st, err := sb.Stat(ctx, dir+"/a.txt", "")
+	if err != nil {
+		t.Fatalf("stat: %v", err)
+	}
+	if st.GetType() != filesystempb.FileType_FILE_TYPE_FILE || st.GetSize() != int64(len("content of a.txt")) || st.GetPath() != dir+"/a.txt" || st.GetName() != "a.txt" {
+		t.Fatalf("stat: %v", st)
+	}
+
+	// Pages of two: every file exactly once, the last page without cursor.
+	var listed []string
+	cursor, pages := "", 0
+	for {
+		page, err := sb.List(ctx, dir, "", nodeapi.ListOptions{Depth: 1, Limit: 2, Cursor: cursor})
+		if err != nil {
+			t.Fatalf("list page %d: %v", pages, err)
+		}
+		n := 0
+		for {
+			e, err := page.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("list page %d: %v", pages, err)
+			}
+			listed = append(listed, e.GetName())
+			n++
+		}
+		cursor = page.NextCursor()
+		_ = page.Close()
+		pages++
+		if n > 2 {
+			t.Fatalf("page %d holds %d entries, limit 2", pages, n)
+		}
+		if cursor == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatalf("listing does not end: %v", listed)
+		}
+	}
+	slices.Sort(listed)
+	if !slices.Equal(listed, names) || pages < 3 {
+		t.Fatalf("listed %v in %d pages, want %v in at least 3", listed, pages, names)
+	}
+	if _, err := sb.List(ctx, dir+"/a.txt", "", nodeapi.ListOptions{}); err == nil {
+		t.Fatal("listing a file succeeded")
+	}
+
+	moved, err := sb.Move(ctx, dir+"/a.txt", dir+"/moved.txt", "")
+	if err != nil {
+		t.Fatalf("move: %v", err)
+	}
+	if moved.GetPath() != dir+"/moved.txt" {
+		t.Fatalf("move: entry %v", moved)
+	}
+	if got := readFile(ctx, t, sb, dir+"/moved.txt"); got != "content of a.txt" {
+		t.Fatalf("moved file holds %q", got)
+	}
+	_, err = sb.Stat(ctx, dir+"/a.txt", "")
+	wantAgentStatus(t, "stat of a moved file", err, http.StatusNotFound)
+	if err := sb.Remove(ctx, dir+"/moved.txt", ""); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	_, _, err = sb.ReadFile(ctx, dir+"/moved.txt", "")
+	wantAgentStatus(t, "read of a removed file", err, http.StatusNotFound)
+}
+
+// collector gathers a session's output as Attach delivers it, checking
+// that offsets follow each other.
+type collector struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	next   int64
+	stream nodeapi.Stream
+	err    error
+}
+
+func newCollector(offset int64) *collector { return &collector{next: offset} }
+
+func (c *collector) add(ch nodeapi.Chunk) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch.Offset != c.next && c.err == nil {
+		c.err = fmt.Errorf("chunk at offset %d, want %d", ch.Offset, c.next)
+	}
+	c.next = ch.Offset + int64(len(ch.Data))
+	c.stream = ch.Stream
+	c.buf.Write(ch.Data)
+	return nil
+}
+
+func (c *collector) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+func (c *collector) check(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+}
+
+type attached struct {
+	end *nodeapi.End
+	err error
+}
+
+func attach(ctx context.Context, sb nodeapi.Sandbox, sid string, c *collector, offset int64) <-chan attached {
+	done := make(chan attached, 1)
+	go func() {
+		end, err := sb.Attach(ctx, sid, offset, nil, c.add)
+		done <- attached{end, err}
+	}()
+	return done
+}
+
+func waitEnd(ctx context.Context, t *testing.T, what string, done <-chan attached) *nodeapi.End {
+	t.Helper()
+	select {
+	case a := <-done:
+		if a.err != nil || a.end == nil {
+			t.Fatalf("%s: attach ended with %v, end %v", what, a.err, a.end)
+		}
+		return a.end
+	case <-ctx.Done():
+		t.Fatalf("%s: the process did not end", what)
+	}
+	return nil
+}
+
+func testSessions(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	info, err := sb.StartSession(ctx, nodeapi.SessionSpec{Cmd: []string{"sh", "-c", "echo one; echo two; cat; exit 7"}, Stdin: true, Tag: "conformance"})
+	if err != nil {
+		t.Fatalf("start session: %v", err)
+	}
+	if info.ID == "" || info.StartedAt.IsZero() || info.End != nil {
+		t.Fatalf("started session: %+v", info)
+	}
+	c := newCollector(0)
+	done := attach(ctx, sb, info.ID, c, 0)
+	eventually(ctx, t, "the session's first lines", func() bool { return c.String() == "one\ntwo\n" })
+	if err := sb.WriteStdin(ctx, info.ID, []byte("three\n")); err != nil {
+		t.Fatalf("write stdin: %v", err)
+	}
+	eventually(ctx, t, "the line sent to stdin", func() bool { return c.String() == "one\ntwo\nthree\n" })
+	if err := sb.CloseStdin(ctx, info.ID); err != nil {
+		t.Fatalf("close stdin: %v", err)
+	}
+	if end := waitEnd(ctx, t, "attach from 0", done); end.ExitCode != 7 {
+		t.Fatalf("exit code %d, want 7", end.ExitCode)
+	}
+	c.check(t)
+
+	// From the middle of the journal, once the process ended.
+	mid := newCollector(4)
+	if end := waitEnd(ctx, t, "attach from 4", attach(ctx, sb, info.ID, mid, 4)); end.ExitCode != 7 {
+		t.Fatalf("attach from 4: exit code %d", end.ExitCode)
+	}
+	mid.check(t)
+	if got := mid.String(); got != "two\nthree\n" {
+		t.Fatalf("attach from 4 read %q", got)
+	}
+
+	got, err := sb.Session(ctx, info.ID)
+	if err != nil {
+		t.Fatalf("session: %v", err)
+	}
+	if got.End == nil || got.End.ExitCode != 7 || got.EndedAt.IsZero() || got.OutputBytes != 14 || got.Spec.Tag != "conformance" {
+		t.Fatalf("ended session: %+v (end %v)", got, got.End)
+	}
+	list, err := sb.Sessions(ctx)
+	if err != nil {
+		t.Fatalf("sessions: %v", err)
+	}
+	if !slices.ContainsFunc(list, func(s nodeapi.SessionInfo) bool { return s.ID == info.ID }) {
+		t.Fatalf("sessions %+v lack %s", list, info.ID)
+	}
+	if _, err := sb.Session(ctx, "no-such-session"); !errors.Is(err, nodeapi.ErrNoSession) {
+		t.Fatalf("unknown session: got %v, want ErrNoSession", err)
+	}
+	if err := sb.Signal(ctx, "no-such-session", 15); !errors.Is(err, nodeapi.ErrNoSession) {
+		t.Fatalf("signal to an unknown session: got %v, want ErrNoSession", err)
+	}
+}
+
+func testSessionSignal(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	info, err := sb.StartSession(ctx, nodeapi.SessionSpec{Cmd: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatalf("start session: %v", err)
+	}
+	done := attach(ctx, sb, info.ID, newCollector(0), 0)
+	if err := sb.Signal(ctx, info.ID, 15); err != nil {
+		t.Fatalf("signal: %v", err)
+	}
+	if end := waitEnd(ctx, t, "signalled sleep", done); end.ExitCode == 0 && end.Error == "" {
+		t.Fatalf("a signalled process ended as a success: %+v", end)
+	}
+
+	tty, err := sb.StartSession(ctx, nodeapi.SessionSpec{Cmd: []string{"cat"}, TTY: true, Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatalf("start tty session: %v", err)
+	}
+	if err := sb.Resize(ctx, tty.ID, 120, 40); err != nil {
+		t.Fatalf("resize: %v", err)
+	}
+	c := newCollector(0)
+	done = attach(ctx, sb, tty.ID, c, 0)
+	if err := sb.WriteStdin(ctx, tty.ID, []byte("typed\n")); err != nil {
+		t.Fatalf("write to the terminal: %v", err)
+	}
+	eventually(ctx, t, "the terminal's echo", func() bool { return strings.Contains(c.String(), "typed") })
+	c.mu.Lock()
+	stream := c.stream
+	c.mu.Unlock()
+	if stream != nodeapi.PTY {
+		t.Fatalf("terminal output on stream %d, want PTY", stream)
+	}
+	if err := sb.Signal(ctx, tty.ID, 9); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	waitEnd(ctx, t, "killed terminal", done)
+}
+
+func testControlRunning(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	if err := h.Node.Pause(ctx, sb.id); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if paused, err := h.Node.Paused(ctx, sb.id); err != nil || !paused {
+		t.Fatalf("paused after pause: %v, %v", paused, err)
+	}
+	if err := h.Node.Resume(ctx, sb.id); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if paused, err := h.Node.Paused(ctx, sb.id); err != nil || paused {
+		t.Fatalf("paused after resume: %v, %v", paused, err)
+	}
+	if res := run(ctx, t, sb, "echo", "awake"); string(res.Stdout) != "awake\n" {
+		t.Fatalf("exec after resume: %q", res.Stdout)
+	}
+	st, err := h.Node.Stats(ctx, sb.id)
+	if err != nil || st.MemoryBytes == 0 {
+		t.Fatalf("stats: %+v, %v", st, err)
+	}
+	if err := h.Node.SetNetwork(ctx, sb.id, network.Policy{Offline: true, Limits: network.Limits{MaxConnections: 10}}); err != nil {
+		t.Fatalf("set network: %v", err)
+	}
+	// A new identity: the agent takes the new token and refuses the old.
+	newToken := token()
+	if err := h.Node.Rekey(ctx, sb.id, nodeapi.Identity{AccessToken: newToken, Info: map[string]string{"sandbox_id": sb.id}}); err != nil {
+		t.Fatalf("rekey: %v", err)
+	}
+	writeFile(ctx, t, sb, "/tmp/rekeyed.txt", "rekeyed")
+	if status, body := agentGet(ctx, t, sb, "/tmp/rekeyed.txt", newToken); status != http.StatusOK || body != "rekeyed" {
+		t.Fatalf("agent with the new token: %d %q", status, body)
+	}
+	if status, _ := agentGet(ctx, t, sb, "/tmp/rekeyed.txt", sb.token); status != http.StatusUnauthorized {
+		t.Fatalf("agent with the old token: %d, want 401", status)
+	}
+}
+
+// counter is a session that writes an increasing count to /tmp/counter.
+var counter = []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.tmp; mv /tmp/counter.tmp /tmp/counter; sleep 0.1; done"}
+
+func readCounter(ctx context.Context, t *testing.T, sb nodeapi.Sandbox) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(readFile(ctx, t, sb, "/tmp/counter")))
+	if err != nil {
+		t.Fatalf("counter: %v", err)
+	}
+	return n
+}
+
+// startCounter starts counter and waits until it counted.
+func startCounter(ctx context.Context, t *testing.T, sb nodeapi.Sandbox) int {
+	t.Helper()
+	if _, err := sb.StartSession(ctx, nodeapi.SessionSpec{Cmd: counter}); err != nil {
+		t.Fatalf("start counter: %v", err)
+	}
+	var n int
+	eventually(ctx, t, "the counter to count", func() bool {
+		if _, err := sb.Stat(ctx, "/tmp/counter", ""); err != nil {
+			return false
+		}
+		n = readCounter(ctx, t, sb)
+		return n >= 3
+	})
+	return n
+}
+
+// counterGoesOn checks that the counter went on from at least before.
+func counterGoesOn(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, before int) {
+	t.Helper()
+	first := readCounter(ctx, t, sb)
+	if first < before {
+		t.Fatalf("counter at %d after the restore, was %d: the process started over", first, before)
+	}
+	eventually(ctx, t, "the restored counter to go on", func() bool { return readCounter(ctx, t, sb) > first })
+}
+
+// fillSandbox gives a sandbox state a checkpoint must keep: a file at
+// path and, on a real node, a counting process (whose count it returns).
+func fillSandbox(ctx context.Context, t *testing.T, h Harness, sb nodeapi.Sandbox, path string) int {
+	t.Helper()
+	writeFile(ctx, t, sb, path, "state of "+path)
+	if !h.Real {
+		return 0
+	}
+	return startCounter(ctx, t, sb)
+}
+
+// checkRestored checks that a restored sandbox has what fillSandbox gave.
+func checkRestored(ctx context.Context, t *testing.T, h Harness, sb nodeapi.Sandbox, path string, count int) {
+	t.Helper()
+	if got := readFile(ctx, t, sb, path); got != "state of "+path {
+		t.Fatalf("%s after the restore: %q", path, got)
+	}
+	if h.Real {
+		counterGoesOn(ctx, t, sb, count)
+	}
+}
+
+func testSuspendResume(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	count := fillSandbox(ctx, t, h, sb, "/tmp/kept.txt")
+	image := unique("image")
+	t.Cleanup(func() { _ = h.Node.DeleteImage(context.Background(), image) })
+	if err := h.Node.Suspend(ctx, sb.id, image); err != nil {
+		t.Fatalf("suspend: %v", err)
+	}
+	if ids, err := h.Node.Sandboxes(ctx); err != nil || slices.Contains(ids, sb.id) {
+		t.Fatalf("the runtime still runs %s after its suspend: %v, %v", sb.id, ids, err)
+	}
+	if info, err := h.Node.Image(ctx, image); err != nil || !info.Complete || info.SizeBytes <= 0 {
+		t.Fatalf("image after suspend: %+v, %v", info, err)
+	}
+	if ok, err := h.Node.SettleCheckpoint(ctx, sb.id, image); err != nil || !ok {
+		t.Fatalf("settle a finished checkpoint: %v, %v", ok, err)
+	}
+	err := h.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{ID: sb.id, Image: image, Limits: h.Limits, DiskMB: h.DiskMB, AccessToken: sb.token, Network: network.Policy{Offline: true}})
+	if err != nil {
+		t.Fatalf("resume from image: %v", err)
+	}
+	restored := handle(ctx, t, h, sb.id)
+	checkRestored(ctx, t, h, restored, "/tmp/kept.txt", count)
+}
+
+func testCaptureRestore(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	count := fillSandbox(ctx, t, h, sb, "/tmp/captured.txt")
+	image, volume := unique("image"), unique("volume")
+	t.Cleanup(func() {
+		_ = h.Node.DeleteImage(context.Background(), image)
+		_ = h.Node.DeleteVolume(context.Background(), volume)
+	})
+	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: sb.id, Volume: volume, Image: image}); err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	// The source runs on, and what it does now is not in the capture.
+	writeFile(ctx, t, sb, "/tmp/later.txt", "later")
+	if res := run(ctx, t, sb, "echo", "still"); string(res.Stdout) != "still\n" {
+		t.Fatalf("source after capture: %q", res.Stdout)
+	}
+
+	id, newToken := sandboxid.New(), token()
+	err := h.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
+		ID: id, Image: image, FromVolume: volume, Limits: h.Limits, DiskMB: h.DiskMB, AccessToken: sb.token,
+		NewIdentity: &nodeapi.Identity{AccessToken: newToken, Env: map[string]string{"BRANCH": "1"}, Info: map[string]string{"sandbox_id": id}},
+		Network:     network.Policy{Offline: true},
+	})
+	if err != nil {
+		t.Fatalf("restore as %s: %v", id, err)
+	}
+	destroyLater(t, h, id)
+	branch := sandbox{id: id, token: newToken, Sandbox: handle(ctx, t, h, id)}
+	checkRestored(ctx, t, h, branch, "/tmp/captured.txt", count)
+	if _, err := branch.Stat(ctx, "/tmp/later.txt", ""); err == nil {
+		t.Fatal("the restored copy holds a file written after the capture")
+	}
+	if status, _ := agentGet(ctx, t, branch, "/tmp/captured.txt", newToken); status != http.StatusOK {
+		t.Fatalf("restored copy's agent with its new token: %d", status)
+	}
+	if status, _ := agentGet(ctx, t, branch, "/tmp/captured.txt", sb.token); status != http.StatusUnauthorized {
+		t.Fatalf("restored copy's agent with the source's token: %d, want 401", status)
+	}
+}
+
+func testImagesVolumes(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	// Volumes nest: the listing of dir holds the volume by its full name.
+	dir := unique("volumes")
+	image, volume := unique("image"), dir+"/captured"
+	t.Cleanup(func() {
+		_ = h.Node.DeleteImage(context.Background(), image)
+		_ = h.Node.DeleteVolume(context.Background(), volume)
+	})
+	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: sb.id, Volume: volume, Image: image}); err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	images, err := h.Node.Images(ctx)
+	if err != nil || !slices.Contains(images, image) {
+		t.Fatalf("images %v (%v) lack %s", images, err, image)
+	}
+	if vols, err := h.Node.Volumes(ctx, dir); err != nil || !slices.Equal(vols, []string{volume}) {
+		t.Fatalf("volumes under %s: %v, %v", dir, vols, err)
+	}
+	if ok, err := h.Node.VolumeExists(ctx, volume); err != nil || !ok {
+		t.Fatalf("volume exists: %v, %v", ok, err)
+	}
+	for i := 0; i < 2; i++ { // deleting what is gone is no error
+		if err := h.Node.DeleteVolume(ctx, volume); err != nil {
+			t.Fatalf("delete volume (%d): %v", i, err)
+		}
+		if err := h.Node.DeleteImage(ctx, image); err != nil {
+			t.Fatalf("delete image (%d): %v", i, err)
+		}
+	}
+	if ok, err := h.Node.VolumeExists(ctx, volume); err != nil || ok {
+		t.Fatalf("deleted volume exists: %v, %v", ok, err)
+	}
+	if info, err := h.Node.Image(ctx, image); err != nil || info.Complete {
+		t.Fatalf("deleted image: %+v, %v", info, err)
+	}
+	if images, _ := h.Node.Images(ctx); slices.Contains(images, image) {
+		t.Fatalf("images %v still hold %s", images, image)
+	}
+}
+
+func testInvalidNames(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	for _, name := range []string{"", "../escape", "a/../../b", "/abs", "a//b", "sp ace", strings.Repeat("x", 256)} {
+		checks := map[string]error{}
+		_, checks["Image"] = h.Node.Image(ctx, name)
+		checks["DeleteImage"] = h.Node.DeleteImage(ctx, name)
+		_, checks["VolumeExists"] = h.Node.VolumeExists(ctx, name)
+		checks["DeleteVolume"] = h.Node.DeleteVolume(ctx, name)
+		checks["DropTemplateImage"] = h.Node.DropTemplateImage(ctx, name)
+		for op, err := range checks {
+			if !errors.Is(err, nodeapi.ErrInvalidName) {
+				t.Errorf("%s(%q): got %v, want ErrInvalidName", op, name, err)
+			}
+		}
+	}
+}
+
+func testUnknownSandbox(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	id := sandboxid.New()
+	if _, err := h.Node.Sandbox(ctx, id); !errors.Is(err, nodeapi.ErrNoSandbox) {
+		t.Fatalf("Sandbox of an unknown id: got %v, want ErrNoSandbox", err)
+	}
+	if _, err := h.Node.Sandbox(ctx, id); !errors.Is(err, nodeapi.ErrNoSandbox) {
+		t.Fatalf("Sandbox of an unknown id: got %v, want ErrNoSandbox", err)
+	}
+	ids, err := h.Node.Sandboxes(ctx)
+	if err != nil || slices.Contains(ids, id) {
+		t.Fatalf("sandboxes: %v, %v", ids, err)
+	}
+}
+
+// waitEvent reads events until one matches.
+func waitEvent(ctx context.Context, t *testing.T, events <-chan nodeapi.Event, what string, match func(nodeapi.Event) bool) nodeapi.Event {
+	t.Helper()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("events closed while waiting for %s", what)
+			}
+			if match(ev) {
+				if ev.Time.IsZero() {
+					t.Fatalf("%s event without a time: %+v", what, ev)
+				}
+				return ev
+			}
+		case <-ctx.Done():
+			t.Fatalf("no %s event", what)
+		}
+	}
+}
+
+func testEvents(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	subCtx, unsubscribe := context.WithCancel(ctx)
+	defer unsubscribe()
+	events, err := h.Node.Events(subCtx)
+	if err != nil {
+		t.Fatalf("events: %v", err)
+	}
+	sb := create(ctx, t, h)
+	if _, err := sb.StartSession(ctx, nodeapi.SessionSpec{Cmd: []string{"echo", "busy"}}); err != nil {
+		t.Fatalf("start session: %v", err)
+	}
+	waitEvent(ctx, t, events, "activity", func(ev nodeapi.Event) bool {
+		return ev.Type == nodeapi.EventActivity && ev.Sandbox == sb.id
+	})
+	if h.Kill != nil {
+		h.Kill(t, sb.id)
+		waitEvent(ctx, t, events, "exit", func(ev nodeapi.Event) bool {
+			return ev.Type == nodeapi.EventExit && ev.Sandbox == sb.id
+		})
+	}
+	// Ending the subscription closes the channel.
+	unsubscribe()
+	for {
+		select {
+		case _, ok := <-events:
+			if !ok {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("events still open after the subscription ended")
+		}
+	}
+}
+
+func testPool(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	events, err := h.Node.Events(ctx)
+	if err != nil {
+		t.Fatalf("events: %v", err)
+	}
+	limits := nodeapi.PoolLimits{Limits: h.Limits, DiskMB: h.DiskMB}
+	req := nodeapi.PoolRequest{Template: h.Template, Limits: limits, Waiting: network.Policy{Hold: true}, Size: 1}
+	if err := h.Node.SetPool(ctx, req); err != nil {
+		t.Fatalf("set pool: %v", err)
+	}
+	t.Cleanup(func() {
+		req.Size = 0
+		if err := h.Node.SetPool(context.Background(), req); err != nil {
+			t.Errorf("empty the pool: %v", err)
+		}
+	})
+	waitEvent(ctx, t, events, "pool", func(ev nodeapi.Event) bool {
+		return ev.Type == nodeapi.EventPool && ev.TemplateID == h.Template.ID && ev.Pool != nil && ev.Pool.Size == 1
+	})
+	eventually(ctx, t, "a pooled sandbox", func() bool {
+		st, err := h.Node.Pool(ctx, h.Template.ID)
+		return err == nil && st.Size == 1 && st.Ready == 1
+	})
+	if info, err := h.Node.Info(ctx); err != nil || info.Pools[h.Template.ID].Ready != 1 {
+		t.Fatalf("info pools %v, %v", info.Pools, err)
+	}
+	other := limits
+	other.Limits.MemoryMB++
+	if res, err := h.Node.Claim(ctx, nodeapi.ClaimRequest{TemplateID: h.Template.ID, Limits: other, Identity: nodeapi.Identity{AccessToken: token()}}); err != nil || res.Claimed {
+		t.Fatalf("claim with other limits: %+v, %v", res, err)
+	}
+	tok := token()
+	res, err := h.Node.Claim(ctx, nodeapi.ClaimRequest{TemplateID: h.Template.ID, Limits: limits, Identity: nodeapi.Identity{AccessToken: tok}, Network: network.Policy{Offline: true}})
+	if err != nil || !res.Claimed || res.ID == "" {
+		t.Fatalf("claim: %+v, %v", res, err)
+	}
+	destroyLater(t, h, res.ID)
+	sb := sandbox{id: res.ID, token: tok, Sandbox: handle(ctx, t, h, res.ID)}
+	if out := run(ctx, t, sb, "echo", "claimed"); string(out.Stdout) != "claimed\n" {
+		t.Fatalf("exec in the claimed sandbox: %q", out.Stdout)
+	}
+	writeFile(ctx, t, sb, "/tmp/claimed.txt", "mine")
+	if status, _ := agentGet(ctx, t, sb, "/tmp/claimed.txt", tok); status != http.StatusOK {
+		t.Fatalf("claimed sandbox's agent with the claim's token: %d", status)
+	}
+}
+
+func testInfo(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	info, err := h.Node.Info(ctx)
+	if err != nil {
+		t.Fatalf("info: %v", err)
+	}
+	if info.ID == "" || info.VCPUs <= 0 || info.MemoryMB <= 0 || info.DiskMB <= 0 || info.Sandboxes < 1 {
+		t.Fatalf("info: %+v", info)
+	}
+	ids, err := h.Node.Sandboxes(ctx)
+	if err != nil || !slices.Contains(ids, sb.id) {
+		t.Fatalf("sandboxes %v (%v) lack %s", ids, err, sb.id)
+	}
+}
+
+func testDialPort(t *testing.T, h Harness) {
+	if h.EchoServer == nil {
+		t.Skip("the harness has no echo server command")
+	}
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	const port = 7788
+	if _, err := sb.DialPort(ctx, port); err == nil {
+		t.Fatal("dial a port nothing listens on succeeded")
+	}
+	server, err := sb.StartSession(ctx, nodeapi.SessionSpec{Cmd: h.EchoServer(port)})
+	if err != nil {
+		t.Fatalf("start echo server: %v", err)
+	}
+	var conn interface {
+		io.ReadWriteCloser
+		SetDeadline(time.Time) error
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for conn == nil {
+		c, err := sb.DialPort(waitCtx, port)
+		if err == nil {
+			conn = c
+			break
+		}
+		select {
+		case <-waitCtx.Done():
+			info, _ := sb.Session(ctx, server.ID)
+			t.Fatalf("the echo server %q does not listen (%v); its session: %+v end %v", h.EchoServer(port), err, info, info.End)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if _, err := conn.Write([]byte("ping\n")); err != nil {
+		t.Fatalf("write to the port: %v", err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "ping\n" {
+		t.Fatalf("echo: %q, %v", buf, err)
+	}
+}
+
+// agentGet reads a file through the sandbox's agent route, presenting tok.
+func agentGet(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, path, tok string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sandbox/files?path="+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Access-Token", tok)
+	resp, err := sb.Agent().RoundTrip(req)
+	if err != nil {
+		t.Fatalf("agent request: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("agent response: %v", err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func testAgent(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	writeFile(ctx, t, sb, "/tmp/agent.txt", "through the agent")
+	if status, body := agentGet(ctx, t, sb, "/tmp/agent.txt", sb.token); status != http.StatusOK || body != "through the agent" {
+		t.Fatalf("agent with the sandbox's token: %d %q", status, body)
+	}
+	if status, _ := agentGet(ctx, t, sb, "/tmp/agent.txt", "wrong"); status != http.StatusUnauthorized {
+		t.Fatalf("agent with a wrong token: %d, want 401", status)
+	}
+}
+
+// failing is a stream that breaks after some bytes.
+func failing() io.Reader {
+	return io.MultiReader(strings.NewReader(strings.Repeat("x", 100<<10)), iotestErr{})
+}
+
+type iotestErr struct{}
+
+func (iotestErr) Read([]byte) (int, error) { return 0, errors.New("the stream broke") }
+
+// through copies what send writes into receive, as one node's Send* feeds
+// another's Receive*.
+func through(send func(io.Writer) error, receive func(io.Reader) error) error {
+	pr, pw := io.Pipe()
+	sent := make(chan error, 1)
+	go func() {
+		err := send(pw)
+		pw.CloseWithError(err)
+		sent <- err
+	}()
+	err := receive(pr)
+	_ = pr.Close()
+	if serr := <-sent; serr != nil && err == nil {
+		err = serr
+	}
+	return err
+}
+
+func testTransfer(t *testing.T, h Harness) {
+	tr, ok := h.Node.(nodeapi.Transfer)
+	if !ok || h.NoTransfer {
+		t.Skip("the node does not transfer volumes or images")
+	}
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	count := fillSandbox(ctx, t, h, sb, "/tmp/shipped.txt")
+	image, volume := unique("image"), unique("volume")
+	image2, volume2 := image+"-received", volume+"-received"
+	t.Cleanup(func() {
+		for _, v := range []string{volume, volume2} {
+			_ = h.Node.DeleteVolume(context.Background(), v)
+		}
+		for _, i := range []string{image, image2} {
+			_ = h.Node.DeleteImage(context.Background(), i)
+		}
+	})
+	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: sb.id, Volume: volume, Image: image}); err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	sendVolume := func(w io.Writer) error { return tr.SendVolume(ctx, volume, w) }
+	sendImage := func(w io.Writer) error { return tr.SendImage(ctx, image, w) }
+	receiveVolume := func(r io.Reader) error { return tr.ReceiveVolume(ctx, nodeapi.ReceiveVolumeRequest{Name: volume2}, r) }
+	receiveImage := func(r io.Reader) error { return tr.ReceiveImage(ctx, image2, r) }
+	if err := through(sendVolume, receiveVolume); err != nil {
+		t.Fatalf("ship volume: %v", err)
+	}
+	if err := through(sendImage, receiveImage); err != nil {
+		t.Fatalf("ship image: %v", err)
+	}
+	if ok, err := h.Node.VolumeExists(ctx, volume2); err != nil || !ok {
+		t.Fatalf("received volume exists: %v, %v", ok, err)
+	}
+	if info, err := h.Node.Image(ctx, image2); err != nil || !info.Complete {
+		t.Fatalf("received image: %+v, %v", info, err)
+	}
+	// What a node holds is never replaced.
+	if err := through(sendVolume, receiveVolume); !errors.Is(err, nodeapi.ErrExists) {
+		t.Fatalf("receive over a volume: got %v, want ErrExists", err)
+	}
+	if err := through(sendImage, receiveImage); !errors.Is(err, nodeapi.ErrExists) {
+		t.Fatalf("receive over an image: got %v, want ErrExists", err)
+	}
+	// A broken stream leaves nothing behind.
+	broken := unique("broken")
+	if err := tr.ReceiveVolume(ctx, nodeapi.ReceiveVolumeRequest{Name: broken}, failing()); err == nil {
+		t.Fatal("a volume received from a broken stream")
+	}
+	if ok, err := h.Node.VolumeExists(ctx, broken); err != nil || ok {
+		t.Fatalf("volume of a broken stream exists: %v, %v", ok, err)
+	}
+	if err := tr.ReceiveImage(ctx, broken, failing()); err == nil {
+		t.Fatal("an image received from a broken stream")
+	}
+	if info, err := h.Node.Image(ctx, broken); err != nil || info.Complete {
+		t.Fatalf("image of a broken stream: %+v, %v", info, err)
+	}
+
+	// The received pair restores a sandbox as the captured one would.
+	id := sandboxid.New()
+	err := h.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{
+		ID: id, Image: image2, FromVolume: volume2, Limits: h.Limits, DiskMB: h.DiskMB, AccessToken: sb.token,
+		NewIdentity: &nodeapi.Identity{AccessToken: token(), Info: map[string]string{"sandbox_id": id}},
+		Network:     network.Policy{Offline: true},
+	})
+	if err != nil {
+		t.Fatalf("restore from what was received: %v", err)
+	}
+	destroyLater(t, h, id)
+	checkRestored(ctx, t, h, handle(ctx, t, h, id), "/tmp/shipped.txt", count)
+}
