@@ -355,6 +355,9 @@ func Run(t *testing.T, b Backend) {
 
 	t.Run("Watch", func(t *testing.T) {
 		a, b2 := replicas(t)
+		if a.Shared() != b.Replicas {
+			t.Fatalf("Shared() = %v for a backend whose Replicas is %v", a.Shared(), b.Replicas)
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		sandboxes, err := a.Watch(ctx, store.SandboxBucket)
