@@ -10,9 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path"
 	"strconv"
-	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -253,41 +251,6 @@ func (n *Node) OpenDirInVolume(volume, p string) (*os.Root, error) {
 		return nil, volumeLookupError(p, err)
 	}
 	return dir, nil
-}
-
-func (n *Node) volumeRoot(volume, p string) (*os.Root, string, error) {
-	if !path.IsAbs(p) {
-		return nil, "", &AgentError{Status: http.StatusBadRequest, Message: "paths in a snapshot must be absolute: " + p}
-	}
-	if !n.cfg.Volumes.Exists(volume) {
-		return nil, "", &AgentError{Status: http.StatusNotFound, Message: "snapshot filesystem is gone"}
-	}
-	root, err := os.OpenRoot(n.cfg.Volumes.Path(volume))
-	if err != nil {
-		// The volume's host path stays in the server's log, not the answer.
-		n.log.Error("open snapshot volume", "volume", volume, "err", err)
-		return nil, "", errors.New("cannot open the snapshot's filesystem")
-	}
-	rel := strings.TrimPrefix(path.Clean(p), "/")
-	if rel == "" {
-		rel = "."
-	}
-	return root, rel, nil
-}
-
-// volumeLookupError describes a failed lookup inside a volume by the
-// sandbox's path p only: the *PathError's own path would be a host path.
-func volumeLookupError(p string, err error) error {
-	status := http.StatusBadRequest
-	if errors.Is(err, fs.ErrNotExist) {
-		status = http.StatusNotFound
-	}
-	msg := "cannot open"
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		msg = pe.Err.Error()
-	}
-	return &AgentError{Status: status, Message: fmt.Sprintf("%s in snapshot: %s", p, msg)}
 }
 
 // OpenInVolume opens an absolute path, as the sandbox saw it, inside a
