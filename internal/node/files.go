@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 
 	"connectrpc.com/connect"
@@ -235,41 +233,4 @@ func fileErr(op, path string, err error) error {
 		return &AgentError{Status: status, Message: fmt.Sprintf("%s %s: %s", op, path, ce.Message())}
 	}
 	return fmt.Errorf("%s %s: %w", op, path, err)
-}
-
-// OpenDirInVolume opens an absolute directory path, as the sandbox saw
-// it, inside a captured volume as an os.Root, so that listing it cannot
-// leave the directory whatever symlinks it holds.
-func (n *Node) OpenDirInVolume(volume, p string) (*os.Root, error) {
-	root, rel, err := n.volumeRoot(volume, p)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	dir, err := root.OpenRoot(rel)
-	if err != nil {
-		return nil, volumeLookupError(p, err)
-	}
-	return dir, nil
-}
-
-// OpenInVolume opens an absolute path, as the sandbox saw it, inside a
-// captured (read-only) volume, such as a snapshot's filesystem. The lookup
-// cannot leave the volume, whatever symlinks it holds.
-func (n *Node) OpenInVolume(volume, p string) (*os.File, fs.FileInfo, error) {
-	root, rel, err := n.volumeRoot(volume, p)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer root.Close()
-	f, err := root.Open(rel)
-	if err != nil {
-		return nil, nil, volumeLookupError(p, err)
-	}
-	info, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, volumeLookupError(p, err)
-	}
-	return f, info, nil
 }
