@@ -161,19 +161,58 @@ func writeFile(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, path, cont
 func readFile(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, path string) string {
 	t.Helper()
 	body, size, err := sb.ReadFile(ctx, path, "")
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	defer body.Close()
-	data, err := io.ReadAll(body)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
+	data := readBody(t, "read "+path, body, err)
 	// -1 says the size is not known in advance.
 	if size != -1 && size != int64(len(data)) {
 		t.Fatalf("read %s: size %d announced, %d bytes read", path, size, len(data))
 	}
 	return string(data)
+}
+
+// listInPages lists a directory in pages of two (list starts the page at
+// cursor) and checks that it holds the entries named want, each exactly
+// once, in at least three pages of at most two, the last without cursor.
+func listInPages(t *testing.T, want []string, list func(cursor string) (nodeapi.DirPage, error)) []*filesystempb.EntryInfo {
+	t.Helper()
+	var entries []*filesystempb.EntryInfo
+	var listed []string
+	cursor, pages := "", 0
+	for {
+		page, err := list(cursor)
+		if err != nil {
+			t.Fatalf("list page %d: %v", pages, err)
+		}
+		n := 0
+		for {
+			e, err := page.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("list page %d: %v", pages, err)
+			}
+			entries, listed = append(entries, e), append(listed, e.GetName())
+			n++
+		}
+		cursor = page.NextCursor()
+		_ = page.Close()
+		pages++
+		if n > 2 {
+			t.Fatalf("page %d holds %d entries, limit 2", pages, n)
+		}
+		if cursor == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatalf("listing does not end: %v", listed)
+		}
+	}
+	slices.Sort(listed)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(listed, want) || pages < 3 {
+		t.Fatalf("listed %v in %d pages, want %v in at least 3", listed, pages, want)
+	}
+	return entries
 }
 
 // wantAgentStatus fails unless err is an *AgentError with status.
@@ -244,43 +283,9 @@ func testFiles(t *testing.T, h Harness) {
 		t.Fatalf("stat: %v", st)
 	}
 
-	// Pages of two: every file exactly once, the last page without cursor.
-	var listed []string
-	cursor, pages := "", 0
-	for {
-		page, err := sb.List(ctx, dir, "", nodeapi.ListOptions{Depth: 1, Limit: 2, Cursor: cursor})
-		if err != nil {
-			t.Fatalf("list page %d: %v", pages, err)
-		}
-		n := 0
-		for {
-			e, err := page.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("list page %d: %v", pages, err)
-			}
-			listed = append(listed, e.GetName())
-			n++
-		}
-		cursor = page.NextCursor()
-		_ = page.Close()
-		pages++
-		if n > 2 {
-			t.Fatalf("page %d holds %d entries, limit 2", pages, n)
-		}
-		if cursor == "" {
-			break
-		}
-		if pages > 10 {
-			t.Fatalf("listing does not end: %v", listed)
-		}
-	}
-	slices.Sort(listed)
-	if !slices.Equal(listed, names) || pages < 3 {
-		t.Fatalf("listed %v in %d pages, want %v in at least 3", listed, pages, names)
-	}
+	listInPages(t, names, func(cursor string) (nodeapi.DirPage, error) {
+		return sb.List(ctx, dir, "", nodeapi.ListOptions{Depth: 1, Limit: 2, Cursor: cursor})
+	})
 	if _, err := sb.List(ctx, dir+"/a.txt", "", nodeapi.ListOptions{}); err == nil {
 		t.Fatal("listing a file succeeded")
 	}
@@ -594,18 +599,26 @@ func testSuspendResume(t *testing.T, h Harness) {
 	checkRestored(ctx, t, h, restored, "/tmp/kept.txt", count)
 }
 
-func testCaptureRestore(t *testing.T, h Harness) {
-	ctx := caseContext(t, h)
-	sb := create(ctx, t, h)
-	count := fillSandbox(ctx, t, h, sb, "/tmp/captured.txt")
-	image, volume := unique("image"), unique("volume")
+// capture checkpoints sandbox id into an image and a volume of their own,
+// deleted when the case ends.
+func capture(ctx context.Context, t *testing.T, h Harness, id string) (image, volume string) {
+	t.Helper()
+	image, volume = unique("image"), unique("volume")
 	t.Cleanup(func() {
 		_ = h.Node.DeleteImage(context.Background(), image)
 		_ = h.Node.DeleteVolume(context.Background(), volume)
 	})
-	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: sb.id, Volume: volume, Image: image}); err != nil {
+	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: id, Volume: volume, Image: image}); err != nil {
 		t.Fatalf("capture: %v", err)
 	}
+	return image, volume
+}
+
+func testCaptureRestore(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	count := fillSandbox(ctx, t, h, sb, "/tmp/captured.txt")
+	image, volume := capture(ctx, t, h, sb.id)
 	// The source runs on, and what it does now is not in the capture.
 	writeFile(ctx, t, sb, "/tmp/later.txt", "later")
 	if res := run(ctx, t, sb, "echo", "still"); string(res.Stdout) != "still\n" {
@@ -681,15 +694,21 @@ func testImagesVolumes(t *testing.T, h Harness) {
 func readVolumeFile(ctx context.Context, t *testing.T, h Harness, volume, path string) (string, *filesystempb.EntryInfo) {
 	t.Helper()
 	body, e, err := h.Node.ReadVolumeFile(ctx, volume, path)
+	return string(readBody(t, "read "+path+" in the volume", body, err)), e
+}
+
+// readBody reads and closes the body a read opened (err is the open's).
+func readBody(t *testing.T, what string, body io.ReadCloser, err error) []byte {
+	t.Helper()
 	if err != nil {
-		t.Fatalf("read %s in the volume: %v", path, err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	defer body.Close()
 	data, err := io.ReadAll(body)
 	if err != nil {
-		t.Fatalf("read %s in the volume: %v", path, err)
+		t.Fatalf("%s: %v", what, err)
 	}
-	return string(data), e
+	return data
 }
 
 // wantRefused fails unless err is an *AgentError with status that names
@@ -724,14 +743,7 @@ func testVolumeFiles(t *testing.T, h Harness) {
 		}
 		links["up"], links["rel"] = true, true
 	}
-	image, volume := unique("image"), unique("volume")
-	t.Cleanup(func() {
-		_ = h.Node.DeleteImage(context.Background(), image)
-		_ = h.Node.DeleteVolume(context.Background(), volume)
-	})
-	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: sb.id, Volume: volume, Image: image}); err != nil {
-		t.Fatalf("capture: %v", err)
-	}
+	_, volume := capture(ctx, t, h, sb.id)
 	// What the sandbox does after the capture is not in the volume.
 	writeFile(ctx, t, sb, dir+"/a.txt", "changed")
 	writeFile(ctx, t, sb, dir+"/later.txt", "later")
@@ -751,53 +763,20 @@ func testVolumeFiles(t *testing.T, h Harness) {
 		t.Fatalf("directory read as %q, entry %v", got, e)
 	}
 
-	// Pages of two: every entry exactly once, the last page without cursor.
 	want := slices.Clone(names)
 	for l := range links {
 		want = append(want, l)
 	}
-	slices.Sort(want)
-	var listed []string
-	cursor, pages := "", 0
-	for {
-		page, err := h.Node.ListVolumeDir(ctx, volume, dir, nodeapi.ListOptions{Limit: 2, Cursor: cursor})
-		if err != nil {
-			t.Fatalf("list page %d: %v", pages, err)
+	entries := listInPages(t, want, func(cursor string) (nodeapi.DirPage, error) {
+		return h.Node.ListVolumeDir(ctx, volume, dir, nodeapi.ListOptions{Limit: 2, Cursor: cursor})
+	})
+	for _, e := range entries {
+		if e.GetPath() != dir+"/"+e.GetName() {
+			t.Fatalf("entry %v: path is not below %s", e, dir)
 		}
-		n := 0
-		for {
-			e, err := page.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("list page %d: %v", pages, err)
-			}
-			if e.GetPath() != dir+"/"+e.GetName() {
-				t.Fatalf("entry %v: path is not below %s", e, dir)
-			}
-			if links[e.GetName()] != (e.GetType() == filesystempb.FileType_FILE_TYPE_SYMLINK) {
-				t.Fatalf("entry %v: a symlink must be listed as one, and only a symlink", e)
-			}
-			listed = append(listed, e.GetName())
-			n++
+		if links[e.GetName()] != (e.GetType() == filesystempb.FileType_FILE_TYPE_SYMLINK) {
+			t.Fatalf("entry %v: a symlink must be listed as one, and only a symlink", e)
 		}
-		cursor = page.NextCursor()
-		_ = page.Close()
-		pages++
-		if n > 2 {
-			t.Fatalf("page %d holds %d entries, limit 2", pages, n)
-		}
-		if cursor == "" {
-			break
-		}
-		if pages > 10 {
-			t.Fatalf("listing does not end: %v", listed)
-		}
-	}
-	slices.Sort(listed)
-	if !slices.Equal(listed, want) || pages < 3 {
-		t.Fatalf("listed %v in %d pages, want %v in at least 3", listed, pages, want)
 	}
 	// A page closed before its end releases what it holds.
 	page, err := h.Node.ListVolumeDir(ctx, volume, dir, nodeapi.ListOptions{Limit: 1})
