@@ -9,9 +9,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,15 +30,9 @@ const (
 	eventBucket   = "sandbox_events"
 )
 
-// Node is the node as the control plane drives it: through the node
-// contract, so that it may run in this process or on another machine. The
-// reads of a snapshot's filesystem (OpenInVolume, OpenDirInVolume) are what
-// remains to move behind the contract; they work in process only.
-type Node interface {
-	nodeapi.Node
-	OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error)
-	OpenDirInVolume(volume, path string) (*os.Root, error)
-}
+// Node is the node as the control plane drives it: the node contract and
+// nothing more, so that it may run in this process or on another machine.
+type Node = nodeapi.Node
 
 // Templates resolves the template a sandbox is created from.
 type Templates interface {
