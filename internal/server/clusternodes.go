@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"slices"
 	"sync"
 
@@ -59,18 +57,6 @@ func newClusterNodes(reg *cluster.Registry, token, caFile string) *clusterNodes 
 type remoteNode struct {
 	*noderpc.Client
 	address string
-}
-
-// errRemoteVolume refuses reads of a snapshot's files on a remote node:
-// they are direct reads of the node's disk, which only `space serve` has.
-var errRemoteVolume = errors.New("reading a snapshot's files is not supported through a cluster control plane yet")
-
-func (remoteNode) OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error) {
-	return nil, nil, errRemoteVolume
-}
-
-func (remoteNode) OpenDirInVolume(volume, path string) (*os.Root, error) {
-	return nil, errRemoteVolume
 }
 
 // client returns the node's client, dialing it at address when it has
