@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates internal/agent/gen (the agent's services) and
-# internal/noderpc/gen (the node service, proto/space/node) from proto/. The
+# Regenerates internal/agent/gen (the agent's services),
+# internal/noderpc/gen (the node service, proto/space/node) and
+# internal/clusterrpc/gen (the cluster service, proto/space/cluster) from proto/. The
 # generated code is committed, so CI never runs this; run it after editing a
 # .proto file. Tool versions are pinned so regeneration is reproducible.
 set -euo pipefail
@@ -28,4 +29,5 @@ install_tool connectrpc.com/connect/cmd/protoc-gen-connect-go "$PROTOC_GEN_CONNE
 cd "$root/proto"
 PATH="$bin:$PATH" buf generate
 PATH="$bin:$PATH" buf generate --template buf.gen.node.yaml
-echo "==> generated into internal/agent/gen and internal/noderpc/gen"
+PATH="$bin:$PATH" buf generate --template buf.gen.cluster.yaml
+echo "==> generated into internal/agent/gen, internal/noderpc/gen and internal/clusterrpc/gen"

@@ -406,6 +406,8 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusTooManyRequests, quotaErr.Error())
 	case errors.Is(err, ErrTemplateShared):
 		writeError(w, http.StatusForbidden, err.Error())
+	case errors.Is(err, ErrNotImplemented):
+		writeError(w, http.StatusNotImplemented, err.Error())
 	case errors.As(err, &stateErr):
 		writeError(w, http.StatusConflict, stateErr.Error())
 	case errors.As(err, &fileErr):
@@ -441,4 +443,7 @@ var (
 	ErrTemplateInUse    = errors.New("template is in use")
 	ErrTemplateShared   = errors.New("template is shared")
 	ErrBadRecipe        = errors.New("invalid recipe")
+	// ErrNotImplemented: the operation is not supported by this server
+	// (a cluster's control plane does not build templates yet).
+	ErrNotImplemented = errors.New("not implemented")
 )

@@ -2,53 +2,36 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net/url"
+	"os/signal"
+	"syscall"
 	"time"
 
-	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/server"
 )
 
-// controlPlaneService is what `space control-plane` is told.
-type controlPlaneService struct {
-	// Store is the PostgreSQL URL every replica shares.
-	Store string
-	// DataDir holds the replica's own files (admin.key).
-	DataDir string
-	// Listen, E2BListen and ProxyListen are the native API's, the E2B
-	// API's and the sandbox proxy's addresses (empty: off, but Listen).
-	Listen, E2BListen, ProxyListen string
-	// ClusterToken authenticates the control plane and the nodes to each
-	// other.
-	ClusterToken string
-	// HeartbeatTimeout is how long a node may be silent before it is
-	// unreachable.
-	HeartbeatTimeout time.Duration
-}
-
 func runControlPlane(ctx context.Context, args []string) error {
-	d := server.DefaultConfig()
-	cfg := controlPlaneService{
-		DataDir: d.DataDir, Listen: d.Listen, E2BListen: d.E2BListen, ProxyListen: d.ProxyListen,
-		HeartbeatTimeout: cluster.DefaultHeartbeatTimeout,
-	}
+	cfg := server.DefaultControlPlaneConfig()
 	fs := newFlagSet("space control-plane --store postgres://... [flags]", `
 Run a control-plane replica of a cluster: the native API, the E2B API and
 the sandbox traffic proxy, without a node of its own; sandboxes run on the
-nodes (space node) that register with it. Every replica shares one
-PostgreSQL store and answers any request; the background loops run on one
-replica at a time. On an empty store the first replica creates the admin
-key, prints it once and writes it to <data-dir>/admin.key.
+nodes (space node) that register with it on --listen. Every replica shares
+one PostgreSQL store and answers any request. On an empty store the first
+replica creates the admin key, prints it once and writes it to
+<data-dir>/admin.key; later replicas write the same file, reading the key
+from the store's bootstrap record, which is sealed with the cluster token.
 
 The control plane and the nodes share a cluster token, read from
 --cluster-token-file or $SPACE_CLUSTER_TOKEN.`)
 	fs.StringVar(&cfg.Store, "store", "", "PostgreSQL URL of the cluster's state, postgres://user@host/db (required)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where this replica's own files (admin.key) live")
-	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the HTTP API")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the HTTP API (and of the nodes' cluster service)")
 	fs.StringVar(&cfg.E2BListen, "e2b-listen", cfg.E2BListen, "address of the E2B-compatible API (E2B_API_URL); empty to turn it off")
 	fs.StringVar(&cfg.ProxyListen, "proxy-listen", cfg.ProxyListen, "address of the sandbox traffic proxy (E2B_SANDBOX_URL); empty to turn it off")
+	fs.StringVar(&cfg.Domain, "domain", "", "sandbox domain the E2B API announces and the proxy routes (default: none, header routing only)")
 	tokenFile := fs.String("cluster-token-file", "", "file holding the cluster token (default: $SPACE_CLUSTER_TOKEN)")
+	fs.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM certificates to verify the nodes' TLS certificates with (for https:// node addresses)")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "a node that sends no heartbeat for this long is unreachable")
 	if err := parseNoArgs(fs, args, "control-plane"); err != nil {
 		return err
@@ -70,8 +53,20 @@ The control plane and the nodes share a cluster token, read from
 	if cfg.ClusterToken, err = clusterToken(*tokenFile); err != nil {
 		return err
 	}
-	// The replica (the API over the PostgreSQL store, the node registry
-	// fed by the nodes' RPC, placement) is wired here once its parts
-	// exist; until then the flags are checked.
-	return errors.New("the control plane is not implemented yet; space serve runs one in its own process")
+	if cfg.TLSCAFile != "" {
+		if _, err := readCA(cfg.TLSCAFile); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.StartControlPlane(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	fmt.Fprintln(stderr, "space: control plane shutting down (sandboxes keep running on their nodes)")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdownCtx)
 }

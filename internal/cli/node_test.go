@@ -131,14 +131,14 @@ func TestNodeAndControlPlaneFlags(t *testing.T) {
 		{args: []string{"node", cp}, code: 1, inStderr: "no cluster token: give --cluster-token-file or set SPACE_CLUSTER_TOKEN"},
 		{args: []string{"node", cp, "--cluster-token-file", empty}, code: 1, inStderr: "is empty"},
 		{args: []string{"node", cp, "--cluster-token-file", token, "--tls-ca", notPEM}, code: 1, inStderr: "holds no PEM certificate"},
-		{args: []string{"node", cp, "--cluster-token-file", token, "--listen", ":7071", "--advertise", "https://n1.example:7071"}, code: 1, inStderr: "the node service is not implemented yet"},
-		{args: []string{"node", "run", cp, "--cluster-token-file", token}, code: 1, inStderr: "the node service is not implemented yet"},
+		{args: []string{"node", cp, "--cluster-token-file", token, "--id", "Node_1"}, code: 2, inStderr: `--id: invalid node: node id "Node_1" must be`},
+		{args: []string{"node", "run", cp, "--cluster-token-file", token, "--tls-cert", "c.pem"}, code: 2, inStderr: "--tls-cert and --tls-key go together"},
 
 		{args: []string{"control-plane"}, code: 2, inStderr: "space control-plane needs --store postgres://"},
 		{args: []string{"control-plane", "--store", "mysql://u:pw@db/space"}, code: 2, inStderr: "--store must be a postgres:// or postgresql:// URL"},
 		{args: []string{"control-plane", "--store", "postgres://db/space", "--heartbeat-timeout", "0s"}, code: 2, inStderr: "--heartbeat-timeout must be positive"},
 		{args: []string{"control-plane", "--store", "postgres://db/space"}, code: 1, inStderr: "no cluster token"},
-		{args: []string{"control-plane", "--store", "postgresql://db/space", "--cluster-token-file", token}, code: 1, inStderr: "the control plane is not implemented yet"},
+		{args: []string{"control-plane", "--store", "postgresql://db/space", "--cluster-token-file", token, "--tls-ca", notPEM}, code: 1, inStderr: "holds no PEM certificate"},
 	}
 	for _, tt := range tests {
 		code, out, errOut := runMain(t, "", tt.args...)
@@ -150,7 +150,8 @@ func TestNodeAndControlPlaneFlags(t *testing.T) {
 		}
 	}
 	t.Setenv("SPACE_CLUSTER_TOKEN", "from-env")
-	if code, _, errOut := runMain(t, "", "node", cp); code != 1 || !strings.Contains(errOut, "not implemented yet") {
+	// The token is read (no "no cluster token"), then the CA is checked.
+	if code, _, errOut := runMain(t, "", "node", cp, "--tls-ca", notPEM); code != 1 || !strings.Contains(errOut, "holds no PEM certificate") {
 		t.Errorf("token from the environment: code %d, %s", code, errOut)
 	}
 }

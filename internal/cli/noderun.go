@@ -8,64 +8,50 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
+	"time"
+
+	"github.com/space-platform/space/internal/cluster"
 
 	"github.com/space-platform/space/internal/server"
 )
 
-// nodeService is what `space node` is told: where the node keeps its
-// sandboxes and how it runs them (the node part of `space serve`'s
-// configuration), where it listens, how the control plane reaches it, and
-// how the two authenticate each other.
-type nodeService struct {
-	// Node holds the data dir, runtime and network settings, as for
-	// space serve.
-	Node server.Config
-	// Listen is the address of the node's RPC service; Advertise the URL
-	// the control plane reaches it at.
-	Listen, Advertise string
-	// ControlPlane is the URL of the control plane the node registers
-	// with.
-	ControlPlane string
-	// ClusterToken authenticates the node and the control plane to each
-	// other.
-	ClusterToken string
-	// TLSCA, when set, holds the PEM certificates the peer's TLS
-	// certificate is verified against.
-	TLSCA []byte
-}
-
-// defaultNodeListen is where a node's RPC service listens by default: next
-// to space serve's API (7070), so that a node and a control plane on one
-// machine do not collide.
-const defaultNodeListen = "127.0.0.1:7071"
-
 func runNodeService(ctx context.Context, args []string) error {
-	cfg := nodeService{Node: server.DefaultConfig(), Listen: defaultNodeListen}
+	// The node flags fill a serve configuration first, so that they share
+	// serve's parsing (parseNetworkFlags) and defaults.
+	d := server.DefaultNodeConfig()
+	serveCfg := server.DefaultConfig()
+	cfg := d
 	fs := newFlagSet("space node [run] --control-plane URL [flags]", `
 Run the node service of a cluster: the sandboxes of this machine, driven by
 the control plane over Connect RPC. The node registers with --control-plane,
 heartbeats its capacity and use, and registers again after a control plane
 restart; its sandboxes keep running when the node process stops, and a
 restarted one adopts them. Several nodes on one machine need their own
---data-dir, --listen and --uplink-pool.
+--data-dir, --listen and --uplink-pool (and get ids of their own).
 
 The node and the control plane share a cluster token, read from
 --cluster-token-file or $SPACE_CLUSTER_TOKEN.`)
-	fs.StringVar(&cfg.Node.DataDir, "data-dir", cfg.Node.DataDir, "where the node's volumes, images and runtime state live")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where the node's volumes, images and runtime state live")
+	fs.StringVar(&cfg.ID, "id", "", "the node's id, a DNS label (default: made once and kept in <data-dir>/node-id)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the node's RPC service")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "URL the control plane reaches this node at (default: http://<--listen>)")
 	fs.StringVar(&cfg.ControlPlane, "control-plane", "", "URL of the control plane to register with (required)")
 	tokenFile := fs.String("cluster-token-file", "", "file holding the cluster token (default: $SPACE_CLUSTER_TOKEN)")
-	caFile := fs.String("tls-ca", "", "PEM certificates to verify the control plane's TLS certificate with")
-	fs.StringVar(&cfg.Node.RunscPath, "runsc", "", "runsc binary (default: found next to space, in .tools/bin or on PATH)")
-	fs.StringVar(&cfg.Node.AgentPath, "agent", "", "space-agent binary (default: found next to space or in .tools/bin)")
-	fs.StringVar(&cfg.Node.Platform, "platform", cfg.Node.Platform, "gVisor platform (systrap, ptrace, kvm)")
-	uplinkPool := fs.String("uplink-pool", cfg.Node.Network.UplinkPool.String(), "IPv4 range sandbox uplinks are numbered from, a /30 each (\"none\": sandboxes get no network); nodes on one machine need ranges of their own")
+	fs.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM certificates to verify the control plane's TLS certificate with")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "certificate (PEM) of the node's RPC service; with --tls-key it speaks TLS")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "private key (PEM) of --tls-cert")
+	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default: found next to space, in .tools/bin or on PATH)")
+	fs.StringVar(&cfg.AgentPath, "agent", "", "space-agent binary (default: found next to space or in .tools/bin)")
+	fs.StringVar(&cfg.Platform, "platform", cfg.Platform, "gVisor platform (systrap, ptrace, kvm)")
+	uplinkPool := fs.String("uplink-pool", cfg.Network.UplinkPool.String(), "IPv4 range sandbox uplinks are numbered from, a /30 each (\"none\": sandboxes get no network); nodes on one machine need ranges of their own")
 	allowPrivate := fs.String("allow-private", "", "private IPv4 ranges sandboxes may reach, comma-separated CIDRs (default: none)")
-	fs.StringVar(&cfg.Node.DNSUpstream, "dns-upstream", "", "resolver (host:port) that sandboxes' allowed names are looked up with (default: the host's first nameserver in /etc/resolv.conf)")
-	fs.IntVar(&cfg.Node.Defaults.BandwidthMbit, "sandbox-bandwidth-mbit", cfg.Node.Defaults.BandwidthMbit, "bandwidth of each sandbox's network in Mbit/s, each way (0: unlimited)")
-	fs.IntVar(&cfg.Node.Defaults.MaxConnections, "sandbox-max-connections", cfg.Node.Defaults.MaxConnections, "connections each sandbox may have open at once (0: unlimited)")
+	fs.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "resolver (host:port) that sandboxes' allowed names are looked up with (default: the host's first nameserver in /etc/resolv.conf)")
+	fs.IntVar(&cfg.BandwidthMbit, "sandbox-bandwidth-mbit", cfg.BandwidthMbit, "bandwidth of each sandbox's network in Mbit/s, each way (0: unlimited)")
+	fs.IntVar(&cfg.MaxConnections, "sandbox-max-connections", cfg.MaxConnections, "connections each sandbox may have open at once (0: unlimited)")
+	templates := fs.String("build-templates", strings.Join(cfg.BuildTemplates, ","), "built-in templates to build at start when missing (comma-separated; empty for none)")
 	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
 	if err := parseNoArgs(fs, args, "node"); err != nil {
 		return err
@@ -76,6 +62,11 @@ The node and the control plane share a cluster token, read from
 	if err := checkHTTPURL("--control-plane", cfg.ControlPlane); err != nil {
 		return fs.usageErrorf("%v", err)
 	}
+	if cfg.ID != "" {
+		if err := cluster.ValidID(cfg.ID); err != nil {
+			return fs.usageErrorf("--id: %v", err)
+		}
+	}
 	host, _, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return fs.usageErrorf("--listen %q is not host:port", cfg.Listen)
@@ -84,32 +75,58 @@ The node and the control plane share a cluster token, read from
 		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 			return fs.usageErrorf("--listen %s names no host the control plane can reach; give --advertise URL", cfg.Listen)
 		}
-		cfg.Advertise = "http://" + cfg.Listen
+		scheme := "http"
+		if cfg.TLSCertFile != "" {
+			scheme = "https"
+		}
+		cfg.Advertise = scheme + "://" + cfg.Listen
 	}
 	if err := checkHTTPURL("--advertise", cfg.Advertise); err != nil {
 		return fs.usageErrorf("%v", err)
 	}
-	if cfg.Node.Defaults.BandwidthMbit < 0 || cfg.Node.Defaults.MaxConnections < 0 {
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		return fs.usageErrorf("--tls-cert and --tls-key go together")
+	}
+	if cfg.BandwidthMbit < 0 || cfg.MaxConnections < 0 {
 		return fs.usageErrorf("--sandbox-bandwidth-mbit and --sandbox-max-connections must be 0 (unlimited) or positive")
 	}
-	if err := parseNetworkFlags(&cfg.Node, *uplinkPool, *allowPrivate); err != nil {
+	if err := parseNetworkFlags(&serveCfg, *uplinkPool, *allowPrivate); err != nil {
 		return fs.usageErrorf("%v", err)
 	}
-	cfg.Node.VolumeImageBytes = *imageGiB << 30
+	cfg.Network = serveCfg.Network
+	cfg.VolumeImageBytes = *imageGiB << 30
+	cfg.BuildTemplates = nil
+	for _, t := range strings.Split(*templates, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			cfg.BuildTemplates = append(cfg.BuildTemplates, t)
+		}
+	}
 	if cfg.ClusterToken, err = clusterToken(*tokenFile); err != nil {
 		return err
 	}
-	if *caFile != "" {
-		if cfg.TLSCA, err = readCA(*caFile); err != nil {
+	if cfg.TLSCAFile != "" {
+		if _, err = readCA(cfg.TLSCAFile); err != nil {
 			return err
 		}
 	}
-	// The node service itself is wired here once its parts exist
-	// (internal/noderpc serving the node on --listen, membership.Run
-	// registering it with --control-plane through the RPC client); until
-	// then the flags are checked, so scripts written against them keep
-	// working.
-	return errors.New("the node service is not implemented yet; space serve runs a node in its own process")
+	if os.Geteuid() != 0 {
+		return errors.New("space node must run as root: it manages namespaces, mounts and cgroups")
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.StartNode(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	var left error
+	select {
+	case <-ctx.Done():
+	case left = <-srv.Left():
+	}
+	fmt.Fprintln(stderr, "space: node shutting down (sandboxes keep running)")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return errors.Join(left, srv.Shutdown(shutdownCtx))
 }
 
 // checkHTTPURL checks that flag's value is an http:// or https:// URL

@@ -295,8 +295,5 @@ func (c catalog) Resolve(scope project.Scope, nameOrID string) (node.TemplateSpe
 			name = e.owner + "/" + e.display
 		}
 	}
-	return node.TemplateSpec{
-		ID: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir,
-		Start: t.Start, Ready: t.Ready,
-	}, name, nil
+	return templateSpec(t), name, nil
 }

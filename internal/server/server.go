@@ -32,7 +32,6 @@ import (
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
-	"github.com/space-platform/space/internal/runtime/gvisor"
 	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/internal/template"
@@ -136,7 +135,10 @@ type Server struct {
 	cp        *controlplane.ControlPlane
 	node      *node.Node
 	cat       catalog
-	gateway   *gateway.Gateway
+	nodeSide  *nodeSide
+	// nodes are a cluster control plane's nodes (StartControlPlane).
+	nodes   *clusterNodes
+	gateway *gateway.Gateway
 	// hostPaths keeps the data dir out of what clients read.
 	hostPaths *hostpath.Hider
 	http      *http.Server
@@ -188,77 +190,27 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
-	if s.pool, err = storage.Open(ctx, storage.Options{
-		Root: filepath.Join(cfg.DataDir, "volumes"), ImageSizeBytes: cfg.VolumeImageBytes,
-		Logf: func(f string, a ...any) { say(f, a...) },
-	}); err != nil {
-		return nil, err
-	}
-	say("volumes: %s (%s)", s.pool.Root(), s.pool.Kind())
-
-	runscPath, err := findTool(cfg.RunscPath, "SPACE_RUNSC", "runsc")
-	if err != nil {
-		return nil, err
-	}
-	agentPath, err := findTool(cfg.AgentPath, "SPACE_AGENT", "space-agent")
-	if err != nil {
-		return nil, err
-	}
-	// The slots' network namespaces live in a directory of this
-	// installation's, out of reach of `ip netns` (see network.Namespaces).
-	if s.slots, err = network.OpenNamespaces(filepath.Join(cfg.DataDir, "netns")); err != nil {
-		return nil, err
-	}
-	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform, Namespaces: s.slots})
-	if err != nil {
-		return nil, err
-	}
-	var egress *network.Egress
-	// The node enforces the limits on every sandbox, whatever its record
-	// says; the control plane only lets a create request lower them.
-	cfg.Network.Limits = network.Limits{BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections}
-	if cfg.Network.UplinkPool.IsValid() {
-		if egress, err = network.NewEgress(cfg.Network); err != nil {
-			return nil, err
-		}
-		upstream := cfg.DNSUpstream
-		if upstream == "" {
-			if upstream, err = gateway.DefaultUpstream(); err != nil {
-				return nil, err
-			}
-		}
-		if s.gateway, err = gateway.New(gateway.Config{
-			Egress: egress, Upstream: upstream, Logger: cfg.Logger, Interceptor: interceptor,
-			// Denials are reported once sandboxes run, after s.node is
-			// set; they reach the control plane as the node's events.
-			OnDenied: func(id, message string) { s.node.NetworkDenied(id, message) },
-		}); err != nil {
-			return nil, err
-		}
-	}
-	capacity := nodeCapacity(cfg.MemoryOvercommit, s.pool.Root())
-	nd, err := node.New(node.Config{
-		Namespaces: s.slots, Egress: egress, Gateway: s.gateway,
-		Runtime: rt, Volumes: s.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
-		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
-		ImagesDir: filepath.Join(cfg.DataDir, "images"),
-		ID:        localNodeID,
-		Capacity:  node.Capacity{VCPUs: capacity.VCPUs, MemoryMB: capacity.MemoryMB, DiskMB: capacity.DiskMB},
+	ns, err := openNodeSide(ctx, nodeSideConfig{
+		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
+		VolumeImageBytes: cfg.VolumeImageBytes, ID: localNodeID,
+		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
+		// The node enforces the limits on every sandbox, whatever its
+		// record says; the control plane only lets a create request lower
+		// them.
+		Limits:    network.Limits{BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections},
+		TrustedCA: ca.CertPEM(), MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
+		BuildLimits: runtime.Limits{
+			VCPUs: cfg.Defaults.VCPUs, MemoryMB: max(cfg.Defaults.MemoryMB, buildMemoryMB), Pids: cfg.Defaults.Pids,
+		},
+		BuildDiskBytes: int64(cfg.Defaults.DiskMB) << 20,
+		Logger:         cfg.Logger, say: say,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.node = nd
-	if s.templates, err = template.NewManager(template.Config{
-		DataDir: cfg.DataDir, Volumes: s.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
-		TrustedCA:      ca.CertPEM(),
-		BuildDiskBytes: int64(cfg.Defaults.DiskMB) << 20,
-		Sandboxes: buildSandboxes{node: nd, limits: runtime.Limits{
-			VCPUs: cfg.Defaults.VCPUs, MemoryMB: max(cfg.Defaults.MemoryMB, buildMemoryMB), Pids: cfg.Defaults.Pids,
-		}},
-	}); err != nil {
-		return nil, err
-	}
+	s.nodeSide = ns
+	s.pool, s.slots, s.gateway, s.node, s.templates = ns.pool, ns.slots, ns.gateway, ns.node, ns.templates
+	nd, capacity := ns.node, ns.capacity
 
 	reg := metrics.NewRegistry()
 	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
@@ -293,9 +245,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	go s.cp.Run(runCtx)
-	go s.pool.WatchQuotas(runCtx, quotaCheckInterval)
 	// After the control plane's Run, which follows the node's events.
-	go nd.Run(runCtx)
+	ns.run(runCtx)
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.buildTemplates(runCtx, say)
 
@@ -308,23 +259,33 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		cancel()
 		return nil, err
 	}
-	if s.http, s.listener, err = listenHTTP(cfg.Listen, handler, cfg.HTTP); err != nil {
+	if err := s.serveAPI(ctx, handler); err != nil {
 		cancel()
-		_ = s.shutdownCompat(ctx)
 		return nil, err
 	}
-	s.URL = "http://" + s.listener.Addr().String()
-	go func() {
-		defer close(s.done)
-		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			cfg.Logger.Error("http server", "err", err)
-		}
-	}()
 	say("listening on %s", s.URL)
 	if s.compat.e2bURL != "" || s.compat.proxyURL != "" {
 		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)
 	}
 	return s, nil
+}
+
+// serveAPI opens the main listener for handler and serves it in the
+// background. On failure the compatibility listeners are closed too.
+func (s *Server) serveAPI(ctx context.Context, handler http.Handler) error {
+	var err error
+	if s.http, s.listener, err = listenHTTP(s.cfg.Listen, handler, s.cfg.HTTP); err != nil {
+		_ = s.shutdownCompat(ctx)
+		return err
+	}
+	s.URL = "http://" + s.listener.Addr().String()
+	go func() {
+		defer close(s.done)
+		if err := s.http.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.cfg.Logger.Error("http server", "err", err)
+		}
+	}()
+	return nil
 }
 
 // Templates exposes the template manager (for the CLI's local builds and tests).
@@ -344,39 +305,11 @@ func (s *Server) TemplateSpec(name string) (nodeapi.TemplateSpec, error) {
 	return tpl, err
 }
 
-// buildTemplates builds missing built-in templates, one after the other.
+// buildTemplates builds missing built-in templates, one after the other,
+// and fills the pools configured for them.
 func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
-	for _, name := range s.cfg.BuildTemplates {
-		if t, err := s.templates.Get(name); err == nil && t.State == template.StateReady {
-			continue
-		}
-		recipe, ok := template.Builtin(name)
-		if !ok {
-			say("no built-in template named %q", name)
-			continue
-		}
-		say("building template %s (first start; progress follows)", name)
-		w := &prefixWriter{prefix: "space: [" + name + "] ", out: s.cfg.Progress}
-		if _, err := s.templates.Build(ctx, name, recipe, template.Source{}, w); err != nil {
-			say("template %s failed: %v", name, err)
-			continue
-		}
-		say("template %s ready; booting it once for its snapshot", name)
-		if err := s.prepareTemplate(ctx, name); err != nil {
-			say("template %s: no pre-booted image (%v); sandboxes will boot instead", name, err)
-		}
-	}
+	s.nodeSide.buildTemplates(ctx, s.cfg.BuildTemplates, s.cfg.Progress, say)
 	s.cp.ApplyPools(s.cfg.PoolSizes)
-}
-
-// prepareTemplate boots the template once on the node for its image, so
-// that its first create is a restore rather than a boot.
-func (s *Server) prepareTemplate(ctx context.Context, name string) error {
-	tpl, _, err := s.cat.Resolve(project.Everything, name)
-	if err != nil {
-		return err
-	}
-	return s.node.PrepareTemplate(ctx, tpl)
 }
 
 // Shutdown stops serving. Sandboxes keep running; a restarted server adopts them.
@@ -384,16 +317,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := errors.Join(s.http.Shutdown(ctx), s.shutdownCompat(ctx))
 	s.cancel()
 	<-s.done
-	if s.gateway != nil {
-		s.gateway.Close()
+	if s.nodes != nil {
+		s.nodes.close()
 	}
 	s.closeStores()
 	return err
 }
 
 func (s *Server) closeStores() {
-	if s.templates != nil {
-		_ = s.templates.Close()
+	if s.nodeSide != nil {
+		s.nodeSide.close()
 	}
 	if s.st != nil {
 		_ = s.st.Close()
@@ -426,13 +359,8 @@ func mintAdminKey(keys *auth.Keys, name, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write admin key: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("write admin key: %w", err)
+	if err := writeAdminKeyFile(path, secret); err != nil {
+		return "", err
 	}
 	return secret, nil
 }

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/secrets"
+	"github.com/space-platform/space/internal/store"
+)
+
+// The cluster's bootstrap record holds what every control-plane replica
+// needs and no replica may keep to itself: the first admin key (so that
+// each replica can write <data-dir>/admin.key, as `space serve` does) and
+// the key secrets are encrypted with (so that a secret stored through one
+// replica is read through another). Both are sealed with AES-256-GCM under
+// a key derived from the cluster token with HKDF-SHA256: the database
+// alone does not give them away, and any replica holding the token opens
+// them. A replica started with another token cannot, and says so.
+const (
+	bootstrapBucket = "bootstrap"
+	bootstrapKey    = "cluster"
+	// bootstrapInfo binds the derived key to this use (and version).
+	bootstrapInfo = "space cluster bootstrap v1"
+)
+
+// bootstrapRecord is the stored record; each field is nonce || sealed.
+type bootstrapRecord struct {
+	// AdminKey is empty when the store held keys before the record was
+	// made (a store first used by `space serve --store postgres://`).
+	AdminKey   []byte `json:"admin_key,omitempty"`
+	SecretsKey []byte `json:"secrets_key"`
+}
+
+// bootstrap is what a replica learns from the record.
+type bootstrap struct {
+	adminKey   string // "" when the record holds none
+	secretsKey []byte
+	created    bool // this replica minted the admin key
+}
+
+// bootstrapAEAD derives the record's cipher from the cluster token.
+func bootstrapAEAD(token string) (cipher.AEAD, error) {
+	key, err := hkdf.Key(sha256.New, []byte(token), nil, bootstrapInfo, 32)
+	if err != nil {
+		return nil, fmt.Errorf("derive the bootstrap key: %w", err)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+func seal(aead cipher.AEAD, plain []byte, field string) ([]byte, error) {
+	nonce := make([]byte, aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	// The field name is authenticated too: one sealed value cannot be
+	// passed off as the other.
+	return aead.Seal(nonce, nonce, plain, []byte(field)), nil
+}
+
+func open(aead cipher.AEAD, sealed []byte, field string) ([]byte, error) {
+	if len(sealed) < aead.NonceSize() {
+		return nil, errors.New("sealed value too short")
+	}
+	return aead.Open(nil, sealed[:aead.NonceSize()], sealed[aead.NonceSize():], []byte(field))
+}
+
+// loadBootstrap reads the cluster's bootstrap record, making it when the
+// store has none: under a store lock, so that replicas starting together
+// on an empty store mint one admin key between them.
+func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, adminKeyPath string) (bootstrap, error) {
+	aead, err := bootstrapAEAD(token)
+	if err != nil {
+		return bootstrap{}, err
+	}
+	unlock, err := st.Lock(ctx, "bootstrap")
+	if err != nil {
+		return bootstrap{}, fmt.Errorf("lock the bootstrap record: %w", err)
+	}
+	defer unlock()
+	var rec bootstrapRecord
+	err = st.Get(bootstrapBucket, bootstrapKey, &rec)
+	if err == nil {
+		var b bootstrap
+		if b.secretsKey, err = open(aead, rec.SecretsKey, "secrets_key"); err != nil {
+			return bootstrap{}, errors.New("cannot open the cluster's bootstrap record: it was sealed with another cluster token (every replica needs the same --cluster-token-file)")
+		}
+		if len(rec.AdminKey) > 0 {
+			admin, err := open(aead, rec.AdminKey, "admin_key")
+			if err != nil {
+				return bootstrap{}, errors.New("cannot open the cluster's bootstrap record: it was sealed with another cluster token")
+			}
+			b.adminKey = string(admin)
+		}
+		return b, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return bootstrap{}, fmt.Errorf("read the bootstrap record: %w", err)
+	}
+	b := bootstrap{secretsKey: make([]byte, secrets.KeySize)}
+	if _, err := rand.Read(b.secretsKey); err != nil {
+		return bootstrap{}, err
+	}
+	if rec.SecretsKey, err = seal(aead, b.secretsKey, "secrets_key"); err != nil {
+		return bootstrap{}, err
+	}
+	if keys.Empty() {
+		if b.adminKey, err = mintAdminKey(keys, "admin", adminKeyPath); err != nil {
+			return bootstrap{}, err
+		}
+		b.created = true
+		if rec.AdminKey, err = seal(aead, []byte(b.adminKey), "admin_key"); err != nil {
+			return bootstrap{}, err
+		}
+	}
+	if err := st.Put(bootstrapBucket, bootstrapKey, rec); err != nil {
+		return bootstrap{}, fmt.Errorf("write the bootstrap record: %w", err)
+	}
+	return b, nil
+}
+
+// writeAdminKeyFile writes the admin key to path (0600) unless it holds it
+// already.
+func writeAdminKeyFile(path, secret string) error {
+	if data, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(data)) == secret {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write admin key: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write admin key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write admin key: %w", err)
+	}
+	return nil
+}

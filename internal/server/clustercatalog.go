@@ -1,0 +1,227 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/space-platform/space/internal/api"
+	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/clusterrpc"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/store"
+	"github.com/space-platform/space/internal/template"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// nodeTemplatesBucket holds, by node id, the templates each node reported
+// ready (clusterrpc.Template), so that every replica resolves them.
+const nodeTemplatesBucket = "node_templates"
+
+// errClusterBuilds refuses template changes through a cluster's control
+// plane: every node builds the built-in templates itself at its start,
+// and building others (once, on one node, shipped to the rest) is to come.
+var errClusterBuilds = fmt.Errorf("%w: building or deleting templates through a cluster control plane is not supported yet; the built-in templates are built by every node at its start (space node --build-templates)", api.ErrNotImplemented)
+
+// clusterCatalog is the template catalog of a cluster's control plane:
+// the templates the nodes reported, by name. A template is ready when at
+// least one schedulable node holds it; the id is the same on every node
+// (a hash of the recipe and the builder), so placement finds the nodes
+// that hold it by id.
+type clusterCatalog struct {
+	st  store.Store
+	reg *cluster.Registry
+	cp  func() *controlplane.ControlPlane
+
+	mu sync.Mutex
+	// written is what this replica last stored per node, so that
+	// heartbeats write only changes.
+	written map[string][]clusterrpc.Template
+}
+
+func newClusterCatalog(st store.Store, reg *cluster.Registry, cp func() *controlplane.ControlPlane) *clusterCatalog {
+	return &clusterCatalog{st: st, reg: reg, cp: cp, written: map[string][]clusterrpc.Template{}}
+}
+
+// record stores the templates a node reported, when they changed.
+func (c *clusterCatalog) record(nodeID string, ts []clusterrpc.Template) error {
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev, ok := c.written[nodeID]; ok && reflect.DeepEqual(prev, ts) {
+		return nil
+	}
+	if err := c.st.Put(nodeTemplatesBucket, nodeID, ts); err != nil {
+		return fmt.Errorf("record the templates of node %s: %w", nodeID, err)
+	}
+	c.written[nodeID] = ts
+	return nil
+}
+
+// clusterTemplate is one template as the cluster holds it.
+type clusterTemplate struct {
+	name string
+	spec nodeapi.TemplateSpec
+	// ready counts the schedulable nodes that hold it, nodes all that do.
+	ready, nodes int
+}
+
+// templates reads what the nodes hold, by name; of two ids under one name
+// (nodes of different builders) the one more schedulable nodes hold wins.
+func (c *clusterCatalog) templates() (map[string]clusterTemplate, error) {
+	nodes, err := c.reg.List()
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]cluster.Node{}
+	for _, n := range nodes {
+		byID[n.ID] = n
+	}
+	type key struct{ name, id string }
+	found := map[key]*clusterTemplate{}
+	err = c.st.Each(nodeTemplatesBucket, func(nodeID string, data []byte) error {
+		n, ok := byID[nodeID]
+		if !ok {
+			return nil // removed
+		}
+		var ts []clusterrpc.Template
+		if err := json.Unmarshal(data, &ts); err != nil {
+			return fmt.Errorf("decode the templates of node %s: %w", nodeID, err)
+		}
+		for _, t := range ts {
+			k := key{t.Name, t.Spec.ID}
+			ct := found[k]
+			if ct == nil {
+				ct = &clusterTemplate{name: t.Name, spec: t.Spec}
+				found[k] = ct
+			}
+			ct.nodes++
+			// Held by its last heartbeat, not only reported once.
+			if n.Schedulable() && slices.Contains(n.Info.Templates, t.Spec.ID) {
+				ct.ready++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]clusterTemplate{}
+	for _, ct := range found {
+		if prev, ok := out[ct.name]; !ok || ct.ready > prev.ready || ct.ready == prev.ready && ct.nodes > prev.nodes {
+			out[ct.name] = *ct
+		}
+	}
+	return out, nil
+}
+
+// lookup finds a template by name or id.
+func (c *clusterCatalog) lookup(nameOrID string) (clusterTemplate, bool, error) {
+	all, err := c.templates()
+	if err != nil {
+		return clusterTemplate{}, false, err
+	}
+	if t, ok := all[nameOrID]; ok {
+		return t, true, nil
+	}
+	for _, t := range all {
+		if t.spec.ID == nameOrID {
+			return t, true, nil
+		}
+	}
+	return clusterTemplate{}, false, nil
+}
+
+// Resolve implements controlplane.Templates.
+func (c *clusterCatalog) Resolve(_ project.Scope, nameOrID string) (nodeapi.TemplateSpec, string, error) {
+	t, ok, err := c.lookup(nameOrID)
+	switch {
+	case err != nil:
+		return nodeapi.TemplateSpec{}, "", err
+	case !ok:
+		if _, builtin := template.Builtin(nameOrID); builtin {
+			return nodeapi.TemplateSpec{}, "", fmt.Errorf("template %q is not built on any node yet: %w", nameOrID, controlplane.ErrTemplateNotReady)
+		}
+		return nodeapi.TemplateSpec{}, "", fmt.Errorf("template %q: %w", nameOrID, controlplane.ErrUnknownTemplate)
+	case t.ready == 0:
+		return nodeapi.TemplateSpec{}, "", fmt.Errorf("template %q is on no schedulable node: %w", nameOrID, controlplane.ErrTemplateNotReady)
+	}
+	return t.spec, t.name, nil
+}
+
+func (c *clusterCatalog) view(scope project.Scope, t clusterTemplate) apiv1.Template {
+	v := apiv1.Template{Name: t.name, Builtin: true, ID: t.spec.ID, State: template.StateReady}
+	if t.ready == 0 {
+		v.State, v.Reason = template.StateBuilding, "held by no schedulable node"
+	}
+	if recipe, ok := template.Builtin(t.name); ok {
+		v.From = recipe.From
+	}
+	if cp := c.cp(); cp != nil {
+		pool := cp.PoolStatus(t.spec.ID)
+		v.Sandboxes = cp.CountUsing(scope, t.spec.ID)
+		v.Pool = &apiv1.PoolStatus{Size: pool.Size, Ready: pool.Ready}
+	}
+	return v
+}
+
+func (c *clusterCatalog) Get(scope project.Scope, name string) (apiv1.Template, error) {
+	t, ok, err := c.lookup(name)
+	if err != nil {
+		return apiv1.Template{}, err
+	}
+	if !ok || strings.Contains(name, "/") {
+		return apiv1.Template{}, fmt.Errorf("%w: template %q is on no node", api.ErrTemplateNotFound, name)
+	}
+	return c.view(scope, t), nil
+}
+
+func (c *clusterCatalog) List(scope project.Scope) []apiv1.Template {
+	all, err := c.templates()
+	out := []apiv1.Template{}
+	if err != nil {
+		return out
+	}
+	for _, t := range all {
+		out = append(out, c.view(scope, t))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Logs has no lines: the builds ran on the nodes, whose logs hold them.
+func (c *clusterCatalog) Logs(scope project.Scope, name string, from int) ([]string, bool, error) {
+	if _, err := c.Get(scope, name); err != nil {
+		return nil, false, err
+	}
+	return nil, true, nil
+}
+
+func (c *clusterCatalog) Submit(project.Scope, string, []byte, api.TemplateBuild) (apiv1.Template, error) {
+	return apiv1.Template{}, errClusterBuilds
+}
+
+func (c *clusterCatalog) Delete(project.Scope, string) error { return errClusterBuilds }
+
+func (c *clusterCatalog) SetPool(scope project.Scope, name string, size int) (apiv1.Template, error) {
+	t, ok, err := c.lookup(name)
+	if err != nil {
+		return apiv1.Template{}, err
+	}
+	if !ok {
+		return apiv1.Template{}, fmt.Errorf("%w: template %q is on no node", api.ErrTemplateNotFound, name)
+	}
+	if !scope.All {
+		return apiv1.Template{}, errShared(name)
+	}
+	if _, err := c.cp().SetPoolSize(t.name, size); err != nil {
+		return apiv1.Template{}, err
+	}
+	return c.Get(scope, name)
+}

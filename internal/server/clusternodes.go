@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/noderpc"
+)
+
+// clusterNodes is how a cluster's control plane reaches its nodes
+// (controlplane.Nodes): the registry says where each node is and whether
+// it answers, and each node is driven through a noderpc client dialed at
+// the address it advertised.
+type clusterNodes struct {
+	reg           *cluster.Registry
+	token, caFile string
+
+	mu      sync.Mutex
+	clients map[string]*remoteNode // by node id
+	joined  []string               // ids joined through this replica, in order
+	subs    map[*joinSub]struct{}
+}
+
+// joinSub is one Joins subscription.
+type joinSub struct {
+	ctx context.Context
+	ch  chan string
+	// sends counts deliveries in flight; the channel closes after them.
+	sends sync.WaitGroup
+}
+
+// deliver sends id in the background (called under clusterNodes.mu), so
+// that a subscriber busy reconciling holds no registration up.
+func (s *joinSub) deliver(id string) {
+	s.sends.Add(1)
+	go func() {
+		defer s.sends.Done()
+		select {
+		case s.ch <- id:
+		case <-s.ctx.Done():
+		}
+	}()
+}
+
+var _ controlplane.Nodes = (*clusterNodes)(nil)
+
+func newClusterNodes(reg *cluster.Registry, token, caFile string) *clusterNodes {
+	return &clusterNodes{reg: reg, token: token, caFile: caFile, clients: map[string]*remoteNode{}, subs: map[*joinSub]struct{}{}}
+}
+
+// remoteNode is a node reached over RPC, as the control plane drives it.
+type remoteNode struct {
+	*noderpc.Client
+	address string
+}
+
+// client returns the node's client, dialing it at address when it has
+// none or the node moved.
+func (c *clusterNodes) client(id, address string) (*remoteNode, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rn, ok := c.clients[id]; ok && rn.address == address {
+		return rn, nil
+	}
+	cl, err := noderpc.Dial(address, c.token, noderpc.DialOptions{CAFile: c.caFile})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", id, err)
+	}
+	if old, ok := c.clients[id]; ok {
+		_ = old.Close()
+	}
+	rn := &remoteNode{Client: cl, address: address}
+	c.clients[id] = rn
+	return rn, nil
+}
+
+// Join is told of a node's registration (through this replica): the node
+// is dialed at its address and every Joins subscriber learns its id.
+func (c *clusterNodes) Join(n cluster.Node) { c.join(n, false) }
+
+// Heard is told of a heartbeat through this replica. A node this replica
+// has not seen join does now: it registered before this replica started
+// (a control plane restarted over its store keeps its nodes, whose
+// heartbeats go on), or through another replica.
+func (c *clusterNodes) Heard(id string) {
+	c.mu.Lock()
+	known := slices.Contains(c.joined, id)
+	c.mu.Unlock()
+	if known {
+		return
+	}
+	if n, err := c.reg.Get(id); err == nil {
+		c.join(n, true)
+	}
+}
+
+// join delivers n's id to the subscribers; with onlyNew, only if no
+// registration of it was delivered yet (a heartbeat raced one).
+func (c *clusterNodes) join(n cluster.Node, onlyNew bool) {
+	if _, err := c.client(n.ID, n.Address); err != nil {
+		return // its address was checked by the registry; Node reports the error
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slices.Contains(c.joined, n.ID) {
+		if onlyNew {
+			return
+		}
+	} else {
+		c.joined = append(c.joined, n.ID)
+	}
+	for sub := range c.subs {
+		sub.deliver(n.ID)
+	}
+}
+
+// Node returns the node's client, unless the node is unknown,
+// unreachable or lost.
+func (c *clusterNodes) Node(id string) (controlplane.Node, error) {
+	n, err := c.reg.Get(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", controlplane.ErrNodeUnavailable, err)
+	}
+	switch n.State {
+	case cluster.Unreachable, cluster.Lost:
+		return nil, fmt.Errorf("%w: node %s is %s (%s)", controlplane.ErrNodeUnavailable, id, n.State, n.Reason)
+	}
+	rn, err := c.client(id, n.Address)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", controlplane.ErrNodeUnavailable, err)
+	}
+	return rn, nil
+}
+
+func (c *clusterNodes) Place(req cluster.PlaceRequest) (string, error) { return c.reg.Place(req) }
+
+// State is the node's state; a node the registry does not know (any
+// more) is lost to its sandboxes.
+func (c *clusterNodes) State(id string) cluster.State {
+	n, err := c.reg.Get(id)
+	if errors.Is(err, cluster.ErrUnknownNode) {
+		return cluster.Lost
+	}
+	if err != nil {
+		return cluster.Unreachable
+	}
+	return n.State
+}
+
+// Joins delivers the ids of the nodes joined through this replica so far,
+// then of each registration as it comes, until ctx ends.
+func (c *clusterNodes) Joins(ctx context.Context) <-chan string {
+	sub := &joinSub{ctx: ctx, ch: make(chan string)}
+	c.mu.Lock()
+	for _, id := range c.joined {
+		sub.deliver(id)
+	}
+	c.subs[sub] = struct{}{}
+	c.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		c.mu.Lock()
+		delete(c.subs, sub)
+		c.mu.Unlock()
+		sub.sends.Wait()
+		close(sub.ch)
+	}()
+	return sub.ch
+}
+
+// close releases the nodes' connections.
+func (c *clusterNodes) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rn := range c.clients {
+		_ = rn.Close()
+	}
+}

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/store"
+)
+
+// The cluster's Nodes: a node the registry does not know, or that went
+// silent, is unavailable; joins reach every subscriber, the past ones
+// first, and a heartbeat joins a node only once.
+func TestClusterNodesStatesAndJoins(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	reg, err := cluster.New(cluster.Config{Store: st, Now: clock, HeartbeatTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := newClusterNodes(reg, "token", "")
+	defer nodes.close()
+
+	if _, err := nodes.Node("n1"); !errors.Is(err, controlplane.ErrNodeUnavailable) {
+		t.Fatalf("unknown node: %v", err)
+	}
+	if got := nodes.State("n1"); got != cluster.Lost {
+		t.Fatalf("state of an unknown node = %s", got)
+	}
+	n1, err := reg.Register("n1", "http://127.0.0.1:1", nodeapi.Info{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes.Join(n1)
+	if nd, err := nodes.Node("n1"); err != nil || nd == nil {
+		t.Fatalf("joined node: %v", err)
+	}
+	if got := nodes.State("n1"); got != cluster.Ready {
+		t.Fatalf("state = %s", got)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	joins := nodes.Joins(ctx)
+	if id := <-joins; id != "n1" {
+		t.Fatalf("first join delivered %q", id)
+	}
+	// n2 registered through another replica: its heartbeat joins it, once.
+	if _, err := reg.Register("n2", "http://127.0.0.1:2", nodeapi.Info{}); err != nil {
+		t.Fatal(err)
+	}
+	nodes.Heard("n2")
+	nodes.Heard("n2")
+	nodes.Heard("n1")
+	if id := <-joins; id != "n2" {
+		t.Fatalf("heard node delivered %q", id)
+	}
+	select {
+	case id := <-joins:
+		t.Fatalf("a second join of %q for heartbeats of known nodes", id)
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	mu.Lock()
+	now = now.Add(11 * time.Second)
+	mu.Unlock()
+	if _, err := nodes.Node("n1"); !errors.Is(err, controlplane.ErrNodeUnavailable) {
+		t.Fatalf("silent node: %v", err)
+	}
+	cancel()
+	for range joins {
+	}
+}

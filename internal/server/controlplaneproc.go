@@ -1,0 +1,195 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/space-platform/space/internal/api"
+	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/clusterrpc"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/hostpath"
+	"github.com/space-platform/space/internal/metrics"
+	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/secrets"
+	"github.com/space-platform/space/internal/store"
+)
+
+// ControlPlaneConfig is everything `space control-plane` can be told.
+type ControlPlaneConfig struct {
+	// Store is the PostgreSQL URL every replica shares.
+	Store string
+	// DataDir holds the replica's own files (admin.key).
+	DataDir string
+	// Listen is the native API's address, which the nodes' cluster
+	// service shares; E2BListen and ProxyListen the E2B API's and the
+	// sandbox proxy's (empty: off); Domain as in Config.
+	Listen, E2BListen, ProxyListen, Domain string
+	// ClusterToken authenticates the control plane and the nodes to each
+	// other; TLSCAFile, when set, verifies the nodes' TLS certificates.
+	ClusterToken, TLSCAFile string
+	// HeartbeatTimeout is how long a node may be silent before it is
+	// unreachable (cluster.DefaultHeartbeatTimeout when zero).
+	HeartbeatTimeout time.Duration
+	HTTP             HTTPLimits
+	Defaults         controlplane.Defaults
+	// MemoryOvercommit bounds the sum of a node's sandbox memory limits
+	// at its memory times this factor.
+	MemoryOvercommit  float64
+	ProjectQuota      project.Quota
+	MaxRequestsPerKey int
+	Progress          io.Writer
+	Logger            *slog.Logger
+}
+
+// DefaultControlPlaneConfig returns the defaults of `space control-plane`:
+// those of `space serve` where they apply.
+func DefaultControlPlaneConfig() ControlPlaneConfig {
+	d := DefaultConfig()
+	return ControlPlaneConfig{
+		DataDir: d.DataDir, Listen: d.Listen, E2BListen: d.E2BListen, ProxyListen: d.ProxyListen,
+		HeartbeatTimeout: cluster.DefaultHeartbeatTimeout, HTTP: d.HTTP, Defaults: d.Defaults,
+		MemoryOvercommit: d.MemoryOvercommit, Progress: os.Stderr,
+	}
+}
+
+// StartControlPlane brings a control-plane replica up over the shared
+// store: the nodes' cluster service and the native API on cfg.Listen, the
+// E2B API and the sandbox proxy, reaching sandboxes on the nodes over
+// noderpc. It returns once it accepts requests.
+func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.ClusterToken == "" {
+		return nil, errors.New("space control-plane needs the cluster token")
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	s := &Server{
+		cfg: Config{
+			DataDir: cfg.DataDir, Store: cfg.Store, Listen: cfg.Listen, E2BListen: cfg.E2BListen, ProxyListen: cfg.ProxyListen,
+			Domain: cfg.Domain, HTTP: cfg.HTTP, Defaults: cfg.Defaults, Progress: cfg.Progress, Logger: cfg.Logger,
+		},
+		done: make(chan struct{}), hostPaths: hostpath.New(cfg.DataDir),
+	}
+	defer func() {
+		if err != nil {
+			s.closeStores()
+		}
+	}()
+	if s.st, err = store.OpenURL(ctx, cfg.Store); err != nil {
+		return nil, err
+	}
+	keys, err := auth.Open(s.st)
+	if err != nil {
+		return nil, err
+	}
+	adminKeyPath := filepath.Join(cfg.DataDir, "admin.key")
+	boot, err := loadBootstrap(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath)
+	if err != nil {
+		return nil, err
+	}
+	if s.AdminKey = boot.adminKey; s.AdminKey != "" {
+		if err := writeAdminKeyFile(adminKeyPath, s.AdminKey); err != nil {
+			return nil, err
+		}
+	}
+	if boot.created {
+		say("created admin API key (shown once; also saved to %s): %s", adminKeyPath, s.AdminKey)
+	}
+	quotas, err := project.OpenQuotas(s.st, cfg.ProjectQuota)
+	if err != nil {
+		return nil, err
+	}
+	secretStore, err := secrets.Open(s.st, boot.secretsKey)
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	reg, err := cluster.New(cluster.Config{
+		Store: s.st, HeartbeatTimeout: cfg.HeartbeatTimeout,
+		Placement: cluster.PlacementConfig{MemoryOvercommit: cfg.MemoryOvercommit},
+	})
+	if err != nil {
+		return nil, err
+	}
+	nodes := newClusterNodes(reg, cfg.ClusterToken, cfg.TLSCAFile)
+	s.nodes = nodes
+	cat := newClusterCatalog(s.st, reg, func() *controlplane.ControlPlane { return s.cp })
+	clusterPath, clusterHandler := clusterrpc.NewHandler(clusterrpc.ServerConfig{
+		Registry: reg, Token: cfg.ClusterToken, Logger: cfg.Logger,
+		// The templates first: the control plane resolves them when it
+		// reconciles the node that joined.
+		Joined: func(n cluster.Node, ts []clusterrpc.Template) {
+			if err := cat.record(n.ID, ts); err != nil {
+				cfg.Logger.Error("node joined", "node", n.ID, "err", err)
+			}
+			nodes.Join(n)
+		},
+		Templates: func(id string, ts []clusterrpc.Template) {
+			if err := cat.record(id, ts); err != nil {
+				cfg.Logger.Error("node heartbeat", "node", id, "err", err)
+			}
+			nodes.Heard(id)
+		},
+	})
+
+	metricsReg := metrics.NewRegistry()
+	if s.cp, err = newClusterControlPlane(ctx, controlplane.Config{
+		Store: s.st, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: metricsReg,
+		Secrets: secretStore, Quotas: quotas, HostPaths: s.hostPaths,
+	}, nodes); err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	// The nodes' service shares the API's listener under its Connect
+	// path; it takes the cluster token, not API keys.
+	mux.Handle(clusterPath, clusterHandler)
+	mux.Handle("/", api.HidePaths(api.New(api.Config{
+		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: metricsReg, Logger: cfg.Logger,
+		Nodes: reg, MaxRequestsPerKey: cfg.MaxRequestsPerKey,
+	}), s.hostPaths))
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if err := s.startCompat(keys); err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := s.serveAPI(ctx, mux); err != nil {
+		cancel()
+		return nil, err
+	}
+	go s.cp.Run(runCtx)
+	say("listening on %s (the API, and the cluster service nodes join through)", s.URL)
+	if s.compat.e2bURL != "" || s.compat.proxyURL != "" {
+		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)
+	}
+	return s, nil
+}
+
+// newClusterControlPlane builds the cluster's control plane over its
+// nodes. Its Capacity stays zero: placement weighs each node's figures
+// (cluster.Registry.Place), and a refusal names the cluster's. The nodes
+// are reconciled as they join (their sandboxes adopted), not here.
+func newClusterControlPlane(ctx context.Context, cfg controlplane.Config, nodes *clusterNodes) (*controlplane.ControlPlane, error) {
+	cfg.Nodes = nodes
+	cp := controlplane.New(cfg)
+	if err := cp.Recover(ctx); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}

@@ -1,0 +1,274 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/clusterrpc"
+	"github.com/space-platform/space/internal/membership"
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/noderpc"
+	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/internal/template"
+)
+
+// NodeConfig is everything `space node` can be told.
+type NodeConfig struct {
+	DataDir, RunscPath, AgentPath, Platform string
+	// VolumeImageBytes sizes the loop-backed btrfs image if one is made.
+	VolumeImageBytes int64
+	// ID names the node in the cluster; empty: the id kept in
+	// <data-dir>/node-id, made on first start.
+	ID string
+	// Listen is the address of the node's RPC service, Advertise the URL
+	// the control plane reaches it at, ControlPlane the control plane's.
+	Listen, Advertise, ControlPlane string
+	// ClusterToken authenticates the node and the control plane to each
+	// other; TLSCAFile, when set, verifies the control plane's TLS
+	// certificate.
+	ClusterToken, TLSCAFile string
+	// TLSCertFile and TLSKeyFile, both set, make the node's RPC service
+	// speak TLS.
+	TLSCertFile, TLSKeyFile string
+	// Network configures sandbox egress (see Config.Network); nodes on
+	// one machine need uplink pools of their own.
+	Network     network.EgressConfig
+	DNSUpstream string
+	// BandwidthMbit and MaxConnections are every sandbox's network limits
+	// (0: unlimited).
+	BandwidthMbit, MaxConnections int
+	// BuildTemplates are built-in templates built at start when missing.
+	BuildTemplates     []string
+	MemoryOvercommit   float64
+	SessionOutputLimit int64
+	// HeartbeatInterval is membership.DefaultInterval when zero.
+	HeartbeatInterval time.Duration
+	Progress          io.Writer
+	Logger            *slog.Logger
+}
+
+// DefaultNodeConfig returns the defaults of `space node`: those of the
+// node part of `space serve`.
+func DefaultNodeConfig() NodeConfig {
+	d := DefaultConfig()
+	return NodeConfig{
+		DataDir: d.DataDir, Listen: "127.0.0.1:7071", Platform: d.Platform,
+		Network: d.Network, BandwidthMbit: d.Defaults.BandwidthMbit, MaxConnections: d.Defaults.MaxConnections,
+		BuildTemplates: d.BuildTemplates, MemoryOvercommit: d.MemoryOvercommit, SessionOutputLimit: d.SessionOutputLimit,
+		Progress: os.Stderr,
+	}
+}
+
+// NodeServer is a running `space node`.
+type NodeServer struct {
+	// ID is the node's id, URL where its RPC service listens.
+	ID, URL string
+
+	cfg      NodeConfig
+	side     *nodeSide
+	http     *http.Server
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the RPC server stopped
+	member   chan error    // membership's end
+	cpClient *clusterrpc.Client
+}
+
+// StartNode brings a node up: its sandboxes' machinery, its RPC service on
+// cfg.Listen, then in the background the built-in templates and its
+// membership of the control plane. Sandboxes a previous node process left
+// running keep running; the control plane adopts them when the node joins.
+func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.ClusterToken == "" {
+		return nil, errors.New("space node needs the cluster token")
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if cfg.ID == "" {
+		if cfg.ID, err = nodeID(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	} else if err := cluster.ValidID(cfg.ID); err != nil {
+		return nil, fmt.Errorf("--id: %w", err)
+	}
+	d := DefaultConfig().Defaults
+	side, err := openNodeSide(ctx, nodeSideConfig{
+		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
+		VolumeImageBytes: cfg.VolumeImageBytes, ID: cfg.ID,
+		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream,
+		Limits: network.Limits{BandwidthMbit: cfg.BandwidthMbit, MaxConnections: cfg.MaxConnections},
+		// No egress CA and no credential injection yet: the rules and
+		// secrets live in the control plane's store. Templates built
+		// without a CA also hash to the same id on every node (a node's
+		// CA is its own), which placement relies on.
+		TrustedCA: nil, MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
+		BuildLimits:    runtime.Limits{VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), Pids: d.Pids},
+		BuildDiskBytes: int64(d.DiskMB) << 20,
+		Logger:         cfg.Logger, say: say,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &NodeServer{ID: cfg.ID, cfg: cfg, side: side, done: make(chan struct{}), member: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			side.close()
+		}
+	}()
+	held := heldNode{Node: side.node, side: side}
+	if s.http, err = noderpc.NewServer(noderpc.NewHandler(held, cfg.ClusterToken, cfg.Logger), noderpc.ServerOptions{
+		CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, Logger: cfg.Logger,
+	}); err != nil {
+		return nil, err
+	}
+	if s.cpClient, err = clusterrpc.Dial(cfg.ControlPlane, cfg.ClusterToken, clusterrpc.DialOptions{
+		CAFile: cfg.TLSCAFile, Templates: side.templateList,
+	}); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	scheme := "http"
+	if cfg.TLSCertFile != "" {
+		scheme = "https"
+	}
+	s.URL = scheme + "://" + ln.Addr().String()
+	if cfg.Advertise == "" {
+		cfg.Advertise = s.URL
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	side.run(runCtx)
+	go func() {
+		defer close(s.done)
+		if err := noderpc.Serve(s.http, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cfg.Logger.Error("node rpc server", "err", err)
+		}
+	}()
+	go func() {
+		// The node joins once its built-in templates are built and booted
+		// (at once when they are, as on a restart): the control plane
+		// sweeps what a node runs for no sandbox of its own when the node
+		// joins, a template's first boot included.
+		side.buildTemplates(runCtx, cfg.BuildTemplates, cfg.Progress, say)
+		s.member <- membership.Run(runCtx, membership.Config{
+			ID: cfg.ID, Address: cfg.Advertise, Node: held, ControlPlane: s.cpClient,
+			Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
+		})
+	}()
+	say("node %s listening on %s (advertised as %s), joining %s", cfg.ID, s.URL, cfg.Advertise, cfg.ControlPlane)
+	return s, nil
+}
+
+// Left delivers the error that ended the node's membership: the control
+// plane removed it as lost. Nothing is delivered while the node belongs.
+func (s *NodeServer) Left() <-chan error { return s.member }
+
+// Shutdown stops the node's RPC service and loops. Sandboxes keep
+// running; a restarted node process keeps them, and the control plane
+// adopts them again.
+func (s *NodeServer) Shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	s.cancel()
+	<-s.done
+	_ = s.cpClient.Close()
+	s.side.close()
+	return err
+}
+
+// Templates exposes the node's template manager (for tests).
+func (s *NodeServer) Templates() *template.Manager { return s.side.templates }
+
+// heldNode is the node as its RPC service serves it: its Info lists the
+// templates it holds, so that placement only picks nodes that can run a
+// template.
+type heldNode struct {
+	*node.Node
+	side *nodeSide
+}
+
+func (h heldNode) Info(ctx context.Context) (nodeapi.Info, error) {
+	info, err := h.Node.Info(ctx)
+	if err != nil {
+		return info, err
+	}
+	info.Templates = h.side.heldTemplates()
+	return info, nil
+}
+
+// templateList names the templates ready on the node, for the control
+// plane's catalog.
+func (ns *nodeSide) templateList() []clusterrpc.Template {
+	var out []clusterrpc.Template
+	for name, id := range ns.templates.Names() {
+		t, err := ns.templates.Get(id)
+		if err != nil || t.State != template.StateReady {
+			continue
+		}
+		out = append(out, clusterrpc.Template{Name: name, Spec: templateSpec(t)})
+	}
+	return out
+}
+
+// nodeID reads the node's id from <data-dir>/node-id, making one on first
+// start: the host's name and a random suffix, so that several nodes on
+// one machine differ and a node keeps its id across restarts.
+func nodeID(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "node-id")
+	if data, err := os.ReadFile(path); err == nil {
+		id := strings.TrimSpace(string(data))
+		if err := cluster.ValidID(id); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		return id, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read the node id: %w", err)
+	}
+	host, _ := os.Hostname()
+	var label strings.Builder
+	for _, c := range strings.ToLower(host) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' {
+			label.WriteRune(c)
+		}
+		if label.Len() == 48 {
+			break
+		}
+	}
+	base := strings.Trim(label.String(), "-")
+	if base == "" {
+		base = "node"
+	}
+	suffix := make([]byte, 3)
+	if _, err := rand.Read(suffix); err != nil {
+		return "", err
+	}
+	id := base + "-" + hex.EncodeToString(suffix)
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the node id: %w", err)
+	}
+	return id, nil
+}

@@ -1,0 +1,206 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/gateway"
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/node"
+	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/internal/runtime/gvisor"
+	"github.com/space-platform/space/internal/storage"
+	"github.com/space-platform/space/internal/template"
+)
+
+// nodeSideConfig is what the node side of a process is told: `space
+// serve` fills it from its Config, `space node` from its NodeConfig.
+type nodeSideConfig struct {
+	DataDir, RunscPath, AgentPath, Platform string
+	VolumeImageBytes                        int64
+	// ID names the node (its Info's id).
+	ID      string
+	Network network.EgressConfig
+	// Limits are every sandbox's network limits, enforced by the node.
+	Limits      network.Limits
+	DNSUpstream string
+	// Interceptor terminates TLS for hosts with credential rules; nil:
+	// no credential injection.
+	Interceptor gateway.Interceptor
+	// TrustedCA is installed into every template the node builds (and
+	// hashed into its id); nil: none.
+	TrustedCA          []byte
+	MemoryOvercommit   float64
+	SessionOutputLimit int64
+	// BuildLimits and BuildDiskBytes size the sandboxes templates are
+	// built in.
+	BuildLimits    runtime.Limits
+	BuildDiskBytes int64
+	Logger         *slog.Logger
+	say            func(string, ...any)
+}
+
+// nodeSide is the node of a process: its volumes, network slots, egress
+// gateway, the node service itself and the templates built on it.
+type nodeSide struct {
+	pool      *storage.Pool
+	slots     *network.Namespaces
+	gateway   *gateway.Gateway
+	node      *node.Node
+	templates *template.Manager
+	// capacity is this machine's size.
+	capacity controlplane.Capacity
+}
+
+// openNodeSide brings up the node side of a process. It starts no
+// goroutine; run starts the node's loops. On failure what it opened is
+// closed.
+func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err error) {
+	say := cfg.say
+	ns := &nodeSide{}
+	defer func() {
+		if err != nil {
+			ns.close()
+		}
+	}()
+	if ns.pool, err = storage.Open(ctx, storage.Options{
+		Root: filepath.Join(cfg.DataDir, "volumes"), ImageSizeBytes: cfg.VolumeImageBytes,
+		Logf: func(f string, a ...any) { say(f, a...) },
+	}); err != nil {
+		return nil, err
+	}
+	say("volumes: %s (%s)", ns.pool.Root(), ns.pool.Kind())
+
+	runscPath, err := findTool(cfg.RunscPath, "SPACE_RUNSC", "runsc")
+	if err != nil {
+		return nil, err
+	}
+	agentPath, err := findTool(cfg.AgentPath, "SPACE_AGENT", "space-agent")
+	if err != nil {
+		return nil, err
+	}
+	// The slots' network namespaces live in a directory of this
+	// installation's, out of reach of `ip netns` (see network.Namespaces).
+	if ns.slots, err = network.OpenNamespaces(filepath.Join(cfg.DataDir, "netns")); err != nil {
+		return nil, err
+	}
+	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform, Namespaces: ns.slots})
+	if err != nil {
+		return nil, err
+	}
+	var egress *network.Egress
+	cfg.Network.Limits = cfg.Limits
+	if cfg.Network.UplinkPool.IsValid() {
+		if egress, err = network.NewEgress(cfg.Network); err != nil {
+			return nil, err
+		}
+		upstream := cfg.DNSUpstream
+		if upstream == "" {
+			if upstream, err = gateway.DefaultUpstream(); err != nil {
+				return nil, err
+			}
+		}
+		gcfg := gateway.Config{
+			Egress: egress, Upstream: upstream, Logger: cfg.Logger,
+			// Denials are reported once sandboxes run, after ns.node is
+			// set; they reach the control plane as the node's events.
+			OnDenied: func(id, message string) { ns.node.NetworkDenied(id, message) },
+		}
+		if cfg.Interceptor != nil {
+			gcfg.Interceptor = cfg.Interceptor
+		}
+		if ns.gateway, err = gateway.New(gcfg); err != nil {
+			return nil, err
+		}
+	}
+	ns.capacity = nodeCapacity(cfg.MemoryOvercommit, ns.pool.Root())
+	if ns.node, err = node.New(node.Config{
+		Namespaces: ns.slots, Egress: egress, Gateway: ns.gateway,
+		Runtime: rt, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
+		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
+		ImagesDir: filepath.Join(cfg.DataDir, "images"),
+		ID:        cfg.ID,
+		Capacity:  node.Capacity{VCPUs: ns.capacity.VCPUs, MemoryMB: ns.capacity.MemoryMB, DiskMB: ns.capacity.DiskMB},
+	}); err != nil {
+		return nil, err
+	}
+	if ns.templates, err = template.NewManager(template.Config{
+		DataDir: cfg.DataDir, Volumes: ns.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
+		TrustedCA:      cfg.TrustedCA,
+		BuildDiskBytes: cfg.BuildDiskBytes,
+		Sandboxes:      buildSandboxes{node: ns.node, limits: cfg.BuildLimits},
+	}); err != nil {
+		return nil, err
+	}
+	return ns, nil
+}
+
+// run starts the node's loops until ctx ends: the volumes' quota watch
+// and the node's own (its event stream). The control plane, when in the
+// same process, follows the events from before this.
+func (ns *nodeSide) run(ctx context.Context) {
+	go ns.pool.WatchQuotas(ctx, quotaCheckInterval)
+	go ns.node.Run(ctx)
+}
+
+// buildTemplates builds the missing built-in templates named, one after
+// the other, each booted once for its pre-booted image.
+func (ns *nodeSide) buildTemplates(ctx context.Context, names []string, progress io.Writer, say func(string, ...any)) {
+	for _, name := range names {
+		if t, err := ns.templates.Get(name); err == nil && t.State == template.StateReady {
+			continue
+		}
+		recipe, ok := template.Builtin(name)
+		if !ok {
+			say("no built-in template named %q", name)
+			continue
+		}
+		say("building template %s (first start; progress follows)", name)
+		w := &prefixWriter{prefix: "space: [" + name + "] ", out: progress}
+		t, err := ns.templates.Build(ctx, name, recipe, template.Source{}, w)
+		if err != nil {
+			say("template %s failed: %v", name, err)
+			continue
+		}
+		say("template %s ready; booting it once for its snapshot", name)
+		// The node makes the template's pre-booted image now, so that its
+		// first create is a restore rather than a boot.
+		if err := ns.node.PrepareTemplate(ctx, templateSpec(t)); err != nil {
+			say("template %s: no pre-booted image (%v); sandboxes will boot instead", name, err)
+		}
+	}
+}
+
+// heldTemplates are the ids of the templates ready on this node.
+func (ns *nodeSide) heldTemplates() []string {
+	var ids []string
+	for _, t := range ns.templates.List() {
+		if t.State == template.StateReady && !slices.Contains(ids, t.ID) {
+			ids = append(ids, t.ID)
+		}
+	}
+	return ids
+}
+
+func (ns *nodeSide) close() {
+	if ns.gateway != nil {
+		ns.gateway.Close()
+	}
+	if ns.templates != nil {
+		_ = ns.templates.Close()
+	}
+}
+
+// templateSpec is what a node needs to know of a template.
+func templateSpec(t *template.Template) nodeapi.TemplateSpec {
+	return nodeapi.TemplateSpec{
+		ID: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir,
+		Start: t.Start, Ready: t.Ready,
+	}
+}

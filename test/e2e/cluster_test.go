@@ -1,0 +1,417 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/internal/pgtest"
+	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
+)
+
+// clusterProc is one process of a cluster the test runs: `space
+// control-plane` or `space node`, started from the built binary.
+type clusterProc struct {
+	t      *testing.T
+	name   string
+	args   []string
+	log    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func (p *clusterProc) start() {
+	p.t.Helper()
+	p.cmd = exec.Command(filepath.Join(env.binDir, "space"), p.args...)
+	log, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer log.Close()
+	p.cmd.Stdout, p.cmd.Stderr = log, log
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		_ = cmd.Wait()
+		close(exited)
+	}(p.cmd, p.exited)
+}
+
+// kill ends the process with SIGKILL: nothing of its own cleanup runs.
+func (p *clusterProc) kill() {
+	if p.cmd == nil || p.exited == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+func (p *clusterProc) showLog() {
+	data, _ := os.ReadFile(p.log)
+	p.t.Logf("%s log:\n%s", p.name, data)
+}
+
+// testCluster is PostgreSQL, one control plane and nodes, each in a data
+// directory of its own under /var/tmp.
+type testCluster struct {
+	t      *testing.T
+	base   string
+	cp     *clusterProc
+	nodes  []*clusterProc
+	dirs   []string // the nodes' data dirs
+	client *client.Client
+	// proxyURL is the control plane's sandbox proxy.
+	proxyURL string
+}
+
+// Uplink pools of the test's nodes: apart from each other and from
+// serve's default (10.200.0.0/16), which the shared e2e server uses.
+var clusterUplinks = []string{"10.201.0.0/20", "10.202.0.0/20"}
+
+func startCluster(t *testing.T, nodes int) *testCluster {
+	requireServer(t)
+	if testing.Short() {
+		t.Skip("starts a cluster of separate processes")
+	}
+	pg := pgtest.Start(t)
+	base, err := os.MkdirTemp("/var/tmp", "space-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testCluster{t: t, base: base}
+	t.Cleanup(c.stop)
+	token := filepath.Join(base, "cluster.token")
+	if err := os.WriteFile(token, []byte("e2e-cluster-token-"+strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cpListen, proxyListen := freePort(t), freePort(t)
+	c.proxyURL = "http://" + proxyListen
+	c.cp = &clusterProc{t: t, name: "control plane", log: filepath.Join(base, "control-plane.log"), args: []string{
+		"control-plane", "--store", pg, "--data-dir", filepath.Join(base, "cp"), "--listen", cpListen,
+		"--e2b-listen", "", "--proxy-listen", proxyListen, "--cluster-token-file", token, "--heartbeat-timeout", "6s",
+	}}
+	c.cp.start()
+	for i := range nodes {
+		dir := filepath.Join(base, fmt.Sprintf("node%d", i+1))
+		args := []string{
+			"node", "--data-dir", dir, "--listen", freePort(t), "--control-plane", "http://" + cpListen,
+			"--cluster-token-file", token, "--uplink-pool", clusterUplinks[i], "--build-templates", "minimal",
+			"--runsc", env.cfg.RunscPath, "--agent", env.cfg.AgentPath, "--volume-image-gib", "8",
+			"--dns-upstream", env.cfg.DNSUpstream,
+		}
+		if i == 0 {
+			args = append(args, "--id", "node-one") // the others make theirs
+		}
+		p := &clusterProc{t: t, name: fmt.Sprintf("node %d", i+1), log: filepath.Join(base, fmt.Sprintf("node%d.log", i+1)), args: args}
+		p.start()
+		c.nodes, c.dirs = append(c.nodes, p), append(c.dirs, dir)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for c.client == nil {
+		if key, err := os.ReadFile(filepath.Join(base, "cp", "admin.key")); err == nil {
+			c.client = client.New("http://"+cpListen, strings.TrimSpace(string(key)))
+		} else if time.Now().After(deadline) {
+			t.Fatal("the control plane wrote no admin.key")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Every node joined, holding minimal, and minimal is ready cluster-wide.
+	for {
+		ns, err := c.client.ListNodes(context.Background())
+		tpl, terr := c.client.GetTemplate(context.Background(), "minimal")
+		if err == nil && terr == nil && tpl.State == apiv1.TemplateReady && len(ns) == nodes && c.allHold(ns, tpl.ID) {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not come up: nodes %+v (%v), template %+v (%v)", ns, err, tpl, terr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (c *testCluster) allHold(ns []apiv1.Node, templateID string) bool {
+	for _, n := range ns {
+		if n.State != "ready" || !slices.Contains(n.Templates, templateID) {
+			return false
+		}
+	}
+	return true
+}
+
+// stop kills every process, shows their logs if the test failed, and
+// leaves no sandbox, mount, loop device or namespace of the nodes behind.
+func (c *testCluster) stop() {
+	for _, p := range append([]*clusterProc{c.cp}, c.nodes...) {
+		if p == nil {
+			continue
+		}
+		p.kill()
+		if c.t.Failed() {
+			p.showLog()
+		}
+	}
+	for _, dir := range c.dirs {
+		releaseDataDir(dir)
+	}
+	if os.Getenv("SPACE_TEST_KEEP") == "" {
+		_ = os.RemoveAll(c.base)
+	}
+}
+
+// nodeCounts are the sandboxes each node reports, by node id.
+func (c *testCluster) nodeCounts(t *testing.T) map[string]int {
+	ns, err := c.client.ListNodes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, n := range ns {
+		out[n.ID] = n.Sandboxes
+	}
+	return out
+}
+
+// A control plane and two nodes as separate processes: sandboxes of
+// minimal are created, exec'd and given files through the control plane,
+// spread over both nodes, and reached through its proxy; a node killed
+// with SIGKILL and started again keeps its sandboxes running, re-adopted
+// with their memory state; a control plane killed and started again
+// follows its nodes again.
+func TestClusterProcesses(t *testing.T) {
+	c := startCluster(t, 2)
+	ctx := testContext(t)
+	cl := c.client
+
+	var sbs []*apiv1.Sandbox
+	for i := range 4 {
+		sb, err := cl.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "minimal", Metadata: map[string]string{"i": strconv.Itoa(i)}})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		if sb, err = cl.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, 2*time.Minute); err != nil {
+			t.Fatalf("wait for %s: %v", sb.ID, err)
+		}
+		sbs = append(sbs, sb)
+	}
+	perNode := map[string][]string{}
+	for i, sb := range sbs {
+		if sb.Node == "" || sb.NodeState != "ready" {
+			t.Fatalf("sandbox %s: node %q, node_state %q", sb.ID, sb.Node, sb.NodeState)
+		}
+		perNode[sb.Node] = append(perNode[sb.Node], sb.ID)
+		res, err := cl.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo hello from $SPACE_SANDBOX_ID"}})
+		if err != nil || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "hello from "+sb.ID {
+			t.Fatalf("exec in %s: %+v, %v", sb.ID, res, err)
+		}
+		body := fmt.Sprintf("file %d of %s", i, sb.ID)
+		if _, err := cl.WriteFile(ctx, sb.ID, "/tmp/f.txt", strings.NewReader(body)); err != nil {
+			t.Fatalf("write file in %s: %v", sb.ID, err)
+		}
+		r, err := cl.ReadFile(ctx, sb.ID, "/tmp/f.txt")
+		if err != nil {
+			t.Fatalf("read file in %s: %v", sb.ID, err)
+		}
+		got, _ := io.ReadAll(r)
+		r.Close()
+		if string(got) != body {
+			t.Fatalf("file in %s: %q, want %q", sb.ID, got, body)
+		}
+	}
+	if len(perNode) != 2 {
+		t.Fatalf("4 sandboxes on %d node(s) (%v), want both nodes used", len(perNode), perNode)
+	}
+	// The control plane's proxy reaches a port of a sandbox on each node.
+	for _, ids := range perNode {
+		id := ids[0]
+		execOn(t, cl, id, `mkdir -p /tmp/www && echo served by $SPACE_SANDBOX_ID > /tmp/www/index.html && busybox httpd -p 8080 -h /tmp/www`)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.proxyURL+"/index.html", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("E2b-Sandbox-Id", id)
+			req.Header.Set("E2b-Sandbox-Port", "8080")
+			resp := do(t, req)
+			if resp.status == http.StatusOK && string(resp.body) == "served by "+id+"\n" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the proxy never reached port 8080 of %s: %d %q", id, resp.status, resp.body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// The nodes count them too (their heartbeats may lag a little).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		counts := c.nodeCounts(t)
+		ok := true
+		for id, ids := range perNode {
+			ok = ok && counts[id] == len(ids)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes report %v sandboxes, want %v", counts, perNode)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// A counter in the first node's sandbox: its value only grows while
+	// the same process runs.
+	victim := c.nodes[0]
+	victimID := "node-one"
+	if len(perNode[victimID]) == 0 {
+		t.Fatalf("node-one runs none of %v", perNode)
+	}
+	target := perNode[victimID][0]
+	if _, err := cl.CreateSession(ctx, target, apiv1.CreateSessionRequest{Cmd: []string{"/bin/sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done"}}); err != nil {
+		t.Fatal(err)
+	}
+	readCount := func() int {
+		t.Helper()
+		res, err := cl.Exec(ctx, target, apiv1.ExecRequest{Cmd: []string{"cat", "/tmp/count"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("read the counter: %+v, %v", res, err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+		if err != nil {
+			t.Fatalf("counter %q: %v", res.Stdout, err)
+		}
+		return n
+	}
+	time.Sleep(time.Second)
+	before := readCount()
+	if before < 3 {
+		t.Fatalf("counter at %d after a second", before)
+	}
+
+	victim.kill()
+	// While the node is down its sandboxes do not answer; the other
+	// node's do.
+	if res, err := cl.Exec(ctx, target, apiv1.ExecRequest{Cmd: []string{"true"}}); err == nil {
+		t.Fatalf("exec on node-one while it is down answered %+v", res)
+	} else {
+		t.Logf("exec while the node is down: %v", err)
+	}
+	other := perNode[otherNode(perNode, victimID)][0]
+	if _, err := cl.Exec(ctx, other, apiv1.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		t.Fatalf("exec on the other node while node-one is down: %v", err)
+	}
+	victim.start()
+	deadline = time.Now().Add(time.Minute)
+	var after int
+	for {
+		res, err := cl.Exec(ctx, target, apiv1.ExecRequest{Cmd: []string{"cat", "/tmp/count"}})
+		if err == nil && res.ExitCode == 0 {
+			after, _ = strconv.Atoi(strings.TrimSpace(res.Stdout))
+			if after > before {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s after node-one restarted: %+v, %v", target, res, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	sb, err := cl.GetSandbox(ctx, target)
+	if err != nil || sb.State != apiv1.StateRunning || sb.Node != victimID || sb.NodeState != "ready" {
+		t.Fatalf("sandbox after re-adoption: %+v, %v", sb, err)
+	}
+	// A restarted process would count from 1 again: the counter went on.
+	if after <= before {
+		t.Fatalf("counter %d after the restart, %d before", after, before)
+	}
+
+	// A control plane killed and started again over its store finds its
+	// nodes by their heartbeats and follows them again: a sandbox whose
+	// runtime dies on the other node is seen to end.
+	c.cp.kill()
+	c.cp.start()
+	deadline = time.Now().Add(time.Minute)
+	for {
+		if _, err := cl.ListNodes(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the control plane did not come back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	execOn(t, cl, target, "true")
+	doomed := perNode[otherNode(perNode, victimID)]
+	dies := doomed[len(doomed)-1]
+	execOn(t, cl, dies, "true")
+	// After a heartbeat, which joins the node to the new process.
+	time.Sleep(6 * time.Second)
+	loseRuntime(dies)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		sb, err := cl.GetSandbox(ctx, dies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State != apiv1.StateRunning {
+			t.Logf("sandbox %s whose runtime died: %s (%s)", dies, sb.State, sb.Reason)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s still running 30 s after its runtime died: the restarted control plane does not follow its node", dies)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	for _, sb := range sbs {
+		if err := cl.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Errorf("delete %s: %v", sb.ID, err)
+		}
+	}
+	// The nodes run nothing any more.
+	for i, dir := range c.dirs {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out, _ := exec.Command("sh", "-c", "ps -eo args | grep -F "+filepath.Join(dir, "runtime")+"/ | grep -v grep || true").Output()
+			if len(bytes.TrimSpace(out)) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d still runs sandboxes after every delete:\n%s", i+1, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// execOn runs a shell command through cl and fails unless it exits 0.
+func execOn(t *testing.T, cl *client.Client, id, script string) {
+	t.Helper()
+	res, err := cl.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec %q in %s: %+v, %v", script, id, res, err)
+	}
+}
+
+func otherNode(perNode map[string][]string, not string) string {
+	for id := range perNode {
+		if id != not {
+			return id
+		}
+	}
+	return ""
+}
