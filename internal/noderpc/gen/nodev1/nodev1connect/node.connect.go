@@ -164,6 +164,12 @@ const (
 	// NodeServiceReceiveImageProcedure is the fully-qualified name of the NodeService's ReceiveImage
 	// RPC.
 	NodeServiceReceiveImageProcedure = "/space.node.v1.NodeService/ReceiveImage"
+	// NodeServiceBuildTemplateProcedure is the fully-qualified name of the NodeService's BuildTemplate
+	// RPC.
+	NodeServiceBuildTemplateProcedure = "/space.node.v1.NodeService/BuildTemplate"
+	// NodeServiceDeleteTemplateProcedure is the fully-qualified name of the NodeService's
+	// DeleteTemplate RPC.
+	NodeServiceDeleteTemplateProcedure = "/space.node.v1.NodeService/DeleteTemplate"
 )
 
 // NodeServiceClient is a client for the space.node.v1.NodeService service.
@@ -242,6 +248,10 @@ type NodeServiceClient interface {
 	ReceiveVolume(context.Context) *connect.ClientStreamForClient[nodev1.ReceiveVolumeRequest, nodev1.Empty]
 	SendImage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.ServerStreamForClient[nodev1.DataChunk], error)
 	ReceiveImage(context.Context) *connect.ClientStreamForClient[nodev1.ReceiveImageRequest, nodev1.Empty]
+	// Templates (nodeapi.Templates): a template built on this node, its
+	// log streamed as it is written, the template last.
+	BuildTemplate(context.Context, *connect.Request[nodev1.TemplateBuildRequest]) (*connect.ServerStreamForClient[nodev1.TemplateBuildEvent], error)
+	DeleteTemplate(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
 }
 
 // NewNodeServiceClient constructs a client for the space.node.v1.NodeService service. By default,
@@ -591,6 +601,18 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("ReceiveImage")),
 			connect.WithClientOptions(opts...),
 		),
+		buildTemplate: connect.NewClient[nodev1.TemplateBuildRequest, nodev1.TemplateBuildEvent](
+			httpClient,
+			baseURL+NodeServiceBuildTemplateProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("BuildTemplate")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteTemplate: connect.NewClient[nodev1.NameRequest, nodev1.Empty](
+			httpClient,
+			baseURL+NodeServiceDeleteTemplateProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("DeleteTemplate")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -652,6 +674,8 @@ type nodeServiceClient struct {
 	receiveVolume     *connect.Client[nodev1.ReceiveVolumeRequest, nodev1.Empty]
 	sendImage         *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
 	receiveImage      *connect.Client[nodev1.ReceiveImageRequest, nodev1.Empty]
+	buildTemplate     *connect.Client[nodev1.TemplateBuildRequest, nodev1.TemplateBuildEvent]
+	deleteTemplate    *connect.Client[nodev1.NameRequest, nodev1.Empty]
 }
 
 // Info calls space.node.v1.NodeService.Info.
@@ -934,6 +958,16 @@ func (c *nodeServiceClient) ReceiveImage(ctx context.Context) *connect.ClientStr
 	return c.receiveImage.CallClientStream(ctx)
 }
 
+// BuildTemplate calls space.node.v1.NodeService.BuildTemplate.
+func (c *nodeServiceClient) BuildTemplate(ctx context.Context, req *connect.Request[nodev1.TemplateBuildRequest]) (*connect.ServerStreamForClient[nodev1.TemplateBuildEvent], error) {
+	return c.buildTemplate.CallServerStream(ctx, req)
+}
+
+// DeleteTemplate calls space.node.v1.NodeService.DeleteTemplate.
+func (c *nodeServiceClient) DeleteTemplate(ctx context.Context, req *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error) {
+	return c.deleteTemplate.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the space.node.v1.NodeService service.
 type NodeServiceHandler interface {
 	// Control.
@@ -1010,6 +1044,10 @@ type NodeServiceHandler interface {
 	ReceiveVolume(context.Context, *connect.ClientStream[nodev1.ReceiveVolumeRequest]) (*connect.Response[nodev1.Empty], error)
 	SendImage(context.Context, *connect.Request[nodev1.NameRequest], *connect.ServerStream[nodev1.DataChunk]) error
 	ReceiveImage(context.Context, *connect.ClientStream[nodev1.ReceiveImageRequest]) (*connect.Response[nodev1.Empty], error)
+	// Templates (nodeapi.Templates): a template built on this node, its
+	// log streamed as it is written, the template last.
+	BuildTemplate(context.Context, *connect.Request[nodev1.TemplateBuildRequest], *connect.ServerStream[nodev1.TemplateBuildEvent]) error
+	DeleteTemplate(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -1355,6 +1393,18 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("ReceiveImage")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceBuildTemplateHandler := connect.NewServerStreamHandler(
+		NodeServiceBuildTemplateProcedure,
+		svc.BuildTemplate,
+		connect.WithSchema(nodeServiceMethods.ByName("BuildTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceDeleteTemplateHandler := connect.NewUnaryHandler(
+		NodeServiceDeleteTemplateProcedure,
+		svc.DeleteTemplate,
+		connect.WithSchema(nodeServiceMethods.ByName("DeleteTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/space.node.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceInfoProcedure:
@@ -1469,6 +1519,10 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceSendImageHandler.ServeHTTP(w, r)
 		case NodeServiceReceiveImageProcedure:
 			nodeServiceReceiveImageHandler.ServeHTTP(w, r)
+		case NodeServiceBuildTemplateProcedure:
+			nodeServiceBuildTemplateHandler.ServeHTTP(w, r)
+		case NodeServiceDeleteTemplateProcedure:
+			nodeServiceDeleteTemplateHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1700,4 +1754,12 @@ func (UnimplementedNodeServiceHandler) SendImage(context.Context, *connect.Reque
 
 func (UnimplementedNodeServiceHandler) ReceiveImage(context.Context, *connect.ClientStream[nodev1.ReceiveImageRequest]) (*connect.Response[nodev1.Empty], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.ReceiveImage is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) BuildTemplate(context.Context, *connect.Request[nodev1.TemplateBuildRequest], *connect.ServerStream[nodev1.TemplateBuildEvent]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.BuildTemplate is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) DeleteTemplate(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.DeleteTemplate is not implemented"))
 }
