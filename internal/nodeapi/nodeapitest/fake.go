@@ -1479,9 +1479,9 @@ func (f *Fake) ReceiveImage(ctx context.Context, image string, r io.Reader) erro
 
 var _ nodeapi.Templates = (*Fake)(nil)
 
-// FakeRecipeFails is a recipe the fake's BuildTemplate fails to build,
-// after a line of log, as a build whose step fails does.
-const FakeRecipeFails = "fail"
+// FakeRecipeFails, anywhere in a recipe, makes the fake's BuildTemplate
+// fail after a line of log, as a build whose step fails does.
+const FakeRecipeFails = "fake-build-fails"
 
 // BuildTemplate imitates a build: it logs two lines and files the recipe
 // as /recipe in the root volume templates/<id>, whose id is a hash of the
@@ -1491,7 +1491,7 @@ func (f *Fake) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildReque
 		logs = io.Discard
 	}
 	fmt.Fprintf(logs, "building %s\n", req.Name)
-	if string(req.Recipe) == FakeRecipeFails {
+	if strings.Contains(string(req.Recipe), FakeRecipeFails) {
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: step 1 failed", req.Name)
 	}
 	sum := sha256.Sum256(req.Recipe)
