@@ -20,6 +20,7 @@ import (
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/sandboxid"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/internal/template"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -48,7 +49,13 @@ const (
 	// to a node, so that the heartbeats before the node reports it do not
 	// ship it again.
 	shippedMemory = time.Minute
+	// buildLeaseTTL bounds how long a build whose replica died stays
+	// "building": the replica running a build holds a lease on it,
+	// renewed every third of this.
+	buildLeaseTTL = 15 * time.Second
 )
+
+func buildLease(key string) string { return "template-build/" + key }
 
 // clusterBuilt is one template built through the cluster.
 type clusterBuilt struct {
@@ -242,8 +249,10 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 		return apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
 	}
 	defer unlock()
-	var prev clusterBuilt
-	if err := c.st.Get(clusterTemplatesBucket, key, &prev); err == nil && prev.State == template.StateBuilding {
+	holder := "build-" + sandboxid.New()
+	if took, err := c.st.TryLead(ctx, buildLease(key), holder, buildLeaseTTL); err != nil {
+		return apiv1.Template{}, fmt.Errorf("lease the build of template %s: %w", name, err)
+	} else if !took {
 		return apiv1.Template{}, fmt.Errorf("%w: template %s is still building; wait for it, then build again", api.ErrTemplateInUse, name)
 	}
 	if err := c.st.Put(clusterTemplatesBucket, key, rec); err != nil {
@@ -255,9 +264,56 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 	c.builds.running.Add(1)
 	go func() {
 		defer c.builds.running.Done()
-		c.runBuild(ctx, rec, nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin}, builder, parentID)
+		c.leased(ctx, buildLease(key), holder, func() {
+			c.runBuild(ctx, rec, nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin}, builder, parentID)
+		})
 	}()
 	return c.viewBuilt(scope, rec), nil
+}
+
+// leased runs fn holding the lease name, renewed while it runs, and
+// resigns it after.
+func (c *clusterCatalog) leased(ctx context.Context, name, holder string, fn func()) {
+	done := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(buildLeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, err := c.st.TryLead(ctx, name, holder, buildLeaseTTL); err != nil {
+					c.builds.log.Warn("renew a template build's lease", "lease", name, "err", err)
+				}
+			}
+		}
+	}()
+	fn()
+	close(done)
+	<-renewed
+	_ = c.st.Resign(context.WithoutCancel(ctx), name, holder)
+}
+
+// abandoned marks failed a build whose replica died (nobody holds its
+// lease); true when b is not building (any more).
+func (c *clusterCatalog) abandoned(ctx context.Context, b *clusterBuilt) (bool, error) {
+	if b.State != template.StateBuilding {
+		return true, nil
+	}
+	probe := "probe-" + sandboxid.New()
+	took, err := c.st.TryLead(ctx, buildLease(b.canonical()), probe, time.Second)
+	if err != nil || !took {
+		return false, err
+	}
+	defer func() { _ = c.st.Resign(ctx, buildLease(b.canonical()), probe) }()
+	b.State, b.Reason = template.StateFailed, "the control-plane replica running the build stopped"
+	if err := c.st.Put(clusterTemplatesBucket, b.canonical(), *b); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (c *clusterCatalog) buildContext() context.Context {
@@ -485,7 +541,9 @@ func (c *clusterCatalog) deleteBuilt(b clusterBuilt) error {
 	if err := c.st.Get(clusterTemplatesBucket, key, &b); err != nil {
 		return fmt.Errorf("%w: template %q", api.ErrTemplateNotFound, b.Name)
 	}
-	if b.State == template.StateBuilding {
+	if ended, err := c.abandoned(c.buildContext(), &b); err != nil {
+		return fmt.Errorf("delete template %s: %w", b.Name, err)
+	} else if !ended {
 		return fmt.Errorf("%w: template %s is still building", api.ErrTemplateInUse, b.Name)
 	}
 	id := b.Spec.ID

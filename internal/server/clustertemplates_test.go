@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/cluster"
@@ -246,6 +247,30 @@ func TestClusterTemplateRefusalsAndFailure(t *testing.T) {
 	if v, _ := tc.cat.Get(p1, "bad"); v.State != template.StateReady {
 		t.Fatalf("rebuilt: %+v", v)
 	}
+	// A build whose replica died (a record building, nobody holding its
+	// lease) ends as failed when it is built again or deleted.
+	stale := clusterBuilt{Project: "p1", Name: "stale", State: template.StateBuilding, From: "minimal"}
+	if err := tc.cat.st.Put(clusterTemplatesBucket, stale.canonical(), stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.cat.Delete(p1, "stale"); err != nil {
+		t.Fatalf("delete an abandoned build: %v", err)
+	}
+	// A build in flight holds its lease: another replica's delete waits.
+	if took, err := tc.cat.st.TryLead(context.Background(), buildLease("p1/busy"), "another-replica", time.Minute); err != nil || !took {
+		t.Fatal(took, err)
+	}
+	busy := clusterBuilt{Project: "p1", Name: "busy", State: template.StateBuilding, From: "minimal"}
+	if err := tc.cat.st.Put(clusterTemplatesBucket, busy.canonical(), busy); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.cat.Delete(p1, "busy"); !errors.Is(err, api.ErrTemplateInUse) {
+		t.Fatalf("delete a build in flight: %v", err)
+	}
+	if _, err := tc.cat.Submit(p1, "busy", []byte("from: minimal\n"), api.TemplateBuild{}); !errors.Is(err, api.ErrTemplateInUse) {
+		t.Fatalf("build again during a build: %v", err)
+	}
+
 	// A child of a template the cluster built is built on the node that
 	// holds the parent in its manager, from the parent's id.
 	tc.join(t, "n2")

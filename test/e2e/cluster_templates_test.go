@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
+)
+
+// A template built through a cluster's control plane is built once, on
+// one node, and shipped to the other: it becomes ready, both nodes hold
+// it, a sandbox of it runs on each node (the other cordoned) with the
+// file its run step wrote, its delete is refused while a sandbox uses it
+// and then removes it from both nodes.
+func TestClusterTemplateBuiltOnceShipped(t *testing.T) {
+	c := startCluster(t, 2)
+	ctx := testContext(t)
+	cl := c.client
+
+	tpl, err := cl.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Name: "hello", Recipe: "from: minimal\nrun:\n  - echo hi from the build > /hello\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl.State != apiv1.TemplateBuilding {
+		t.Fatalf("submitted: %+v", tpl)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for tpl.State != apiv1.TemplateReady {
+		if tpl.State == apiv1.TemplateFailed || time.Now().After(deadline) {
+			t.Fatalf("template hello: %+v", tpl)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if tpl, err = cl.GetTemplate(ctx, "hello"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs, err := cl.GetTemplateLogsFrom(ctx, "hello", 0)
+	if err != nil || !slices.ContainsFunc(logs.Logs, func(l string) bool { return strings.Contains(l, "echo hi from the build") }) {
+		t.Fatalf("the build's log through the control plane: %+v, %v", logs, err)
+	}
+	// Shipped to the node that did not build it.
+	var ids []string
+	for {
+		ns, err := cl.ListNodes(ctx)
+		if err == nil && len(ns) == 2 && c.allHold(ns, tpl.ID) {
+			for _, n := range ns {
+				ids = append(ids, n.ID)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("template %s not on both nodes: %+v, %v", tpl.ID, ns, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+
+	var sbs []string
+	for i, id := range ids {
+		other := ids[1-i]
+		if _, err := cl.CordonNode(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		sb, err := cl.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "hello"})
+		if err != nil {
+			t.Fatalf("create on %s: %v", id, err)
+		}
+		if sb, err = cl.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, 2*time.Minute); err != nil {
+			t.Fatalf("wait for %s: %v", sb.ID, err)
+		}
+		if sb.Node != id {
+			t.Fatalf("sandbox %s on %s, want %s (the other is cordoned)", sb.ID, sb.Node, id)
+		}
+		res, err := cl.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"cat", "/hello"}})
+		if err != nil || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "hi from the build" {
+			t.Fatalf("cat /hello on %s: %+v, %v", id, res, err)
+		}
+		if _, err := cl.UncordonNode(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		sbs = append(sbs, sb.ID)
+	}
+
+	var apiErr *client.APIError
+	if err := cl.DeleteTemplate(ctx, "hello"); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusConflict {
+		t.Fatalf("delete while sandboxes use it: %v", err)
+	}
+	for _, id := range sbs {
+		if err := cl.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.DeleteTemplate(ctx, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.GetTemplate(ctx, "hello"); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
+		t.Fatalf("get after delete: %v", err)
+	}
+	for {
+		ns, err := cl.ListNodes(ctx)
+		if err == nil && !slices.ContainsFunc(ns, func(n apiv1.Node) bool { return slices.Contains(n.Templates, tpl.ID) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("template %s still on nodes after its delete: %+v, %v", tpl.ID, ns, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
