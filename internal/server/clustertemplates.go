@@ -188,15 +188,9 @@ func (c *clusterCatalog) viewBuilt(scope project.Scope, b clusterBuilt) apiv1.Te
 
 // submitBuilt records a build and starts it on a node.
 func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAML []byte, build api.TemplateBuild) (apiv1.Template, error) {
-	r, err := template.ParseRecipe(recipeYAML)
+	r, name, err := parseSubmitted(name, recipeYAML)
 	if err != nil {
-		return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
-	}
-	if name == "" {
-		name = r.Name
-	}
-	if err := template.ValidName(name); err != nil {
-		return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
+		return apiv1.Template{}, err
 	}
 	if _, builtin := template.Builtin(name); builtin {
 		return apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
@@ -610,7 +604,10 @@ func (c *clusterCatalog) logsBuilt(b clusterBuilt, from int) ([]string, bool, er
 		return nil, false, err
 	}
 	from = max(from, 0)
-	done := b.State != template.StateBuilding
+	// Done once ready where a create can go (or failed), so that a client
+	// that follows the log until it ends can use the template then.
+	state, _ := c.builtState(b)
+	done := state != template.StateBuilding
 	if from >= len(lines) {
 		return nil, done, nil
 	}

@@ -122,6 +122,9 @@ func TestClusterTemplateBuildShipDelete(t *testing.T) {
 		t.Fatalf("resolve before a heartbeat: %v", err)
 	}
 	id := v.ID
+	if _, done, _ := tc.cat.Logs(p1, "hello", 0); done {
+		t.Fatal("the log ended before a node reported the template")
+	}
 	if got := tc.holding(id); !slices.Equal(got, []string{"n1", "n2"}) {
 		t.Fatalf("template %s is on nodes %v, want both", id, got)
 	}
