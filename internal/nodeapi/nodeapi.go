@@ -188,6 +188,11 @@ type Templates interface {
 	// once the template is ready (or the build failed); the built root
 	// volume, Spec.RootfsVolume, is what SendVolume ships to other nodes.
 	BuildTemplate(ctx context.Context, req TemplateBuildRequest, logs io.Writer) (TemplateBuilt, error)
+	// StageTemplateArchive stores an uploaded OCI archive (at most limit
+	// bytes) for the build of a from: upload recipe, and returns the
+	// handle that build names it by (TemplateBuildRequest.Archive). The
+	// build consumes it.
+	StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (handle string, err error)
 	// DeleteTemplate deletes a template's root volume (and the node's own
 	// record of it, if it built it); a missing one is not an error.
 	DeleteTemplate(ctx context.Context, id string) error
@@ -201,6 +206,9 @@ type TemplateBuildRequest struct {
 	Recipe []byte `json:"recipe"`
 	// HostPaths allows a recipe to read the node's disk (admin keys).
 	HostPaths bool `json:"host_paths,omitempty"`
+	// Archive is the handle of the staged archive a from: upload recipe
+	// builds from; empty for other recipes.
+	Archive string `json:"archive,omitempty"`
 }
 
 // TemplateBuilt is a template a node built.

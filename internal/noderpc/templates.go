@@ -36,7 +36,7 @@ func (s *server) BuildTemplate(ctx context.Context, req *connect.Request[pb.Temp
 		return stream.Send(&pb.TemplateBuildEvent{Event: &pb.TemplateBuildEvent_Log{Log: p}})
 	})
 	built, err := t.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{
-		Name: req.Msg.GetName(), Recipe: req.Msg.GetRecipe(), HostPaths: req.Msg.GetHostPaths(),
+		Name: req.Msg.GetName(), Recipe: req.Msg.GetRecipe(), HostPaths: req.Msg.GetHostPaths(), Archive: req.Msg.GetArchive(),
 	}, logs)
 	if err != nil {
 		return wireError(err)
@@ -54,11 +54,37 @@ func (s *server) DeleteTemplate(ctx context.Context, req *connect.Request[pb.Nam
 	return ok(t.DeleteTemplate(ctx, req.Msg.GetName()))
 }
 
+func (s *server) StageTemplateArchive(ctx context.Context, stream *connect.ClientStream[pb.StageTemplateArchiveRequest]) (*connect.Response[pb.NameRequest], error) {
+	t, err := s.templates()
+	if err != nil {
+		return nil, err
+	}
+	head, err := receiveHead(stream, "stage template archive")
+	if err != nil {
+		return nil, err
+	}
+	body := &uploadReader[pb.StageTemplateArchiveRequest]{stream: stream, data: (*pb.StageTemplateArchiveRequest).GetData, buf: head.GetData()}
+	handle, err := t.StageTemplateArchive(ctx, body, head.GetLimit())
+	if err != nil {
+		return nil, wireError(err)
+	}
+	return connect.NewResponse(&pb.NameRequest{Name: handle}), nil
+}
+
+func (c *Client) StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (string, error) {
+	res, err := uploadFor(ctx, c, c.rpc.StageTemplateArchive, &pb.StageTemplateArchiveRequest{Limit: limit},
+		func(p []byte) *pb.StageTemplateArchiveRequest { return &pb.StageTemplateArchiveRequest{Data: p} }, r, "stage template archive")
+	if err != nil {
+		return "", err
+	}
+	return res.GetName(), nil
+}
+
 func (c *Client) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRequest, logs io.Writer) (nodeapi.TemplateBuilt, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.rpc.BuildTemplate(ctx, connect.NewRequest(&pb.TemplateBuildRequest{
-		Name: req.Name, Recipe: req.Recipe, HostPaths: req.HostPaths,
+		Name: req.Name, Recipe: req.Recipe, HostPaths: req.HostPaths, Archive: req.Archive,
 	}))
 	if err != nil {
 		return nodeapi.TemplateBuilt{}, c.fail(err)

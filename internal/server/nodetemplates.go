@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -26,11 +27,32 @@ func (h heldNode) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRe
 	if err != nil {
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)
 	}
-	t, err := h.side.templates.Build(ctx, req.Name, r, template.Source{HostPaths: req.HostPaths}, logs)
+	src := template.Source{HostPaths: req.HostPaths}
+	if req.Archive != "" {
+		if src.Archive, err = h.side.templates.StagedUpload(req.Archive); err != nil {
+			return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)
+		}
+	}
+	t, err := h.side.templates.Build(ctx, req.Name, r, src, logs)
 	if err != nil {
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)
 	}
 	return nodeapi.TemplateBuilt{Spec: templateSpec(t), SizeBytes: t.SizeBytes}, nil
+}
+
+// StageTemplateArchive stages an uploaded archive with the template
+// manager; the handle is its file's name, never its path.
+func (h heldNode) StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (string, error) {
+	path, err := h.side.templates.StageUpload(r, limit)
+	switch {
+	case errors.Is(err, template.ErrArchiveTooLarge):
+		return "", err
+	case err != nil:
+		// The detail names the node's paths: the log has it, not the caller.
+		h.side.log.Error("stage a template archive", "err", err)
+		return "", errors.New("the node could not store the uploaded archive")
+	}
+	return filepath.Base(path), nil
 }
 
 // DeleteTemplate deletes a template the node built (its record and root

@@ -51,6 +51,7 @@ type Fake struct {
 	templateImages map[string]bool
 	pools          map[string]*fakePool
 	subs           map[chan nodeapi.Event]struct{}
+	archives       map[string][]byte // staged template archives, by handle
 }
 
 var _ nodeapi.Node = (*Fake)(nil)
@@ -1494,11 +1495,24 @@ func (f *Fake) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildReque
 	if strings.Contains(string(req.Recipe), FakeRecipeFails) {
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: step 1 failed", req.Name)
 	}
-	sum := sha256.Sum256(req.Recipe)
+	var archive []byte
+	if req.Archive != "" {
+		f.mu.Lock()
+		archive = f.archives[req.Archive]
+		delete(f.archives, req.Archive)
+		f.mu.Unlock()
+		if archive == nil {
+			return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: no staged archive %q", req.Name, req.Archive)
+		}
+	}
+	sum := sha256.Sum256(append(append([]byte(nil), req.Recipe...), archive...))
 	id := "fake-" + hex.EncodeToString(sum[:8])
 	spec := nodeapi.TemplateSpec{ID: id, RootfsVolume: "templates/" + id}
 	t := newTree()
 	t.nodes["/recipe"] = &fnode{data: append([]byte(nil), req.Recipe...), mtime: time.Now()}
+	if archive != nil {
+		t.nodes["/archive"] = &fnode{data: archive, mtime: time.Now()}
+	}
 	f.mu.Lock()
 	if _, ok := f.volumes[spec.RootfsVolume]; !ok {
 		f.volumes[spec.RootfsVolume] = t
@@ -1511,4 +1525,24 @@ func (f *Fake) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildReque
 // DeleteTemplate deletes the template's root volume.
 func (f *Fake) DeleteTemplate(ctx context.Context, id string) error {
 	return f.named("delete template", id, func() { delete(f.volumes, "templates/"+id) })
+}
+
+// StageTemplateArchive keeps the archive in memory for the build that
+// names it.
+func (f *Fake) StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (string, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return "", fmt.Errorf("stage template archive: %w", err)
+	}
+	if int64(len(data)) > limit {
+		return "", fmt.Errorf("stage template archive: over the limit of %d bytes", limit)
+	}
+	handle := "archive-" + sandboxid.New()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.archives == nil {
+		f.archives = map[string][]byte{}
+	}
+	f.archives[handle] = data
+	return handle, nil
 }

@@ -3886,6 +3886,7 @@ type TemplateBuildRequest struct {
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Recipe        []byte                 `protobuf:"bytes,2,opt,name=recipe,proto3" json:"recipe,omitempty"`
 	HostPaths     bool                   `protobuf:"varint,3,opt,name=host_paths,json=hostPaths,proto3" json:"host_paths,omitempty"`
+	Archive       string                 `protobuf:"bytes,4,opt,name=archive,proto3" json:"archive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3941,6 +3942,66 @@ func (x *TemplateBuildRequest) GetHostPaths() bool {
 	return false
 }
 
+func (x *TemplateBuildRequest) GetArchive() string {
+	if x != nil {
+		return x.Archive
+	}
+	return ""
+}
+
+type StageTemplateArchiveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set in the first message only.
+	Limit         int64  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageTemplateArchiveRequest) Reset() {
+	*x = StageTemplateArchiveRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageTemplateArchiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageTemplateArchiveRequest) ProtoMessage() {}
+
+func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageTemplateArchiveRequest.ProtoReflect.Descriptor instead.
+func (*StageTemplateArchiveRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *StageTemplateArchiveRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *StageTemplateArchiveRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // TemplateBuildEvent is a chunk of the build's log or, last, the template.
 type TemplateBuildEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3955,7 +4016,7 @@ type TemplateBuildEvent struct {
 
 func (x *TemplateBuildEvent) Reset() {
 	*x = TemplateBuildEvent{}
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3967,7 +4028,7 @@ func (x *TemplateBuildEvent) String() string {
 func (*TemplateBuildEvent) ProtoMessage() {}
 
 func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3980,7 +4041,7 @@ func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuildEvent.ProtoReflect.Descriptor instead.
 func (*TemplateBuildEvent) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TemplateBuildEvent) GetEvent() isTemplateBuildEvent_Event {
@@ -4034,7 +4095,7 @@ type TemplateBuilt struct {
 
 func (x *TemplateBuilt) Reset() {
 	*x = TemplateBuilt{}
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4107,7 @@ func (x *TemplateBuilt) String() string {
 func (*TemplateBuilt) ProtoMessage() {}
 
 func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4120,7 @@ func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuilt.ProtoReflect.Descriptor instead.
 func (*TemplateBuilt) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TemplateBuilt) GetSpec() *TemplateSpec {
@@ -4373,12 +4434,16 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"?\n" +
 	"\x13ReceiveImageRequest\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"a\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"{\n" +
 	"\x14TemplateBuildRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06recipe\x18\x02 \x01(\fR\x06recipe\x12\x1d\n" +
 	"\n" +
-	"host_paths\x18\x03 \x01(\bR\thostPaths\"g\n" +
+	"host_paths\x18\x03 \x01(\bR\thostPaths\x12\x18\n" +
+	"\aarchive\x18\x04 \x01(\tR\aarchive\"G\n" +
+	"\x1bStageTemplateArchiveRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"g\n" +
 	"\x12TemplateBuildEvent\x12\x12\n" +
 	"\x03log\x18\x01 \x01(\fH\x00R\x03log\x124\n" +
 	"\x05built\x18\x02 \x01(\v2\x1c.space.node.v1.TemplateBuiltH\x00R\x05builtB\a\n" +
@@ -4386,7 +4451,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\rTemplateBuilt\x12/\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1b.space.node.v1.TemplateSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\x97\x1f\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xf9\x1f\n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
@@ -4450,7 +4515,8 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\tSendImage\x12\x1a.space.node.v1.NameRequest\x1a\x18.space.node.v1.DataChunk0\x01\x12J\n" +
 	"\fReceiveImage\x12\".space.node.v1.ReceiveImageRequest\x1a\x14.space.node.v1.Empty(\x01\x12Y\n" +
 	"\rBuildTemplate\x12#.space.node.v1.TemplateBuildRequest\x1a!.space.node.v1.TemplateBuildEvent0\x01\x12B\n" +
-	"\x0eDeleteTemplate\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.EmptyBDZBgithub.com/space-platform/space/internal/noderpc/gen/nodev1;nodev1b\x06proto3"
+	"\x0eDeleteTemplate\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12`\n" +
+	"\x14StageTemplateArchive\x12*.space.node.v1.StageTemplateArchiveRequest\x1a\x1a.space.node.v1.NameRequest(\x01BDZBgithub.com/space-platform/space/internal/noderpc/gen/nodev1;nodev1b\x06proto3"
 
 var (
 	file_space_node_v1_node_proto_rawDescOnce sync.Once
@@ -4464,92 +4530,93 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_space_node_v1_node_proto_goTypes = []any{
-	(*NodeError)(nil),              // 0: space.node.v1.NodeError
-	(*Empty)(nil),                  // 1: space.node.v1.Empty
-	(*SandboxRequest)(nil),         // 2: space.node.v1.SandboxRequest
-	(*NameRequest)(nil),            // 3: space.node.v1.NameRequest
-	(*NamesResponse)(nil),          // 4: space.node.v1.NamesResponse
-	(*BoolResponse)(nil),           // 5: space.node.v1.BoolResponse
-	(*InfoRequest)(nil),            // 6: space.node.v1.InfoRequest
-	(*InfoResponse)(nil),           // 7: space.node.v1.InfoResponse
-	(*TemplateSpec)(nil),           // 8: space.node.v1.TemplateSpec
-	(*Limits)(nil),                 // 9: space.node.v1.Limits
-	(*NetworkLimits)(nil),          // 10: space.node.v1.NetworkLimits
-	(*Policy)(nil),                 // 11: space.node.v1.Policy
-	(*Identity)(nil),               // 12: space.node.v1.Identity
-	(*CreateSpec)(nil),             // 13: space.node.v1.CreateSpec
-	(*CreateRequest)(nil),          // 14: space.node.v1.CreateRequest
-	(*CreateResponse)(nil),         // 15: space.node.v1.CreateResponse
-	(*PoolLimits)(nil),             // 16: space.node.v1.PoolLimits
-	(*ClaimRequest)(nil),           // 17: space.node.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 18: space.node.v1.ClaimResponse
-	(*BootFromDiskRequest)(nil),    // 19: space.node.v1.BootFromDiskRequest
-	(*BootFromDiskResponse)(nil),   // 20: space.node.v1.BootFromDiskResponse
-	(*AdoptRequest)(nil),           // 21: space.node.v1.AdoptRequest
-	(*AdoptResponse)(nil),          // 22: space.node.v1.AdoptResponse
-	(*SweepRequest)(nil),           // 23: space.node.v1.SweepRequest
-	(*SuspendRequest)(nil),         // 24: space.node.v1.SuspendRequest
-	(*CaptureRequest)(nil),         // 25: space.node.v1.CaptureRequest
-	(*RestoreSpec)(nil),            // 26: space.node.v1.RestoreSpec
-	(*RekeyRequest)(nil),           // 27: space.node.v1.RekeyRequest
-	(*SetNetworkRequest)(nil),      // 28: space.node.v1.SetNetworkRequest
-	(*SandboxStats)(nil),           // 29: space.node.v1.SandboxStats
-	(*ImageInfo)(nil),              // 30: space.node.v1.ImageInfo
-	(*PoolRequest)(nil),            // 31: space.node.v1.PoolRequest
-	(*PoolStatus)(nil),             // 32: space.node.v1.PoolStatus
-	(*Event)(nil),                  // 33: space.node.v1.Event
-	(*ExecRequest)(nil),            // 34: space.node.v1.ExecRequest
-	(*ExecResult)(nil),             // 35: space.node.v1.ExecResult
-	(*FileRequest)(nil),            // 36: space.node.v1.FileRequest
-	(*FileChunk)(nil),              // 37: space.node.v1.FileChunk
-	(*WriteFileRequest)(nil),       // 38: space.node.v1.WriteFileRequest
-	(*EntryResponse)(nil),          // 39: space.node.v1.EntryResponse
-	(*ListRequest)(nil),            // 40: space.node.v1.ListRequest
-	(*ListResponse)(nil),           // 41: space.node.v1.ListResponse
-	(*VolumeFileRequest)(nil),      // 42: space.node.v1.VolumeFileRequest
-	(*VolumeFileChunk)(nil),        // 43: space.node.v1.VolumeFileChunk
-	(*ListVolumeDirRequest)(nil),   // 44: space.node.v1.ListVolumeDirRequest
-	(*MoveRequest)(nil),            // 45: space.node.v1.MoveRequest
-	(*SessionSpec)(nil),            // 46: space.node.v1.SessionSpec
-	(*StartSessionRequest)(nil),    // 47: space.node.v1.StartSessionRequest
-	(*End)(nil),                    // 48: space.node.v1.End
-	(*SessionInfo)(nil),            // 49: space.node.v1.SessionInfo
-	(*SessionRequest)(nil),         // 50: space.node.v1.SessionRequest
-	(*SessionsResponse)(nil),       // 51: space.node.v1.SessionsResponse
-	(*AttachRequest)(nil),          // 52: space.node.v1.AttachRequest
-	(*Dropped)(nil),                // 53: space.node.v1.Dropped
-	(*Chunk)(nil),                  // 54: space.node.v1.Chunk
-	(*AttachResponse)(nil),         // 55: space.node.v1.AttachResponse
-	(*StdinRequest)(nil),           // 56: space.node.v1.StdinRequest
-	(*SignalRequest)(nil),          // 57: space.node.v1.SignalRequest
-	(*ResizeRequest)(nil),          // 58: space.node.v1.ResizeRequest
-	(*DataChunk)(nil),              // 59: space.node.v1.DataChunk
-	(*ReceiveVolumeRequest)(nil),   // 60: space.node.v1.ReceiveVolumeRequest
-	(*ReceiveImageRequest)(nil),    // 61: space.node.v1.ReceiveImageRequest
-	(*TemplateBuildRequest)(nil),   // 62: space.node.v1.TemplateBuildRequest
-	(*TemplateBuildEvent)(nil),     // 63: space.node.v1.TemplateBuildEvent
-	(*TemplateBuilt)(nil),          // 64: space.node.v1.TemplateBuilt
-	nil,                            // 65: space.node.v1.InfoResponse.PoolsEntry
-	nil,                            // 66: space.node.v1.TemplateSpec.EnvEntry
-	nil,                            // 67: space.node.v1.Identity.EnvEntry
-	nil,                            // 68: space.node.v1.Identity.InfoEntry
-	nil,                            // 69: space.node.v1.CreateSpec.EnvEntry
-	nil,                            // 70: space.node.v1.ExecRequest.EnvEntry
-	nil,                            // 71: space.node.v1.SessionSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),  // 72: google.protobuf.Timestamp
-	(*filesystempb.EntryInfo)(nil), // 73: filesystem.EntryInfo
+	(*NodeError)(nil),                   // 0: space.node.v1.NodeError
+	(*Empty)(nil),                       // 1: space.node.v1.Empty
+	(*SandboxRequest)(nil),              // 2: space.node.v1.SandboxRequest
+	(*NameRequest)(nil),                 // 3: space.node.v1.NameRequest
+	(*NamesResponse)(nil),               // 4: space.node.v1.NamesResponse
+	(*BoolResponse)(nil),                // 5: space.node.v1.BoolResponse
+	(*InfoRequest)(nil),                 // 6: space.node.v1.InfoRequest
+	(*InfoResponse)(nil),                // 7: space.node.v1.InfoResponse
+	(*TemplateSpec)(nil),                // 8: space.node.v1.TemplateSpec
+	(*Limits)(nil),                      // 9: space.node.v1.Limits
+	(*NetworkLimits)(nil),               // 10: space.node.v1.NetworkLimits
+	(*Policy)(nil),                      // 11: space.node.v1.Policy
+	(*Identity)(nil),                    // 12: space.node.v1.Identity
+	(*CreateSpec)(nil),                  // 13: space.node.v1.CreateSpec
+	(*CreateRequest)(nil),               // 14: space.node.v1.CreateRequest
+	(*CreateResponse)(nil),              // 15: space.node.v1.CreateResponse
+	(*PoolLimits)(nil),                  // 16: space.node.v1.PoolLimits
+	(*ClaimRequest)(nil),                // 17: space.node.v1.ClaimRequest
+	(*ClaimResponse)(nil),               // 18: space.node.v1.ClaimResponse
+	(*BootFromDiskRequest)(nil),         // 19: space.node.v1.BootFromDiskRequest
+	(*BootFromDiskResponse)(nil),        // 20: space.node.v1.BootFromDiskResponse
+	(*AdoptRequest)(nil),                // 21: space.node.v1.AdoptRequest
+	(*AdoptResponse)(nil),               // 22: space.node.v1.AdoptResponse
+	(*SweepRequest)(nil),                // 23: space.node.v1.SweepRequest
+	(*SuspendRequest)(nil),              // 24: space.node.v1.SuspendRequest
+	(*CaptureRequest)(nil),              // 25: space.node.v1.CaptureRequest
+	(*RestoreSpec)(nil),                 // 26: space.node.v1.RestoreSpec
+	(*RekeyRequest)(nil),                // 27: space.node.v1.RekeyRequest
+	(*SetNetworkRequest)(nil),           // 28: space.node.v1.SetNetworkRequest
+	(*SandboxStats)(nil),                // 29: space.node.v1.SandboxStats
+	(*ImageInfo)(nil),                   // 30: space.node.v1.ImageInfo
+	(*PoolRequest)(nil),                 // 31: space.node.v1.PoolRequest
+	(*PoolStatus)(nil),                  // 32: space.node.v1.PoolStatus
+	(*Event)(nil),                       // 33: space.node.v1.Event
+	(*ExecRequest)(nil),                 // 34: space.node.v1.ExecRequest
+	(*ExecResult)(nil),                  // 35: space.node.v1.ExecResult
+	(*FileRequest)(nil),                 // 36: space.node.v1.FileRequest
+	(*FileChunk)(nil),                   // 37: space.node.v1.FileChunk
+	(*WriteFileRequest)(nil),            // 38: space.node.v1.WriteFileRequest
+	(*EntryResponse)(nil),               // 39: space.node.v1.EntryResponse
+	(*ListRequest)(nil),                 // 40: space.node.v1.ListRequest
+	(*ListResponse)(nil),                // 41: space.node.v1.ListResponse
+	(*VolumeFileRequest)(nil),           // 42: space.node.v1.VolumeFileRequest
+	(*VolumeFileChunk)(nil),             // 43: space.node.v1.VolumeFileChunk
+	(*ListVolumeDirRequest)(nil),        // 44: space.node.v1.ListVolumeDirRequest
+	(*MoveRequest)(nil),                 // 45: space.node.v1.MoveRequest
+	(*SessionSpec)(nil),                 // 46: space.node.v1.SessionSpec
+	(*StartSessionRequest)(nil),         // 47: space.node.v1.StartSessionRequest
+	(*End)(nil),                         // 48: space.node.v1.End
+	(*SessionInfo)(nil),                 // 49: space.node.v1.SessionInfo
+	(*SessionRequest)(nil),              // 50: space.node.v1.SessionRequest
+	(*SessionsResponse)(nil),            // 51: space.node.v1.SessionsResponse
+	(*AttachRequest)(nil),               // 52: space.node.v1.AttachRequest
+	(*Dropped)(nil),                     // 53: space.node.v1.Dropped
+	(*Chunk)(nil),                       // 54: space.node.v1.Chunk
+	(*AttachResponse)(nil),              // 55: space.node.v1.AttachResponse
+	(*StdinRequest)(nil),                // 56: space.node.v1.StdinRequest
+	(*SignalRequest)(nil),               // 57: space.node.v1.SignalRequest
+	(*ResizeRequest)(nil),               // 58: space.node.v1.ResizeRequest
+	(*DataChunk)(nil),                   // 59: space.node.v1.DataChunk
+	(*ReceiveVolumeRequest)(nil),        // 60: space.node.v1.ReceiveVolumeRequest
+	(*ReceiveImageRequest)(nil),         // 61: space.node.v1.ReceiveImageRequest
+	(*TemplateBuildRequest)(nil),        // 62: space.node.v1.TemplateBuildRequest
+	(*StageTemplateArchiveRequest)(nil), // 63: space.node.v1.StageTemplateArchiveRequest
+	(*TemplateBuildEvent)(nil),          // 64: space.node.v1.TemplateBuildEvent
+	(*TemplateBuilt)(nil),               // 65: space.node.v1.TemplateBuilt
+	nil,                                 // 66: space.node.v1.InfoResponse.PoolsEntry
+	nil,                                 // 67: space.node.v1.TemplateSpec.EnvEntry
+	nil,                                 // 68: space.node.v1.Identity.EnvEntry
+	nil,                                 // 69: space.node.v1.Identity.InfoEntry
+	nil,                                 // 70: space.node.v1.CreateSpec.EnvEntry
+	nil,                                 // 71: space.node.v1.ExecRequest.EnvEntry
+	nil,                                 // 72: space.node.v1.SessionSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
+	(*filesystempb.EntryInfo)(nil),      // 74: filesystem.EntryInfo
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
-	65,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
-	66,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
+	66,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
+	67,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
 	10,  // 2: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
-	67,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
-	68,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
+	68,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
+	69,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
 	8,   // 5: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
 	9,   // 6: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
-	69,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
+	70,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
 	11,  // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
 	13,  // 9: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
 	12,  // 10: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
@@ -4566,23 +4633,23 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	8,   // 21: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
 	16,  // 22: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
 	11,  // 23: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	72,  // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	73,  // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
 	32,  // 25: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
-	70,  // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	73,  // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	73,  // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	73,  // 29: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
-	71,  // 30: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
+	71,  // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
+	74,  // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	74,  // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	74,  // 29: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
+	72,  // 30: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
 	46,  // 31: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
 	46,  // 32: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	72,  // 33: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	72,  // 34: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	73,  // 33: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	73,  // 34: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
 	48,  // 35: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
 	49,  // 36: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
 	53,  // 37: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
 	54,  // 38: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
 	48,  // 39: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
-	64,  // 40: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
+	65,  // 40: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
 	8,   // 41: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
 	32,  // 42: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
 	6,   // 43: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
@@ -4643,66 +4710,68 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	61,  // 98: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
 	62,  // 99: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
 	3,   // 100: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
-	7,   // 101: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	15,  // 102: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	18,  // 103: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	20,  // 104: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,   // 105: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,   // 106: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	22,  // 107: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,   // 108: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,   // 109: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,   // 110: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,   // 111: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,   // 112: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,   // 113: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,   // 114: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,   // 115: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,   // 116: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,   // 117: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,   // 118: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,   // 119: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,   // 120: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,   // 121: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	29,  // 122: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	30,  // 123: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,   // 124: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,   // 125: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,   // 126: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,   // 127: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,   // 128: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	43,  // 129: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	41,  // 130: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	4,   // 131: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,   // 132: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,   // 133: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	32,  // 134: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	33,  // 135: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	1,   // 136: space.node.v1.NodeService.Sandbox:output_type -> space.node.v1.Empty
-	35,  // 137: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	37,  // 138: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,   // 139: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	39,  // 140: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	41,  // 141: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,   // 142: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	39,  // 143: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	39,  // 144: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	49,  // 145: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	49,  // 146: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	51,  // 147: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	55,  // 148: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,   // 149: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,   // 150: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,   // 151: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,   // 152: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	59,  // 153: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,   // 154: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	59,  // 155: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,   // 156: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	63,  // 157: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
-	1,   // 158: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
-	101, // [101:159] is the sub-list for method output_type
-	43,  // [43:101] is the sub-list for method input_type
+	63,  // 101: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
+	7,   // 102: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	15,  // 103: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	18,  // 104: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	20,  // 105: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 106: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 107: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	22,  // 108: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,   // 109: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,   // 110: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,   // 111: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,   // 112: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,   // 113: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,   // 114: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,   // 115: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,   // 116: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,   // 117: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,   // 118: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,   // 119: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 120: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 121: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 122: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	29,  // 123: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	30,  // 124: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 125: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 126: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 127: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 128: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 129: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	43,  // 130: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	41,  // 131: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	4,   // 132: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 133: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 134: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	32,  // 135: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	33,  // 136: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	1,   // 137: space.node.v1.NodeService.Sandbox:output_type -> space.node.v1.Empty
+	35,  // 138: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	37,  // 139: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 140: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	39,  // 141: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	41,  // 142: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 143: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	39,  // 144: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	39,  // 145: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	49,  // 146: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	49,  // 147: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	51,  // 148: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	55,  // 149: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 150: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 151: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 152: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 153: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	59,  // 154: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 155: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	59,  // 156: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 157: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	64,  // 158: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 159: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 160: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	102, // [102:161] is the sub-list for method output_type
+	43,  // [43:102] is the sub-list for method input_type
 	43,  // [43:43] is the sub-list for extension type_name
 	43,  // [43:43] is the sub-list for extension extendee
 	0,   // [0:43] is the sub-list for field type_name
@@ -4718,7 +4787,7 @@ func file_space_node_v1_node_proto_init() {
 		(*AttachResponse_Chunk)(nil),
 		(*AttachResponse_End)(nil),
 	}
-	file_space_node_v1_node_proto_msgTypes[63].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[64].OneofWrappers = []any{
 		(*TemplateBuildEvent_Log)(nil),
 		(*TemplateBuildEvent_Built)(nil),
 	}
@@ -4728,7 +4797,7 @@ func file_space_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   72,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
