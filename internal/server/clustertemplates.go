@@ -197,8 +197,11 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 	}
 	from := r.From
 	base, _ := template.ParseFrom(r.From) // validated by ParseRecipe
-	if build.Archive != nil || base.Kind == template.FromUpload {
-		return apiv1.Template{}, fmt.Errorf("%w: building from an uploaded OCI archive (from: upload) through a cluster control plane is not supported yet; build from a built-in template, debian:<suite> or another template", api.ErrNotImplemented)
+	switch {
+	case build.Archive != nil && base.Kind != template.FromUpload:
+		return apiv1.Template{}, fmt.Errorf("%w: from: an archive was uploaded, but the recipe's base is %q; use from: upload", api.ErrBadRecipe, r.From)
+	case build.Archive == nil && base.Kind == template.FromUpload:
+		return apiv1.Template{}, fmt.Errorf("%w: from: upload needs an OCI archive uploaded with the recipe", api.ErrBadRecipe)
 	}
 	if err := template.CheckHostPaths(r, template.Source{HostPaths: build.Admin}); err != nil {
 		return apiv1.Template{}, fmt.Errorf("%w%.0w", err, api.ErrHostPathsForbidden)
@@ -238,6 +241,16 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 	rec := clusterBuilt{Project: scope.Owner(), Name: name, State: template.StateBuilding, From: from, CreatedAt: time.Now().UTC()}
 	key := rec.canonical()
 	ctx := c.buildContext()
+	req := nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin}
+	if build.Archive != nil {
+		// The archive streams to the node that builds, during the
+		// request, before the build is recorded: nothing of it is held
+		// here. (A build then refused leaves it staged on the node until
+		// the node's next start.)
+		if builder, req.Archive, err = c.stageArchive(ctx, build); err != nil {
+			return apiv1.Template{}, err
+		}
+	}
 	unlock, err := c.st.Lock(ctx, "template-build/"+key)
 	if err != nil {
 		return apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
@@ -259,7 +272,7 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 	go func() {
 		defer c.builds.running.Done()
 		c.leased(ctx, buildLease(key), holder, func() {
-			c.runBuild(ctx, rec, nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin}, builder, parentID)
+			c.runBuild(ctx, rec, req, builder, parentID)
 		})
 	}()
 	return c.viewBuilt(scope, rec), nil
@@ -310,6 +323,68 @@ func (c *clusterCatalog) abandoned(ctx context.Context, b *clusterBuilt) (bool, 
 	return true, nil
 }
 
+// errArchiveOverLimit ends an upload that goes past its limit.
+var errArchiveOverLimit = errors.New("over the limit")
+
+// boundedReader fails with errArchiveOverLimit past n bytes.
+type boundedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.n -= int64(n); b.n < 0 {
+		return 0, errArchiveOverLimit
+	}
+	return n, err
+}
+
+// stageArchive places a build from an uploaded archive and streams the
+// archive to the node chosen.
+func (c *clusterCatalog) stageArchive(ctx context.Context, build api.TemplateBuild) (node, handle string, err error) {
+	node, err = c.placeBuild("")
+	if err != nil {
+		return "", "", err
+	}
+	tb, err := c.templatesOf(node)
+	if err != nil {
+		return "", "", err
+	}
+	handle, err = tb.StageTemplateArchive(ctx, &boundedReader{r: build.Archive, n: build.ArchiveLimit}, build.ArchiveLimit)
+	switch {
+	case errors.Is(err, errArchiveOverLimit):
+		return "", "", fmt.Errorf("%w: the limit is %d bytes", api.ErrArchiveTooLarge, build.ArchiveLimit)
+	case err != nil:
+		return "", "", fmt.Errorf("stage the archive on node %s: %w", node, err)
+	}
+	return node, handle, nil
+}
+
+// placeBuild picks the node to build on: capacity as a build sandbox
+// takes it, holding parentID (when set).
+func (c *clusterCatalog) placeBuild(parentID string) (string, error) {
+	d := DefaultConfig().Defaults
+	node, err := c.reg.Place(cluster.PlaceRequest{Template: parentID, VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), DiskMB: d.DiskMB})
+	if err != nil {
+		return "", fmt.Errorf("no node to build on: %w", err)
+	}
+	return node, nil
+}
+
+// templatesOf is a node's template builder.
+func (c *clusterCatalog) templatesOf(id string) (nodeapi.Templates, error) {
+	nd, err := c.builds.nodes.Node(id)
+	if err != nil {
+		return nil, fmt.Errorf("build on node %s: %w", id, err)
+	}
+	tb, ok := nd.(nodeapi.Templates)
+	if !ok {
+		return nil, fmt.Errorf("node %s does not build templates", id)
+	}
+	return tb, nil
+}
+
 func (c *clusterCatalog) buildContext() context.Context {
 	c.builds.mu.Lock()
 	defer c.builds.mu.Unlock()
@@ -330,22 +405,14 @@ func (c *clusterCatalog) runBuild(ctx context.Context, rec clusterBuilt, req nod
 	}
 	if builder == "" {
 		var err error
-		// Capacity as a build sandbox takes it; a parent is held by the
-		// node chosen.
-		d := DefaultConfig().Defaults
-		if builder, err = c.reg.Place(cluster.PlaceRequest{Template: parentID, VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), DiskMB: d.DiskMB}); err != nil {
-			fail(fmt.Errorf("no node to build on: %w", err))
+		if builder, err = c.placeBuild(parentID); err != nil {
+			fail(err)
 			return
 		}
 	}
-	nd, err := c.builds.nodes.Node(builder)
+	tb, err := c.templatesOf(builder)
 	if err != nil {
-		fail(fmt.Errorf("build on node %s: %w", builder, err))
-		return
-	}
-	tb, ok := nd.(nodeapi.Templates)
-	if !ok {
-		fail(fmt.Errorf("node %s does not build templates", builder))
+		fail(err)
 		return
 	}
 	rec.Node = builder

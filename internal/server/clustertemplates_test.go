@@ -223,7 +223,9 @@ func TestClusterTemplateRefusalsAndFailure(t *testing.T) {
 		{"Bad Name", "from: minimal\n", api.TemplateBuild{}, api.ErrBadRecipe},
 		{"x", "from: nowhere\n", api.TemplateBuild{}, api.ErrBadRecipe},
 		{"x", "from: oci-layout:/srv/image\n", api.TemplateBuild{}, api.ErrHostPathsForbidden},
-		{"x", "from: upload\n", api.TemplateBuild{}, api.ErrNotImplemented},
+		{"x", "from: upload\n", api.TemplateBuild{}, api.ErrBadRecipe},
+		{"x", "from: minimal\n", api.TemplateBuild{Archive: strings.NewReader("tar"), ArchiveLimit: 10}, api.ErrBadRecipe},
+		{"x", "from: upload\n", api.TemplateBuild{Archive: strings.NewReader("a tar of 21 bytes..."), ArchiveLimit: 10}, api.ErrArchiveTooLarge},
 		{"x", "from: template:missing\n", api.TemplateBuild{}, api.ErrBadRecipe},
 	} {
 		if _, err := tc.cat.Submit(p1, c.name, []byte(c.recipe), c.build); !errors.Is(err, c.want) {
@@ -250,6 +252,24 @@ func TestClusterTemplateRefusalsAndFailure(t *testing.T) {
 	if v, _ := tc.cat.Get(p1, "bad"); v.State != template.StateReady {
 		t.Fatalf("rebuilt: %+v", v)
 	}
+	// An uploaded archive streams to the node that builds.
+	if _, err := tc.cat.Submit(p1, "up", []byte("from: upload\n"), api.TemplateBuild{Archive: strings.NewReader("the archive"), ArchiveLimit: 11}); err != nil {
+		t.Fatal(err)
+	}
+	tc.cat.builds.running.Wait()
+	var up clusterBuilt
+	if err := tc.cat.st.Get(clusterTemplatesBucket, "p1/up", &up); err != nil || up.State != template.StateReady {
+		t.Fatalf("upload build: %+v %v", up, err)
+	}
+	body, _, err := tc.nodes["n1"].ReadVolumeFile(context.Background(), up.Spec.RootfsVolume, "/archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := io.ReadAll(body); string(data) != "the archive" {
+		t.Fatalf("the node built from %q", data)
+	}
+	body.Close()
+
 	// A build whose replica died (a record building, nobody holding its
 	// lease) ends as failed when it is built again or deleted.
 	stale := clusterBuilt{Project: "p1", Name: "stale", State: template.StateBuilding, From: "minimal"}
