@@ -3,6 +3,7 @@ package noderpc
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -46,6 +47,28 @@ func TestBuildTemplateOverRPC(t *testing.T) {
 	}
 	if logs.String() != "building bad\n" {
 		t.Fatalf("failed build's log = %q", logs.String())
+	}
+
+	// An archive staged over the wire is what the build that names it
+	// builds from; past its limit it is refused.
+	handle, err := c.StageTemplateArchive(ctx, strings.NewReader("the archive"), 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := c.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{Name: "up", Recipe: []byte("from: upload"), Archive: handle}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _, err := c.ReadVolumeFile(ctx, up.Spec.RootfsVolume, "/archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := io.ReadAll(body); string(data) != "the archive" {
+		t.Fatalf("built from %q", data)
+	}
+	body.Close()
+	if _, err := c.StageTemplateArchive(ctx, strings.NewReader("the archive"), 10); err == nil {
+		t.Fatal("an archive over its limit was staged")
 	}
 
 	if err := c.DeleteTemplate(ctx, want.Spec.ID); err != nil {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"slices"
@@ -107,6 +108,49 @@ func TestClusterTemplateBuiltOnceShipped(t *testing.T) {
 			t.Fatal(err)
 		}
 		sbs = append(sbs, sb.ID)
+	}
+
+	// An archive uploaded through the control plane streams to the node
+	// that builds; the template is shipped to the other as well.
+	img := busyboxImage(t)
+	up, err := cl.CreateTemplateFromArchive(ctx, apiv1.CreateTemplateRequest{Name: "uploaded", Recipe: "from: upload\nuser: root\nrun:\n  - echo uploaded > /from-archive\n"}, bytes.NewReader(img), int64(len(img)))
+	if err != nil {
+		t.Fatalf("build from an uploaded archive: %v", err)
+	}
+	for up.State != apiv1.TemplateReady {
+		if up.State == apiv1.TemplateFailed || time.Now().After(deadline) {
+			t.Fatalf("template uploaded: %+v", up)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if up, err = cl.GetTemplate(ctx, "uploaded"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		ns, err := cl.ListNodes(ctx)
+		if err == nil && c.allHold(ns, up.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("template %s not on both nodes: %+v, %v", up.ID, ns, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	usb, err := cl.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "uploaded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.WaitSandbox(ctx, usb.ID, apiv1.StateRunning, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := cl.Exec(ctx, usb.ID, apiv1.ExecRequest{Cmd: []string{"cat", "/from-archive"}}); err != nil || strings.TrimSpace(res.Stdout) != "uploaded" {
+		t.Fatalf("cat /from-archive: %+v, %v", res, err)
+	}
+	if err := cl.DeleteSandbox(ctx, usb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.DeleteTemplate(ctx, "uploaded"); err != nil {
+		t.Fatal(err)
 	}
 
 	var apiErr *client.APIError
