@@ -91,6 +91,8 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 		}
 		r.lock.Unlock()
 	}
+	// A drain a crash interrupted: finished or rolled back (drain.go).
+	cp.settleMovesOf(ctx, id)
 	for r, tpl := range rec.starts {
 		cp.launch(r, func(ctx context.Context, s Sandbox) error {
 			return n.Create(ctx, nodeapi.CreateRequest{Spec: cp.createSpec(s, tpl)})
@@ -113,6 +115,7 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 		}
 	}
 	cp.mu.Unlock()
+	cp.movedHere(id, &keep, nil, nil)
 	return n.Sweep(ctx, keep)
 }
 
@@ -417,6 +420,7 @@ func (cp *ControlPlane) sweepImages(ctx context.Context, n Node, id string) erro
 			owned[s.Image] = true
 		}
 	}
+	cp.movedHere(id, nil, owned, nil)
 	var errs []error
 	for _, image := range images {
 		if owned[image] {
@@ -461,6 +465,7 @@ func (cp *ControlPlane) sweepCaptures(ctx context.Context, n Node, id string) er
 		}
 	}
 	cp.mu.Unlock()
+	cp.movedHere(id, nil, nil, owned)
 	dirs, err := n.Volumes(ctx, "snapshots")
 	if err != nil {
 		return err
