@@ -26,9 +26,9 @@ import (
 // secondNode is another real node in this process, a machine of its own:
 // its own data directory, btrfs pool, runtime state and namespace
 // directory, and no egress (its sandboxes have no way out).
-func secondNode(t *testing.T) *node.Node {
+func secondNode(t *testing.T, id string) *node.Node {
 	t.Helper()
-	dir, err := filepathTemp(t)
+	dir, err := filepathTemp(t, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func secondNode(t *testing.T) *node.Node {
 	t.Cleanup(func() { releaseDataDir(dir) })
 	nd, err := node.New(node.Config{
 		Namespaces: slots, Runtime: rt, Volumes: pool, AgentBinary: env.cfg.AgentPath,
-		StateDir: filepath.Join(dir, "node"), ImagesDir: filepath.Join(dir, "images"), ID: "node-b",
+		StateDir: filepath.Join(dir, "node"), ImagesDir: filepath.Join(dir, "images"), ID: id,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -59,8 +59,8 @@ func secondNode(t *testing.T) *node.Node {
 
 // filepathTemp is a test directory on the disk the server's data is on
 // (a loop image in /tmp may be on a small tmpfs).
-func filepathTemp(t *testing.T) (string, error) {
-	dir := filepath.Join(env.dataDir, "node-b-"+strconv.Itoa(int(time.Now().UnixNano()%1e9)))
+func filepathTemp(t *testing.T, id string) (string, error) {
+	dir := filepath.Join(env.dataDir, id+"-"+strconv.Itoa(int(time.Now().UnixNano()%1e9)))
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir, os.MkdirAll(dir, 0o755)
 }
@@ -145,7 +145,7 @@ func TestSuspendedSandboxMovesToAnotherNode(t *testing.T) {
 		t.Fatalf("output before the move: %q", before)
 	}
 
-	bNode := secondNode(t)
+	bNode := secondNode(t, "node-b")
 	b := overRPC(t, bNode)
 	vol := "sandboxes/" + sb.ID
 	relay(t, "root volume",
