@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
-	"os"
-	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +39,10 @@ func entryView(e *filesystempb.EntryInfo) apiv1.FileEntry {
 	switch {
 	case e.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY:
 		kind = "dir"
+	case e.GetType() == filesystempb.FileType_FILE_TYPE_SYMLINK:
+		// A snapshot's listing (the agent describes a symlink by its
+		// target's type and sets SymlinkTarget).
+		kind = "symlink"
 	case e.SymlinkTarget != nil && e.GetType() != filesystempb.FileType_FILE_TYPE_DIRECTORY:
 		kind = "symlink"
 	}
@@ -87,18 +88,7 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer page.Close()
-		s.streamListing(w, info.GetPath(), func(emit func(apiv1.FileEntry)) (string, error) {
-			for {
-				e, err := page.Next()
-				if errors.Is(err, io.EOF) {
-					return page.NextCursor(), nil
-				}
-				if err != nil {
-					return "", err
-				}
-				emit(entryView(e))
-			}
-		})
+		s.streamListing(w, info.GetPath(), pageEntries(page))
 		return
 	}
 	body, size, err := sb.ReadFile(r.Context(), p, user)
@@ -208,13 +198,13 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request) {
 // readSnapshotFile serves a file, or lists a directory, from a snapshot's
 // filesystem: an agent can recover one earlier file without a rollback.
 func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request, snap, p string) {
-	f, info, err := s.cp.OpenSnapshotFile(r.PathValue("id"), snap, p)
+	body, info, err := s.cp.ReadSnapshotFile(r.Context(), r.PathValue("id"), snap, p)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	defer f.Close()
-	if info.IsDir() {
+	defer body.Close()
+	if info.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY {
 		opts, ok := listOptions(w, r)
 		if !ok {
 			return
@@ -223,58 +213,35 @@ func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request, snap, 
 			writeError(w, http.StatusBadRequest, "snapshot listings have depth 1")
 			return
 		}
-		s.listSnapshotDir(w, r, snap, p, opts)
-		return
-	}
-	if !info.Mode().IsRegular() {
-		writeError(w, http.StatusBadRequest, p+" in the snapshot is not a regular file")
+		page, err := s.cp.ListSnapshotDir(r.Context(), r.PathValue("id"), snap, p, opts)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		defer page.Close()
+		s.streamListing(w, p, pageEntries(page))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(info.Size(), 10))
+	w.Header().Set("Content-Length", strconv.FormatInt(info.GetSize(), 10))
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, f)
+	_, _ = io.Copy(w, body)
 }
 
-// listSnapshotDir writes one page of a snapshot directory's listing, read
-// in bounded memory like the agent reads a live one.
-func (s *Server) listSnapshotDir(w http.ResponseWriter, r *http.Request, snap, p string, opts nodeapi.ListOptions) {
-	root, err := s.cp.OpenSnapshotDir(r.PathValue("id"), snap, p)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	defer root.Close()
-	after, err := dirlist.DecodeCursor(opts.Cursor)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	limit := opts.Limit
-	if limit == 0 {
-		limit = dirlist.DefaultLimit
-	}
-	s.streamListing(w, p, func(emit func(apiv1.FileEntry)) (string, error) {
-		next, err := dirlist.Page(r.Context(), root, 1, limit, after, func(rel string, fi fs.FileInfo) error {
-			kind := "file"
-			switch {
-			case fi.IsDir():
-				kind = "dir"
-			case fi.Mode()&os.ModeSymlink != 0:
-				kind = "symlink"
+// pageEntries emits the entries of page for streamListing.
+func pageEntries(page nodeapi.DirPage) func(emit func(apiv1.FileEntry)) (string, error) {
+	return func(emit func(apiv1.FileEntry)) (string, error) {
+		for {
+			e, err := page.Next()
+			if errors.Is(err, io.EOF) {
+				return page.NextCursor(), nil
 			}
-			emit(apiv1.FileEntry{
-				Name: path.Base(rel), Path: path.Join(p, rel), Type: kind, Size: fi.Size(),
-				Mode: uint32(fi.Mode().Perm()), ModifiedAt: fi.ModTime().UTC(),
-			})
-			return nil
-		})
-		if err != nil {
-			s.log.Warn("list snapshot directory", "snapshot", snap, "err", err)
-			return "", errors.New("reading the snapshot directory failed")
+			if err != nil {
+				return "", err
+			}
+			emit(entryView(e))
 		}
-		return dirlist.EncodeCursor(next), nil
-	})
+	}
 }
 
 // listOptions reads depth, limit and cursor of a directory listing.

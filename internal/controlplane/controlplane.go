@@ -9,11 +9,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/space-platform/space/internal/credentials"
@@ -31,15 +30,9 @@ const (
 	eventBucket   = "sandbox_events"
 )
 
-// Node is the node as the control plane drives it: through the node
-// contract, so that it may run in this process or on another machine. The
-// reads of a snapshot's filesystem (OpenInVolume, OpenDirInVolume) are what
-// remains to move behind the contract; they work in process only.
-type Node interface {
-	nodeapi.Node
-	OpenInVolume(volume, path string) (*os.File, fs.FileInfo, error)
-	OpenDirInVolume(volume, path string) (*os.Root, error)
-}
+// Node is the node as the control plane drives it: the node contract and
+// nothing more, so that it may run in this process or on another machine.
+type Node = nodeapi.Node
 
 // Templates resolves the template a sandbox is created from.
 type Templates interface {
@@ -118,6 +111,14 @@ type Config struct {
 	Defaults  Defaults
 	Logger    *slog.Logger
 	Metrics   *metrics.Registry
+	// ReplicaID names this control plane among the replicas sharing a
+	// store: its leases are held under it, and the transitions it runs
+	// are recorded as its (Sandbox.Owner). Default: a random name.
+	ReplicaID string
+	// LeaseTTL is how long the leader lease and a replica's liveness lease
+	// outlive their last renewal (renewed at a third of it); another
+	// replica takes over within about that. Default 6s.
+	LeaseTTL time.Duration
 	// LegacyImagesDir is the directory where versions that recorded
 	// checkpoint images by path kept them; such records are converted to
 	// image names (their path below it) when loaded.
@@ -140,6 +141,13 @@ type ControlPlane struct {
 
 	createLatency *metrics.Histogram
 
+	// shared is set when other replicas write the store (replicas.go).
+	shared    bool
+	replicaID string
+	// leading is held while this replica holds the leader lease and runs
+	// the background loops; alive while it renews its liveness lease.
+	leading, alive atomic.Bool
+
 	mu        sync.Mutex
 	sandboxes map[string]*record
 	changed   chan struct{} // closed and replaced on every state change
@@ -160,7 +168,14 @@ type ControlPlane struct {
 // record is the persisted sandbox plus its in-memory lock.
 type record struct {
 	Sandbox
-	lock sync.Mutex // serialises lifecycle operations on this sandbox
+	// lock serialises lifecycle operations on this sandbox, across
+	// replicas on a shared store (replicas.go).
+	lock recordLock
+	// persisted is set once the record is in the store; gen counts this
+	// replica's writes of it, so that a reload racing with one keeps the
+	// newer (both guarded by ControlPlane.mu).
+	persisted bool
+	gen       uint64
 	// cancelStart aborts a start in progress (guarded by ControlPlane.mu),
 	// so a delete does not wait for a slow ready check.
 	cancelStart context.CancelFunc
@@ -209,6 +224,10 @@ type Sandbox struct {
 	Restoring string `json:"restoring,omitempty"`
 	// Recovered says how the sandbox came back after the host lost it.
 	Recovered string `json:"recovered,omitempty"`
+	// Owner is the control-plane replica that moved the sandbox into its
+	// state last: while that is transitional, the replica running the
+	// transition; if it dies, the leader takes over (replicas.go).
+	Owner string `json:"owner,omitempty"`
 	// LastSnapshotAt drives rolling snapshots.
 	LastSnapshotAt *time.Time `json:"last_snapshot_at,omitempty"`
 	// Network is the egress policy (network.go); nil is the default.
@@ -255,9 +274,14 @@ func New(cfg Config) *ControlPlane {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.NewRegistry()
 	}
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = newReplicaID()
+	}
 	cp := &ControlPlane{
 		cfg:        cfg,
 		log:        cfg.Logger,
+		shared:     cfg.Store.Shared(),
+		replicaID:  cfg.ReplicaID,
 		sandboxes:  map[string]*record{},
 		changed:    make(chan struct{}),
 		lastActive: map[string]time.Time{},
@@ -267,6 +291,14 @@ func New(cfg Config) *ControlPlane {
 	cp.createLatency = cfg.Metrics.Histogram("space_sandbox_create_seconds",
 		"Time from create request to running.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})
 	cfg.Metrics.GaugeFunc("space_sandboxes", "Sandboxes by state.", "state", cp.countByState)
+	cfg.Metrics.GaugeFunc("space_controlplane_leader", "1 while this control-plane replica holds the leader lease and runs the background loops.",
+		"replica", func() map[string]float64 {
+			v := 0.0
+			if cp.Leading() {
+				v = 1
+			}
+			return map[string]float64{cp.replicaID: v}
+		})
 	return cp
 }
 
@@ -296,15 +328,29 @@ func newToken() string {
 // caller's scope does not see: the two must read the same.
 func NotFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, ErrNotFound) }
 
-// lookup returns the record for id.
+// lookup returns the record for id. On a shared store a record not cached
+// yet (another replica created it a moment ago) is read from the store.
 func (cp *ControlPlane) lookup(id string) (*record, error) {
 	cp.mu.Lock()
-	defer cp.mu.Unlock()
 	r, ok := cp.sandboxes[id]
-	if !ok {
+	if ok {
+		cp.bind(r)
+	}
+	cp.mu.Unlock()
+	if ok {
+		return r, nil
+	}
+	if !cp.shared || id == "" || strings.ContainsRune(id, 0) {
 		return nil, NotFound(id)
 	}
-	return r, nil
+	var s Sandbox
+	if err := cp.cfg.Store.Get(sandboxBucket, id, &s); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, NotFound(id)
+		}
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return cp.adopt(s), nil
 }
 
 // snapshot copies a record's public fields under the control plane lock.
@@ -317,17 +363,34 @@ func (cp *ControlPlane) snapshot(r *record) Sandbox {
 // update changes a record, persists it, and wakes waiters. The change is
 // durable before anything acts on it.
 func (cp *ControlPlane) update(r *record, fn func(s *Sandbox)) error {
+	if cp.shared && r.lock.tryLocal() {
+		// A caller that does not hold the sandbox's lock (SetTimeout, a
+		// network change) would write its cached copy over what another
+		// replica changed: it writes under the lock, on the record as
+		// stored.
+		r.lock.lockShared()
+		defer r.lock.Unlock()
+	}
 	cp.mu.Lock()
 	next := r.Sandbox
 	fn(&next)
+	if !r.persisted || next.State != r.State {
+		// Whoever moves a sandbox into a transition runs it.
+		next.Owner = ""
+		if transitional(next.State) {
+			next.Owner = cp.replicaID
+		}
+	}
 	cp.mu.Unlock()
 	if err := cp.cfg.Store.Put(sandboxBucket, next.ID, next); err != nil {
 		return fmt.Errorf("persist sandbox %s: %w", next.ID, err)
 	}
 	cp.mu.Lock()
 	r.Sandbox = next
-	close(cp.changed)
-	cp.changed = make(chan struct{})
+	r.persisted = true
+	r.gen++
+	cp.bind(r)
+	cp.wake()
 	cp.mu.Unlock()
 	return nil
 }
@@ -369,6 +432,14 @@ func (cp *ControlPlane) Get(scope project.Scope, id string) (Sandbox, error) {
 	if err != nil {
 		return Sandbox{}, err
 	}
+	if cp.shared {
+		// A client may read through this replica what it just wrote
+		// through another, faster than the notification comes.
+		cp.reload(r)
+		if _, err := cp.lookup(id); err != nil {
+			return Sandbox{}, err
+		}
+	}
 	s := cp.snapshot(r)
 	if !scope.Sees(s.Project) {
 		return Sandbox{}, NotFound(id)
@@ -407,6 +478,9 @@ type Filter struct {
 
 // List returns the sandboxes the scope sees that match f, oldest first.
 func (cp *ControlPlane) List(scope project.Scope, f Filter) []Sandbox {
+	if cp.shared {
+		cp.resync()
+	}
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var out []Sandbox
@@ -438,6 +512,9 @@ func (cp *ControlPlane) InUse(templateID string) bool {
 // state (StateError), or ctx ends.
 func (cp *ControlPlane) Wait(ctx context.Context, id, state string) (Sandbox, error) {
 	for {
+		if _, err := cp.lookup(id); err != nil {
+			return Sandbox{}, err
+		}
 		cp.mu.Lock()
 		r, ok := cp.sandboxes[id]
 		changed := cp.changed
@@ -459,10 +536,17 @@ func (cp *ControlPlane) Wait(ctx context.Context, id, state string) (Sandbox, er
 			}
 			return s, &StateError{ID: id, State: s.State, Want: msg}
 		}
+		var poll <-chan time.Time
+		if cp.shared {
+			// Notifications can be late or lost between reconnects.
+			poll = time.After(time.Second)
+		}
 		select {
 		case <-ctx.Done():
 			return s, ctx.Err()
 		case <-changed:
+		case <-poll:
+			cp.refresh(id)
 		}
 	}
 }

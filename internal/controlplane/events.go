@@ -18,7 +18,11 @@ func (cp *ControlPlane) recordEvent(id string, ev Event) {
 		ev.Time = time.Now().UTC()
 	}
 	// Its own lock: the read-modify-write of the history is disk I/O and
-	// must not hold up every other request behind cp.mu.
+	// must not hold up every other request behind cp.mu. Across replicas
+	// the sandbox's lock, which nearly every caller holds, serialises
+	// appends; a store lock here would need a second locking connection
+	// per operation, and a burst of starts could then take them all and
+	// wait on each other.
 	cp.eventsMu.Lock()
 	defer cp.eventsMu.Unlock()
 	var events []Event

@@ -17,7 +17,25 @@ import (
 //   - stopped or failed sandboxes are forgotten after the retention period.
 //
 // It also follows the nodes and their events (nodeevents.go) meanwhile.
+//
+// On a store shared by several replicas (replicas.go) Run also keeps the
+// cache in step with the store and renews this replica's liveness lease;
+// the loops above run only while it holds the leader lease, so exactly
+// once across the cluster, and the leader also finishes the transitions
+// of replicas that died. With bbolt this process simply leads.
 func (cp *ControlPlane) Run(ctx context.Context) {
+	if cp.shared {
+		go cp.followStore(ctx)
+		go cp.shareActivity(ctx)
+		go cp.lease(ctx, "replica/"+cp.replicaID, &cp.alive, nil)
+		go cp.lease(ctx, leaderLease, &cp.leading, func(leads bool) {
+			cp.log.Info("leader lease", "replica", cp.replicaID, "leading", leads)
+		})
+	} else {
+		cp.alive.Store(true)
+		cp.leading.Store(true)
+		defer cp.leading.Store(false)
+	}
 	go cp.followNodes(ctx)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -26,6 +44,13 @@ func (cp *ControlPlane) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			if !cp.Leading() {
+				continue
+			}
+			if cp.shared {
+				cp.mergeActivity()
+				cp.adoptOrphans(ctx)
+			}
 			cp.reap(ctx)
 			if n%10 == 0 {
 				cp.pruneSnapshots(time.Now())
@@ -75,11 +100,15 @@ func (cp *ControlPlane) reap(ctx context.Context) {
 			continue
 		}
 		// Lifecycle chores run in the background so that one slow suspend
-		// does not hold up the others; a busy sandbox waits a tick.
-		if !c.r.lock.TryLock() {
+		// does not hold up the others; a busy sandbox waits a tick. The
+		// lock (across replicas, with the record reloaded) is completed
+		// in the background too, and doChore re-checks the state under it,
+		// so a chore another replica made moot does nothing.
+		if !c.r.lock.tryLocal() {
 			continue
 		}
 		go func(c chore) {
+			c.r.lock.lockShared()
 			defer c.r.lock.Unlock()
 			if err := cp.doChore(ctx, c); err != nil {
 				cp.log.Error("lifecycle "+c.what, "sandbox", c.r.ID, "err", err)

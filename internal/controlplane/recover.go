@@ -17,7 +17,13 @@ import (
 // Recover loads the persisted sandboxes after a (re)start and, when the
 // control plane has one node of its own (serve), reconciles that node
 // (ReconcileNode); a cluster's nodes are reconciled as they join (Run).
+// On a store other replicas share, only the replica that finds no leader
+// (the first of a cluster, or `space serve` on PostgreSQL) goes on past
+// loading the records (replicas.go).
 func (cp *ControlPlane) Recover(ctx context.Context) error {
+	if cp.shared && !cp.recoverShared(ctx) {
+		return nil
+	}
 	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
@@ -27,7 +33,7 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 	}
 	cp.mu.Lock()
 	for _, s := range all {
-		cp.sandboxes[s.ID] = &record{Sandbox: s}
+		cp.sandboxes[s.ID] = cp.stored(s)
 	}
 	cp.mu.Unlock()
 	l, ok := cp.cfg.Nodes.(legacyNoder)

@@ -4,14 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
-	"os"
+	"io"
 	"path"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/space-platform/space/internal/agent/gen/filesystempb"
 	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
@@ -243,33 +243,41 @@ func (cp *ControlPlane) dropSnapshotData(ctx context.Context, n Node, s Snapshot
 	}
 }
 
-// OpenSnapshotFile opens one path of a snapshot's filesystem, so a single
-// earlier file can be recovered without restoring the sandbox. name is a
-// snapshot of sandboxID (or its id).
-func (cp *ControlPlane) OpenSnapshotFile(sandboxID, name, p string) (*os.File, fs.FileInfo, error) {
-	snap, err := cp.snapshotOf(sandboxID, name)
+// ReadSnapshotFile reads one path of a snapshot's filesystem on the
+// snapshot's node, so a single earlier file can be recovered without
+// restoring the sandbox: a regular file's bytes, or a directory's entry
+// with an empty body (nodeapi.Control.ReadVolumeFile). name is a snapshot
+// of sandboxID (or its id). The caller closes the body.
+func (cp *ControlPlane) ReadSnapshotFile(ctx context.Context, sandboxID, name, p string) (io.ReadCloser, *filesystempb.EntryInfo, error) {
+	snap, n, err := cp.snapshotNode(sandboxID, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	n, err := cp.node(snap.Node, "")
-	if err != nil {
-		return nil, nil, err
-	}
-	return n.OpenInVolume(snap.Volume, p)
+	return n.ReadVolumeFile(ctx, snap.Volume, p)
 }
 
-// OpenSnapshotDir opens a directory of a snapshot's filesystem as a root
-// that lookups cannot leave, for listing it in pages.
-func (cp *ControlPlane) OpenSnapshotDir(sandboxID, name, p string) (*os.Root, error) {
-	snap, err := cp.snapshotOf(sandboxID, name)
+// ListSnapshotDir starts one page of a listing of a directory of a
+// snapshot's filesystem, read on the snapshot's node in bounded memory.
+// The caller closes it.
+func (cp *ControlPlane) ListSnapshotDir(ctx context.Context, sandboxID, name, p string, opts nodeapi.ListOptions) (nodeapi.DirPage, error) {
+	snap, n, err := cp.snapshotNode(sandboxID, name)
 	if err != nil {
 		return nil, err
+	}
+	return n.ListVolumeDir(ctx, snap.Volume, p, opts)
+}
+
+// snapshotNode finds a snapshot of sandboxID by name or id, and its node.
+func (cp *ControlPlane) snapshotNode(sandboxID, name string) (Snapshot, Node, error) {
+	snap, err := cp.snapshotOf(sandboxID, name)
+	if err != nil {
+		return Snapshot{}, nil, err
 	}
 	n, err := cp.node(snap.Node, "")
 	if err != nil {
-		return nil, err
+		return Snapshot{}, nil, err
 	}
-	return n.OpenDirInVolume(snap.Volume, p)
+	return snap, n, nil
 }
 
 // snapshotOf finds a snapshot of sandboxID by name or id.

@@ -6,13 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
-	"os"
-	"path"
 	"strconv"
-	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -237,76 +233,4 @@ func fileErr(op, path string, err error) error {
 		return &AgentError{Status: status, Message: fmt.Sprintf("%s %s: %s", op, path, ce.Message())}
 	}
 	return fmt.Errorf("%s %s: %w", op, path, err)
-}
-
-// OpenDirInVolume opens an absolute directory path, as the sandbox saw
-// it, inside a captured volume as an os.Root, so that listing it cannot
-// leave the directory whatever symlinks it holds.
-func (n *Node) OpenDirInVolume(volume, p string) (*os.Root, error) {
-	root, rel, err := n.volumeRoot(volume, p)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	dir, err := root.OpenRoot(rel)
-	if err != nil {
-		return nil, volumeLookupError(p, err)
-	}
-	return dir, nil
-}
-
-func (n *Node) volumeRoot(volume, p string) (*os.Root, string, error) {
-	if !path.IsAbs(p) {
-		return nil, "", &AgentError{Status: http.StatusBadRequest, Message: "paths in a snapshot must be absolute: " + p}
-	}
-	if !n.cfg.Volumes.Exists(volume) {
-		return nil, "", &AgentError{Status: http.StatusNotFound, Message: "snapshot filesystem is gone"}
-	}
-	root, err := os.OpenRoot(n.cfg.Volumes.Path(volume))
-	if err != nil {
-		// The volume's host path stays in the server's log, not the answer.
-		n.log.Error("open snapshot volume", "volume", volume, "err", err)
-		return nil, "", errors.New("cannot open the snapshot's filesystem")
-	}
-	rel := strings.TrimPrefix(path.Clean(p), "/")
-	if rel == "" {
-		rel = "."
-	}
-	return root, rel, nil
-}
-
-// volumeLookupError describes a failed lookup inside a volume by the
-// sandbox's path p only: the *PathError's own path would be a host path.
-func volumeLookupError(p string, err error) error {
-	status := http.StatusBadRequest
-	if errors.Is(err, fs.ErrNotExist) {
-		status = http.StatusNotFound
-	}
-	msg := "cannot open"
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		msg = pe.Err.Error()
-	}
-	return &AgentError{Status: status, Message: fmt.Sprintf("%s in snapshot: %s", p, msg)}
-}
-
-// OpenInVolume opens an absolute path, as the sandbox saw it, inside a
-// captured (read-only) volume, such as a snapshot's filesystem. The lookup
-// cannot leave the volume, whatever symlinks it holds.
-func (n *Node) OpenInVolume(volume, p string) (*os.File, fs.FileInfo, error) {
-	root, rel, err := n.volumeRoot(volume, p)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer root.Close()
-	f, err := root.Open(rel)
-	if err != nil {
-		return nil, nil, volumeLookupError(p, err)
-	}
-	info, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, volumeLookupError(p, err)
-	}
-	return f, info, nil
 }

@@ -115,6 +115,22 @@ type Control interface {
 	VolumeExists(ctx context.Context, name string) (bool, error)
 	// DeleteVolume deletes a volume; a missing one is not an error.
 	DeleteVolume(ctx context.Context, name string) error
+	// ReadVolumeFile opens a path of a captured (read-only) volume, such
+	// as a snapshot's filesystem, so one earlier file can be recovered
+	// without a restore. path is absolute, as the sandbox saw it, and is
+	// resolved inside the volume: neither ".." nor a symlink leaves it.
+	// It returns the path's entry and, for a regular file, its bytes; a
+	// directory comes with an empty body (list it with ListVolumeDir),
+	// anything else is refused. The caller closes the body. Errors are
+	// *AgentError (404 missing, 400 refused) and name the path only as
+	// the sandbox saw it, never as the node stores it.
+	ReadVolumeFile(ctx context.Context, volume, path string) (io.ReadCloser, *filesystempb.EntryInfo, error)
+	// ListVolumeDir starts one page of a listing of a directory of a
+	// captured volume, resolved as ReadVolumeFile resolves paths, in
+	// bounded memory whatever the directory's size. Entries are described
+	// without following symlinks (a symlink is FILE_TYPE_SYMLINK) and
+	// their paths are path joined below path. The caller closes it.
+	ListVolumeDir(ctx context.Context, volume, path string, opts ListOptions) (DirPage, error)
 
 	// TemplateImages lists the ids of the templates whose booted image
 	// the node holds.

@@ -376,18 +376,41 @@ func (s *remoteSandbox) ReadFile(ctx context.Context, path, user string) (io.Rea
 		return nil, 0, s.c.fail(err)
 	}
 	size := stream.Msg().GetSize()
-	return &downloadReader{c: s.c, stream: stream, cancel: cancel}, size, nil
+	return &downloadReader[pb.FileChunk]{c: s.c, stream: stream, data: (*pb.FileChunk).GetData, cancel: cancel}, size, nil
 }
 
-// downloadReader reads the data messages of a ReadFile stream.
-type downloadReader struct {
+// ReadVolumeFile reads a path of a captured volume on the node.
+func (c *Client) ReadVolumeFile(ctx context.Context, volume, path string) (io.ReadCloser, *pbEntry, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.rpc.ReadVolumeFile(ctx, connect.NewRequest(&pb.VolumeFileRequest{Volume: volume, Path: path}))
+	if err != nil {
+		cancel()
+		return nil, nil, c.fail(err)
+	}
+	if !stream.Receive() {
+		err := stream.Err()
+		_ = stream.Close()
+		cancel()
+		if err == nil {
+			err = fmt.Errorf("read %s in volume %s: the node sent no answer", path, volume)
+		}
+		return nil, nil, c.fail(err)
+	}
+	entry := stream.Msg().GetEntry()
+	return &downloadReader[pb.VolumeFileChunk]{c: c, stream: stream, data: (*pb.VolumeFileChunk).GetData, cancel: cancel}, entry, nil
+}
+
+// downloadReader reads the data messages of a ReadFile or ReadVolumeFile
+// stream (past the first, which the caller received).
+type downloadReader[T any] struct {
 	c      *Client
-	stream *connect.ServerStreamForClient[pb.FileChunk]
+	stream *connect.ServerStreamForClient[T]
+	data   func(*T) []byte
 	cancel context.CancelFunc
 	buf    []byte
 }
 
-func (r *downloadReader) Read(p []byte) (int, error) {
+func (r *downloadReader[T]) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
 		if !r.stream.Receive() {
 			if err := r.stream.Err(); err != nil {
@@ -395,14 +418,14 @@ func (r *downloadReader) Read(p []byte) (int, error) {
 			}
 			return 0, io.EOF
 		}
-		r.buf = r.stream.Msg().GetData()
+		r.buf = r.data(r.stream.Msg())
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
 }
 
-func (r *downloadReader) Close() error {
+func (r *downloadReader[T]) Close() error {
 	r.cancel()
 	return r.stream.Close()
 }
@@ -426,12 +449,24 @@ func (s *remoteSandbox) Stat(ctx context.Context, path, user string) (*pbEntry, 
 func (s *remoteSandbox) List(ctx context.Context, path, user string, opts nodeapi.ListOptions) (nodeapi.DirPage, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := s.c.rpc.List(ctx, connect.NewRequest(&pb.ListRequest{Sandbox: s.id, Path: path, User: user, Depth: int64(opts.Depth), Limit: int64(opts.Limit), Cursor: opts.Cursor}))
+	return openPage(s.c, stream, err, cancel)
+}
+
+// ListVolumeDir lists a directory of a captured volume on the node.
+func (c *Client) ListVolumeDir(ctx context.Context, volume, path string, opts nodeapi.ListOptions) (nodeapi.DirPage, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.rpc.ListVolumeDir(ctx, connect.NewRequest(&pb.ListVolumeDirRequest{Volume: volume, Path: path, Depth: int64(opts.Depth), Limit: int64(opts.Limit), Cursor: opts.Cursor}))
+	return openPage(c, stream, err, cancel)
+}
+
+// openPage reads the start of a listing's stream (err is the call's).
+func openPage(c *Client, stream *connect.ServerStreamForClient[pb.ListResponse], err error, cancel context.CancelFunc) (nodeapi.DirPage, error) {
 	if err != nil {
 		cancel()
-		return nil, s.c.fail(err)
+		return nil, c.fail(err)
 	}
 	// The first message tells a listing that started from one that failed.
-	page := &dirPage{c: s.c, stream: stream, cancel: cancel}
+	page := &dirPage{c: c, stream: stream, cancel: cancel}
 	if _, err := page.receive(); err != nil {
 		_ = page.Close()
 		return nil, err

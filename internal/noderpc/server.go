@@ -328,11 +328,16 @@ func (s *server) ReadFile(ctx context.Context, req *connect.Request[pb.FileReque
 	if err := stream.Send(&pb.FileChunk{Size: size}); err != nil {
 		return err
 	}
+	return sendBody(body, func(p []byte) error { return stream.Send(&pb.FileChunk{Data: p}) }, req.Msg.GetPath())
+}
+
+// sendBody sends what body reads as messages of at most chunkSize bytes.
+func sendBody(body io.Reader, send func([]byte) error, path string) error {
 	buf := make([]byte, chunkSize)
 	for {
 		n, rerr := body.Read(buf)
 		if n > 0 {
-			if err := stream.Send(&pb.FileChunk{Data: buf[:n]}); err != nil {
+			if err := send(buf[:n]); err != nil {
 				return err
 			}
 		}
@@ -340,9 +345,30 @@ func (s *server) ReadFile(ctx context.Context, req *connect.Request[pb.FileReque
 			return nil
 		}
 		if rerr != nil {
-			return wireError(fmt.Errorf("read %s: %w", req.Msg.GetPath(), rerr))
+			return wireError(fmt.Errorf("read %s: %w", path, rerr))
 		}
 	}
+}
+
+func (s *server) ReadVolumeFile(ctx context.Context, req *connect.Request[pb.VolumeFileRequest], stream *connect.ServerStream[pb.VolumeFileChunk]) error {
+	body, e, err := s.node.ReadVolumeFile(ctx, req.Msg.GetVolume(), req.Msg.GetPath())
+	if err != nil {
+		return wireError(err)
+	}
+	defer body.Close()
+	if err := stream.Send(&pb.VolumeFileChunk{Entry: e}); err != nil {
+		return err
+	}
+	return sendBody(body, func(p []byte) error { return stream.Send(&pb.VolumeFileChunk{Data: p}) }, req.Msg.GetPath())
+}
+
+func (s *server) ListVolumeDir(ctx context.Context, req *connect.Request[pb.ListVolumeDirRequest], stream *connect.ServerStream[pb.ListResponse]) error {
+	m := req.Msg
+	page, err := s.node.ListVolumeDir(ctx, m.GetVolume(), m.GetPath(), nodeapi.ListOptions{Depth: int(m.GetDepth()), Limit: int(m.GetLimit()), Cursor: m.GetCursor()})
+	if err != nil {
+		return wireError(err)
+	}
+	return sendPage(page, stream)
 }
 
 func (s *server) WriteFile(ctx context.Context, stream *connect.ClientStream[pb.WriteFileRequest]) (*connect.Response[pb.Empty], error) {
@@ -417,6 +443,11 @@ func (s *server) List(ctx context.Context, req *connect.Request[pb.ListRequest],
 	if err != nil {
 		return wireError(err)
 	}
+	return sendPage(page, stream)
+}
+
+// sendPage sends a page's entries, then its cursor, and closes it.
+func sendPage(page nodeapi.DirPage, stream *connect.ServerStream[pb.ListResponse]) error {
 	defer page.Close()
 	for {
 		e, err := page.Next()

@@ -272,9 +272,14 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		return out
 	})
+	// On a shared store the name keeps a restarted server's leases its own.
+	replicaID, err := controlplane.LoadReplicaID(filepath.Join(cfg.DataDir, "replica-id"))
+	if err != nil {
+		return nil, err
+	}
 	s.cp = controlplane.New(controlplane.Config{
 		Store: s.st, Nodes: controlplane.OneNode(localNodeID, nd), Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
-		Capacity: capacity,
+		Capacity: capacity, ReplicaID: replicaID,
 		// Records of earlier versions name their images by path.
 		LegacyImagesDir: filepath.Join(cfg.DataDir, "images"),
 		Secrets:         secretStore,

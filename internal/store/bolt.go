@@ -16,6 +16,7 @@ type boltStore struct {
 	db *bolt.DB
 	keyLocks
 	leases
+	watchers
 }
 
 // Open opens (creating if needed) the bbolt database at path.
@@ -34,13 +35,17 @@ func (s *boltStore) Put(bucket, key string, v any) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists([]byte(bucket))
 		if err != nil {
 			return err
 		}
 		return b.Put([]byte(key), data)
-	})
+	}); err != nil {
+		return err
+	}
+	s.notify(bucket, key)
+	return nil
 }
 
 func (s *boltStore) Get(bucket, key string, v any) error {
@@ -58,14 +63,25 @@ func (s *boltStore) Get(bucket, key string, v any) error {
 }
 
 func (s *boltStore) Delete(bucket, key string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte(bucket))
 		if b == nil {
 			return nil
 		}
 		return b.Delete([]byte(key))
-	})
+	}); err != nil {
+		return err
+	}
+	s.notify(bucket, key)
+	return nil
 }
+
+// Watch fans out this handle's own writes: bbolt has no other writer.
+func (s *boltStore) Watch(ctx context.Context, bucket string) (<-chan string, error) {
+	return s.watch(ctx, bucket), nil
+}
+
+func (s *boltStore) Shared() bool { return false }
 
 func (s *boltStore) Each(bucket string, fn func(key string, data []byte) error) error {
 	return s.db.View(func(tx *bolt.Tx) error {

@@ -36,8 +36,9 @@ const (
 	// key space, which never collides with the bigint one).
 	lockSpace = 0x73706163 // "spac"
 	// defaultMaxConns sizes the pool when the URL does not
-	// (pool_max_conns); half of it may hold per-key locks.
-	defaultMaxConns = 16
+	// (pool_max_conns); half of it may hold per-key locks, one per sandbox
+	// operation in progress (a start holds one until the sandbox runs).
+	defaultMaxConns = 32
 )
 
 // pgStore is the PostgreSQL backend.
@@ -52,6 +53,14 @@ type pgStore struct {
 
 	mu   sync.Mutex
 	held map[*heldLock]bool // for Close, which ends their sessions
+
+	// watchers are fed by one listening connection, started by the first
+	// Watch and ended by Close (stop).
+	watchers
+	listenOnce sync.Once
+	listening  chan struct{} // closed once LISTEN first succeeded
+	stop       context.CancelFunc
+	stopped    chan struct{}
 }
 
 // OpenPostgres connects to the PostgreSQL database url names and brings
@@ -74,7 +83,8 @@ func OpenPostgres(ctx context.Context, url string) (Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open state %s: %w", where, err)
 	}
-	return &pgStore{pool: pool, lockConns: make(chan struct{}, max(1, cfg.MaxConns/2))}, nil
+	return &pgStore{pool: pool, lockConns: make(chan struct{}, max(1, cfg.MaxConns/2)),
+		listening: make(chan struct{}), stop: func() {}}, nil
 }
 
 type migration struct {
@@ -166,6 +176,13 @@ func (s *pgStore) Close() error {
 	s.mu.Unlock()
 	for h := range held {
 		h.release(false)
+	}
+	s.mu.Lock()
+	stop, stopped := s.stop, s.stopped
+	s.mu.Unlock()
+	stop()
+	if stopped != nil {
+		<-stopped
 	}
 	s.pool.Close()
 	return nil
@@ -380,4 +397,73 @@ func (h *heldLock) release(unlock bool) {
 		}
 		h.done()
 	})
+}
+
+// notifyChannel is the NOTIFY channel migration 0003's triggers write to.
+const notifyChannel = "space_changes"
+
+func (s *pgStore) Shared() bool { return true }
+
+// Watch returns once this handle listens for changes, so that every write
+// committed afterwards is reported.
+func (s *pgStore) Watch(ctx context.Context, bucket string) (<-chan string, error) {
+	s.listenOnce.Do(func() {
+		lctx, cancel := context.WithCancel(context.Background())
+		s.mu.Lock()
+		s.stop, s.stopped = cancel, make(chan struct{})
+		s.mu.Unlock()
+		go s.listen(lctx)
+	})
+	ch := s.watch(ctx, bucket)
+	select {
+	case <-s.listening:
+		return ch, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("watch %s: %w", bucket, ctx.Err())
+	}
+}
+
+// listen holds a connection of its own in LISTEN until ctx ends,
+// reconnecting after a failure; each (re)connection tells the watchers to
+// resync, as notifications sent meanwhile were lost.
+func (s *pgStore) listen(ctx context.Context) {
+	defer close(s.stopped)
+	first := true
+	for ctx.Err() == nil {
+		err := s.listenOnceConn(ctx, &first)
+		if ctx.Err() != nil {
+			return
+		}
+		_ = err // the next attempt reports nothing either: watchers resync when it succeeds
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (s *pgStore) listenOnceConn(ctx context.Context, first *bool) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return err
+	}
+	if *first {
+		*first = false
+		close(s.listening)
+	} else {
+		s.notify("", Resync)
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		bucket, key, _ := strings.Cut(n.Payload, "/")
+		s.notify(bucket, key)
+	}
 }

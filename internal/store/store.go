@@ -72,6 +72,20 @@ type Store interface {
 	// deadlocks.
 	Lock(ctx context.Context, key string) (unlock func(), err error)
 
+	// Watch reports the keys of bucket that change (a Put or Delete by any
+	// handle on the database, this one included) from when it returns
+	// until ctx ends, when the channel is closed. Changes to one key may
+	// be coalesced into one report, so a watcher reads the record again
+	// rather than trusting an order. Resync ("") says that changes may
+	// have been missed (PostgreSQL's notification connection was
+	// re-established, or the watcher fell far behind): reload the bucket.
+	Watch(ctx context.Context, bucket string) (<-chan string, error)
+	// Shared reports whether other processes may write the database
+	// (PostgreSQL): a cache of it is then only as fresh as its last
+	// notification. bbolt is owned by one process, whose own writes are
+	// all there are.
+	Shared() bool
+
 	// Close releases the store; locks still held are released.
 	Close() error
 }

@@ -532,6 +532,49 @@ func (f *Fake) DeleteVolume(ctx context.Context, name string) error {
 	})
 }
 
+// inVolume runs fn on a captured volume's file tree, locked, with p made
+// clean. A volume's tree holds no symlinks, so cleaning p is what keeps a
+// lookup inside it.
+func (f *Fake) inVolume(op, volume, p string, fn func(t *tree, p string) error) error {
+	var vol *tree
+	if err := f.named(op, volume, func() { vol = f.volumes[volume] }); err != nil {
+		return err
+	}
+	p, err := clean(p)
+	if err != nil {
+		return err
+	}
+	if vol == nil {
+		return agentErr(http.StatusNotFound, "snapshot filesystem is gone")
+	}
+	vol.mu.Lock()
+	defer vol.mu.Unlock()
+	return fn(vol, p)
+}
+
+func (f *Fake) ReadVolumeFile(ctx context.Context, volume, p string) (body io.ReadCloser, e *filesystempb.EntryInfo, err error) {
+	err = f.inVolume("read volume file", volume, p, func(t *tree, p string) error {
+		n, ok := t.nodes[p]
+		if !ok {
+			return missing(p)
+		}
+		e, body = t.entry(p, n), http.NoBody
+		if !n.dir {
+			body = io.NopCloser(bytes.NewReader(n.data))
+		}
+		return nil
+	})
+	return body, e, err
+}
+
+func (f *Fake) ListVolumeDir(ctx context.Context, volume, p string, opts nodeapi.ListOptions) (page nodeapi.DirPage, err error) {
+	err = f.inVolume("list volume dir", volume, p, func(t *tree, p string) error {
+		page, err = t.listLocked(p, opts)
+		return err
+	})
+	return page, err
+}
+
 func (f *Fake) TemplateImages(ctx context.Context) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -1242,38 +1285,42 @@ func below(dir, p string) (int, bool) {
 	return strings.Count(p[len(prefix):], "/") + 1, true
 }
 
-func (s *fakeSandbox) List(ctx context.Context, p, user string, opts nodeapi.ListOptions) (nodeapi.DirPage, error) {
+func (s *fakeSandbox) List(ctx context.Context, p, user string, opts nodeapi.ListOptions) (page nodeapi.DirPage, err error) {
+	err = s.inTree(p, func(t *tree, p string) error {
+		page, err = t.listLocked(p, opts)
+		return err
+	})
+	return page, err
+}
+
+// listLocked reads one page of a listing of directory p (clean); t.mu is
+// held. The cursor is the path of the previous page's last entry.
+func (t *tree) listLocked(p string, opts nodeapi.ListOptions) (nodeapi.DirPage, error) {
 	depth, limit := max(opts.Depth, 1), opts.Limit
 	if limit <= 0 {
 		limit = 1000
 	}
+	n, ok := t.nodes[p]
+	switch {
+	case !ok:
+		return nil, missing(p)
+	case !n.dir:
+		return nil, agentErr(http.StatusBadRequest, "%s is not a directory", p)
+	}
+	var paths []string
+	for q := range t.nodes {
+		if d, ok := below(p, q); ok && d <= depth && q > opts.Cursor {
+			paths = append(paths, q)
+		}
+	}
+	sort.Strings(paths)
 	page := &fakePage{}
-	err := s.inTree(p, func(t *tree, p string) error {
-		n, ok := t.nodes[p]
-		switch {
-		case !ok:
-			return missing(p)
-		case !n.dir:
-			return agentErr(http.StatusBadRequest, "%s is not a directory", p)
-		}
-		var paths []string
-		for q := range t.nodes {
-			if d, ok := below(p, q); ok && d <= depth && q > opts.Cursor {
-				paths = append(paths, q)
-			}
-		}
-		sort.Strings(paths)
-		if len(paths) > limit {
-			paths = paths[:limit]
-			page.cursor = paths[limit-1]
-		}
-		for _, q := range paths {
-			page.entries = append(page.entries, t.entry(q, t.nodes[q]))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	if len(paths) > limit {
+		paths = paths[:limit]
+		page.cursor = paths[limit-1]
+	}
+	for _, q := range paths {
+		page.entries = append(page.entries, t.entry(q, t.nodes[q]))
 	}
 	return page, nil
 }

@@ -65,6 +65,7 @@ func Run(t *testing.T, setup func(t *testing.T) Harness) {
 		{"SuspendResume", testSuspendResume},
 		{"CaptureRestoreNewIdentity", testCaptureRestore},
 		{"ImagesVolumes", testImagesVolumes},
+		{"VolumeFiles", testVolumeFiles},
 		{"Transfer", testTransfer},
 		{"InvalidNames", testInvalidNames},
 		{"UnknownSandbox", testUnknownSandbox},
@@ -160,19 +161,58 @@ func writeFile(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, path, cont
 func readFile(ctx context.Context, t *testing.T, sb nodeapi.Sandbox, path string) string {
 	t.Helper()
 	body, size, err := sb.ReadFile(ctx, path, "")
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	defer body.Close()
-	data, err := io.ReadAll(body)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
+	data := readBody(t, "read "+path, body, err)
 	// -1 says the size is not known in advance.
 	if size != -1 && size != int64(len(data)) {
 		t.Fatalf("read %s: size %d announced, %d bytes read", path, size, len(data))
 	}
 	return string(data)
+}
+
+// listInPages lists a directory in pages of two (list starts the page at
+// cursor) and checks that it holds the entries named want, each exactly
+// once, in at least three pages of at most two, the last without cursor.
+func listInPages(t *testing.T, want []string, list func(cursor string) (nodeapi.DirPage, error)) []*filesystempb.EntryInfo {
+	t.Helper()
+	var entries []*filesystempb.EntryInfo
+	var listed []string
+	cursor, pages := "", 0
+	for {
+		page, err := list(cursor)
+		if err != nil {
+			t.Fatalf("list page %d: %v", pages, err)
+		}
+		n := 0
+		for {
+			e, err := page.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("list page %d: %v", pages, err)
+			}
+			entries, listed = append(entries, e), append(listed, e.GetName())
+			n++
+		}
+		cursor = page.NextCursor()
+		_ = page.Close()
+		pages++
+		if n > 2 {
+			t.Fatalf("page %d holds %d entries, limit 2", pages, n)
+		}
+		if cursor == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatalf("listing does not end: %v", listed)
+		}
+	}
+	slices.Sort(listed)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(listed, want) || pages < 3 {
+		t.Fatalf("listed %v in %d pages, want %v in at least 3", listed, pages, want)
+	}
+	return entries
 }
 
 // wantAgentStatus fails unless err is an *AgentError with status.
@@ -243,43 +283,9 @@ func testFiles(t *testing.T, h Harness) {
 		t.Fatalf("stat: %v", st)
 	}
 
-	// Pages of two: every file exactly once, the last page without cursor.
-	var listed []string
-	cursor, pages := "", 0
-	for {
-		page, err := sb.List(ctx, dir, "", nodeapi.ListOptions{Depth: 1, Limit: 2, Cursor: cursor})
-		if err != nil {
-			t.Fatalf("list page %d: %v", pages, err)
-		}
-		n := 0
-		for {
-			e, err := page.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("list page %d: %v", pages, err)
-			}
-			listed = append(listed, e.GetName())
-			n++
-		}
-		cursor = page.NextCursor()
-		_ = page.Close()
-		pages++
-		if n > 2 {
-			t.Fatalf("page %d holds %d entries, limit 2", pages, n)
-		}
-		if cursor == "" {
-			break
-		}
-		if pages > 10 {
-			t.Fatalf("listing does not end: %v", listed)
-		}
-	}
-	slices.Sort(listed)
-	if !slices.Equal(listed, names) || pages < 3 {
-		t.Fatalf("listed %v in %d pages, want %v in at least 3", listed, pages, names)
-	}
+	listInPages(t, names, func(cursor string) (nodeapi.DirPage, error) {
+		return sb.List(ctx, dir, "", nodeapi.ListOptions{Depth: 1, Limit: 2, Cursor: cursor})
+	})
 	if _, err := sb.List(ctx, dir+"/a.txt", "", nodeapi.ListOptions{}); err == nil {
 		t.Fatal("listing a file succeeded")
 	}
@@ -593,18 +599,26 @@ func testSuspendResume(t *testing.T, h Harness) {
 	checkRestored(ctx, t, h, restored, "/tmp/kept.txt", count)
 }
 
-func testCaptureRestore(t *testing.T, h Harness) {
-	ctx := caseContext(t, h)
-	sb := create(ctx, t, h)
-	count := fillSandbox(ctx, t, h, sb, "/tmp/captured.txt")
-	image, volume := unique("image"), unique("volume")
+// capture checkpoints sandbox id into an image and a volume of their own,
+// deleted when the case ends.
+func capture(ctx context.Context, t *testing.T, h Harness, id string) (image, volume string) {
+	t.Helper()
+	image, volume = unique("image"), unique("volume")
 	t.Cleanup(func() {
 		_ = h.Node.DeleteImage(context.Background(), image)
 		_ = h.Node.DeleteVolume(context.Background(), volume)
 	})
-	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: sb.id, Volume: volume, Image: image}); err != nil {
+	if err := h.Node.Capture(ctx, nodeapi.CaptureRequest{ID: id, Volume: volume, Image: image}); err != nil {
 		t.Fatalf("capture: %v", err)
 	}
+	return image, volume
+}
+
+func testCaptureRestore(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	count := fillSandbox(ctx, t, h, sb, "/tmp/captured.txt")
+	image, volume := capture(ctx, t, h, sb.id)
 	// The source runs on, and what it does now is not in the capture.
 	writeFile(ctx, t, sb, "/tmp/later.txt", "later")
 	if res := run(ctx, t, sb, "echo", "still"); string(res.Stdout) != "still\n" {
@@ -676,6 +690,128 @@ func testImagesVolumes(t *testing.T, h Harness) {
 	}
 }
 
+// readVolumeFile reads a path of a volume whole.
+func readVolumeFile(ctx context.Context, t *testing.T, h Harness, volume, path string) (string, *filesystempb.EntryInfo) {
+	t.Helper()
+	body, e, err := h.Node.ReadVolumeFile(ctx, volume, path)
+	return string(readBody(t, "read "+path+" in the volume", body, err)), e
+}
+
+// readBody reads and closes the body a read opened (err is the open's).
+func readBody(t *testing.T, what string, body io.ReadCloser, err error) []byte {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	defer body.Close()
+	data, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return data
+}
+
+// wantRefused fails unless err is an *AgentError with status that names
+// neither the volume nor anything of the node's own directories.
+func wantRefused(t *testing.T, what string, err error, status int, volume string) {
+	t.Helper()
+	wantAgentStatus(t, what, err, status)
+	if strings.Contains(err.Error(), volume) {
+		t.Fatalf("%s: the error names where the node keeps the volume: %v", what, err)
+	}
+}
+
+// testVolumeFiles reads the files of a captured volume, as the API serves
+// a snapshot's files: a file, a directory in pages, and nothing outside
+// the volume, whatever ".." or symlinks the path goes through.
+func testVolumeFiles(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	// Not /tmp: a sandbox's /tmp may be memory, which a volume lacks.
+	const dir = "/home/user/volfiles"
+	names := []string{"a.txt", "b.txt", "c.txt", "d.txt", "e.txt"}
+	for _, n := range names {
+		writeFile(ctx, t, sb, dir+"/"+n, "content of "+n)
+	}
+	links := map[string]bool{}
+	if h.Real {
+		// Symlinks the sandbox plants that point above its root: an
+		// absolute one and a relative one.
+		res := run(ctx, t, sb, "sh", "-c", "ln -s /../../../../../../etc "+dir+"/up && ln -s ../../../../../../../../etc/hostname "+dir+"/rel")
+		if res.ExitCode != 0 {
+			t.Fatalf("ln: %d %s", res.ExitCode, res.Stderr)
+		}
+		links["up"], links["rel"] = true, true
+	}
+	_, volume := capture(ctx, t, h, sb.id)
+	// What the sandbox does after the capture is not in the volume.
+	writeFile(ctx, t, sb, dir+"/a.txt", "changed")
+	writeFile(ctx, t, sb, dir+"/later.txt", "later")
+
+	got, e := readVolumeFile(ctx, t, h, volume, dir+"/a.txt")
+	if got != "content of a.txt" {
+		t.Fatalf("file of the volume holds %q", got)
+	}
+	if e.GetType() != filesystempb.FileType_FILE_TYPE_FILE || e.GetName() != "a.txt" || e.GetPath() != dir+"/a.txt" || e.GetSize() != int64(len(got)) {
+		t.Fatalf("entry of a file: %v", e)
+	}
+	// ".." stops at the volume's root, as it stops at "/" in the sandbox.
+	if got, _ := readVolumeFile(ctx, t, h, volume, "/../../.."+dir+"/../volfiles/b.txt"); got != "content of b.txt" {
+		t.Fatalf("file through ..: %q", got)
+	}
+	if got, e := readVolumeFile(ctx, t, h, volume, dir); got != "" || e.GetType() != filesystempb.FileType_FILE_TYPE_DIRECTORY {
+		t.Fatalf("directory read as %q, entry %v", got, e)
+	}
+
+	want := slices.Clone(names)
+	for l := range links {
+		want = append(want, l)
+	}
+	entries := listInPages(t, want, func(cursor string) (nodeapi.DirPage, error) {
+		return h.Node.ListVolumeDir(ctx, volume, dir, nodeapi.ListOptions{Limit: 2, Cursor: cursor})
+	})
+	for _, e := range entries {
+		if e.GetPath() != dir+"/"+e.GetName() {
+			t.Fatalf("entry %v: path is not below %s", e, dir)
+		}
+		if links[e.GetName()] != (e.GetType() == filesystempb.FileType_FILE_TYPE_SYMLINK) {
+			t.Fatalf("entry %v: a symlink must be listed as one, and only a symlink", e)
+		}
+	}
+	// A page closed before its end releases what it holds.
+	page, err := h.Node.ListVolumeDir(ctx, volume, dir, nodeapi.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if err := page.Close(); err != nil {
+		t.Fatalf("close an unread page: %v", err)
+	}
+
+	_, _, err = h.Node.ReadVolumeFile(ctx, volume, dir+"/later.txt")
+	wantRefused(t, "read of a file written after the capture", err, http.StatusNotFound, volume)
+	_, err = h.Node.ListVolumeDir(ctx, volume, dir+"/missing", nodeapi.ListOptions{})
+	wantRefused(t, "listing of a missing directory", err, http.StatusNotFound, volume)
+	_, err = h.Node.ListVolumeDir(ctx, volume, dir+"/a.txt", nodeapi.ListOptions{})
+	wantRefused(t, "listing of a file", err, http.StatusBadRequest, volume)
+	_, _, err = h.Node.ReadVolumeFile(ctx, volume, "home/user/volfiles/a.txt")
+	wantRefused(t, "read of a relative path", err, http.StatusBadRequest, volume)
+	gone := unique("volume")
+	_, _, err = h.Node.ReadVolumeFile(ctx, gone, dir+"/a.txt")
+	wantRefused(t, "read in a missing volume", err, http.StatusNotFound, gone)
+	_, err = h.Node.ListVolumeDir(ctx, gone, dir, nodeapi.ListOptions{})
+	wantRefused(t, "listing in a missing volume", err, http.StatusNotFound, gone)
+	if !h.Real {
+		return
+	}
+	// A symlink that leads above the volume's root is not followed.
+	for _, p := range []string{dir + "/up/hostname", dir + "/rel"} {
+		_, _, err = h.Node.ReadVolumeFile(ctx, volume, p)
+		wantRefused(t, "read through "+p, err, http.StatusBadRequest, volume)
+	}
+	_, err = h.Node.ListVolumeDir(ctx, volume, dir+"/up", nodeapi.ListOptions{})
+	wantRefused(t, "listing through "+dir+"/up", err, http.StatusBadRequest, volume)
+}
+
 func testInvalidNames(t *testing.T, h Harness) {
 	ctx := caseContext(t, h)
 	for _, name := range []string{"", "../escape", "a/../../b", "/abs", "a//b", "sp ace", strings.Repeat("x", 256)} {
@@ -685,6 +821,8 @@ func testInvalidNames(t *testing.T, h Harness) {
 		_, checks["VolumeExists"] = h.Node.VolumeExists(ctx, name)
 		checks["DeleteVolume"] = h.Node.DeleteVolume(ctx, name)
 		checks["DropTemplateImage"] = h.Node.DropTemplateImage(ctx, name)
+		_, _, checks["ReadVolumeFile"] = h.Node.ReadVolumeFile(ctx, name, "/")
+		_, checks["ListVolumeDir"] = h.Node.ListVolumeDir(ctx, name, "/", nodeapi.ListOptions{})
 		for op, err := range checks {
 			if !errors.Is(err, nodeapi.ErrInvalidName) {
 				t.Errorf("%s(%q): got %v, want ErrInvalidName", op, name, err)

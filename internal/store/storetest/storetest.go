@@ -353,6 +353,70 @@ func Run(t *testing.T, b Backend) {
 		again()
 	})
 
+	t.Run("Watch", func(t *testing.T) {
+		a, b2 := replicas(t)
+		if a.Shared() != b.Replicas {
+			t.Fatalf("Shared() = %v for a backend whose Replicas is %v", a.Shared(), b.Replicas)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		sandboxes, err := a.Watch(ctx, store.SandboxBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		things, err := a.Watch(ctx, "things")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// next returns the next key reported, skipping resyncs.
+		next := func(ch <-chan string) string {
+			t.Helper()
+			for {
+				select {
+				case k, ok := <-ch:
+					if !ok {
+						t.Fatal("watch channel closed early")
+					}
+					if k != store.Resync {
+						return k
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("no change reported within 10s")
+				}
+			}
+		}
+		// Another replica's writes and deletes, and this handle's own.
+		if err := b2.Put(store.SandboxBucket, "sb-1", rec{"x", 1}); err != nil {
+			t.Fatal(err)
+		}
+		if k := next(sandboxes); k != "sb-1" {
+			t.Fatalf("watch reported %q after a Put of sb-1", k)
+		}
+		if err := b2.Put("things", "a/b", rec{"y", 1}); err != nil {
+			t.Fatal(err)
+		}
+		if k := next(things); k != "a/b" {
+			t.Fatalf("watch of things reported %q after a Put of a/b", k)
+		}
+		if err := b2.Delete(store.SandboxBucket, "sb-1"); err != nil {
+			t.Fatal(err)
+		}
+		if k := next(sandboxes); k != "sb-1" {
+			t.Fatalf("watch reported %q after a Delete of sb-1", k)
+		}
+		if err := a.Put(store.SandboxBucket, "sb-2", rec{"z", 1}); err != nil {
+			t.Fatal(err)
+		}
+		// The write to things above was not reported on the sandboxes
+		// watch: the next report there is sb-2.
+		if k := next(sandboxes); k != "sb-2" {
+			t.Fatalf("watch reported %q after a Put of sb-2", k)
+		}
+		cancel()
+		for range sandboxes {
+		}
+	})
+
 	if b.Replicas {
 		t.Run("LockReleasedWhenHolderCloses", func(t *testing.T) {
 			ctx := context.Background()

@@ -2598,6 +2598,187 @@ func (x *ListResponse) GetNextCursor() string {
 	return ""
 }
 
+type VolumeFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeFileRequest) Reset() {
+	*x = VolumeFileRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeFileRequest) ProtoMessage() {}
+
+func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*VolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *VolumeFileRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *VolumeFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type VolumeFileChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set in the first message only.
+	Entry         *filesystempb.EntryInfo `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	Data          []byte                  `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeFileChunk) Reset() {
+	*x = VolumeFileChunk{}
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeFileChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeFileChunk) ProtoMessage() {}
+
+func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeFileChunk.ProtoReflect.Descriptor instead.
+func (*VolumeFileChunk) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *VolumeFileChunk) GetEntry() *filesystempb.EntryInfo {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *VolumeFileChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ListVolumeDirRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Depth         int64                  `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	Limit         int64                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Cursor        string                 `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumeDirRequest) Reset() {
+	*x = ListVolumeDirRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumeDirRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumeDirRequest) ProtoMessage() {}
+
+func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumeDirRequest.ProtoReflect.Descriptor instead.
+func (*ListVolumeDirRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListVolumeDirRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *ListVolumeDirRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ListVolumeDirRequest) GetDepth() int64 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *ListVolumeDirRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListVolumeDirRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
 type MoveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
@@ -2610,7 +2791,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2803,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2816,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MoveRequest) GetSandbox() string {
@@ -2683,7 +2864,7 @@ type SessionSpec struct {
 
 func (x *SessionSpec) Reset() {
 	*x = SessionSpec{}
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2876,7 @@ func (x *SessionSpec) String() string {
 func (*SessionSpec) ProtoMessage() {}
 
 func (x *SessionSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2889,7 @@ func (x *SessionSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSpec.ProtoReflect.Descriptor instead.
 func (*SessionSpec) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SessionSpec) GetCmd() []string {
@@ -2784,7 +2965,7 @@ type StartSessionRequest struct {
 
 func (x *StartSessionRequest) Reset() {
 	*x = StartSessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +2977,7 @@ func (x *StartSessionRequest) String() string {
 func (*StartSessionRequest) ProtoMessage() {}
 
 func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +2990,7 @@ func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartSessionRequest.ProtoReflect.Descriptor instead.
 func (*StartSessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StartSessionRequest) GetSandbox() string {
@@ -2836,7 +3017,7 @@ type End struct {
 
 func (x *End) Reset() {
 	*x = End{}
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +3029,7 @@ func (x *End) String() string {
 func (*End) ProtoMessage() {}
 
 func (x *End) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +3042,7 @@ func (x *End) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use End.ProtoReflect.Descriptor instead.
 func (*End) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *End) GetExitCode() int64 {
@@ -2895,7 +3076,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3088,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3101,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SessionInfo) GetId() string {
@@ -2989,7 +3170,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3182,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3195,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SessionRequest) GetSandbox() string {
@@ -3040,7 +3221,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3233,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3246,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SessionsResponse) GetSessions() []*SessionInfo {
@@ -3086,7 +3267,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3279,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3292,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AttachRequest) GetSandbox() string {
@@ -3145,7 +3326,7 @@ type Dropped struct {
 
 func (x *Dropped) Reset() {
 	*x = Dropped{}
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3157,7 +3338,7 @@ func (x *Dropped) String() string {
 func (*Dropped) ProtoMessage() {}
 
 func (x *Dropped) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3170,7 +3351,7 @@ func (x *Dropped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dropped.ProtoReflect.Descriptor instead.
 func (*Dropped) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Dropped) GetRequested() int64 {
@@ -3199,7 +3380,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3211,7 +3392,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3224,7 +3405,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Chunk) GetStream() uint32 {
@@ -3262,7 +3443,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3274,7 +3455,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3287,7 +3468,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AttachResponse) GetEvent() isAttachResponse_Event {
@@ -3357,7 +3538,7 @@ type StdinRequest struct {
 
 func (x *StdinRequest) Reset() {
 	*x = StdinRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3550,7 @@ func (x *StdinRequest) String() string {
 func (*StdinRequest) ProtoMessage() {}
 
 func (x *StdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3563,7 @@ func (x *StdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinRequest.ProtoReflect.Descriptor instead.
 func (*StdinRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StdinRequest) GetSandbox() string {
@@ -3417,7 +3598,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3429,7 +3610,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3442,7 +3623,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SignalRequest) GetSandbox() string {
@@ -3478,7 +3659,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3490,7 +3671,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3503,7 +3684,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ResizeRequest) GetSandbox() string {
@@ -3543,7 +3724,7 @@ type DataChunk struct {
 
 func (x *DataChunk) Reset() {
 	*x = DataChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3736,7 @@ func (x *DataChunk) String() string {
 func (*DataChunk) ProtoMessage() {}
 
 func (x *DataChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3749,7 @@ func (x *DataChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataChunk.ProtoReflect.Descriptor instead.
 func (*DataChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DataChunk) GetData() []byte {
@@ -3591,7 +3772,7 @@ type ReceiveVolumeRequest struct {
 
 func (x *ReceiveVolumeRequest) Reset() {
 	*x = ReceiveVolumeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3784,7 @@ func (x *ReceiveVolumeRequest) String() string {
 func (*ReceiveVolumeRequest) ProtoMessage() {}
 
 func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3797,7 @@ func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReceiveVolumeRequest) GetName() string {
@@ -3658,7 +3839,7 @@ type ReceiveImageRequest struct {
 
 func (x *ReceiveImageRequest) Reset() {
 	*x = ReceiveImageRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +3851,7 @@ func (x *ReceiveImageRequest) String() string {
 func (*ReceiveImageRequest) ProtoMessage() {}
 
 func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +3864,7 @@ func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveImageRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveImageRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReceiveImageRequest) GetImage() string {
@@ -3907,7 +4088,19 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x05entry\x18\x01 \x01(\v2\x15.filesystem.EntryInfoR\x05entry\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x1f\n" +
 	"\vnext_cursor\x18\x03 \x01(\tR\n" +
-	"nextCursor\"_\n" +
+	"nextCursor\"?\n" +
+	"\x11VolumeFileRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"R\n" +
+	"\x0fVolumeFileChunk\x12+\n" +
+	"\x05entry\x18\x01 \x01(\v2\x15.filesystem.EntryInfoR\x05entry\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x86\x01\n" +
+	"\x14ListVolumeDirRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05depth\x18\x03 \x01(\x03R\x05depth\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x16\n" +
+	"\x06cursor\x18\x05 \x01(\tR\x06cursor\"_\n" +
 	"\vMoveRequest\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
@@ -3985,7 +4178,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"?\n" +
 	"\x13ReceiveImageRequest\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data2\xcd\x1c\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data2\xf8\x1d\n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
@@ -4016,7 +4209,9 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\vDeleteImage\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12C\n" +
 	"\aVolumes\x12\x1a.space.node.v1.NameRequest\x1a\x1c.space.node.v1.NamesResponse\x12G\n" +
 	"\fVolumeExists\x12\x1a.space.node.v1.NameRequest\x1a\x1b.space.node.v1.BoolResponse\x12@\n" +
-	"\fDeleteVolume\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12D\n" +
+	"\fDeleteVolume\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12T\n" +
+	"\x0eReadVolumeFile\x12 .space.node.v1.VolumeFileRequest\x1a\x1e.space.node.v1.VolumeFileChunk0\x01\x12S\n" +
+	"\rListVolumeDir\x12#.space.node.v1.ListVolumeDirRequest\x1a\x1b.space.node.v1.ListResponse0\x01\x12D\n" +
 	"\x0eTemplateImages\x12\x14.space.node.v1.Empty\x1a\x1c.space.node.v1.NamesResponse\x12E\n" +
 	"\x11DropTemplateImage\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12;\n" +
 	"\aSetPool\x12\x1a.space.node.v1.PoolRequest\x1a\x14.space.node.v1.Empty\x12=\n" +
@@ -4059,7 +4254,7 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_space_node_v1_node_proto_goTypes = []any{
 	(*NodeError)(nil),              // 0: space.node.v1.NodeError
 	(*Empty)(nil),                  // 1: space.node.v1.Empty
@@ -4103,42 +4298,45 @@ var file_space_node_v1_node_proto_goTypes = []any{
 	(*EntryResponse)(nil),          // 39: space.node.v1.EntryResponse
 	(*ListRequest)(nil),            // 40: space.node.v1.ListRequest
 	(*ListResponse)(nil),           // 41: space.node.v1.ListResponse
-	(*MoveRequest)(nil),            // 42: space.node.v1.MoveRequest
-	(*SessionSpec)(nil),            // 43: space.node.v1.SessionSpec
-	(*StartSessionRequest)(nil),    // 44: space.node.v1.StartSessionRequest
-	(*End)(nil),                    // 45: space.node.v1.End
-	(*SessionInfo)(nil),            // 46: space.node.v1.SessionInfo
-	(*SessionRequest)(nil),         // 47: space.node.v1.SessionRequest
-	(*SessionsResponse)(nil),       // 48: space.node.v1.SessionsResponse
-	(*AttachRequest)(nil),          // 49: space.node.v1.AttachRequest
-	(*Dropped)(nil),                // 50: space.node.v1.Dropped
-	(*Chunk)(nil),                  // 51: space.node.v1.Chunk
-	(*AttachResponse)(nil),         // 52: space.node.v1.AttachResponse
-	(*StdinRequest)(nil),           // 53: space.node.v1.StdinRequest
-	(*SignalRequest)(nil),          // 54: space.node.v1.SignalRequest
-	(*ResizeRequest)(nil),          // 55: space.node.v1.ResizeRequest
-	(*DataChunk)(nil),              // 56: space.node.v1.DataChunk
-	(*ReceiveVolumeRequest)(nil),   // 57: space.node.v1.ReceiveVolumeRequest
-	(*ReceiveImageRequest)(nil),    // 58: space.node.v1.ReceiveImageRequest
-	nil,                            // 59: space.node.v1.InfoResponse.PoolsEntry
-	nil,                            // 60: space.node.v1.TemplateSpec.EnvEntry
-	nil,                            // 61: space.node.v1.Identity.EnvEntry
-	nil,                            // 62: space.node.v1.Identity.InfoEntry
-	nil,                            // 63: space.node.v1.CreateSpec.EnvEntry
-	nil,                            // 64: space.node.v1.ExecRequest.EnvEntry
-	nil,                            // 65: space.node.v1.SessionSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),  // 66: google.protobuf.Timestamp
-	(*filesystempb.EntryInfo)(nil), // 67: filesystem.EntryInfo
+	(*VolumeFileRequest)(nil),      // 42: space.node.v1.VolumeFileRequest
+	(*VolumeFileChunk)(nil),        // 43: space.node.v1.VolumeFileChunk
+	(*ListVolumeDirRequest)(nil),   // 44: space.node.v1.ListVolumeDirRequest
+	(*MoveRequest)(nil),            // 45: space.node.v1.MoveRequest
+	(*SessionSpec)(nil),            // 46: space.node.v1.SessionSpec
+	(*StartSessionRequest)(nil),    // 47: space.node.v1.StartSessionRequest
+	(*End)(nil),                    // 48: space.node.v1.End
+	(*SessionInfo)(nil),            // 49: space.node.v1.SessionInfo
+	(*SessionRequest)(nil),         // 50: space.node.v1.SessionRequest
+	(*SessionsResponse)(nil),       // 51: space.node.v1.SessionsResponse
+	(*AttachRequest)(nil),          // 52: space.node.v1.AttachRequest
+	(*Dropped)(nil),                // 53: space.node.v1.Dropped
+	(*Chunk)(nil),                  // 54: space.node.v1.Chunk
+	(*AttachResponse)(nil),         // 55: space.node.v1.AttachResponse
+	(*StdinRequest)(nil),           // 56: space.node.v1.StdinRequest
+	(*SignalRequest)(nil),          // 57: space.node.v1.SignalRequest
+	(*ResizeRequest)(nil),          // 58: space.node.v1.ResizeRequest
+	(*DataChunk)(nil),              // 59: space.node.v1.DataChunk
+	(*ReceiveVolumeRequest)(nil),   // 60: space.node.v1.ReceiveVolumeRequest
+	(*ReceiveImageRequest)(nil),    // 61: space.node.v1.ReceiveImageRequest
+	nil,                            // 62: space.node.v1.InfoResponse.PoolsEntry
+	nil,                            // 63: space.node.v1.TemplateSpec.EnvEntry
+	nil,                            // 64: space.node.v1.Identity.EnvEntry
+	nil,                            // 65: space.node.v1.Identity.InfoEntry
+	nil,                            // 66: space.node.v1.CreateSpec.EnvEntry
+	nil,                            // 67: space.node.v1.ExecRequest.EnvEntry
+	nil,                            // 68: space.node.v1.SessionSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil),  // 69: google.protobuf.Timestamp
+	(*filesystempb.EntryInfo)(nil), // 70: filesystem.EntryInfo
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
-	59, // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
-	60, // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
+	62, // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
+	63, // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
 	10, // 2: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
-	61, // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
-	62, // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
+	64, // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
+	65, // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
 	8,  // 5: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
 	9,  // 6: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
-	63, // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
+	66, // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
 	11, // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
 	13, // 9: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
 	12, // 10: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
@@ -4155,135 +4353,140 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	8,  // 21: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
 	16, // 22: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
 	11, // 23: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	66, // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	69, // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
 	32, // 25: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
-	64, // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	67, // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	67, // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	65, // 29: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
-	43, // 30: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
-	43, // 31: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	66, // 32: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	66, // 33: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	45, // 34: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
-	46, // 35: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
-	50, // 36: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
-	51, // 37: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
-	45, // 38: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
-	32, // 39: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
-	6,  // 40: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
-	14, // 41: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
-	17, // 42: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
-	19, // 43: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
-	2,  // 44: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
-	2,  // 45: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
-	21, // 46: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
-	23, // 47: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
-	1,  // 48: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
-	2,  // 49: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
-	2,  // 50: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
-	2,  // 51: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
-	24, // 52: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
-	25, // 53: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
-	26, // 54: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
-	2,  // 55: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
-	2,  // 56: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
-	24, // 57: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
-	2,  // 58: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
-	27, // 59: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
-	28, // 60: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
-	2,  // 61: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
-	3,  // 62: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
-	1,  // 63: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
-	3,  // 64: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
-	3,  // 65: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
-	3,  // 66: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
-	3,  // 67: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
-	1,  // 68: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
-	3,  // 69: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
-	31, // 70: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
-	3,  // 71: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
-	1,  // 72: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
-	2,  // 73: space.node.v1.NodeService.Sandbox:input_type -> space.node.v1.SandboxRequest
-	34, // 74: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
-	36, // 75: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
-	38, // 76: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
-	36, // 77: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
-	40, // 78: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
-	36, // 79: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
-	36, // 80: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
-	42, // 81: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
-	44, // 82: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
-	47, // 83: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
-	2,  // 84: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
-	49, // 85: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
-	53, // 86: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
-	47, // 87: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
-	54, // 88: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
-	55, // 89: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	3,  // 90: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
-	57, // 91: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
-	3,  // 92: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
-	58, // 93: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
-	7,  // 94: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	15, // 95: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	18, // 96: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	20, // 97: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,  // 98: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,  // 99: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	22, // 100: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,  // 101: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,  // 102: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,  // 103: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,  // 104: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,  // 105: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,  // 106: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,  // 107: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,  // 108: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,  // 109: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,  // 110: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,  // 111: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,  // 112: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,  // 113: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,  // 114: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	29, // 115: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	30, // 116: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,  // 117: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,  // 118: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,  // 119: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,  // 120: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,  // 121: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	4,  // 122: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,  // 123: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,  // 124: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	32, // 125: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	33, // 126: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	1,  // 127: space.node.v1.NodeService.Sandbox:output_type -> space.node.v1.Empty
-	35, // 128: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	37, // 129: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,  // 130: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	39, // 131: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	41, // 132: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,  // 133: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	39, // 134: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	39, // 135: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	46, // 136: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	46, // 137: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	48, // 138: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	52, // 139: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,  // 140: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,  // 141: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,  // 142: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,  // 143: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	56, // 144: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,  // 145: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	56, // 146: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,  // 147: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	94, // [94:148] is the sub-list for method output_type
-	40, // [40:94] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	67, // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
+	70, // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	70, // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	70, // 29: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
+	68, // 30: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
+	46, // 31: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
+	46, // 32: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
+	69, // 33: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	69, // 34: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	48, // 35: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
+	49, // 36: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
+	53, // 37: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
+	54, // 38: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
+	48, // 39: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
+	32, // 40: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
+	6,  // 41: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
+	14, // 42: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
+	17, // 43: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
+	19, // 44: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
+	2,  // 45: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
+	2,  // 46: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
+	21, // 47: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
+	23, // 48: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
+	1,  // 49: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
+	2,  // 50: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
+	2,  // 51: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
+	2,  // 52: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
+	24, // 53: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
+	25, // 54: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
+	26, // 55: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
+	2,  // 56: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
+	2,  // 57: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
+	24, // 58: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
+	2,  // 59: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
+	27, // 60: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
+	28, // 61: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
+	2,  // 62: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
+	3,  // 63: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
+	1,  // 64: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
+	3,  // 65: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
+	3,  // 66: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
+	3,  // 67: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
+	3,  // 68: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
+	42, // 69: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
+	44, // 70: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
+	1,  // 71: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
+	3,  // 72: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
+	31, // 73: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
+	3,  // 74: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
+	1,  // 75: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
+	2,  // 76: space.node.v1.NodeService.Sandbox:input_type -> space.node.v1.SandboxRequest
+	34, // 77: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
+	36, // 78: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
+	38, // 79: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
+	36, // 80: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
+	40, // 81: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
+	36, // 82: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
+	36, // 83: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
+	45, // 84: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
+	47, // 85: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
+	50, // 86: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
+	2,  // 87: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
+	52, // 88: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
+	56, // 89: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
+	50, // 90: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
+	57, // 91: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
+	58, // 92: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
+	3,  // 93: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	60, // 94: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,  // 95: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	61, // 96: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	7,  // 97: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	15, // 98: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	18, // 99: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	20, // 100: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,  // 101: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,  // 102: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	22, // 103: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,  // 104: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,  // 105: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,  // 106: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,  // 107: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,  // 108: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,  // 109: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,  // 110: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,  // 111: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,  // 112: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,  // 113: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,  // 114: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,  // 115: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,  // 116: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,  // 117: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	29, // 118: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	30, // 119: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,  // 120: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,  // 121: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,  // 122: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,  // 123: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,  // 124: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	43, // 125: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	41, // 126: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	4,  // 127: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,  // 128: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,  // 129: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	32, // 130: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	33, // 131: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	1,  // 132: space.node.v1.NodeService.Sandbox:output_type -> space.node.v1.Empty
+	35, // 133: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	37, // 134: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,  // 135: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	39, // 136: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	41, // 137: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,  // 138: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	39, // 139: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	39, // 140: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	49, // 141: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	49, // 142: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	51, // 143: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	55, // 144: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,  // 145: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,  // 146: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,  // 147: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,  // 148: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	59, // 149: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,  // 150: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	59, // 151: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,  // 152: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	97, // [97:153] is the sub-list for method output_type
+	41, // [41:97] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_space_node_v1_node_proto_init() }
@@ -4291,7 +4494,7 @@ func file_space_node_v1_node_proto_init() {
 	if File_space_node_v1_node_proto != nil {
 		return
 	}
-	file_space_node_v1_node_proto_msgTypes[52].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[55].OneofWrappers = []any{
 		(*AttachResponse_Dropped)(nil),
 		(*AttachResponse_Chunk)(nil),
 		(*AttachResponse_End)(nil),
@@ -4302,7 +4505,7 @@ func file_space_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   66,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

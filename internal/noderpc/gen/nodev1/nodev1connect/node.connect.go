@@ -101,6 +101,12 @@ const (
 	// NodeServiceDeleteVolumeProcedure is the fully-qualified name of the NodeService's DeleteVolume
 	// RPC.
 	NodeServiceDeleteVolumeProcedure = "/space.node.v1.NodeService/DeleteVolume"
+	// NodeServiceReadVolumeFileProcedure is the fully-qualified name of the NodeService's
+	// ReadVolumeFile RPC.
+	NodeServiceReadVolumeFileProcedure = "/space.node.v1.NodeService/ReadVolumeFile"
+	// NodeServiceListVolumeDirProcedure is the fully-qualified name of the NodeService's ListVolumeDir
+	// RPC.
+	NodeServiceListVolumeDirProcedure = "/space.node.v1.NodeService/ListVolumeDir"
 	// NodeServiceTemplateImagesProcedure is the fully-qualified name of the NodeService's
 	// TemplateImages RPC.
 	NodeServiceTemplateImagesProcedure = "/space.node.v1.NodeService/TemplateImages"
@@ -191,6 +197,12 @@ type NodeServiceClient interface {
 	Volumes(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.NamesResponse], error)
 	VolumeExists(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.BoolResponse], error)
 	DeleteVolume(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
+	// ReadVolumeFile: the first message carries the path's entry and no
+	// data, then data (none for a directory).
+	ReadVolumeFile(context.Context, *connect.Request[nodev1.VolumeFileRequest]) (*connect.ServerStreamForClient[nodev1.VolumeFileChunk], error)
+	// ListVolumeDir: as List, the entries of one page, then a message with
+	// only next_cursor (and done set).
+	ListVolumeDir(context.Context, *connect.Request[nodev1.ListVolumeDirRequest]) (*connect.ServerStreamForClient[nodev1.ListResponse], error)
 	TemplateImages(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error)
 	DropTemplateImage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
 	SetPool(context.Context, *connect.Request[nodev1.PoolRequest]) (*connect.Response[nodev1.Empty], error)
@@ -411,6 +423,18 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("DeleteVolume")),
 			connect.WithClientOptions(opts...),
 		),
+		readVolumeFile: connect.NewClient[nodev1.VolumeFileRequest, nodev1.VolumeFileChunk](
+			httpClient,
+			baseURL+NodeServiceReadVolumeFileProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ReadVolumeFile")),
+			connect.WithClientOptions(opts...),
+		),
+		listVolumeDir: connect.NewClient[nodev1.ListVolumeDirRequest, nodev1.ListResponse](
+			httpClient,
+			baseURL+NodeServiceListVolumeDirProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ListVolumeDir")),
+			connect.WithClientOptions(opts...),
+		),
 		templateImages: connect.NewClient[nodev1.Empty, nodev1.NamesResponse](
 			httpClient,
 			baseURL+NodeServiceTemplateImagesProcedure,
@@ -600,6 +624,8 @@ type nodeServiceClient struct {
 	volumes           *connect.Client[nodev1.NameRequest, nodev1.NamesResponse]
 	volumeExists      *connect.Client[nodev1.NameRequest, nodev1.BoolResponse]
 	deleteVolume      *connect.Client[nodev1.NameRequest, nodev1.Empty]
+	readVolumeFile    *connect.Client[nodev1.VolumeFileRequest, nodev1.VolumeFileChunk]
+	listVolumeDir     *connect.Client[nodev1.ListVolumeDirRequest, nodev1.ListResponse]
 	templateImages    *connect.Client[nodev1.Empty, nodev1.NamesResponse]
 	dropTemplateImage *connect.Client[nodev1.NameRequest, nodev1.Empty]
 	setPool           *connect.Client[nodev1.PoolRequest, nodev1.Empty]
@@ -768,6 +794,16 @@ func (c *nodeServiceClient) DeleteVolume(ctx context.Context, req *connect.Reque
 	return c.deleteVolume.CallUnary(ctx, req)
 }
 
+// ReadVolumeFile calls space.node.v1.NodeService.ReadVolumeFile.
+func (c *nodeServiceClient) ReadVolumeFile(ctx context.Context, req *connect.Request[nodev1.VolumeFileRequest]) (*connect.ServerStreamForClient[nodev1.VolumeFileChunk], error) {
+	return c.readVolumeFile.CallServerStream(ctx, req)
+}
+
+// ListVolumeDir calls space.node.v1.NodeService.ListVolumeDir.
+func (c *nodeServiceClient) ListVolumeDir(ctx context.Context, req *connect.Request[nodev1.ListVolumeDirRequest]) (*connect.ServerStreamForClient[nodev1.ListResponse], error) {
+	return c.listVolumeDir.CallServerStream(ctx, req)
+}
+
 // TemplateImages calls space.node.v1.NodeService.TemplateImages.
 func (c *nodeServiceClient) TemplateImages(ctx context.Context, req *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error) {
 	return c.templateImages.CallUnary(ctx, req)
@@ -929,6 +965,12 @@ type NodeServiceHandler interface {
 	Volumes(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.NamesResponse], error)
 	VolumeExists(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.BoolResponse], error)
 	DeleteVolume(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
+	// ReadVolumeFile: the first message carries the path's entry and no
+	// data, then data (none for a directory).
+	ReadVolumeFile(context.Context, *connect.Request[nodev1.VolumeFileRequest], *connect.ServerStream[nodev1.VolumeFileChunk]) error
+	// ListVolumeDir: as List, the entries of one page, then a message with
+	// only next_cursor (and done set).
+	ListVolumeDir(context.Context, *connect.Request[nodev1.ListVolumeDirRequest], *connect.ServerStream[nodev1.ListResponse]) error
 	TemplateImages(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error)
 	DropTemplateImage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
 	SetPool(context.Context, *connect.Request[nodev1.PoolRequest]) (*connect.Response[nodev1.Empty], error)
@@ -1145,6 +1187,18 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("DeleteVolume")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceReadVolumeFileHandler := connect.NewServerStreamHandler(
+		NodeServiceReadVolumeFileProcedure,
+		svc.ReadVolumeFile,
+		connect.WithSchema(nodeServiceMethods.ByName("ReadVolumeFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceListVolumeDirHandler := connect.NewServerStreamHandler(
+		NodeServiceListVolumeDirProcedure,
+		svc.ListVolumeDir,
+		connect.WithSchema(nodeServiceMethods.ByName("ListVolumeDir")),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceTemplateImagesHandler := connect.NewUnaryHandler(
 		NodeServiceTemplateImagesProcedure,
 		svc.TemplateImages,
@@ -1359,6 +1413,10 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceVolumeExistsHandler.ServeHTTP(w, r)
 		case NodeServiceDeleteVolumeProcedure:
 			nodeServiceDeleteVolumeHandler.ServeHTTP(w, r)
+		case NodeServiceReadVolumeFileProcedure:
+			nodeServiceReadVolumeFileHandler.ServeHTTP(w, r)
+		case NodeServiceListVolumeDirProcedure:
+			nodeServiceListVolumeDirHandler.ServeHTTP(w, r)
 		case NodeServiceTemplateImagesProcedure:
 			nodeServiceTemplateImagesHandler.ServeHTTP(w, r)
 		case NodeServiceDropTemplateImageProcedure:
@@ -1530,6 +1588,14 @@ func (UnimplementedNodeServiceHandler) VolumeExists(context.Context, *connect.Re
 
 func (UnimplementedNodeServiceHandler) DeleteVolume(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.DeleteVolume is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ReadVolumeFile(context.Context, *connect.Request[nodev1.VolumeFileRequest], *connect.ServerStream[nodev1.VolumeFileChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.ReadVolumeFile is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ListVolumeDir(context.Context, *connect.Request[nodev1.ListVolumeDirRequest], *connect.ServerStream[nodev1.ListResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.ListVolumeDir is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) TemplateImages(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error) {
