@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/space-platform/space/internal/nodeapi"
 )
 
 // A suspended sandbox's sessions live in the node's handle, not in its
@@ -36,14 +38,9 @@ type exportedSessions struct {
 }
 
 type exportedSession struct {
-	PID       uint32      `json:"pid"`
-	Spec      SessionSpec `json:"spec"`
-	StartedAt time.Time   `json:"started_at"`
-	EndedAt   time.Time   `json:"ended_at,omitzero"`
-	End       *End        `json:"end,omitempty"`
-	// Next and First are the journal's offsets (see Journal).
-	Next   int64           `json:"next"`
-	First  int64           `json:"first"`
+	// SessionInfo's OutputBytes and DroppedBytes are the journal's next
+	// and first offsets (see Journal); its ID is derived from PID again.
+	nodeapi.SessionInfo
 	Chunks []exportedChunk `json:"chunks"`
 }
 
@@ -123,7 +120,9 @@ func (n *Node) exportSessions(image, dir string) error {
 	err := writeFileStream(filepath.Join(dir, sessionsDataFile), func(w io.Writer) error {
 		for _, s := range sb.Sessions() {
 			chunks, next, first, end := s.Journal.export()
-			es := exportedSession{PID: s.PID, Spec: s.Spec, StartedAt: s.StartedAt, End: end, Next: next, First: first}
+			es := exportedSession{SessionInfo: nodeapi.SessionInfo{
+				PID: s.PID, Spec: s.Spec, StartedAt: s.StartedAt, End: end, OutputBytes: next, DroppedBytes: first,
+			}}
 			if end != nil {
 				es.EndedAt = s.EndedAt()
 			}
@@ -220,13 +219,14 @@ func (sb *Sandbox) importSessions(dir string) error {
 // readJournal reads one session's chunks from r, checking that they lie
 // in order between the journal's offsets.
 func readJournal(r io.Reader, es exportedSession, limit int64) (*Journal, error) {
-	if es.First < 0 || es.Next < es.First {
-		return nil, fmt.Errorf("offsets %d..%d are out of order", es.First, es.Next)
+	first, next := es.DroppedBytes, es.OutputBytes
+	if first < 0 || next < first {
+		return nil, fmt.Errorf("offsets %d..%d are out of order", first, next)
 	}
 	chunks := make([]Chunk, 0, len(es.Chunks))
-	at := es.First
+	at := first
 	for _, c := range es.Chunks {
-		if c.Size <= 0 || c.Offset < at || c.Offset+int64(c.Size) > es.Next || c.Stream < Stdout || c.Stream > PTY {
+		if c.Size <= 0 || c.Offset < at || c.Offset+int64(c.Size) > next || c.Stream < Stdout || c.Stream > PTY {
 			return nil, fmt.Errorf("chunk at %d of %d bytes does not fit the journal", c.Offset, c.Size)
 		}
 		data := make([]byte, c.Size)
@@ -236,7 +236,7 @@ func readJournal(r io.Reader, es exportedSession, limit int64) (*Journal, error)
 		chunks = append(chunks, Chunk{Stream: c.Stream, Offset: c.Offset, Data: data})
 		at = c.Offset + int64(c.Size)
 	}
-	return restoredJournal(limit, chunks, es.Next, es.First, es.End), nil
+	return restoredJournal(limit, chunks, next, first, es.End), nil
 }
 
 // writeFileStream writes path from fill through a temporary file renamed

@@ -173,11 +173,11 @@ func TestImportRefusesBrokenSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, js := range map[string]string{
-		"past next":   `{"sessions":[{"pid":1,"next":2,"first":0,"chunks":[{"stream":1,"offset":0,"size":3}]}]}`,
-		"backwards":   `{"sessions":[{"pid":1,"next":9,"first":0,"chunks":[{"stream":1,"offset":2,"size":2},{"stream":1,"offset":0,"size":1}]}]}`,
-		"bad stream":  `{"sessions":[{"pid":1,"next":3,"first":0,"chunks":[{"stream":9,"offset":0,"size":3}]}]}`,
-		"short data":  `{"sessions":[{"pid":1,"next":99,"first":0,"chunks":[{"stream":1,"offset":0,"size":50}]}]}`,
-		"bad offsets": `{"sessions":[{"pid":1,"next":1,"first":5,"chunks":[]}]}`,
+		"past next":   `{"sessions":[{"pid":1,"output_bytes":2,"dropped_bytes":0,"chunks":[{"stream":1,"offset":0,"size":3}]}]}`,
+		"backwards":   `{"sessions":[{"pid":1,"output_bytes":9,"dropped_bytes":0,"chunks":[{"stream":1,"offset":2,"size":2},{"stream":1,"offset":0,"size":1}]}]}`,
+		"bad stream":  `{"sessions":[{"pid":1,"output_bytes":3,"dropped_bytes":0,"chunks":[{"stream":9,"offset":0,"size":3}]}]}`,
+		"short data":  `{"sessions":[{"pid":1,"output_bytes":99,"dropped_bytes":0,"chunks":[{"stream":1,"offset":0,"size":50}]}]}`,
+		"bad offsets": `{"sessions":[{"pid":1,"output_bytes":1,"dropped_bytes":5,"chunks":[]}]}`,
 	} {
 		if err := os.WriteFile(filepath.Join(dir, sessionsFile), []byte(js), 0o600); err != nil {
 			t.Fatal(err)
