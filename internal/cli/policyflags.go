@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"strconv"
+	"strings"
+
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/server"
@@ -52,4 +55,21 @@ func (p policyFlags) check(fs *flagSet) error {
 		return fs.usageErrorf("--http-read-header-timeout and --http-idle-timeout must be positive, --http-max-connections 0 (unlimited) or positive")
 	}
 	return nil
+}
+
+// parsePoolSizes reads --pool: template=size pairs, comma-separated.
+func parsePoolSizes(fs *flagSet, s string) (map[string]int, error) {
+	sizes := map[string]int{}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		name, size, ok := strings.Cut(p, "=")
+		n, err := strconv.Atoi(size)
+		if !ok || err != nil || n < 0 {
+			return nil, fs.usageErrorf("--pool wants template=size pairs, got %q", p)
+		}
+		sizes[name] = n
+	}
+	return sizes, nil
 }

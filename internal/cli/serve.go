@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -74,17 +73,9 @@ the server stops; a restarted server adopts them.`)
 	if err := parseNetworkFlags(&cfg, *uplinkPool, *allowPrivate); err != nil {
 		return fs.usageErrorf("%v", err)
 	}
-	cfg.PoolSizes = map[string]int{}
-	for _, p := range strings.Split(*pools, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		name, size, ok := strings.Cut(p, "=")
-		n, err := strconv.Atoi(size)
-		if !ok || err != nil || n < 0 {
-			return fs.usageErrorf("--pool wants template=size pairs, got %q", p)
-		}
-		cfg.PoolSizes[name] = n
+	var err error
+	if cfg.PoolSizes, err = parsePoolSizes(fs, *pools); err != nil {
+		return err
 	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("space serve must run as root: it manages namespaces, mounts and cgroups")

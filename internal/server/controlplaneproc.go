@@ -46,8 +46,11 @@ type ControlPlaneConfig struct {
 	MemoryOvercommit  float64
 	ProjectQuota      project.Quota
 	MaxRequestsPerKey int
-	Progress          io.Writer
-	Logger            *slog.Logger
+	// PoolSizes are the cluster-wide warm pool sizes by template name (a
+	// size set through the API wins), split over the nodes holding it.
+	PoolSizes map[string]int
+	Progress  io.Writer
+	Logger    *slog.Logger
 }
 
 // DefaultControlPlaneConfig returns the defaults of `space control-plane`:
@@ -180,6 +183,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		cancel()
 		return nil, err
 	}
+	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.cp.Run(runCtx)
 	drainer.Start(runCtx, s.cp, func(id string, err error) {
 		if err := reg.NoteDrain(id, controlplane.DrainReason(err)); err != nil {
