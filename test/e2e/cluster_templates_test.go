@@ -54,35 +54,16 @@ func TestClusterTemplateBuiltOnceShipped(t *testing.T) {
 	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "echo hi from the build") }) {
 		t.Fatalf("the build's log through the control plane: %q", lines)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for tpl.State != apiv1.TemplateReady {
-		if tpl.State == apiv1.TemplateFailed || time.Now().After(deadline) {
-			t.Fatalf("template hello: %+v", tpl)
-		}
-		time.Sleep(300 * time.Millisecond)
-		if tpl, err = cl.GetTemplate(ctx, "hello"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tpl = waitOnEveryNode(t, c, "hello")
 	logs, err := cl.GetTemplateLogsFrom(ctx, "hello", 0)
 	if err != nil || !slices.ContainsFunc(logs.Logs, func(l string) bool { return strings.Contains(l, "echo hi from the build") }) {
 		t.Fatalf("the build's log through the control plane: %+v, %v", logs, err)
 	}
-	// Shipped to the node that did not build it.
-	var ids []string
-	for {
-		ns, err := cl.ListNodes(ctx)
-		if err == nil && len(ns) == 2 && c.allHold(ns, tpl.ID) {
-			for _, n := range ns {
-				ids = append(ids, n.ID)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("template %s not on both nodes: %+v, %v", tpl.ID, ns, err)
-		}
-		time.Sleep(300 * time.Millisecond)
+	ns, err := cl.ListNodes(ctx)
+	if err != nil || len(ns) != 2 {
+		t.Fatalf("nodes: %+v, %v", ns, err)
 	}
+	ids := []string{ns[0].ID, ns[1].ID}
 
 	var sbs []string
 	for i, id := range ids {
@@ -117,25 +98,10 @@ func TestClusterTemplateBuiltOnceShipped(t *testing.T) {
 	if err != nil {
 		t.Fatalf("build from an uploaded archive: %v", err)
 	}
-	for up.State != apiv1.TemplateReady {
-		if up.State == apiv1.TemplateFailed || time.Now().After(deadline) {
-			t.Fatalf("template uploaded: %+v", up)
-		}
-		time.Sleep(300 * time.Millisecond)
-		if up, err = cl.GetTemplate(ctx, "uploaded"); err != nil {
-			t.Fatal(err)
-		}
+	if up.State != apiv1.TemplateBuilding || up.Project == "" {
+		t.Fatalf("submitted: %+v", up)
 	}
-	for {
-		ns, err := cl.ListNodes(ctx)
-		if err == nil && c.allHold(ns, up.ID) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("template %s not on both nodes: %+v, %v", up.ID, ns, err)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	waitOnEveryNode(t, c, "uploaded")
 	usb, err := cl.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "uploaded"})
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +134,7 @@ func TestClusterTemplateBuiltOnceShipped(t *testing.T) {
 	if _, err := cl.GetTemplate(ctx, "hello"); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
 		t.Fatalf("get after delete: %v", err)
 	}
+	deadline := time.Now().Add(time.Minute)
 	for {
 		ns, err := cl.ListNodes(ctx)
 		if err == nil && !slices.ContainsFunc(ns, func(n apiv1.Node) bool { return slices.Contains(n.Templates, tpl.ID) }) {
@@ -175,6 +142,31 @@ func TestClusterTemplateBuiltOnceShipped(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("template %s still on nodes after its delete: %+v, %v", tpl.ID, ns, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// waitOnEveryNode waits until the template is ready and every node holds
+// it: built on one, shipped to the others.
+func waitOnEveryNode(t *testing.T, c *testCluster, name string) *apiv1.Template {
+	t.Helper()
+	ctx := testContext(t)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		tpl, err := c.client.GetTemplate(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tpl.State == apiv1.TemplateFailed {
+			t.Fatalf("template %s: %+v", name, tpl)
+		}
+		ns, err := c.client.ListNodes(ctx)
+		if tpl.State == apiv1.TemplateReady && err == nil && c.allHold(ns, tpl.ID) {
+			return tpl
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("template %s: %+v, on nodes %+v (%v)", name, tpl, ns, err)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
