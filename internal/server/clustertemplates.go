@@ -251,7 +251,7 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 			return apiv1.Template{}, err
 		}
 	}
-	unlock, err := c.st.Lock(ctx, "template-build/"+key)
+	unlock, err := c.st.Lock(ctx, "template/"+key)
 	if err != nil {
 		return apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
 	}
@@ -594,7 +594,7 @@ func (c *clusterCatalog) shipMissing(nodeID string) {
 // a built-in template shares its id.
 func (c *clusterCatalog) deleteBuilt(b clusterBuilt) error {
 	key := b.canonical()
-	unlock, err := c.st.Lock(c.buildContext(), "template-build/"+key)
+	unlock, err := c.st.Lock(c.buildContext(), "template/"+key)
 	if err != nil {
 		return fmt.Errorf("lock template %s: %w", b.Name, err)
 	}
