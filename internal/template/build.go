@@ -247,7 +247,7 @@ func (p *buildPlan) record() *Template {
 }
 
 // runBuild executes a plan and records the outcome.
-func (m *Manager) runBuild(ctx context.Context, p *buildPlan, b *build) {
+func (m *Manager) runBuild(ctx context.Context, p *buildPlan, b *build, upload string) {
 	defer m.running.Done()
 	started := time.Now()
 	m.cfg.Logf("template %s (%s): building from %s", p.name, p.id, p.recipe.From)
@@ -255,6 +255,8 @@ func (m *Manager) runBuild(ctx context.Context, p *buildPlan, b *build) {
 	// its lines); the server's log keeps the host paths.
 	hide := hostpath.New(m.cfg.DataDir)
 	size, err := m.execute(ctx, p, func(line string) { b.log.add(hide.String(line)) })
+	// The upload goes before anyone following the log hears the end.
+	removeUpload(upload)
 
 	m.mu.Lock()
 	t := m.records[p.id]

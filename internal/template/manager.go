@@ -340,7 +340,8 @@ func (m *Manager) Build(ctx context.Context, name string, r *Recipe, src Source,
 
 // startOrJoin returns the existing ready record (b == nil), joins a build
 // in flight, or records a new build and starts it. The build removes the
-// uploaded archive (if any) when it ends; otherwise it goes at once.
+// uploaded archive (if any) before its end is heard; otherwise it goes at
+// once.
 func (m *Manager) startOrJoin(ctx context.Context, p *buildPlan, upload string) (_ *Template, _ *build, err error) {
 	started := false
 	defer func() {
@@ -372,10 +373,7 @@ func (m *Manager) startOrJoin(ctx context.Context, p *buildPlan, upload string) 
 	m.builds[p.id] = b
 	m.running.Add(1)
 	started = true
-	go func() {
-		defer removeUpload(upload)
-		m.runBuild(ctx, p, b)
-	}()
+	go m.runBuild(ctx, p, b, upload)
 	return t.clone(), b, nil
 }
 
