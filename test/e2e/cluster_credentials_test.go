@@ -53,6 +53,9 @@ func TestClusterCredentials(t *testing.T) {
 		for {
 			data, _ := os.ReadFile(p.log)
 			if bytes.Count(data, []byte(" listening on ")) >= 2 {
+				if bytes.Contains(data, []byte("rebuilding template")) {
+					t.Fatalf("%s rebuilt a template after its restart: the CA it fetched again differs", p.name)
+				}
 				break
 			}
 			if time.Now().After(deadline) {
