@@ -196,12 +196,22 @@ func (r *remoteCredentials) Secret(id, name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("secret %s of sandbox %s: %w", name, id, err)
 	}
+	at := r.now()
 	r.mu.Lock()
 	if len(r.secrets) >= maxCachedCredentials {
 		clear(r.secrets)
 	}
-	r.secrets[key] = cachedSecret{value: v, at: r.now()}
+	r.secrets[key] = cachedSecret{value: v, at: at}
 	r.mu.Unlock()
+	// The value leaves the node's memory when it goes stale, not when a
+	// later call happens to replace it.
+	time.AfterFunc(credentialTTL, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if c, ok := r.secrets[key]; ok && c.at.Equal(at) {
+			delete(r.secrets, key)
+		}
+	})
 	return v, nil
 }
 
