@@ -43,6 +43,7 @@ The node and the control plane share a cluster token, read from
 	fs.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM certificates to verify the control plane's TLS certificate with")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "certificate (PEM) of the node's RPC service; with --tls-key it speaks TLS")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "private key (PEM) of --tls-cert")
+	fs.StringVar(&cfg.EgressCAFile, "egress-ca-file", "", "PEM certificates trusted, besides the system roots, for upstream servers of credential injection")
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default: found next to space, in .tools/bin or on PATH)")
 	fs.StringVar(&cfg.AgentPath, "agent", "", "space-agent binary (default: found next to space or in .tools/bin)")
 	fs.StringVar(&cfg.Platform, "platform", cfg.Platform, "gVisor platform (systrap, ptrace, kvm)")

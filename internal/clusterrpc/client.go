@@ -18,6 +18,7 @@ import (
 	"github.com/space-platform/space/internal/cluster"
 	pb "github.com/space-platform/space/internal/clusterrpc/gen/clusterv1"
 	"github.com/space-platform/space/internal/clusterrpc/gen/clusterv1/clusterv1connect"
+	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/membership"
 	"github.com/space-platform/space/internal/nodeapi"
 )
@@ -103,6 +104,64 @@ func (c *Client) Register(ctx context.Context, id, address string, info nodeapi.
 func (c *Client) Heartbeat(ctx context.Context, id string, info nodeapi.Info) error {
 	_, err := c.rpc.Heartbeat(ctx, connect.NewRequest(&pb.HeartbeatRequest{Id: id, Info: toInfo(info), Templates: c.held()}))
 	return clientError(err)
+}
+
+// EgressCA fetches the cluster's egress CA for node id.
+func (c *Client) EgressCA(ctx context.Context, id string) (*credentials.CA, error) {
+	resp, err := c.rpc.EgressCA(ctx, connect.NewRequest(&pb.EgressCARequest{NodeId: id}))
+	if err != nil {
+		return nil, credentialClientError(err)
+	}
+	ca, err := credentials.ParseCA(resp.Msg.GetCertPem(), resp.Msg.GetKeyPem())
+	if err != nil {
+		return nil, fmt.Errorf("the control plane's egress CA: %w", err)
+	}
+	return ca, nil
+}
+
+// CredentialRules fetches the rules of sandbox sandboxID, which runs on
+// node id.
+func (c *Client) CredentialRules(ctx context.Context, id, sandboxID string) ([]credentials.Rule, error) {
+	resp, err := c.rpc.CredentialRules(ctx, connect.NewRequest(&pb.CredentialRulesRequest{NodeId: id, SandboxId: sandboxID}))
+	if err != nil {
+		return nil, credentialClientError(err)
+	}
+	var out []credentials.Rule
+	for _, r := range resp.Msg.GetRules() {
+		out = append(out, credentials.Rule{
+			Host: r.GetHost(), Header: r.GetHeader(), Value: r.GetValue(), Env: r.GetEnv(), Secret: r.GetSecret(), Placeholder: r.GetPlaceholder(),
+		})
+	}
+	return out, nil
+}
+
+// Secret fetches the value of secret name for sandbox sandboxID, which
+// runs on node id.
+func (c *Client) Secret(ctx context.Context, id, sandboxID, name string) ([]byte, error) {
+	resp, err := c.rpc.Secret(ctx, connect.NewRequest(&pb.SecretRequest{NodeId: id, SandboxId: sandboxID, Name: name}))
+	if err != nil {
+		return nil, credentialClientError(err)
+	}
+	return resp.Msg.GetValue(), nil
+}
+
+// credentialClientError maps the credential calls' codes back to
+// ErrNoSandbox, ErrDenied, ErrToken and ErrUnsupported.
+func credentialClientError(err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeNotFound:
+			return &remoteError{msg: ce.Message(), cause: ErrNoSandbox}
+		case connect.CodePermissionDenied:
+			return &remoteError{msg: ce.Message(), cause: ErrDenied}
+		case connect.CodeUnauthenticated:
+			return &remoteError{msg: ce.Message(), cause: ErrToken}
+		case connect.CodeUnimplemented:
+			return &remoteError{msg: ce.Message(), cause: ErrUnsupported}
+		}
+	}
+	return fmt.Errorf("control plane: %w", err)
 }
 
 // clientError maps the service's codes back to the registry's errors, so

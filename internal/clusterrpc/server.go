@@ -1,6 +1,7 @@
 // Package clusterrpc is the cluster service (space.cluster.v1) over
 // Connect: how a node joins the control plane and heartbeats its Info and
-// templates. NewHandler serves it on the control plane over the node
+// templates, and where it gets the cluster's egress CA and, at connection
+// time, its sandboxes' credential rules and secrets. NewHandler serves it on the control plane over the node
 // registry; Dial returns the node's client, which implements
 // membership.ControlPlane. Every call carries the cluster token.
 package clusterrpc
@@ -19,6 +20,7 @@ import (
 	"github.com/space-platform/space/internal/cluster"
 	pb "github.com/space-platform/space/internal/clusterrpc/gen/clusterv1"
 	"github.com/space-platform/space/internal/clusterrpc/gen/clusterv1/clusterv1connect"
+	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/nodeapi"
 )
 
@@ -36,6 +38,33 @@ type Registry interface {
 	Heartbeat(id string, info nodeapi.Info) error
 }
 
+// Errors a Credentials implementation wraps: the client maps them back.
+var (
+	// ErrNoSandbox: no live sandbox has the id.
+	ErrNoSandbox = errors.New("no such sandbox")
+	// ErrDenied: the sandbox runs on another node, or its rules do not
+	// name the secret.
+	ErrDenied = errors.New("permission denied")
+	// ErrToken: the control plane refused the cluster token (client side).
+	ErrToken = errors.New("wrong cluster token")
+	// ErrUnsupported: the control plane serves no credential calls
+	// (client side).
+	ErrUnsupported = errors.New("not served by this control plane")
+)
+
+// Credentials answers the nodes' credential calls (the control plane).
+// node is the calling node's id: a sandbox's rules and secrets go only to
+// the node its record names.
+type Credentials interface {
+	// EgressCA is the cluster's egress CA, PEM-encoded.
+	EgressCA() (certPEM, keyPEM []byte, err error)
+	// CredentialRules are the rules of sandbox id (none once it stopped).
+	CredentialRules(node, id string) ([]credentials.Rule, error)
+	// Secret is the value of a secret the rules of sandbox id name, from
+	// the sandbox's project.
+	Secret(node, id, name string) ([]byte, error)
+}
+
 // ServerConfig configures the service.
 type ServerConfig struct {
 	Registry Registry
@@ -46,7 +75,10 @@ type ServerConfig struct {
 	Joined func(n cluster.Node, templates []Template)
 	// Templates, when set, is told of the templates of every heartbeat.
 	Templates func(id string, templates []Template)
-	Logger    *slog.Logger
+	// Credentials, when set, answers the credential calls; unset, they
+	// answer UNIMPLEMENTED.
+	Credentials Credentials
+	Logger      *slog.Logger
 }
 
 // NewHandler returns the service's Connect path and handler.
@@ -83,6 +115,71 @@ func (s *server) Heartbeat(ctx context.Context, req *connect.Request[pb.Heartbea
 		s.cfg.Templates(m.GetId(), fromTemplates(m.GetTemplates()))
 	}
 	return connect.NewResponse(&pb.HeartbeatResponse{}), nil
+}
+
+func (s *server) credentials() (Credentials, error) {
+	if s.cfg.Credentials == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this control plane serves no credentials"))
+	}
+	return s.cfg.Credentials, nil
+}
+
+func (s *server) EgressCA(ctx context.Context, req *connect.Request[pb.EgressCARequest]) (*connect.Response[pb.EgressCAResponse], error) {
+	c, err := s.credentials()
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := c.EgressCA()
+	if err != nil {
+		return nil, credentialError(err)
+	}
+	s.cfg.Logger.Info("egress CA handed to a node", "node", req.Msg.GetNodeId())
+	return connect.NewResponse(&pb.EgressCAResponse{CertPem: cert, KeyPem: key}), nil
+}
+
+func (s *server) CredentialRules(ctx context.Context, req *connect.Request[pb.CredentialRulesRequest]) (*connect.Response[pb.CredentialRulesResponse], error) {
+	c, err := s.credentials()
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	rules, err := c.CredentialRules(m.GetNodeId(), m.GetSandboxId())
+	if err != nil {
+		return nil, credentialError(err)
+	}
+	out := &pb.CredentialRulesResponse{}
+	for _, r := range rules {
+		out.Rules = append(out.Rules, &pb.CredentialRule{
+			Host: r.Host, Header: r.Header, Value: r.Value, Env: r.Env, Secret: r.Secret, Placeholder: r.Placeholder,
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *server) Secret(ctx context.Context, req *connect.Request[pb.SecretRequest]) (*connect.Response[pb.SecretResponse], error) {
+	c, err := s.credentials()
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	v, err := c.Secret(m.GetNodeId(), m.GetSandboxId(), m.GetName())
+	if err != nil {
+		return nil, credentialError(err)
+	}
+	return connect.NewResponse(&pb.SecretResponse{Value: v}), nil
+}
+
+// credentialError codes the credential calls' errors. Their messages name
+// sandboxes and secrets, never values.
+func credentialError(err error) error {
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, ErrNoSandbox):
+		code = connect.CodeNotFound
+	case errors.Is(err, ErrDenied):
+		code = connect.CodePermissionDenied
+	}
+	return connect.NewError(code, err)
 }
 
 // wireError gives the registry's errors the codes the client maps back:

@@ -37,8 +37,9 @@ const (
 
 // CA is the installation's egress certificate authority. Templates trust
 // its certificate, so the gateway can terminate TLS for hosts that have
-// credential rules with leaves it mints on demand. Its key never leaves
-// the host.
+// credential rules with leaves it mints on demand. Under `space serve` its
+// key never leaves the host; a cluster's is kept sealed by the control
+// plane and handed to its nodes, whose gateways all sign with it.
 type CA struct {
 	cert    *x509.Certificate
 	certPEM []byte
@@ -62,39 +63,50 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 	case keyErr != nil:
 		return nil, fmt.Errorf("egress CA: %w", keyErr)
 	}
+	ca, err := ParseCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("egress CA in %s: %w", dir, err)
+	}
+	return ca, nil
+}
+
+// ParseCA makes a CA of a PEM certificate and its PEM EC private key, as
+// CertPEM and KeyPEM give them.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	cert, err := parseCertPEM(certPEM)
 	if err != nil {
-		return nil, fmt.Errorf("egress CA %s: %w", certPath, err)
+		return nil, fmt.Errorf("certificate: %w", err)
+	}
+	if !cert.IsCA {
+		return nil, errors.New("the certificate is not a CA's")
 	}
 	block, _ := pem.Decode(keyPEM)
 	if block == nil {
-		return nil, fmt.Errorf("egress CA %s: no PEM block", keyPath)
+		return nil, errors.New("key: no PEM block")
 	}
 	key, err := x509.ParseECPrivateKey(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("egress CA %s: %w", keyPath, err)
+		return nil, fmt.Errorf("key: %w", err)
 	}
 	if !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, fmt.Errorf("egress CA: %s does not belong to %s", keyPath, certPath)
+		return nil, errors.New("the key does not belong to the certificate")
 	}
 	return &CA{cert: cert, certPEM: certPEM, key: key, leaves: map[string]*tls.Certificate{}}, nil
 }
 
-func createCA(dir string) (*CA, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("egress CA: %w", err)
-	}
+// NewCA makes an ECDSA P-256 CA in memory, named name (its common name
+// reads "space egress CA (name)"). Whoever keeps it stores KeyPEM.
+func NewCA(name string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("egress CA key: %w", err)
 	}
-	host, _ := os.Hostname()
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: randomSerial(),
 		Subject: pkix.Name{
 			Organization: []string{"space"},
-			CommonName:   "space egress CA (" + host + ")",
+			CommonName:   "space egress CA (" + name + ")",
 		},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(caValidity),
@@ -108,20 +120,32 @@ func createCA(dir string) (*CA, error) {
 		return nil, fmt.Errorf("egress CA certificate: %w", err)
 	}
 	cert, _ := x509.ParseCertificate(der)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("egress CA key: %w", err)
-	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return &CA{cert: cert, certPEM: certPEM, key: key, leaves: map[string]*tls.Certificate{}}, nil
+}
+
+func createCA(dir string) (*CA, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("egress CA: %w", err)
+	}
+	host, _ := os.Hostname()
+	ca, err := NewCA(host)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
 	// The key first: a certificate without its key would be unusable
 	// after a crash, the reverse is recreated.
-	if err := writeExclusive(filepath.Join(dir, caKeyFile), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := writeExclusive(filepath.Join(dir, caKeyFile), keyPEM, 0o600); err != nil {
 		return nil, err
 	}
-	if err := writeExclusive(filepath.Join(dir, caCertFile), certPEM, 0o644); err != nil {
+	if err := writeExclusive(filepath.Join(dir, caCertFile), ca.certPEM, 0o644); err != nil {
 		return nil, err
 	}
-	return &CA{cert: cert, certPEM: certPEM, key: key, leaves: map[string]*tls.Certificate{}}, nil
+	return ca, nil
 }
 
 func writeExclusive(path string, data []byte, mode os.FileMode) error {
@@ -155,6 +179,15 @@ func randomSerial() *big.Int {
 
 // CertPEM is the CA certificate, PEM-encoded, as templates install it.
 func (ca *CA) CertPEM() []byte { return ca.certPEM }
+
+// KeyPEM is the CA's private key, PEM-encoded ("EC PRIVATE KEY").
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("egress CA key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
 
 // Certificate is the parsed CA certificate.
 func (ca *CA) Certificate() *x509.Certificate { return ca.cert }

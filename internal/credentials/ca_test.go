@@ -2,6 +2,7 @@ package credentials
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,5 +99,50 @@ func TestLeafVerifiesAgainstCA(t *testing.T) {
 	opts.DNSName, opts.Roots = "api.example.com", otherRoots
 	if _, err := leaf.Leaf.Verify(opts); err == nil {
 		t.Fatal("leaf verifies against another installation's CA")
+	}
+}
+
+// A CA made in memory comes back whole from its PEM (as the cluster's is
+// kept and handed to nodes) and signs leaves that verify against it; a
+// mismatched key or a certificate that is no CA's is refused.
+func TestCAFromPEM(t *testing.T) {
+	ca, err := NewCA("cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ParseCA(ca.CertPEM(), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fingerprint() != ca.Fingerprint() || !strings.Contains(again.Certificate().Subject.CommonName, "cluster") {
+		t.Fatalf("parsed CA %s (%s), want %s", again.Fingerprint(), again.Certificate().Subject.CommonName, ca.Fingerprint())
+	}
+	leaf, err := again.Leaf("api.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Certificate())
+	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "api.example.com"}); err != nil {
+		t.Fatalf("a leaf of the parsed CA does not verify against the original: %v", err)
+	}
+	other, err := NewCA("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, _ := other.KeyPEM()
+	if _, err := ParseCA(ca.CertPEM(), otherKey); err == nil || !strings.Contains(err.Error(), "does not belong") {
+		t.Fatalf("mismatched key: %v", err)
+	}
+	leafPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Certificate[0]})
+	if _, err := ParseCA(leafPEM, keyPEM); err == nil || !strings.Contains(err.Error(), "not a CA") {
+		t.Fatalf("a leaf as CA: %v", err)
+	}
+	if _, err := ParseCA([]byte("junk"), keyPEM); err == nil {
+		t.Fatal("junk certificate accepted")
 	}
 }

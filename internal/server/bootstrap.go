@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/internal/store"
 )
@@ -22,7 +23,9 @@ import (
 // needs and no replica may keep to itself: the first admin key (so that
 // each replica can write <data-dir>/admin.key, as `space serve` does) and
 // the key secrets are encrypted with (so that a secret stored through one
-// replica is read through another). Both are sealed with AES-256-GCM under
+// replica is read through another), and the cluster's egress CA (so that
+// every node's templates trust one CA and hash to one id, and every
+// node's gateway signs with it). All are sealed with AES-256-GCM under
 // a key derived from the cluster token with HKDF-SHA256: the database
 // alone does not give them away, and any replica holding the token opens
 // them. A replica started with another token cannot, and says so.
@@ -39,12 +42,17 @@ type bootstrapRecord struct {
 	// made (a store first used by `space serve --store postgres://`).
 	AdminKey   []byte `json:"admin_key,omitempty"`
 	SecretsKey []byte `json:"secrets_key"`
+	// EgressCACert and EgressCAKey are PEM; empty in records made before
+	// the cluster had an egress CA, which get one when next loaded.
+	EgressCACert []byte `json:"egress_ca_cert,omitempty"`
+	EgressCAKey  []byte `json:"egress_ca_key,omitempty"`
 }
 
 // bootstrap is what a replica learns from the record.
 type bootstrap struct {
 	adminKey   string // "" when the record holds none
 	secretsKey []byte
+	egressCA   *credentials.CA
 	created    bool // this replica minted the admin key
 }
 
@@ -105,6 +113,19 @@ func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, 
 			}
 			b.adminKey = string(admin)
 		}
+		if len(rec.EgressCAKey) > 0 {
+			if b.egressCA, err = openEgressCA(aead, rec); err != nil {
+				return bootstrap{}, err
+			}
+			return b, nil
+		}
+		// A record from before the cluster had an egress CA gets one.
+		if b.egressCA, err = sealNewEgressCA(aead, &rec); err != nil {
+			return bootstrap{}, err
+		}
+		if err := st.Put(bootstrapBucket, bootstrapKey, rec); err != nil {
+			return bootstrap{}, fmt.Errorf("write the bootstrap record: %w", err)
+		}
 		return b, nil
 	}
 	if !errors.Is(err, store.ErrNotFound) {
@@ -115,6 +136,9 @@ func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, 
 		return bootstrap{}, err
 	}
 	if rec.SecretsKey, err = seal(aead, b.secretsKey, "secrets_key"); err != nil {
+		return bootstrap{}, err
+	}
+	if b.egressCA, err = sealNewEgressCA(aead, &rec); err != nil {
 		return bootstrap{}, err
 	}
 	if keys.Empty() {
@@ -130,6 +154,40 @@ func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, 
 		return bootstrap{}, fmt.Errorf("write the bootstrap record: %w", err)
 	}
 	return b, nil
+}
+
+// sealNewEgressCA makes the cluster's egress CA and puts it in rec.
+func sealNewEgressCA(aead cipher.AEAD, rec *bootstrapRecord) (*credentials.CA, error) {
+	ca, err := credentials.NewCA("cluster")
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	if rec.EgressCAKey, err = seal(aead, keyPEM, "egress_ca_key"); err != nil {
+		return nil, err
+	}
+	// The certificate is public, but sealed too, so that a changed one in
+	// the database is refused rather than installed into templates.
+	if rec.EgressCACert, err = seal(aead, ca.CertPEM(), "egress_ca_cert"); err != nil {
+		return nil, err
+	}
+	return ca, nil
+}
+
+func openEgressCA(aead cipher.AEAD, rec bootstrapRecord) (*credentials.CA, error) {
+	keyPEM, kerr := open(aead, rec.EgressCAKey, "egress_ca_key")
+	certPEM, cerr := open(aead, rec.EgressCACert, "egress_ca_cert")
+	if kerr != nil || cerr != nil {
+		return nil, errors.New("cannot open the egress CA in the cluster's bootstrap record: it was sealed with another cluster token")
+	}
+	ca, err := credentials.ParseCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's egress CA: %w", err)
+	}
+	return ca, nil
 }
 
 // writeAdminKeyFile writes the admin key to path (0600) unless it holds it

@@ -137,6 +137,8 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	cat := newClusterCatalog(s.st, reg, func() *controlplane.ControlPlane { return s.cp })
 	clusterPath, clusterHandler := clusterrpc.NewHandler(clusterrpc.ServerConfig{
 		Registry: reg, Token: cfg.ClusterToken, Logger: cfg.Logger,
+		// The API (and so this service) serves once s.cp is built.
+		Credentials: clusterCredentials{ca: boot.egressCA, sandboxes: func() sandboxLookup { return s.cp }, secrets: secretStore},
 		// The templates first: the control plane resolves them when it
 		// reconciles the node that joined.
 		Joined: func(n cluster.Node, ts []clusterrpc.Template) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
+	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/membership"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
@@ -44,6 +45,10 @@ type NodeConfig struct {
 	// TLSCertFile and TLSKeyFile, both set, make the node's RPC service
 	// speak TLS.
 	TLSCertFile, TLSKeyFile string
+	// EgressCAFile holds PEM certificates trusted, besides the system
+	// roots, for the upstream servers of credential injection (as serve's
+	// Config.EgressCAFile).
+	EgressCAFile string
 	// Network configures sandbox egress (see Config.Network); nodes on
 	// one machine need uplink pools of their own.
 	Network     network.EgressConfig
@@ -87,9 +92,10 @@ type NodeServer struct {
 	cpClient *clusterrpc.Client
 }
 
-// StartNode brings a node up: its sandboxes' machinery, its RPC service on
-// cfg.Listen, then in the background the built-in templates and its
-// membership of the control plane. Sandboxes a previous node process left
+// StartNode brings a node up: the cluster's egress CA from the control
+// plane (it waits for the control plane to answer), its sandboxes'
+// machinery, its RPC service on cfg.Listen, then in the background the
+// built-in templates and its membership of the control plane. Sandboxes a previous node process left
 // running keep running; the control plane adopts them when the node joins.
 func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	if cfg.Logger == nil {
@@ -112,17 +118,47 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	} else if err := cluster.ValidID(cfg.ID); err != nil {
 		return nil, fmt.Errorf("--id: %w", err)
 	}
+	s := &NodeServer{ID: cfg.ID, cfg: cfg, done: make(chan struct{}), member: make(chan error, 1)}
+	roots, err := upstreamRoots(cfg.EgressCAFile)
+	if err != nil {
+		return nil, err
+	}
+	// The client lists the templates of side, which is set before the
+	// first registration.
+	var side *nodeSide
+	if s.cpClient, err = clusterrpc.Dial(cfg.ControlPlane, cfg.ClusterToken, clusterrpc.DialOptions{
+		CAFile: cfg.TLSCAFile, Templates: func() []clusterrpc.Template { return side.templateList() },
+	}); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = s.cpClient.Close()
+		}
+	}()
+	// The cluster's egress CA, before anything is built: every node's
+	// templates trust it (and so hash to one id), every node's gateway
+	// signs leaves with it. It is kept in memory only; a restarted node
+	// fetches it again.
+	ca, err := fetchEgressCA(ctx, s.cpClient, cfg.ID, say)
+	if err != nil {
+		return nil, err
+	}
+	say("egress CA %s (the cluster's)", ca.Fingerprint()[:16])
+	// The rules and secrets stay in the control plane's store; the
+	// gateway asks for them when a sandbox connects.
+	remote := newRemoteCredentials(cfg.ID, s.cpClient, cfg.Logger)
+	interceptor := credentials.NewInterceptor(credentials.Config{
+		CA: ca, UpstreamRoots: roots, Logger: cfg.Logger,
+		Rules: remote, Secrets: remote,
+	})
 	d := DefaultConfig().Defaults
-	side, err := openNodeSide(ctx, nodeSideConfig{
+	side, err = openNodeSide(ctx, nodeSideConfig{
 		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
 		VolumeImageBytes: cfg.VolumeImageBytes, ID: cfg.ID,
-		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream,
-		Limits: network.Limits{BandwidthMbit: cfg.BandwidthMbit, MaxConnections: cfg.MaxConnections},
-		// No egress CA and no credential injection yet: the rules and
-		// secrets live in the control plane's store. Templates built
-		// without a CA also hash to the same id on every node (a node's
-		// CA is its own), which placement relies on.
-		TrustedCA: nil, MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
+		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
+		Limits:    network.Limits{BandwidthMbit: cfg.BandwidthMbit, MaxConnections: cfg.MaxConnections},
+		TrustedCA: ca.CertPEM(), MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
 		BuildLimits:    runtime.Limits{VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), Pids: d.Pids},
 		BuildDiskBytes: int64(d.DiskMB) << 20,
 		Logger:         cfg.Logger, say: say,
@@ -130,7 +166,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &NodeServer{ID: cfg.ID, cfg: cfg, side: side, done: make(chan struct{}), member: make(chan error, 1)}
+	s.side = side
 	defer func() {
 		if err != nil {
 			side.close()
@@ -139,11 +175,6 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	held := heldNode{Node: side.node, side: side}
 	if s.http, err = noderpc.NewServer(noderpc.NewHandler(held, cfg.ClusterToken, cfg.Logger), noderpc.ServerOptions{
 		CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, Logger: cfg.Logger,
-	}); err != nil {
-		return nil, err
-	}
-	if s.cpClient, err = clusterrpc.Dial(cfg.ControlPlane, cfg.ClusterToken, clusterrpc.DialOptions{
-		CAFile: cfg.TLSCAFile, Templates: side.templateList,
 	}); err != nil {
 		return nil, err
 	}

@@ -150,19 +150,27 @@ func (ns *nodeSide) run(ctx context.Context) {
 	go ns.node.Run(ctx)
 }
 
-// buildTemplates builds the missing built-in templates named, one after
-// the other, each booted once for its pre-booted image.
+// buildTemplates builds the built-in templates named that are missing or
+// stale, one after the other, each booted once for its pre-booted image.
 func (ns *nodeSide) buildTemplates(ctx context.Context, names []string, progress io.Writer, say func(string, ...any)) {
 	for _, name := range names {
-		if t, err := ns.templates.Get(name); err == nil && t.State == template.StateReady {
-			continue
-		}
 		recipe, ok := template.Builtin(name)
 		if !ok {
 			say("no built-in template named %q", name)
 			continue
 		}
-		say("building template %s (first start; progress follows)", name)
+		// The one under the name counts only if it is what the recipe
+		// builds now: one built with another egress CA (a node's data dir
+		// from before the cluster's CA, or from another cluster) would
+		// have sandboxes trust a CA that is not this installation's.
+		if t, err := ns.templates.Get(name); err == nil && t.State == template.StateReady {
+			if id, err := ns.templates.PlannedID(name, recipe); err != nil || id == t.ID {
+				continue
+			}
+			say("rebuilding template %s: its recipe, builder or egress CA changed (progress follows)", name)
+		} else {
+			say("building template %s (first start; progress follows)", name)
+		}
 		w := &prefixWriter{prefix: "space: [" + name + "] ", out: progress}
 		t, err := ns.templates.Build(ctx, name, recipe, template.Source{}, w)
 		if err != nil {

@@ -312,6 +312,17 @@ func (m *Manager) Names() map[string]string {
 	return maps.Clone(m.names)
 }
 
+// PlannedID is the id Build would give the template of recipe r named
+// name now: an existing template of that name with another id was built
+// from another recipe, builder or trusted CA.
+func (m *Manager) PlannedID(name string, r *Recipe) (string, error) {
+	p, err := m.plan(name, r, Source{})
+	if err != nil {
+		return "", err
+	}
+	return p.id, nil
+}
+
 // Build is the synchronous Submit: it builds (or joins the build of, or
 // returns the already built) template and writes progress and step output
 // to progress (which may be nil).

@@ -64,6 +64,16 @@ func TestTemplatesTrustTheCA(t *testing.T) {
 	if tpl.ID != with {
 		t.Fatalf("built %s, planned %s", tpl.ID, with)
 	}
+	// PlannedID tells a template built with another CA from a current one
+	// (what a node rebuilds its built-in templates by).
+	if got, err := e.m.PlannedID("m", recipe); err != nil || got != tpl.ID {
+		t.Fatalf("PlannedID with the CA it was built with = %s, %v; want %s", got, err, tpl.ID)
+	}
+	e.m.cfg.TrustedCA = []byte(otherTestCA)
+	if got, err := e.m.PlannedID("m", recipe); err != nil || got != other {
+		t.Fatalf("PlannedID with another CA = %s, %v; want %s", got, err, other)
+	}
+	e.m.cfg.TrustedCA = []byte(testCA)
 	for k, v := range trustEnv {
 		if tpl.Env[k] != v {
 			t.Errorf("template env %s = %q, want %q", k, tpl.Env[k], v)

@@ -1,0 +1,245 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/space-platform/space/internal/clusterrpc"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/credentials"
+	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/secrets"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// Credential injection in a cluster: the control plane keeps the rules
+// (in the sandboxes' records), the secrets and the egress CA; a node's
+// gateway intercepts its sandboxes' TLS and asks the control plane for
+// what it needs at connection time (clusterCredentials answers,
+// remoteCredentials asks).
+
+// sandboxLookup finds a sandbox's record (*controlplane.ControlPlane).
+type sandboxLookup interface {
+	Get(scope project.Scope, id string) (controlplane.Sandbox, error)
+}
+
+// secretReader reads a secret by secrets.Ref (*secrets.Store).
+type secretReader interface {
+	Get(ref string) ([]byte, error)
+}
+
+// clusterCredentials answers the nodes' credential calls on the control
+// plane. A node gets the rules and secrets of the sandboxes its records
+// say it runs, and only secrets those rules name, from the sandbox's own
+// project: as under serve (projectSecrets), rules never reach another
+// project's secrets, and one node's calls do not reach another's
+// sandboxes.
+type clusterCredentials struct {
+	ca        *credentials.CA
+	sandboxes func() sandboxLookup
+	secrets   secretReader
+}
+
+var _ clusterrpc.Credentials = clusterCredentials{}
+
+func (c clusterCredentials) EgressCA() ([]byte, []byte, error) {
+	key, err := c.ca.KeyPEM()
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.ca.CertPEM(), key, nil
+}
+
+// sandbox is the live sandbox id as node may see it.
+func (c clusterCredentials) sandbox(node, id string) (controlplane.Sandbox, error) {
+	sb, err := c.sandboxes().Get(project.Everything, id)
+	if errors.Is(err, controlplane.ErrNotFound) {
+		return sb, fmt.Errorf("sandbox %s: %w", id, clusterrpc.ErrNoSandbox)
+	}
+	if err != nil {
+		return sb, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if node == "" || sb.Node != node {
+		return sb, fmt.Errorf("sandbox %s does not run on node %q: %w", id, node, clusterrpc.ErrDenied)
+	}
+	// A stopped or failed sandbox has no traffic to inject into; its
+	// rules go with it, as under serve (ControlPlane.CredentialRules).
+	if sb.State == apiv1.StateStopped || sb.State == apiv1.StateFailed {
+		sb.Credentials = nil
+	}
+	return sb, nil
+}
+
+func (c clusterCredentials) CredentialRules(node, id string) ([]credentials.Rule, error) {
+	sb, err := c.sandbox(node, id)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Credentials, nil
+}
+
+func (c clusterCredentials) Secret(node, id, name string) ([]byte, error) {
+	sb, err := c.sandbox(node, id)
+	if err != nil {
+		return nil, err
+	}
+	named := false
+	for _, r := range sb.Credentials {
+		named = named || slices.Contains(r.Secrets(), name)
+	}
+	if !named {
+		return nil, fmt.Errorf("the credential rules of sandbox %s name no secret %q: %w", id, name, clusterrpc.ErrDenied)
+	}
+	v, err := c.secrets.Get(secrets.Ref(sb.Project, name))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return v, nil
+}
+
+// credentialClient is the control plane as a node asks it for
+// credentials (*clusterrpc.Client).
+type credentialClient interface {
+	CredentialRules(ctx context.Context, node, sandboxID string) ([]credentials.Rule, error)
+	Secret(ctx context.Context, node, sandboxID, name string) ([]byte, error)
+}
+
+const (
+	// credentialTTL is how long a node reuses an answer: the gateway asks
+	// for every TLS connection and every request on an intercepted one,
+	// and a changed secret reaches sandboxes within it.
+	credentialTTL = 5 * time.Second
+	// maxCachedCredentials bounds each cache; a full one is emptied.
+	maxCachedCredentials = 4096
+	// credentialCallTimeout bounds one call: a sandbox's connection waits
+	// for it.
+	credentialCallTimeout = 5 * time.Second
+)
+
+// remoteCredentials is a node's credentials.RuleSource and SecretSource:
+// the control plane, with its answers kept in memory for credentialTTL
+// (never on disk).
+type remoteCredentials struct {
+	node   string
+	client credentialClient
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu      sync.Mutex
+	rules   map[string]cachedRules
+	secrets map[[2]string]cachedSecret
+}
+
+type cachedRules struct {
+	rules []credentials.Rule
+	at    time.Time
+}
+
+type cachedSecret struct {
+	value []byte
+	at    time.Time
+}
+
+func newRemoteCredentials(node string, client credentialClient, log *slog.Logger) *remoteCredentials {
+	return &remoteCredentials{
+		node: node, client: client, log: log, now: time.Now,
+		rules: map[string]cachedRules{}, secrets: map[[2]string]cachedSecret{},
+	}
+}
+
+// CredentialRules asks the control plane for the sandbox's rules. When
+// it cannot answer, the sandbox has none for now: its TLS then goes
+// through untouched, without credentials, rather than being cut.
+func (r *remoteCredentials) CredentialRules(id string) []credentials.Rule {
+	r.mu.Lock()
+	c, ok := r.rules[id]
+	r.mu.Unlock()
+	if ok && r.now().Sub(c.at) < credentialTTL {
+		return c.rules
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), credentialCallTimeout)
+	defer cancel()
+	rules, err := r.client.CredentialRules(ctx, r.node, id)
+	switch {
+	case errors.Is(err, clusterrpc.ErrNoSandbox):
+		rules = nil // not (or no longer) a sandbox: no rules, remembered too
+	case err != nil:
+		r.log.Warn("credential rules: the control plane did not answer", "sandbox", id, "err", err)
+		return nil
+	}
+	r.mu.Lock()
+	if len(r.rules) >= maxCachedCredentials {
+		clear(r.rules)
+	}
+	r.rules[id] = cachedRules{rules: rules, at: r.now()}
+	r.mu.Unlock()
+	return rules
+}
+
+// Secret asks the control plane for a secret of the sandbox's rules.
+func (r *remoteCredentials) Secret(id, name string) ([]byte, error) {
+	key := [2]string{id, name}
+	r.mu.Lock()
+	c, ok := r.secrets[key]
+	r.mu.Unlock()
+	if ok && r.now().Sub(c.at) < credentialTTL {
+		return c.value, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), credentialCallTimeout)
+	defer cancel()
+	v, err := r.client.Secret(ctx, r.node, id, name)
+	if err != nil {
+		return nil, fmt.Errorf("secret %s of sandbox %s: %w", name, id, err)
+	}
+	at := r.now()
+	r.mu.Lock()
+	if len(r.secrets) >= maxCachedCredentials {
+		clear(r.secrets)
+	}
+	r.secrets[key] = cachedSecret{value: v, at: at}
+	r.mu.Unlock()
+	// The value leaves the node's memory when it goes stale, not when a
+	// later call happens to replace it.
+	time.AfterFunc(credentialTTL, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if c, ok := r.secrets[key]; ok && c.at.Equal(at) {
+			delete(r.secrets, key)
+		}
+	})
+	return v, nil
+}
+
+// fetchEgressCA gets the cluster's egress CA from the control plane,
+// waiting for it to answer: a node builds no template and starts no
+// sandbox before it holds the CA its templates trust. A wrong cluster
+// token (or a control plane without the call) ends the wait at once.
+func fetchEgressCA(ctx context.Context, c *clusterrpc.Client, node string, say func(string, ...any)) (*credentials.CA, error) {
+	wait, told := 500*time.Millisecond, false
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ca, err := c.EgressCA(callCtx, node)
+		cancel()
+		if err == nil {
+			return ca, nil
+		}
+		if errors.Is(err, clusterrpc.ErrToken) || errors.Is(err, clusterrpc.ErrUnsupported) {
+			return nil, fmt.Errorf("get the cluster's egress CA: %w", err)
+		}
+		if !told {
+			say("waiting for the control plane to hand out the cluster's egress CA (%v)", err)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("get the cluster's egress CA: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
