@@ -38,7 +38,7 @@ The node and the control plane share a cluster token, read from
 	fs.StringVar(&cfg.ID, "id", "", "the node's id, a DNS label (default: made once and kept in <data-dir>/node-id)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the node's RPC service")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "URL the control plane reaches this node at (default: http://<--listen>)")
-	fs.StringVar(&cfg.ControlPlane, "control-plane", "", "URL of the control plane to register with (required)")
+	fs.StringVar(&cfg.ControlPlane, "control-plane", "", "URL of the control plane to register with (required); several replicas' URLs, comma-separated, are tried in turn when one does not answer")
 	tokenFile := fs.String("cluster-token-file", "", "file holding the cluster token (default: $SPACE_CLUSTER_TOKEN)")
 	fs.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM certificates to verify the control plane's TLS certificate with")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "certificate (PEM) of the node's RPC service; with --tls-key it speaks TLS")
@@ -56,11 +56,14 @@ The node and the control plane share a cluster token, read from
 	if err := parseNoArgs(fs, args, "node"); err != nil {
 		return err
 	}
-	if cfg.ControlPlane == "" {
+	cps := server.ControlPlaneURLs(cfg.ControlPlane)
+	if len(cps) == 0 {
 		return fs.usageErrorf("space node needs --control-plane URL")
 	}
-	if err := checkHTTPURL("--control-plane", cfg.ControlPlane); err != nil {
-		return fs.usageErrorf("%v", err)
+	for _, u := range cps {
+		if err := checkHTTPURL("--control-plane", u); err != nil {
+			return fs.usageErrorf("%v", err)
+		}
 	}
 	if cfg.ID != "" {
 		if err := cluster.ValidID(cfg.ID); err != nil {
