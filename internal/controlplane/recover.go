@@ -73,10 +73,19 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 // empty image directories. Only node id's records are read or changed; a
 // sandbox whose operation is under way (its lock held) is left to that
 // operation.
+//
+// On a store other replicas share, whichever replica sees the node join
+// reconciles it, and its cache may lag what the others just wrote: the
+// records are read from the store first, and again just before the sweep,
+// so that the sweep keeps a sandbox another replica created meanwhile. A
+// store that cannot be read leaves the node unswept.
 func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	n, err := cp.node(id, "")
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
+	}
+	if err := cp.freshen(); err != nil {
+		return fmt.Errorf("reconcile node %s: %w", id, err)
 	}
 	cp.mu.Lock()
 	var rs []*record
@@ -89,6 +98,10 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	rec := &reconcile{copies: map[Source][]*record{}, starts: map[*record]nodeapi.TemplateSpec{}}
 	for _, r := range rs {
 		if !r.lock.TryLock() {
+			continue
+		}
+		if cp.othersTransition(ctx, r) {
+			r.lock.Unlock()
 			continue
 		}
 		if err := cp.recoverOne(ctx, n, r, rec); err != nil {
@@ -105,6 +118,9 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	for src, rs := range rec.copies {
 		cp.restartCopies(src, rs)
 	}
+	if err := cp.freshen(); err != nil {
+		return fmt.Errorf("reconcile node %s: sweep: %w", id, err)
+	}
 	if err := cp.sweepImages(ctx, n, id); err != nil {
 		cp.log.Warn("sweep images", "node", id, "err", err)
 	}
@@ -120,6 +136,35 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	}
 	cp.mu.Unlock()
 	return n.Sweep(ctx, keep)
+}
+
+// othersTransition reports whether r (its lock held) is in a transition
+// that another replica, still alive, owns: that replica finishes it (a
+// start whose record it wrote but whose node call has not begun), or the
+// leader does if it dies (adoptOrphans); a reconcile must not run it a
+// second time.
+func (cp *ControlPlane) othersTransition(ctx context.Context, r *record) bool {
+	if !cp.shared {
+		return false
+	}
+	s := cp.snapshot(r)
+	if !transitional(s.State) || s.Owner == cp.replicaID || s.Owner == "" {
+		return false
+	}
+	alive, err := cp.ownerAlive(ctx, s.Owner)
+	if err != nil {
+		cp.log.Warn("check replica liveness", "replica", s.Owner, "err", err)
+	}
+	return alive
+}
+
+// freshen brings the cache up to date with a store other replicas write
+// (a no-op on one they do not).
+func (cp *ControlPlane) freshen() error {
+	if !cp.shared {
+		return nil
+	}
+	return cp.resync()
 }
 
 // reconcile is what a reconcile of a node starts again once every record
