@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/membership"
 
 	"github.com/space-platform/space/internal/server"
 )
@@ -39,6 +40,7 @@ The node and the control plane share a cluster token, read from
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the node's RPC service")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "URL the control plane reaches this node at (default: http://<--listen>)")
 	fs.StringVar(&cfg.ControlPlane, "control-plane", "", "URL of the control plane to register with (required); several replicas' URLs, comma-separated, are tried in turn when one does not answer")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", membership.DefaultInterval, "how often the node heartbeats; keep it well under the control plane's --heartbeat-timeout")
 	tokenFile := fs.String("cluster-token-file", "", "file holding the cluster token (default: $SPACE_CLUSTER_TOKEN)")
 	fs.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM certificates to verify the control plane's TLS certificate with")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "certificate (PEM) of the node's RPC service; with --tls-key it speaks TLS")
@@ -89,6 +91,9 @@ The node and the control plane share a cluster token, read from
 	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return fs.usageErrorf("--tls-cert and --tls-key go together")
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		return fs.usageErrorf("--heartbeat-interval must be positive")
 	}
 	if cfg.BandwidthMbit < 0 || cfg.MaxConnections < 0 {
 		return fs.usageErrorf("--sandbox-bandwidth-mbit and --sandbox-max-connections must be 0 (unlimited) or positive")
