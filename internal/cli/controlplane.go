@@ -33,7 +33,18 @@ The control plane and the nodes share a cluster token, read from
 	tokenFile := fs.String("cluster-token-file", "", "file holding the cluster token (default: $SPACE_CLUSTER_TOKEN)")
 	fs.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM certificates to verify the nodes' TLS certificates with (for https:// node addresses)")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "a node that sends no heartbeat for this long is unreachable")
+	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", cfg.MemoryOvercommit, "sum of sandbox memory limits placed on a node, as a multiple of its memory (0: unlimited)")
+	cfg.MaxRequestsPerKey = 256
+	policy := addPolicyFlags(fs, &cfg.Defaults, &cfg.HTTP, &cfg.ProjectQuota, &cfg.MaxRequestsPerKey)
+	pools := fs.String("pool", "", "cluster-wide warm pool sizes by template, e.g. base=4,minimal=2, split over the nodes holding the template (sizes set through the API win)")
 	if err := parseNoArgs(fs, args, "control-plane"); err != nil {
+		return err
+	}
+	if err := policy.check(fs); err != nil {
+		return err
+	}
+	var err error
+	if cfg.PoolSizes, err = parsePoolSizes(fs, *pools); err != nil {
 		return err
 	}
 	if cfg.Store == "" {
@@ -49,7 +60,6 @@ The control plane and the nodes share a cluster token, read from
 	if cfg.HeartbeatTimeout <= 0 {
 		return fs.usageErrorf("--heartbeat-timeout must be positive")
 	}
-	var err error
 	if cfg.ClusterToken, err = clusterToken(*tokenFile); err != nil {
 		return err
 	}

@@ -111,10 +111,9 @@ type heartbeat struct {
 	Info nodeapi.Info `json:"info"`
 }
 
-// Drainer moves a draining node's sandboxes to other nodes. Moving them
-// (suspend, ship the volume and memory image, resume on the target) is
-// later work of the control plane; the registry only records the state and
-// hands the node over.
+// Drainer moves a draining node's sandboxes to other nodes (suspend, ship
+// the volume and memory image, resume on the target: controlplane.Drainer);
+// the registry only records the state and hands the node over.
 type Drainer interface {
 	// StartDrain begins moving the sandboxes of node id away and returns
 	// without waiting for the move.
@@ -344,6 +343,19 @@ func (r *Registry) Drain(id string) (Node, error) {
 		return n, fmt.Errorf("drain node %s: %w", id, err)
 	}
 	return n, nil
+}
+
+// NoteDrain records in a draining node's reason how its drain went (the
+// Drainer's report); a node that left draining meanwhile (uncordoned,
+// removed as lost) keeps its own.
+func (r *Registry) NoteDrain(id, reason string) error {
+	_, err := r.transition(id, func(rec *record) error {
+		if rec.State == Draining {
+			rec.Reason = reason
+		}
+		return nil
+	})
+	return err
 }
 
 // Remove takes a node out of the registry. A node that runs no sandboxes

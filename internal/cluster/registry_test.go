@@ -356,3 +356,27 @@ func TestSingle(t *testing.T) {
 		t.Errorf("remove of the single node: %v", err)
 	}
 }
+
+// A drain's report lands in the reason of a node that still drains only.
+func TestNoteDrain(t *testing.T) {
+	r := newTestRegistry(t, newMemStore(), newClock(), nil)
+	mustRegister(t, r, "n1", nodeapi.Info{})
+	if err := r.NoteDrain("n1", "drained"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.Get("n1"); n.Reason != "" {
+		t.Fatalf("a ready node took a drain's reason: %q", n.Reason)
+	}
+	if _, err := r.Drain("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.NoteDrain("n1", "drained: every sandbox moved"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.Get("n1"); n.State != Draining || n.Reason != "drained: every sandbox moved" {
+		t.Fatalf("node after the report: %s (%q)", n.State, n.Reason)
+	}
+	if err := r.NoteDrain("nope", "x"); !errors.Is(err, ErrUnknownNode) {
+		t.Fatalf("report on an unknown node: %v", err)
+	}
+}

@@ -110,6 +110,8 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 		}
 		r.lock.Unlock()
 	}
+	// A drain a crash interrupted: finished or rolled back (drain.go).
+	cp.settleMovesOf(ctx, id)
 	for r, tpl := range rec.starts {
 		cp.launch(r, func(ctx context.Context, s Sandbox) error {
 			return n.Create(ctx, nodeapi.CreateRequest{Spec: cp.createSpec(s, tpl)})
@@ -135,6 +137,7 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 		}
 	}
 	cp.mu.Unlock()
+	cp.movedHere(id, &keep, nil, nil)
 	return n.Sweep(ctx, keep)
 }
 
@@ -468,6 +471,7 @@ func (cp *ControlPlane) sweepImages(ctx context.Context, n Node, id string) erro
 			owned[s.Image] = true
 		}
 	}
+	cp.movedHere(id, nil, owned, nil)
 	var errs []error
 	for _, image := range images {
 		if owned[image] {
@@ -512,6 +516,7 @@ func (cp *ControlPlane) sweepCaptures(ctx context.Context, n Node, id string) er
 		}
 	}
 	cp.mu.Unlock()
+	cp.movedHere(id, nil, nil, owned)
 	dirs, err := n.Volumes(ctx, "snapshots")
 	if err != nil {
 		return err

@@ -7,10 +7,8 @@ import (
 	"io"
 	"path"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/space-platform/space/internal/agent/gen/filesystempb"
@@ -231,24 +229,7 @@ func (cp *ControlPlane) holdSnapshot(resolve func() (Snapshot, error), op string
 	if snap, err = resolve(); err != nil {
 		return Snapshot{}, nil, err
 	}
-	key := snapshotKey(snap.SandboxID, snap.Name)
-	cp.snapshotUsers[key] = append(cp.snapshotUsers[key], op)
-	var once sync.Once
-	return snap, func() {
-		once.Do(func() {
-			cp.snapMu.Lock()
-			defer cp.snapMu.Unlock()
-			users := cp.snapshotUsers[key]
-			if i := slices.Index(users, op); i >= 0 {
-				users = slices.Delete(users, i, i+1)
-			}
-			if len(users) == 0 {
-				delete(cp.snapshotUsers, key)
-			} else {
-				cp.snapshotUsers[key] = users
-			}
-		})
-	}, nil
+	return snap, cp.holdKeys([]string{snapshotKey(snap.SandboxID, snap.Name)}, op), nil
 }
 
 // dropSnapshotData deletes a snapshot's volume and image on n, its node.

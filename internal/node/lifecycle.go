@@ -170,6 +170,9 @@ func (n *Node) Suspend(ctx context.Context, id, image string) error {
 	}
 	crashpoint.Hit("suspend-checkpointed")
 	n.releaseRuntime(ctx, id)
+	if sb, err := n.lookup(id); err == nil {
+		sb.setSuspendImage(image)
+	}
 	return nil
 }
 
@@ -364,11 +367,15 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 		return err
 	}
 	sb, err := n.lookup(spec.ID)
-	if err != nil {
+	// A sandbox this node has no handle of was suspended elsewhere (or
+	// before a restart): its sessions are those its image carries.
+	fresh := err != nil
+	if fresh {
 		sb = n.newSandbox(spec.ID, spec.AccessToken)
 	} else {
 		sb.Agent.setToken(spec.AccessToken)
 		sb.Agent.Reset()
+		sb.setSuspendImage("")
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
 	defer cancel()
@@ -386,6 +393,12 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 	}
 	if spec.Rollback {
 		sb.dropSessions("rolled back to a snapshot")
+	} else if fresh && spec.NewIdentity == nil {
+		// Before adoptProcesses, which would follow the same processes
+		// with empty journals.
+		if err := sb.importSessions(imageDir); err != nil {
+			n.log.Warn("restore sessions from the image", "sandbox", spec.ID, "err", err)
+		}
 	}
 	n.register(sb)
 	n.track(ctx, sb)

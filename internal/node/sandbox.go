@@ -34,7 +34,10 @@ type Sandbox struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	node     *Node
+	// suspendImage is the image the sandbox was last suspended into while
+	// it stays suspended; a send of it carries the sessions (journal_export.go).
+	suspendImage string
+	node         *Node
 }
 
 // How long a new sandbox's agent and ready check may take.

@@ -89,6 +89,10 @@ func (n *Node) SendImage(ctx context.Context, image string, w io.Writer) error {
 		}
 		return fmt.Errorf("send image %s: the image is not complete", image)
 	}
+	// A suspended sandbox's sessions go with its image (journal_export.go).
+	if err := n.exportSessions(image, dir); err != nil {
+		return fmt.Errorf("send image %s: %w", image, err)
+	}
 	if err := imagetar.Write(ctx, w, dir, completeMarker); err != nil {
 		return fmt.Errorf("send image %s: %w", image, err)
 	}

@@ -1,9 +1,10 @@
 // Package nodeapi is the contract between the control plane and a node.
 //
-// A node is reached through three parts: Control (the lifecycle of its
+// A node is reached through four parts: Control (the lifecycle of its
 // sandboxes, its images, volumes, template images and pools), Data (the
 // traffic of one running sandbox: exec, sessions, files, the agent and its
-// ports) and Events (what happens on the node, as a stream). Every request
+// ports), Events (what happens on the node, as a stream) and Transfer
+// (volumes and images moved between nodes as byte streams). Every request
 // and answer of Control and Events is a serializable value, and Data moves
 // bytes as streams, so the same interface is implemented in process
 // (*node.Node, what `space serve` wires) and over RPC (internal/noderpc,
@@ -30,11 +31,13 @@ import (
 	"github.com/space-platform/space/internal/runtime"
 )
 
-// Node is one node as the control plane drives it.
+// Node is one node as the control plane drives it. Transfer is part of
+// it: a drain moves sandboxes between any two nodes, in process or remote.
 type Node interface {
 	Control
 	Data
 	Events
+	Transfer
 }
 
 // Control drives the sandboxes of one node.

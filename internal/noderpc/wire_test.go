@@ -557,16 +557,3 @@ func TestPortTunnel(t *testing.T) {
 		t.Fatalf("read after the client closed: %v, want the connection closed", err)
 	}
 }
-
-// A node without Transfer says so rather than failing obscurely.
-func TestTransferUnimplemented(t *testing.T) {
-	c := dial(t, &errNode{Node: nodeapitest.NewFake("fake")})
-	err := c.SendVolume(context.Background(), "v", io.Discard)
-	if connect.CodeOf(err) != connect.CodeUnimplemented || !strings.Contains(err.Error(), "does not transfer") {
-		t.Fatalf("send volume from a node without Transfer: %v", err)
-	}
-	err = c.ReceiveImage(context.Background(), "i", strings.NewReader("data"))
-	if connect.CodeOf(err) != connect.CodeUnimplemented {
-		t.Fatalf("receive image on a node without Transfer: %v", err)
-	}
-}

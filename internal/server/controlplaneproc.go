@@ -46,8 +46,11 @@ type ControlPlaneConfig struct {
 	MemoryOvercommit  float64
 	ProjectQuota      project.Quota
 	MaxRequestsPerKey int
-	Progress          io.Writer
-	Logger            *slog.Logger
+	// PoolSizes are the cluster-wide warm pool sizes by template name (a
+	// size set through the API wins), split over the nodes holding it.
+	PoolSizes map[string]int
+	Progress  io.Writer
+	Logger    *slog.Logger
 }
 
 // DefaultControlPlaneConfig returns the defaults of `space control-plane`:
@@ -119,8 +122,11 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	if err != nil {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}
+	// Drains run in this process, in the background, once the control
+	// plane below is built; the registry hands a drain request to it.
+	var drainer controlplane.Drainer
 	reg, err := cluster.New(cluster.Config{
-		Store: s.st, HeartbeatTimeout: cfg.HeartbeatTimeout,
+		Store: s.st, HeartbeatTimeout: cfg.HeartbeatTimeout, Drainer: &drainer,
 		Placement: cluster.PlacementConfig{MemoryOvercommit: cfg.MemoryOvercommit},
 	})
 	if err != nil {
@@ -147,9 +153,13 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		},
 	})
 
+	replicaID, err := controlplane.LoadReplicaID(filepath.Join(cfg.DataDir, "replica-id"))
+	if err != nil {
+		return nil, err
+	}
 	metricsReg := metrics.NewRegistry()
 	if s.cp, err = newClusterControlPlane(ctx, controlplane.Config{
-		Store: s.st, Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: metricsReg,
+		Store: s.st, Templates: cat, ReplicaID: replicaID, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: metricsReg,
 		Secrets: secretStore, Quotas: quotas, HostPaths: s.hostPaths,
 	}, nodes); err != nil {
 		return nil, err
@@ -173,7 +183,22 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		cancel()
 		return nil, err
 	}
+	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.cp.Run(runCtx)
+	drainer.Start(runCtx, s.cp, func(id string, err error) {
+		if err := reg.NoteDrain(id, controlplane.DrainReason(err)); err != nil {
+			cfg.Logger.Error("drain", "node", id, "err", err)
+		}
+	})
+	// A drain an earlier process left unfinished goes on. A node whose
+	// heartbeats stopped lists as unreachable and waits for its return.
+	if listed, err := reg.List(); err == nil {
+		for _, n := range listed {
+			if n.State == cluster.Draining {
+				_ = drainer.StartDrain(n.ID)
+			}
+		}
+	}
 	say("listening on %s (the API, and the cluster service nodes join through)", s.URL)
 	if s.compat.e2bURL != "" || s.compat.proxyURL != "" {
 		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)

@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"net"
 	"strconv"
 	"testing"
 
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/nodeapi/nodeapitest"
-	"github.com/space-platform/space/internal/noderpc"
 	"github.com/space-platform/space/internal/runtime"
 )
 
@@ -43,22 +41,7 @@ func TestNodeConformance(t *testing.T) {
 		nodeapitest.Run(t, func(t *testing.T) nodeapitest.Harness { return nodeHarness(t, env.srv.Node()) })
 	})
 	t.Run("OverRPC", func(t *testing.T) {
-		const token = "e2e-cluster-token"
-		srv, err := noderpc.NewServer(noderpc.NewHandler(env.srv.Node(), token, nil), noderpc.ServerOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = noderpc.Serve(srv, ln) }()
-		defer srv.Close()
-		client, err := noderpc.Dial("http://"+ln.Addr().String(), token, noderpc.DialOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client.Close()
+		client := overRPC(t, env.srv.Node())
 		nodeapitest.Run(t, func(t *testing.T) nodeapitest.Harness { return nodeHarness(t, client) })
 	})
 }

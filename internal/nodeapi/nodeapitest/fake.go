@@ -511,12 +511,25 @@ func (f *Fake) Volumes(ctx context.Context, prefix string) ([]string, error) {
 }
 
 func (f *Fake) VolumeExists(ctx context.Context, name string) (ok bool, err error) {
-	err = f.named("volume", name, func() { _, ok = f.volumes[name] })
+	err = f.named("volume", name, func() {
+		store, key := f.volumeStore(name)
+		_, ok = store[key]
+	})
 	return ok, err
 }
 
+// DeleteVolume deletes a volume; the root volume of a sandbox that runs
+// stays (its runtime uses it).
 func (f *Fake) DeleteVolume(ctx context.Context, name string) error {
-	return f.named("delete volume", name, func() { delete(f.volumes, name) })
+	return f.named("delete volume", name, func() {
+		if id, ok := rootVolume(name); ok {
+			if _, running := f.running[id]; !running {
+				delete(f.disks, id)
+			}
+			return
+		}
+		delete(f.volumes, name)
+	})
 }
 
 // inVolume runs fn on a captured volume's file tree, locked, with p made
@@ -1452,12 +1465,35 @@ func (f *Fake) receive(op string, store map[string]*tree, name string, r io.Read
 	return nil
 }
 
+// rootVolume is the sandbox whose root volume name names, as a node
+// names them ("sandboxes/<id>"); the fake keeps those apart, by sandbox.
+func rootVolume(name string) (string, bool) {
+	id, ok := strings.CutPrefix(name, "sandboxes/")
+	return id, ok && id != "" && !strings.Contains(id, "/")
+}
+
+// volumeStore is the map that holds volume name, by the key it has there.
+func (f *Fake) volumeStore(name string) (map[string]*tree, string) {
+	if id, ok := rootVolume(name); ok {
+		return f.disks, id
+	}
+	return f.volumes, name
+}
+
 func (f *Fake) SendVolume(ctx context.Context, name string, w io.Writer) error {
-	return f.send("send volume", f.volumes, name, w)
+	if err := nodeapi.ValidName(name); err != nil {
+		return fmt.Errorf("send volume: %w", err)
+	}
+	store, key := f.volumeStore(name)
+	return f.send("send volume", store, key, w)
 }
 
 func (f *Fake) ReceiveVolume(ctx context.Context, req nodeapi.ReceiveVolumeRequest, r io.Reader) error {
-	return f.receive("receive volume", f.volumes, req.Name, r)
+	if err := nodeapi.ValidName(req.Name); err != nil {
+		return fmt.Errorf("receive volume: %w", err)
+	}
+	store, key := f.volumeStore(req.Name)
+	return f.receive("receive volume", store, key, r)
 }
 
 func (f *Fake) SendImage(ctx context.Context, image string, w io.Writer) error {
