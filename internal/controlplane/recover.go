@@ -100,7 +100,7 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 		if !r.lock.TryLock() {
 			continue
 		}
-		if cp.othersTransition(ctx, r) {
+		if cp.othersTransition(r) {
 			r.lock.Unlock()
 			continue
 		}
@@ -142,23 +142,16 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 }
 
 // othersTransition reports whether r (its lock held) is in a transition
-// that another replica, still alive, owns: that replica finishes it (a
-// start whose record it wrote but whose node call has not begun), or the
-// leader does if it dies (adoptOrphans); a reconcile must not run it a
-// second time.
-func (cp *ControlPlane) othersTransition(ctx context.Context, r *record) bool {
+// that another replica owns. That replica finishes it (a start whose
+// record it wrote but whose node call has not begun yet), or, if it died,
+// the leader does (adoptOrphans, which claims it first): a reconcile on
+// this replica must not run it a second time.
+func (cp *ControlPlane) othersTransition(r *record) bool {
 	if !cp.shared {
 		return false
 	}
 	s := cp.snapshot(r)
-	if !transitional(s.State) || s.Owner == cp.replicaID || s.Owner == "" {
-		return false
-	}
-	alive, err := cp.ownerAlive(ctx, s.Owner)
-	if err != nil {
-		cp.log.Warn("check replica liveness", "replica", s.Owner, "err", err)
-	}
-	return alive
+	return transitional(s.State) && s.Owner != "" && s.Owner != cp.replicaID
 }
 
 // freshen brings the cache up to date with a store other replicas write
