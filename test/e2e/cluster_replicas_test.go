@@ -482,8 +482,11 @@ func expect503(ctx context.Context, t *testing.T, c *testCluster, id string) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var e struct{ Code, Message string }
-		if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &e) != nil || e.Code == "" || e.Message == "" {
+		var e struct {
+			Code    int
+			Message string
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &e) != nil || e.Code != http.StatusServiceUnavailable || e.Message == "" {
 			t.Fatalf("exec on a sandbox of a dead node through %s: %d %s; want 503 with a JSON code and message", url, resp.StatusCode, body)
 		}
 		if strings.Contains(e.Message, "127.0.0.1") || strings.Contains(e.Message, "http") || strings.Contains(e.Message, "/var/") {

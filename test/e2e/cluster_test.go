@@ -77,6 +77,7 @@ type testCluster struct {
 	cp      *clusterProc
 	nodes   []*clusterProc
 	dirs    []string // the nodes' data dirs
+	uplinks []string // the nodes' uplink pools
 	clients []*client.Client
 	client  *client.Client
 	// urls are the replicas' API URLs, key the admin key.
@@ -118,7 +119,7 @@ func startClusterWith(t *testing.T, spec clusterSpec) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{t: t, base: base}
+	c := &testCluster{t: t, base: base, uplinks: spec.uplinks}
 	t.Cleanup(c.stop)
 	token := filepath.Join(base, "cluster.token")
 	if err := os.WriteFile(token, []byte("e2e-cluster-token-"+strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
@@ -230,6 +231,11 @@ func (c *testCluster) stop() {
 		// The nodes' namespace files are bind mounts of their own.
 		storage.UnmountUnder(filepath.Join(dir, "netns"))
 		_ = syscall.Unmount(filepath.Join(dir, "netns"), syscall.MNT_DETACH)
+	}
+	// A node adds its uplink pool to the host's masquerade set and leaves
+	// it there (its sandboxes outlive it); the test's pools go.
+	for _, pool := range c.uplinks {
+		_ = exec.Command("nft", "delete element inet space uplink_pools { "+pool+" }").Run()
 	}
 	if os.Getenv("SPACE_TEST_KEEP") == "" {
 		_ = os.RemoveAll(c.base)
