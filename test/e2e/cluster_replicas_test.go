@@ -83,9 +83,21 @@ func TestClusterReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	history := map[string]string{} // for a sandbox that outlives its delete
 	for _, sb := range all {
+		events, _ := cl.Events(ctx, sb.ID)
+		history[sb.ID] = fmt.Sprintf("%s on %s: %+v", sb.State, sb.Node, events)
 		if err := cl.DeleteSandbox(ctx, sb.ID); err != nil {
 			t.Errorf("delete %s: %v", sb.ID, err)
+		}
+	}
+	for id, h := range history {
+		for _, dir := range c.dirs {
+			for _, p := range runtimesUnder(dir) {
+				if strings.Contains(p, id) {
+					t.Logf("sandbox %s still runs after its delete; before it: %s", id, h)
+				}
+			}
 		}
 	}
 	c.waitNodesEmpty(t)
