@@ -201,7 +201,13 @@ var createReq = apiv1.CreateSandboxRequest{Template: "tpl", VCPUs: 1, MemoryMB: 
 func threeRunning(t *testing.T) (*ControlPlane, *testNodes, map[string]Sandbox) {
 	t.Helper()
 	tn := newTestNodes("n1", "n2", "n3")
-	cp := newClusterCP(t, tn, nil)
+	cp, on := runningOnEach(t, newClusterCP(t, tn, nil))
+	return cp, tn, on
+}
+
+// runningOnEach creates a sandbox on each of cp's three nodes.
+func runningOnEach(t *testing.T, cp *ControlPlane) (*ControlPlane, map[string]Sandbox) {
+	t.Helper()
 	on := map[string]Sandbox{}
 	for range 3 {
 		s, err := cp.Create(project.Everything, createReq)
@@ -211,7 +217,7 @@ func threeRunning(t *testing.T) (*ControlPlane, *testNodes, map[string]Sandbox) 
 		s = waitRunning(t, cp, s.ID)
 		on[s.Node] = s
 	}
-	return cp, tn, on
+	return cp, on
 }
 
 // Creates go where Place says, and every operation on a sandbox reaches its
@@ -509,16 +515,7 @@ func TestReaperWaitsForUnavailableNodes(t *testing.T) {
 	var logs strings.Builder
 	var lmu sync.Mutex
 	tn := newTestNodes("n1", "n2", "n3")
-	cp := newTestCPWith(t, Config{Nodes: tn, Logger: slog.New(slog.NewTextHandler(lockedWriter{&lmu, &logs}, nil))}, t.TempDir(), nil)
-	on := map[string]Sandbox{}
-	for range 3 {
-		s, err := cp.Create(project.Everything, createReq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s = waitRunning(t, cp, s.ID)
-		on[s.Node] = s
-	}
+	cp, on := runningOnEach(t, newTestCPWith(t, Config{Nodes: tn, Logger: slog.New(slog.NewTextHandler(lockedWriter{&lmu, &logs}, nil))}, t.TempDir(), nil))
 	tn.set("n2", cluster.Unreachable)
 	cp.mu.Lock()
 	for _, r := range cp.sandboxes {
