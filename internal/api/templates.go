@@ -170,7 +170,13 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		}
 		from = n
 	}
-	lines, _, err := s.cfg.Templates.Logs(scopeOf(r), t.ID, from)
+	// By id: the version found, not a later one built under the name. A
+	// cluster's template has no id until its node built it.
+	key := t.ID
+	if key == "" {
+		key = r.PathValue("name")
+	}
+	lines, _, err := s.cfg.Templates.Logs(scopeOf(r), key, from)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -199,8 +205,12 @@ func (s *Server) templateLogs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
+	key := t.ID // as getTemplate
+	if key == "" {
+		key = name
+	}
 	for {
-		lines, done, err := s.cfg.Templates.Logs(scopeOf(r), t.ID, from)
+		lines, done, err := s.cfg.Templates.Logs(scopeOf(r), key, from)
 		if err != nil {
 			return
 		}

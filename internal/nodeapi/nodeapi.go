@@ -181,6 +181,45 @@ type Transfer interface {
 	ReceiveImage(ctx context.Context, image string, r io.Reader) error
 }
 
+// Templates builds and deletes a node's templates, for a control plane
+// that builds a template once (on one node, in a build sandbox there) and
+// ships its root volume to the other nodes with Transfer. A node that has
+// no template builder does not implement it.
+type Templates interface {
+	// BuildTemplate builds a recipe (its YAML) on the node and writes the
+	// build's progress and step output to logs, line by line. It returns
+	// once the template is ready (or the build failed); the built root
+	// volume, Spec.RootfsVolume, is what SendVolume ships to other nodes.
+	BuildTemplate(ctx context.Context, req TemplateBuildRequest, logs io.Writer) (TemplateBuilt, error)
+	// StageTemplateArchive stores an uploaded OCI archive (at most limit
+	// bytes) for the build of a from: upload recipe, and returns the
+	// handle that build names it by (TemplateBuildRequest.Archive). The
+	// build consumes it.
+	StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (handle string, err error)
+	// DeleteTemplate deletes a template's root volume (and the node's own
+	// record of it, if it built it); a missing one is not an error.
+	DeleteTemplate(ctx context.Context, id string) error
+}
+
+// TemplateBuildRequest is one template build.
+type TemplateBuildRequest struct {
+	// Name names the template in the build's log; it is a template name
+	// (template.ValidName), not the caller's catalog name.
+	Name   string `json:"name"`
+	Recipe []byte `json:"recipe"`
+	// HostPaths allows a recipe to read the node's disk (admin keys).
+	HostPaths bool `json:"host_paths,omitempty"`
+	// Archive is the handle of the staged archive a from: upload recipe
+	// builds from; empty for other recipes.
+	Archive string `json:"archive,omitempty"`
+}
+
+// TemplateBuilt is a template a node built.
+type TemplateBuilt struct {
+	Spec      TemplateSpec `json:"spec"`
+	SizeBytes int64        `json:"size_bytes,omitempty"`
+}
+
 // ReceiveVolumeRequest says what a received volume becomes: a template's
 // root volume stays read-only; a sandbox's root volume is writable under
 // its disk limit (DiskMB, 0 for none), set before the volume appears.

@@ -130,6 +130,12 @@ func (c *Client) ReceiveImage(ctx context.Context, image string, r io.Reader) er
 // A body that fails cancels the stream (rather than closing it), so the
 // node drops what it received instead of keeping a truncated copy.
 func upload[T any](ctx context.Context, c *Client, open func(context.Context) *connect.ClientStreamForClient[T, pb.Empty], head *T, data func([]byte) *T, body io.Reader, what string) error {
+	_, err := uploadFor(ctx, c, open, head, data, body, what)
+	return err
+}
+
+// uploadFor is upload for a call that answers with a message.
+func uploadFor[T, R any](ctx context.Context, c *Client, open func(context.Context) *connect.ClientStreamForClient[T, R], head *T, data func([]byte) *T, body io.Reader, what string) (*R, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := open(ctx)
@@ -147,16 +153,17 @@ func upload[T any](ctx context.Context, c *Client, open func(context.Context) *c
 		if rerr != nil {
 			cancel()
 			_, _ = stream.CloseAndReceive()
-			return fmt.Errorf("%s: read: %w", what, rerr)
+			return nil, fmt.Errorf("%s: read: %w", what, rerr)
 		}
 	}
 	// A failed Send means the node answered already: its error, if it
 	// failed, comes with the answer.
-	if _, err := stream.CloseAndReceive(); err != nil {
-		return c.fail(err)
+	res, err := stream.CloseAndReceive()
+	if err != nil {
+		return nil, c.fail(err)
 	}
 	if sendErr != nil && !errors.Is(sendErr, io.EOF) {
-		return c.fail(sendErr)
+		return nil, c.fail(sendErr)
 	}
-	return nil
+	return res.Msg, nil
 }

@@ -135,16 +135,26 @@ func mapTemplateErr(err error) error {
 	return err
 }
 
-func (c catalog) Submit(scope project.Scope, name string, recipeYAML []byte, build api.TemplateBuild) (apiv1.Template, error) {
+// parseSubmitted parses a recipe sent over the API and names it: name,
+// or the recipe's own when empty.
+func parseSubmitted(name string, recipeYAML []byte) (*template.Recipe, string, error) {
 	r, err := template.ParseRecipe(recipeYAML)
 	if err != nil {
-		return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
+		return nil, "", fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
 	}
 	if name == "" {
 		name = r.Name
 	}
 	if err := template.ValidName(name); err != nil {
-		return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
+		return nil, "", fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
+	}
+	return r, name, nil
+}
+
+func (c catalog) Submit(scope project.Scope, name string, recipeYAML []byte, build api.TemplateBuild) (apiv1.Template, error) {
+	r, name, err := parseSubmitted(name, recipeYAML)
+	if err != nil {
+		return apiv1.Template{}, err
 	}
 	if _, builtin := c.m.Names()[name]; builtin {
 		return apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)

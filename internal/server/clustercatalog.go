@@ -24,20 +24,21 @@ import (
 // ready (clusterrpc.Template), so that every replica resolves them.
 const nodeTemplatesBucket = "node_templates"
 
-// errClusterBuilds refuses template changes through a cluster's control
-// plane: every node builds the built-in templates itself at its start,
-// and building others (once, on one node, shipped to the rest) is to come.
-var errClusterBuilds = fmt.Errorf("%w: building or deleting templates through a cluster control plane is not supported yet; the built-in templates are built by every node at its start (space node --build-templates)", api.ErrNotImplemented)
+// errBuiltinDelete refuses deleting a built-in template through a
+// cluster's control plane: every node builds them itself at its start.
+var errBuiltinDelete = fmt.Errorf("%w: the built-in templates are built by every node at its start (space node --build-templates); deleting one through a cluster control plane is not supported", api.ErrNotImplemented)
 
 // clusterCatalog is the template catalog of a cluster's control plane:
-// the templates the nodes reported, by name. A template is ready when at
-// least one schedulable node holds it; the id is the same on every node
-// (a hash of the recipe and the builder), so placement finds the nodes
-// that hold it by id.
+// the built-in templates the nodes reported, by name, and the templates
+// built through the cluster (clustertemplates.go). A template is ready
+// when at least one schedulable node holds it; the id is the same on
+// every node (a hash of the recipe and the builder), so placement finds
+// the nodes that hold it by id.
 type clusterCatalog struct {
-	st  store.Store
-	reg *cluster.Registry
-	cp  func() *controlplane.ControlPlane
+	st     store.Store
+	reg    *cluster.Registry
+	cp     func() *controlplane.ControlPlane
+	builds clusterBuilds
 
 	mu sync.Mutex
 	// written is what this replica last stored per node, so that
@@ -139,7 +140,18 @@ func (c *clusterCatalog) lookup(nameOrID string) (clusterTemplate, bool, error) 
 }
 
 // Resolve implements controlplane.Templates.
-func (c *clusterCatalog) Resolve(_ project.Scope, nameOrID string) (nodeapi.TemplateSpec, string, error) {
+func (c *clusterCatalog) Resolve(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, string, error) {
+	if b, ok, err := c.lookupBuilt(scope, nameOrID); err != nil {
+		return nodeapi.TemplateSpec{}, "", err
+	} else if ok {
+		if state, reason := c.builtState(b); state != template.StateReady {
+			if reason == "" {
+				reason = state
+			}
+			return nodeapi.TemplateSpec{}, "", fmt.Errorf("template %q is not ready (%s): %w", nameOrID, reason, controlplane.ErrTemplateNotReady)
+		}
+		return b.Spec, b.canonical(), nil
+	}
 	t, ok, err := c.lookup(nameOrID)
 	switch {
 	case err != nil:
@@ -172,6 +184,11 @@ func (c *clusterCatalog) view(scope project.Scope, t clusterTemplate) apiv1.Temp
 }
 
 func (c *clusterCatalog) Get(scope project.Scope, name string) (apiv1.Template, error) {
+	if b, ok, err := c.lookupBuilt(scope, name); err != nil {
+		return apiv1.Template{}, err
+	} else if ok {
+		return c.viewBuilt(scope, b), nil
+	}
 	t, ok, err := c.lookup(name)
 	if err != nil {
 		return apiv1.Template{}, err
@@ -191,25 +208,71 @@ func (c *clusterCatalog) List(scope project.Scope) []apiv1.Template {
 	for _, t := range all {
 		out = append(out, c.view(scope, t))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	built, _ := c.built()
+	for _, b := range built {
+		if scope.Sees(b.Project) {
+			out = append(out, c.viewBuilt(scope, b))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Project < out[j].Project
+	})
 	return out
 }
 
-// Logs has no lines: the builds ran on the nodes, whose logs hold them.
+// Logs has the stored log of a template built through the cluster, and no
+// lines for a built-in one: its builds ran on the nodes at their start,
+// whose logs hold them.
 func (c *clusterCatalog) Logs(scope project.Scope, name string, from int) ([]string, bool, error) {
+	if b, ok, err := c.lookupBuilt(scope, name); err != nil {
+		return nil, false, err
+	} else if ok {
+		return c.logsBuilt(b, from)
+	}
 	if _, err := c.Get(scope, name); err != nil {
 		return nil, false, err
 	}
 	return nil, true, nil
 }
 
-func (c *clusterCatalog) Submit(project.Scope, string, []byte, api.TemplateBuild) (apiv1.Template, error) {
-	return apiv1.Template{}, errClusterBuilds
+// Submit builds a template once, on one node, and ships it to the others.
+func (c *clusterCatalog) Submit(scope project.Scope, name string, recipe []byte, build api.TemplateBuild) (apiv1.Template, error) {
+	return c.submitBuilt(scope, name, recipe, build)
 }
 
-func (c *clusterCatalog) Delete(project.Scope, string) error { return errClusterBuilds }
+// Delete deletes a template built through the cluster, refused while
+// sandboxes use it.
+func (c *clusterCatalog) Delete(scope project.Scope, name string) error {
+	b, ok, err := c.lookupBuilt(scope, name)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return c.deleteBuilt(b)
+	}
+	if _, ok, err := c.lookup(name); err != nil {
+		return err
+	} else if !ok || strings.Contains(name, "/") {
+		return fmt.Errorf("%w: template %q", api.ErrTemplateNotFound, name)
+	}
+	if !scope.All {
+		return errShared(name)
+	}
+	return errBuiltinDelete
+}
 
 func (c *clusterCatalog) SetPool(scope project.Scope, name string, size int) (apiv1.Template, error) {
+	if b, ok, err := c.lookupBuilt(scope, name); err != nil {
+		return apiv1.Template{}, err
+	} else if ok {
+		if _, err := c.cp().SetPoolSize(b.canonical(), size); err != nil {
+			return apiv1.Template{}, err
+		}
+		return c.Get(scope, name)
+	}
 	t, ok, err := c.lookup(name)
 	if err != nil {
 		return apiv1.Template{}, err

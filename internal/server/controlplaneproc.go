@@ -150,6 +150,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 				cfg.Logger.Error("node heartbeat", "node", id, "err", err)
 			}
 			nodes.Heard(id)
+			cat.shipMissing(id)
 		},
 	})
 
@@ -175,6 +176,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
+	cat.startBuilds(runCtx, nodes, cfg.Logger)
 	if err := s.startCompat(keys); err != nil {
 		cancel()
 		return nil, err

@@ -231,14 +231,23 @@ func (h heldNode) Info(ctx context.Context) (nodeapi.Info, error) {
 		return info, err
 	}
 	info.Templates = h.side.heldTemplates()
+	received, err := h.side.receivedTemplates(ctx, info.Templates)
+	if err != nil {
+		return info, fmt.Errorf("node info: %w", err)
+	}
+	info.Templates = append(info.Templates, received...)
 	return info, nil
 }
 
-// templateList names the templates ready on the node, for the control
-// plane's catalog.
+// templateList names the built-in templates ready on the node, for the
+// control plane's catalog; the templates the cluster built on the node
+// are in the control plane's own records.
 func (ns *nodeSide) templateList() []clusterrpc.Template {
 	var out []clusterrpc.Template
 	for name, id := range ns.templates.Names() {
+		if _, builtin := template.Builtin(name); !builtin {
+			continue
+		}
 		t, err := ns.templates.Get(id)
 		if err != nil || t.State != template.StateReady {
 			continue

@@ -56,6 +56,7 @@ type nodeSide struct {
 	templates *template.Manager
 	// capacity is this machine's size.
 	capacity controlplane.Capacity
+	log      *slog.Logger
 }
 
 // openNodeSide brings up the node side of a process. It starts no
@@ -63,7 +64,7 @@ type nodeSide struct {
 // closed.
 func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err error) {
 	say := cfg.say
-	ns := &nodeSide{}
+	ns := &nodeSide{log: cfg.Logger}
 	defer func() {
 		if err != nil {
 			ns.close()

@@ -47,6 +47,22 @@ type buildPlan struct {
 	user, workdir, start, ready string
 }
 
+// CheckHostPaths refuses a (valid) recipe that names host paths, unless
+// src allows them, with ErrHostPaths: a control plane that builds on
+// another machine refuses it before sending it there.
+func CheckHostPaths(r *Recipe, src Source) error {
+	if src.HostPaths {
+		return nil
+	}
+	if hostFiles(r.Files) > 0 {
+		return fmt.Errorf("recipe: files: %w: copying host files needs an admin key; use builtin: sources, or run steps that download what they need", ErrHostPaths)
+	}
+	if base, _ := ParseFrom(r.From); base.Kind == FromOCIArchive || base.Kind == FromOCILayout {
+		return fmt.Errorf("recipe: from: %w: %s:<path> reads the server's disk and needs an admin key; upload the image as an OCI archive with the recipe and use from: upload", ErrHostPaths, base.Kind)
+	}
+	return nil
+}
+
 // plan resolves a recipe into a buildPlan. name overrides the recipe's own.
 func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 	baseDir := src.Dir
@@ -66,13 +82,8 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 		return nil, fmt.Errorf("template: %w", err)
 	}
 	base, _ := ParseFrom(r.From) // validated above
-	if !src.HostPaths {
-		if hostFiles(r.Files) > 0 {
-			return nil, fmt.Errorf("recipe: files: %w: copying host files needs an admin key; use builtin: sources, or run steps that download what they need", ErrHostPaths)
-		}
-		if base.Kind == FromOCIArchive || base.Kind == FromOCILayout {
-			return nil, fmt.Errorf("recipe: from: %w: %s:<path> reads the server's disk and needs an admin key; upload the image as an OCI archive with the recipe and use from: upload", ErrHostPaths, base.Kind)
-		}
+	if err := CheckHostPaths(r, src); err != nil {
+		return nil, err
 	}
 	if src.Archive != "" && base.Kind != FromUpload {
 		return nil, fmt.Errorf("recipe: from: an archive was uploaded, but the recipe's base is %q; use from: upload", r.From)

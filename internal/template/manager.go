@@ -275,6 +275,20 @@ func (m *Manager) StageUpload(r io.Reader, limit int64) (string, error) {
 	return f.Name(), nil
 }
 
+// StagedUpload returns the path of an archive StageUpload staged, from
+// its base name (which a node hands a remote caller instead of the path),
+// or an error when no such archive is staged.
+func (m *Manager) StagedUpload(handle string) (string, error) {
+	if handle == "" || handle != filepath.Base(handle) || !strings.HasPrefix(handle, "archive-") {
+		return "", fmt.Errorf("no staged archive %q", handle)
+	}
+	path := filepath.Join(m.uploadDir(), handle)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("no staged archive %q", handle)
+	}
+	return path, nil
+}
+
 func removeUpload(path string) {
 	if path != "" {
 		_ = os.Remove(path)

@@ -3,6 +3,8 @@ package nodeapitest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -49,6 +51,7 @@ type Fake struct {
 	templateImages map[string]bool
 	pools          map[string]*fakePool
 	subs           map[chan nodeapi.Event]struct{}
+	archives       map[string][]byte // staged template archives, by handle
 }
 
 var _ nodeapi.Node = (*Fake)(nil)
@@ -139,6 +142,13 @@ func (f *Fake) Info(ctx context.Context) (nodeapi.Info, error) {
 		info.TemplateImages = append(info.TemplateImages, id)
 	}
 	sort.Strings(info.TemplateImages)
+	// The templates it holds are the root volumes it built or received.
+	for name := range f.volumes {
+		if id, ok := strings.CutPrefix(name, "templates/"); ok && !strings.Contains(id, "/") {
+			info.Templates = append(info.Templates, id)
+		}
+	}
+	sort.Strings(info.Templates)
 	for id, p := range f.pools {
 		if info.Pools == nil {
 			info.Pools = map[string]nodeapi.PoolStatus{}
@@ -1502,4 +1512,73 @@ func (f *Fake) SendImage(ctx context.Context, image string, w io.Writer) error {
 
 func (f *Fake) ReceiveImage(ctx context.Context, image string, r io.Reader) error {
 	return f.receive("receive image", f.images, image, r)
+}
+
+var _ nodeapi.Templates = (*Fake)(nil)
+
+// FakeRecipeFails, anywhere in a recipe, makes the fake's BuildTemplate
+// fail after a line of log, as a build whose step fails does.
+const FakeRecipeFails = "fake-build-fails"
+
+// BuildTemplate imitates a build: it logs two lines and files the recipe
+// as /recipe in the root volume templates/<id>, whose id is a hash of the
+// recipe (equal recipes are one template, as on a node).
+func (f *Fake) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRequest, logs io.Writer) (nodeapi.TemplateBuilt, error) {
+	if logs == nil {
+		logs = io.Discard
+	}
+	fmt.Fprintf(logs, "building %s\n", req.Name)
+	if strings.Contains(string(req.Recipe), FakeRecipeFails) {
+		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: step 1 failed", req.Name)
+	}
+	var archive []byte
+	if req.Archive != "" {
+		f.mu.Lock()
+		archive = f.archives[req.Archive]
+		delete(f.archives, req.Archive)
+		f.mu.Unlock()
+		if archive == nil {
+			return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: no staged archive %q", req.Name, req.Archive)
+		}
+	}
+	sum := sha256.Sum256(append(append([]byte(nil), req.Recipe...), archive...))
+	id := "fake-" + hex.EncodeToString(sum[:8])
+	spec := nodeapi.TemplateSpec{ID: id, RootfsVolume: "templates/" + id}
+	t := newTree()
+	t.nodes["/recipe"] = &fnode{data: append([]byte(nil), req.Recipe...), mtime: time.Now()}
+	if archive != nil {
+		t.nodes["/archive"] = &fnode{data: archive, mtime: time.Now()}
+	}
+	f.mu.Lock()
+	if _, ok := f.volumes[spec.RootfsVolume]; !ok {
+		f.volumes[spec.RootfsVolume] = t
+	}
+	f.mu.Unlock()
+	fmt.Fprintf(logs, "template %s ready (id %s)\n", req.Name, id)
+	return nodeapi.TemplateBuilt{Spec: spec, SizeBytes: t.size()}, nil
+}
+
+// DeleteTemplate deletes the template's root volume.
+func (f *Fake) DeleteTemplate(ctx context.Context, id string) error {
+	return f.named("delete template", id, func() { delete(f.volumes, "templates/"+id) })
+}
+
+// StageTemplateArchive keeps the archive in memory for the build that
+// names it.
+func (f *Fake) StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (string, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return "", fmt.Errorf("stage template archive: %w", err)
+	}
+	if int64(len(data)) > limit {
+		return "", fmt.Errorf("stage template archive: over the limit of %d bytes", limit)
+	}
+	handle := "archive-" + sandboxid.New()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.archives == nil {
+		f.archives = map[string][]byte{}
+	}
+	f.archives[handle] = data
+	return handle, nil
 }

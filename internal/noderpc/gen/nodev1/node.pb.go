@@ -3881,6 +3881,262 @@ func (x *ReceiveImageRequest) GetData() []byte {
 	return nil
 }
 
+type TemplateBuildRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Recipe        []byte                 `protobuf:"bytes,2,opt,name=recipe,proto3" json:"recipe,omitempty"`
+	HostPaths     bool                   `protobuf:"varint,3,opt,name=host_paths,json=hostPaths,proto3" json:"host_paths,omitempty"`
+	Archive       string                 `protobuf:"bytes,4,opt,name=archive,proto3" json:"archive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateBuildRequest) Reset() {
+	*x = TemplateBuildRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateBuildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateBuildRequest) ProtoMessage() {}
+
+func (x *TemplateBuildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateBuildRequest.ProtoReflect.Descriptor instead.
+func (*TemplateBuildRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *TemplateBuildRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TemplateBuildRequest) GetRecipe() []byte {
+	if x != nil {
+		return x.Recipe
+	}
+	return nil
+}
+
+func (x *TemplateBuildRequest) GetHostPaths() bool {
+	if x != nil {
+		return x.HostPaths
+	}
+	return false
+}
+
+func (x *TemplateBuildRequest) GetArchive() string {
+	if x != nil {
+		return x.Archive
+	}
+	return ""
+}
+
+type StageTemplateArchiveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set in the first message only.
+	Limit         int64  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageTemplateArchiveRequest) Reset() {
+	*x = StageTemplateArchiveRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageTemplateArchiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageTemplateArchiveRequest) ProtoMessage() {}
+
+func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageTemplateArchiveRequest.ProtoReflect.Descriptor instead.
+func (*StageTemplateArchiveRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *StageTemplateArchiveRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *StageTemplateArchiveRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// TemplateBuildEvent is a chunk of the build's log or, last, the template.
+type TemplateBuildEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*TemplateBuildEvent_Log
+	//	*TemplateBuildEvent_Built
+	Event         isTemplateBuildEvent_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateBuildEvent) Reset() {
+	*x = TemplateBuildEvent{}
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateBuildEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateBuildEvent) ProtoMessage() {}
+
+func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateBuildEvent.ProtoReflect.Descriptor instead.
+func (*TemplateBuildEvent) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *TemplateBuildEvent) GetEvent() isTemplateBuildEvent_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *TemplateBuildEvent) GetLog() []byte {
+	if x != nil {
+		if x, ok := x.Event.(*TemplateBuildEvent_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
+func (x *TemplateBuildEvent) GetBuilt() *TemplateBuilt {
+	if x != nil {
+		if x, ok := x.Event.(*TemplateBuildEvent_Built); ok {
+			return x.Built
+		}
+	}
+	return nil
+}
+
+type isTemplateBuildEvent_Event interface {
+	isTemplateBuildEvent_Event()
+}
+
+type TemplateBuildEvent_Log struct {
+	Log []byte `protobuf:"bytes,1,opt,name=log,proto3,oneof"`
+}
+
+type TemplateBuildEvent_Built struct {
+	Built *TemplateBuilt `protobuf:"bytes,2,opt,name=built,proto3,oneof"`
+}
+
+func (*TemplateBuildEvent_Log) isTemplateBuildEvent_Event() {}
+
+func (*TemplateBuildEvent_Built) isTemplateBuildEvent_Event() {}
+
+type TemplateBuilt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Spec          *TemplateSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	SizeBytes     int64                  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateBuilt) Reset() {
+	*x = TemplateBuilt{}
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateBuilt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateBuilt) ProtoMessage() {}
+
+func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateBuilt.ProtoReflect.Descriptor instead.
+func (*TemplateBuilt) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *TemplateBuilt) GetSpec() *TemplateSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *TemplateBuilt) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 var File_space_node_v1_node_proto protoreflect.FileDescriptor
 
 const file_space_node_v1_node_proto_rawDesc = "" +
@@ -4178,7 +4434,24 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"?\n" +
 	"\x13ReceiveImageRequest\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data2\xf8\x1d\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"{\n" +
+	"\x14TemplateBuildRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06recipe\x18\x02 \x01(\fR\x06recipe\x12\x1d\n" +
+	"\n" +
+	"host_paths\x18\x03 \x01(\bR\thostPaths\x12\x18\n" +
+	"\aarchive\x18\x04 \x01(\tR\aarchive\"G\n" +
+	"\x1bStageTemplateArchiveRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"g\n" +
+	"\x12TemplateBuildEvent\x12\x12\n" +
+	"\x03log\x18\x01 \x01(\fH\x00R\x03log\x124\n" +
+	"\x05built\x18\x02 \x01(\v2\x1c.space.node.v1.TemplateBuiltH\x00R\x05builtB\a\n" +
+	"\x05event\"_\n" +
+	"\rTemplateBuilt\x12/\n" +
+	"\x04spec\x18\x01 \x01(\v2\x1b.space.node.v1.TemplateSpecR\x04spec\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xf9\x1f\n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
@@ -4240,7 +4513,10 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"SendVolume\x12\x1a.space.node.v1.NameRequest\x1a\x18.space.node.v1.DataChunk0\x01\x12L\n" +
 	"\rReceiveVolume\x12#.space.node.v1.ReceiveVolumeRequest\x1a\x14.space.node.v1.Empty(\x01\x12C\n" +
 	"\tSendImage\x12\x1a.space.node.v1.NameRequest\x1a\x18.space.node.v1.DataChunk0\x01\x12J\n" +
-	"\fReceiveImage\x12\".space.node.v1.ReceiveImageRequest\x1a\x14.space.node.v1.Empty(\x01BDZBgithub.com/space-platform/space/internal/noderpc/gen/nodev1;nodev1b\x06proto3"
+	"\fReceiveImage\x12\".space.node.v1.ReceiveImageRequest\x1a\x14.space.node.v1.Empty(\x01\x12Y\n" +
+	"\rBuildTemplate\x12#.space.node.v1.TemplateBuildRequest\x1a!.space.node.v1.TemplateBuildEvent0\x01\x12B\n" +
+	"\x0eDeleteTemplate\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12`\n" +
+	"\x14StageTemplateArchive\x12*.space.node.v1.StageTemplateArchiveRequest\x1a\x1a.space.node.v1.NameRequest(\x01BDZBgithub.com/space-platform/space/internal/noderpc/gen/nodev1;nodev1b\x06proto3"
 
 var (
 	file_space_node_v1_node_proto_rawDescOnce sync.Once
@@ -4254,239 +4530,251 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_space_node_v1_node_proto_goTypes = []any{
-	(*NodeError)(nil),              // 0: space.node.v1.NodeError
-	(*Empty)(nil),                  // 1: space.node.v1.Empty
-	(*SandboxRequest)(nil),         // 2: space.node.v1.SandboxRequest
-	(*NameRequest)(nil),            // 3: space.node.v1.NameRequest
-	(*NamesResponse)(nil),          // 4: space.node.v1.NamesResponse
-	(*BoolResponse)(nil),           // 5: space.node.v1.BoolResponse
-	(*InfoRequest)(nil),            // 6: space.node.v1.InfoRequest
-	(*InfoResponse)(nil),           // 7: space.node.v1.InfoResponse
-	(*TemplateSpec)(nil),           // 8: space.node.v1.TemplateSpec
-	(*Limits)(nil),                 // 9: space.node.v1.Limits
-	(*NetworkLimits)(nil),          // 10: space.node.v1.NetworkLimits
-	(*Policy)(nil),                 // 11: space.node.v1.Policy
-	(*Identity)(nil),               // 12: space.node.v1.Identity
-	(*CreateSpec)(nil),             // 13: space.node.v1.CreateSpec
-	(*CreateRequest)(nil),          // 14: space.node.v1.CreateRequest
-	(*CreateResponse)(nil),         // 15: space.node.v1.CreateResponse
-	(*PoolLimits)(nil),             // 16: space.node.v1.PoolLimits
-	(*ClaimRequest)(nil),           // 17: space.node.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 18: space.node.v1.ClaimResponse
-	(*BootFromDiskRequest)(nil),    // 19: space.node.v1.BootFromDiskRequest
-	(*BootFromDiskResponse)(nil),   // 20: space.node.v1.BootFromDiskResponse
-	(*AdoptRequest)(nil),           // 21: space.node.v1.AdoptRequest
-	(*AdoptResponse)(nil),          // 22: space.node.v1.AdoptResponse
-	(*SweepRequest)(nil),           // 23: space.node.v1.SweepRequest
-	(*SuspendRequest)(nil),         // 24: space.node.v1.SuspendRequest
-	(*CaptureRequest)(nil),         // 25: space.node.v1.CaptureRequest
-	(*RestoreSpec)(nil),            // 26: space.node.v1.RestoreSpec
-	(*RekeyRequest)(nil),           // 27: space.node.v1.RekeyRequest
-	(*SetNetworkRequest)(nil),      // 28: space.node.v1.SetNetworkRequest
-	(*SandboxStats)(nil),           // 29: space.node.v1.SandboxStats
-	(*ImageInfo)(nil),              // 30: space.node.v1.ImageInfo
-	(*PoolRequest)(nil),            // 31: space.node.v1.PoolRequest
-	(*PoolStatus)(nil),             // 32: space.node.v1.PoolStatus
-	(*Event)(nil),                  // 33: space.node.v1.Event
-	(*ExecRequest)(nil),            // 34: space.node.v1.ExecRequest
-	(*ExecResult)(nil),             // 35: space.node.v1.ExecResult
-	(*FileRequest)(nil),            // 36: space.node.v1.FileRequest
-	(*FileChunk)(nil),              // 37: space.node.v1.FileChunk
-	(*WriteFileRequest)(nil),       // 38: space.node.v1.WriteFileRequest
-	(*EntryResponse)(nil),          // 39: space.node.v1.EntryResponse
-	(*ListRequest)(nil),            // 40: space.node.v1.ListRequest
-	(*ListResponse)(nil),           // 41: space.node.v1.ListResponse
-	(*VolumeFileRequest)(nil),      // 42: space.node.v1.VolumeFileRequest
-	(*VolumeFileChunk)(nil),        // 43: space.node.v1.VolumeFileChunk
-	(*ListVolumeDirRequest)(nil),   // 44: space.node.v1.ListVolumeDirRequest
-	(*MoveRequest)(nil),            // 45: space.node.v1.MoveRequest
-	(*SessionSpec)(nil),            // 46: space.node.v1.SessionSpec
-	(*StartSessionRequest)(nil),    // 47: space.node.v1.StartSessionRequest
-	(*End)(nil),                    // 48: space.node.v1.End
-	(*SessionInfo)(nil),            // 49: space.node.v1.SessionInfo
-	(*SessionRequest)(nil),         // 50: space.node.v1.SessionRequest
-	(*SessionsResponse)(nil),       // 51: space.node.v1.SessionsResponse
-	(*AttachRequest)(nil),          // 52: space.node.v1.AttachRequest
-	(*Dropped)(nil),                // 53: space.node.v1.Dropped
-	(*Chunk)(nil),                  // 54: space.node.v1.Chunk
-	(*AttachResponse)(nil),         // 55: space.node.v1.AttachResponse
-	(*StdinRequest)(nil),           // 56: space.node.v1.StdinRequest
-	(*SignalRequest)(nil),          // 57: space.node.v1.SignalRequest
-	(*ResizeRequest)(nil),          // 58: space.node.v1.ResizeRequest
-	(*DataChunk)(nil),              // 59: space.node.v1.DataChunk
-	(*ReceiveVolumeRequest)(nil),   // 60: space.node.v1.ReceiveVolumeRequest
-	(*ReceiveImageRequest)(nil),    // 61: space.node.v1.ReceiveImageRequest
-	nil,                            // 62: space.node.v1.InfoResponse.PoolsEntry
-	nil,                            // 63: space.node.v1.TemplateSpec.EnvEntry
-	nil,                            // 64: space.node.v1.Identity.EnvEntry
-	nil,                            // 65: space.node.v1.Identity.InfoEntry
-	nil,                            // 66: space.node.v1.CreateSpec.EnvEntry
-	nil,                            // 67: space.node.v1.ExecRequest.EnvEntry
-	nil,                            // 68: space.node.v1.SessionSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),  // 69: google.protobuf.Timestamp
-	(*filesystempb.EntryInfo)(nil), // 70: filesystem.EntryInfo
+	(*NodeError)(nil),                   // 0: space.node.v1.NodeError
+	(*Empty)(nil),                       // 1: space.node.v1.Empty
+	(*SandboxRequest)(nil),              // 2: space.node.v1.SandboxRequest
+	(*NameRequest)(nil),                 // 3: space.node.v1.NameRequest
+	(*NamesResponse)(nil),               // 4: space.node.v1.NamesResponse
+	(*BoolResponse)(nil),                // 5: space.node.v1.BoolResponse
+	(*InfoRequest)(nil),                 // 6: space.node.v1.InfoRequest
+	(*InfoResponse)(nil),                // 7: space.node.v1.InfoResponse
+	(*TemplateSpec)(nil),                // 8: space.node.v1.TemplateSpec
+	(*Limits)(nil),                      // 9: space.node.v1.Limits
+	(*NetworkLimits)(nil),               // 10: space.node.v1.NetworkLimits
+	(*Policy)(nil),                      // 11: space.node.v1.Policy
+	(*Identity)(nil),                    // 12: space.node.v1.Identity
+	(*CreateSpec)(nil),                  // 13: space.node.v1.CreateSpec
+	(*CreateRequest)(nil),               // 14: space.node.v1.CreateRequest
+	(*CreateResponse)(nil),              // 15: space.node.v1.CreateResponse
+	(*PoolLimits)(nil),                  // 16: space.node.v1.PoolLimits
+	(*ClaimRequest)(nil),                // 17: space.node.v1.ClaimRequest
+	(*ClaimResponse)(nil),               // 18: space.node.v1.ClaimResponse
+	(*BootFromDiskRequest)(nil),         // 19: space.node.v1.BootFromDiskRequest
+	(*BootFromDiskResponse)(nil),        // 20: space.node.v1.BootFromDiskResponse
+	(*AdoptRequest)(nil),                // 21: space.node.v1.AdoptRequest
+	(*AdoptResponse)(nil),               // 22: space.node.v1.AdoptResponse
+	(*SweepRequest)(nil),                // 23: space.node.v1.SweepRequest
+	(*SuspendRequest)(nil),              // 24: space.node.v1.SuspendRequest
+	(*CaptureRequest)(nil),              // 25: space.node.v1.CaptureRequest
+	(*RestoreSpec)(nil),                 // 26: space.node.v1.RestoreSpec
+	(*RekeyRequest)(nil),                // 27: space.node.v1.RekeyRequest
+	(*SetNetworkRequest)(nil),           // 28: space.node.v1.SetNetworkRequest
+	(*SandboxStats)(nil),                // 29: space.node.v1.SandboxStats
+	(*ImageInfo)(nil),                   // 30: space.node.v1.ImageInfo
+	(*PoolRequest)(nil),                 // 31: space.node.v1.PoolRequest
+	(*PoolStatus)(nil),                  // 32: space.node.v1.PoolStatus
+	(*Event)(nil),                       // 33: space.node.v1.Event
+	(*ExecRequest)(nil),                 // 34: space.node.v1.ExecRequest
+	(*ExecResult)(nil),                  // 35: space.node.v1.ExecResult
+	(*FileRequest)(nil),                 // 36: space.node.v1.FileRequest
+	(*FileChunk)(nil),                   // 37: space.node.v1.FileChunk
+	(*WriteFileRequest)(nil),            // 38: space.node.v1.WriteFileRequest
+	(*EntryResponse)(nil),               // 39: space.node.v1.EntryResponse
+	(*ListRequest)(nil),                 // 40: space.node.v1.ListRequest
+	(*ListResponse)(nil),                // 41: space.node.v1.ListResponse
+	(*VolumeFileRequest)(nil),           // 42: space.node.v1.VolumeFileRequest
+	(*VolumeFileChunk)(nil),             // 43: space.node.v1.VolumeFileChunk
+	(*ListVolumeDirRequest)(nil),        // 44: space.node.v1.ListVolumeDirRequest
+	(*MoveRequest)(nil),                 // 45: space.node.v1.MoveRequest
+	(*SessionSpec)(nil),                 // 46: space.node.v1.SessionSpec
+	(*StartSessionRequest)(nil),         // 47: space.node.v1.StartSessionRequest
+	(*End)(nil),                         // 48: space.node.v1.End
+	(*SessionInfo)(nil),                 // 49: space.node.v1.SessionInfo
+	(*SessionRequest)(nil),              // 50: space.node.v1.SessionRequest
+	(*SessionsResponse)(nil),            // 51: space.node.v1.SessionsResponse
+	(*AttachRequest)(nil),               // 52: space.node.v1.AttachRequest
+	(*Dropped)(nil),                     // 53: space.node.v1.Dropped
+	(*Chunk)(nil),                       // 54: space.node.v1.Chunk
+	(*AttachResponse)(nil),              // 55: space.node.v1.AttachResponse
+	(*StdinRequest)(nil),                // 56: space.node.v1.StdinRequest
+	(*SignalRequest)(nil),               // 57: space.node.v1.SignalRequest
+	(*ResizeRequest)(nil),               // 58: space.node.v1.ResizeRequest
+	(*DataChunk)(nil),                   // 59: space.node.v1.DataChunk
+	(*ReceiveVolumeRequest)(nil),        // 60: space.node.v1.ReceiveVolumeRequest
+	(*ReceiveImageRequest)(nil),         // 61: space.node.v1.ReceiveImageRequest
+	(*TemplateBuildRequest)(nil),        // 62: space.node.v1.TemplateBuildRequest
+	(*StageTemplateArchiveRequest)(nil), // 63: space.node.v1.StageTemplateArchiveRequest
+	(*TemplateBuildEvent)(nil),          // 64: space.node.v1.TemplateBuildEvent
+	(*TemplateBuilt)(nil),               // 65: space.node.v1.TemplateBuilt
+	nil,                                 // 66: space.node.v1.InfoResponse.PoolsEntry
+	nil,                                 // 67: space.node.v1.TemplateSpec.EnvEntry
+	nil,                                 // 68: space.node.v1.Identity.EnvEntry
+	nil,                                 // 69: space.node.v1.Identity.InfoEntry
+	nil,                                 // 70: space.node.v1.CreateSpec.EnvEntry
+	nil,                                 // 71: space.node.v1.ExecRequest.EnvEntry
+	nil,                                 // 72: space.node.v1.SessionSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
+	(*filesystempb.EntryInfo)(nil),      // 74: filesystem.EntryInfo
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
-	62, // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
-	63, // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
-	10, // 2: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
-	64, // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
-	65, // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
-	8,  // 5: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
-	9,  // 6: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
-	66, // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
-	11, // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
-	13, // 9: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
-	12, // 10: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
-	9,  // 11: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
-	16, // 12: space.node.v1.ClaimRequest.limits:type_name -> space.node.v1.PoolLimits
-	12, // 13: space.node.v1.ClaimRequest.identity:type_name -> space.node.v1.Identity
-	11, // 14: space.node.v1.ClaimRequest.network:type_name -> space.node.v1.Policy
-	13, // 15: space.node.v1.BootFromDiskRequest.spec:type_name -> space.node.v1.CreateSpec
-	9,  // 16: space.node.v1.RestoreSpec.limits:type_name -> space.node.v1.Limits
-	12, // 17: space.node.v1.RestoreSpec.new_identity:type_name -> space.node.v1.Identity
-	11, // 18: space.node.v1.RestoreSpec.network:type_name -> space.node.v1.Policy
-	12, // 19: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
-	11, // 20: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
-	8,  // 21: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
-	16, // 22: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
-	11, // 23: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	69, // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
-	32, // 25: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
-	67, // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	70, // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	70, // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	70, // 29: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
-	68, // 30: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
-	46, // 31: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
-	46, // 32: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	69, // 33: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	69, // 34: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	48, // 35: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
-	49, // 36: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
-	53, // 37: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
-	54, // 38: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
-	48, // 39: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
-	32, // 40: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
-	6,  // 41: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
-	14, // 42: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
-	17, // 43: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
-	19, // 44: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
-	2,  // 45: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
-	2,  // 46: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
-	21, // 47: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
-	23, // 48: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
-	1,  // 49: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
-	2,  // 50: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
-	2,  // 51: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
-	2,  // 52: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
-	24, // 53: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
-	25, // 54: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
-	26, // 55: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
-	2,  // 56: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
-	2,  // 57: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
-	24, // 58: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
-	2,  // 59: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
-	27, // 60: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
-	28, // 61: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
-	2,  // 62: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
-	3,  // 63: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
-	1,  // 64: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
-	3,  // 65: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
-	3,  // 66: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
-	3,  // 67: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
-	3,  // 68: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
-	42, // 69: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
-	44, // 70: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
-	1,  // 71: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
-	3,  // 72: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
-	31, // 73: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
-	3,  // 74: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
-	1,  // 75: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
-	2,  // 76: space.node.v1.NodeService.Sandbox:input_type -> space.node.v1.SandboxRequest
-	34, // 77: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
-	36, // 78: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
-	38, // 79: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
-	36, // 80: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
-	40, // 81: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
-	36, // 82: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
-	36, // 83: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
-	45, // 84: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
-	47, // 85: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
-	50, // 86: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
-	2,  // 87: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
-	52, // 88: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
-	56, // 89: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
-	50, // 90: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
-	57, // 91: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
-	58, // 92: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	3,  // 93: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
-	60, // 94: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
-	3,  // 95: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
-	61, // 96: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
-	7,  // 97: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	15, // 98: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	18, // 99: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	20, // 100: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,  // 101: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,  // 102: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	22, // 103: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,  // 104: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,  // 105: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,  // 106: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,  // 107: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,  // 108: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,  // 109: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,  // 110: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,  // 111: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,  // 112: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,  // 113: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,  // 114: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,  // 115: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,  // 116: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,  // 117: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	29, // 118: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	30, // 119: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,  // 120: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,  // 121: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,  // 122: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,  // 123: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,  // 124: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	43, // 125: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	41, // 126: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	4,  // 127: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,  // 128: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,  // 129: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	32, // 130: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	33, // 131: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	1,  // 132: space.node.v1.NodeService.Sandbox:output_type -> space.node.v1.Empty
-	35, // 133: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	37, // 134: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,  // 135: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	39, // 136: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	41, // 137: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,  // 138: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	39, // 139: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	39, // 140: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	49, // 141: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	49, // 142: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	51, // 143: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	55, // 144: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,  // 145: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,  // 146: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,  // 147: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,  // 148: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	59, // 149: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,  // 150: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	59, // 151: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,  // 152: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	97, // [97:153] is the sub-list for method output_type
-	41, // [41:97] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	66,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
+	67,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
+	10,  // 2: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
+	68,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
+	69,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
+	8,   // 5: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
+	9,   // 6: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
+	70,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
+	11,  // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
+	13,  // 9: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
+	12,  // 10: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
+	9,   // 11: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
+	16,  // 12: space.node.v1.ClaimRequest.limits:type_name -> space.node.v1.PoolLimits
+	12,  // 13: space.node.v1.ClaimRequest.identity:type_name -> space.node.v1.Identity
+	11,  // 14: space.node.v1.ClaimRequest.network:type_name -> space.node.v1.Policy
+	13,  // 15: space.node.v1.BootFromDiskRequest.spec:type_name -> space.node.v1.CreateSpec
+	9,   // 16: space.node.v1.RestoreSpec.limits:type_name -> space.node.v1.Limits
+	12,  // 17: space.node.v1.RestoreSpec.new_identity:type_name -> space.node.v1.Identity
+	11,  // 18: space.node.v1.RestoreSpec.network:type_name -> space.node.v1.Policy
+	12,  // 19: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
+	11,  // 20: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
+	8,   // 21: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
+	16,  // 22: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
+	11,  // 23: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
+	73,  // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	32,  // 25: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
+	71,  // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
+	74,  // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	74,  // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	74,  // 29: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
+	72,  // 30: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
+	46,  // 31: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
+	46,  // 32: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
+	73,  // 33: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	73,  // 34: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	48,  // 35: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
+	49,  // 36: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
+	53,  // 37: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
+	54,  // 38: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
+	48,  // 39: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
+	65,  // 40: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
+	8,   // 41: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
+	32,  // 42: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
+	6,   // 43: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
+	14,  // 44: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
+	17,  // 45: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
+	19,  // 46: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
+	2,   // 47: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
+	2,   // 48: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
+	21,  // 49: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
+	23,  // 50: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
+	1,   // 51: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
+	2,   // 52: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
+	2,   // 53: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
+	2,   // 54: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
+	24,  // 55: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
+	25,  // 56: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
+	26,  // 57: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
+	2,   // 58: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
+	2,   // 59: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
+	24,  // 60: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
+	2,   // 61: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
+	27,  // 62: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
+	28,  // 63: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
+	2,   // 64: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
+	3,   // 65: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
+	1,   // 66: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
+	3,   // 67: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
+	3,   // 68: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
+	3,   // 69: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
+	3,   // 70: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
+	42,  // 71: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
+	44,  // 72: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
+	1,   // 73: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
+	3,   // 74: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
+	31,  // 75: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
+	3,   // 76: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
+	1,   // 77: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
+	2,   // 78: space.node.v1.NodeService.Sandbox:input_type -> space.node.v1.SandboxRequest
+	34,  // 79: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
+	36,  // 80: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
+	38,  // 81: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
+	36,  // 82: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
+	40,  // 83: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
+	36,  // 84: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
+	36,  // 85: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
+	45,  // 86: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
+	47,  // 87: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
+	50,  // 88: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
+	2,   // 89: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
+	52,  // 90: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
+	56,  // 91: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
+	50,  // 92: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
+	57,  // 93: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
+	58,  // 94: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
+	3,   // 95: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	60,  // 96: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,   // 97: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	61,  // 98: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	62,  // 99: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
+	3,   // 100: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
+	63,  // 101: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
+	7,   // 102: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	15,  // 103: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	18,  // 104: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	20,  // 105: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 106: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 107: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	22,  // 108: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,   // 109: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,   // 110: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,   // 111: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,   // 112: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,   // 113: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,   // 114: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,   // 115: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,   // 116: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,   // 117: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,   // 118: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,   // 119: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 120: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 121: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 122: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	29,  // 123: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	30,  // 124: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 125: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 126: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 127: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 128: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 129: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	43,  // 130: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	41,  // 131: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	4,   // 132: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 133: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 134: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	32,  // 135: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	33,  // 136: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	1,   // 137: space.node.v1.NodeService.Sandbox:output_type -> space.node.v1.Empty
+	35,  // 138: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	37,  // 139: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 140: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	39,  // 141: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	41,  // 142: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 143: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	39,  // 144: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	39,  // 145: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	49,  // 146: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	49,  // 147: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	51,  // 148: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	55,  // 149: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 150: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 151: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 152: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 153: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	59,  // 154: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 155: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	59,  // 156: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 157: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	64,  // 158: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 159: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 160: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	102, // [102:161] is the sub-list for method output_type
+	43,  // [43:102] is the sub-list for method input_type
+	43,  // [43:43] is the sub-list for extension type_name
+	43,  // [43:43] is the sub-list for extension extendee
+	0,   // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_space_node_v1_node_proto_init() }
@@ -4499,13 +4787,17 @@ func file_space_node_v1_node_proto_init() {
 		(*AttachResponse_Chunk)(nil),
 		(*AttachResponse_End)(nil),
 	}
+	file_space_node_v1_node_proto_msgTypes[64].OneofWrappers = []any{
+		(*TemplateBuildEvent_Log)(nil),
+		(*TemplateBuildEvent_Built)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   69,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

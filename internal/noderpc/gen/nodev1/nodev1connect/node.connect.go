@@ -164,6 +164,15 @@ const (
 	// NodeServiceReceiveImageProcedure is the fully-qualified name of the NodeService's ReceiveImage
 	// RPC.
 	NodeServiceReceiveImageProcedure = "/space.node.v1.NodeService/ReceiveImage"
+	// NodeServiceBuildTemplateProcedure is the fully-qualified name of the NodeService's BuildTemplate
+	// RPC.
+	NodeServiceBuildTemplateProcedure = "/space.node.v1.NodeService/BuildTemplate"
+	// NodeServiceDeleteTemplateProcedure is the fully-qualified name of the NodeService's
+	// DeleteTemplate RPC.
+	NodeServiceDeleteTemplateProcedure = "/space.node.v1.NodeService/DeleteTemplate"
+	// NodeServiceStageTemplateArchiveProcedure is the fully-qualified name of the NodeService's
+	// StageTemplateArchive RPC.
+	NodeServiceStageTemplateArchiveProcedure = "/space.node.v1.NodeService/StageTemplateArchive"
 )
 
 // NodeServiceClient is a client for the space.node.v1.NodeService service.
@@ -242,6 +251,13 @@ type NodeServiceClient interface {
 	ReceiveVolume(context.Context) *connect.ClientStreamForClient[nodev1.ReceiveVolumeRequest, nodev1.Empty]
 	SendImage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.ServerStreamForClient[nodev1.DataChunk], error)
 	ReceiveImage(context.Context) *connect.ClientStreamForClient[nodev1.ReceiveImageRequest, nodev1.Empty]
+	// Templates (nodeapi.Templates): a template built on this node, its
+	// log streamed as it is written, the template last.
+	BuildTemplate(context.Context, *connect.Request[nodev1.TemplateBuildRequest]) (*connect.ServerStreamForClient[nodev1.TemplateBuildEvent], error)
+	DeleteTemplate(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
+	// StageTemplateArchive takes the bound first, then the archive's data;
+	// it answers with the handle (name) a build names the archive by.
+	StageTemplateArchive(context.Context) *connect.ClientStreamForClient[nodev1.StageTemplateArchiveRequest, nodev1.NameRequest]
 }
 
 // NewNodeServiceClient constructs a client for the space.node.v1.NodeService service. By default,
@@ -591,67 +607,88 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("ReceiveImage")),
 			connect.WithClientOptions(opts...),
 		),
+		buildTemplate: connect.NewClient[nodev1.TemplateBuildRequest, nodev1.TemplateBuildEvent](
+			httpClient,
+			baseURL+NodeServiceBuildTemplateProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("BuildTemplate")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteTemplate: connect.NewClient[nodev1.NameRequest, nodev1.Empty](
+			httpClient,
+			baseURL+NodeServiceDeleteTemplateProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("DeleteTemplate")),
+			connect.WithClientOptions(opts...),
+		),
+		stageTemplateArchive: connect.NewClient[nodev1.StageTemplateArchiveRequest, nodev1.NameRequest](
+			httpClient,
+			baseURL+NodeServiceStageTemplateArchiveProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("StageTemplateArchive")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	info              *connect.Client[nodev1.InfoRequest, nodev1.InfoResponse]
-	create            *connect.Client[nodev1.CreateRequest, nodev1.CreateResponse]
-	claim             *connect.Client[nodev1.ClaimRequest, nodev1.ClaimResponse]
-	bootFromDisk      *connect.Client[nodev1.BootFromDiskRequest, nodev1.BootFromDiskResponse]
-	destroy           *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	halt              *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	adopt             *connect.Client[nodev1.AdoptRequest, nodev1.AdoptResponse]
-	sweep             *connect.Client[nodev1.SweepRequest, nodev1.Empty]
-	sandboxes         *connect.Client[nodev1.Empty, nodev1.NamesResponse]
-	pause             *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	resume            *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	paused            *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
-	suspend           *connect.Client[nodev1.SuspendRequest, nodev1.Empty]
-	capture           *connect.Client[nodev1.CaptureRequest, nodev1.Empty]
-	resumeFrom        *connect.Client[nodev1.RestoreSpec, nodev1.Empty]
-	revertRestore     *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
-	commitRestore     *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	settleCheckpoint  *connect.Client[nodev1.SuspendRequest, nodev1.BoolResponse]
-	quiesce           *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	rekey             *connect.Client[nodev1.RekeyRequest, nodev1.Empty]
-	setNetwork        *connect.Client[nodev1.SetNetworkRequest, nodev1.Empty]
-	stats             *connect.Client[nodev1.SandboxRequest, nodev1.SandboxStats]
-	image             *connect.Client[nodev1.NameRequest, nodev1.ImageInfo]
-	images            *connect.Client[nodev1.Empty, nodev1.NamesResponse]
-	deleteImage       *connect.Client[nodev1.NameRequest, nodev1.Empty]
-	volumes           *connect.Client[nodev1.NameRequest, nodev1.NamesResponse]
-	volumeExists      *connect.Client[nodev1.NameRequest, nodev1.BoolResponse]
-	deleteVolume      *connect.Client[nodev1.NameRequest, nodev1.Empty]
-	readVolumeFile    *connect.Client[nodev1.VolumeFileRequest, nodev1.VolumeFileChunk]
-	listVolumeDir     *connect.Client[nodev1.ListVolumeDirRequest, nodev1.ListResponse]
-	templateImages    *connect.Client[nodev1.Empty, nodev1.NamesResponse]
-	dropTemplateImage *connect.Client[nodev1.NameRequest, nodev1.Empty]
-	setPool           *connect.Client[nodev1.PoolRequest, nodev1.Empty]
-	pool              *connect.Client[nodev1.NameRequest, nodev1.PoolStatus]
-	events            *connect.Client[nodev1.Empty, nodev1.Event]
-	sandbox           *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	exec              *connect.Client[nodev1.ExecRequest, nodev1.ExecResult]
-	readFile          *connect.Client[nodev1.FileRequest, nodev1.FileChunk]
-	writeFile         *connect.Client[nodev1.WriteFileRequest, nodev1.Empty]
-	stat              *connect.Client[nodev1.FileRequest, nodev1.EntryResponse]
-	list              *connect.Client[nodev1.ListRequest, nodev1.ListResponse]
-	remove            *connect.Client[nodev1.FileRequest, nodev1.Empty]
-	makeDir           *connect.Client[nodev1.FileRequest, nodev1.EntryResponse]
-	move              *connect.Client[nodev1.MoveRequest, nodev1.EntryResponse]
-	startSession      *connect.Client[nodev1.StartSessionRequest, nodev1.SessionInfo]
-	session           *connect.Client[nodev1.SessionRequest, nodev1.SessionInfo]
-	sessions          *connect.Client[nodev1.SandboxRequest, nodev1.SessionsResponse]
-	attach            *connect.Client[nodev1.AttachRequest, nodev1.AttachResponse]
-	writeStdin        *connect.Client[nodev1.StdinRequest, nodev1.Empty]
-	closeStdin        *connect.Client[nodev1.SessionRequest, nodev1.Empty]
-	signal            *connect.Client[nodev1.SignalRequest, nodev1.Empty]
-	resize            *connect.Client[nodev1.ResizeRequest, nodev1.Empty]
-	sendVolume        *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
-	receiveVolume     *connect.Client[nodev1.ReceiveVolumeRequest, nodev1.Empty]
-	sendImage         *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
-	receiveImage      *connect.Client[nodev1.ReceiveImageRequest, nodev1.Empty]
+	info                 *connect.Client[nodev1.InfoRequest, nodev1.InfoResponse]
+	create               *connect.Client[nodev1.CreateRequest, nodev1.CreateResponse]
+	claim                *connect.Client[nodev1.ClaimRequest, nodev1.ClaimResponse]
+	bootFromDisk         *connect.Client[nodev1.BootFromDiskRequest, nodev1.BootFromDiskResponse]
+	destroy              *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	halt                 *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	adopt                *connect.Client[nodev1.AdoptRequest, nodev1.AdoptResponse]
+	sweep                *connect.Client[nodev1.SweepRequest, nodev1.Empty]
+	sandboxes            *connect.Client[nodev1.Empty, nodev1.NamesResponse]
+	pause                *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	resume               *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	paused               *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
+	suspend              *connect.Client[nodev1.SuspendRequest, nodev1.Empty]
+	capture              *connect.Client[nodev1.CaptureRequest, nodev1.Empty]
+	resumeFrom           *connect.Client[nodev1.RestoreSpec, nodev1.Empty]
+	revertRestore        *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
+	commitRestore        *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	settleCheckpoint     *connect.Client[nodev1.SuspendRequest, nodev1.BoolResponse]
+	quiesce              *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	rekey                *connect.Client[nodev1.RekeyRequest, nodev1.Empty]
+	setNetwork           *connect.Client[nodev1.SetNetworkRequest, nodev1.Empty]
+	stats                *connect.Client[nodev1.SandboxRequest, nodev1.SandboxStats]
+	image                *connect.Client[nodev1.NameRequest, nodev1.ImageInfo]
+	images               *connect.Client[nodev1.Empty, nodev1.NamesResponse]
+	deleteImage          *connect.Client[nodev1.NameRequest, nodev1.Empty]
+	volumes              *connect.Client[nodev1.NameRequest, nodev1.NamesResponse]
+	volumeExists         *connect.Client[nodev1.NameRequest, nodev1.BoolResponse]
+	deleteVolume         *connect.Client[nodev1.NameRequest, nodev1.Empty]
+	readVolumeFile       *connect.Client[nodev1.VolumeFileRequest, nodev1.VolumeFileChunk]
+	listVolumeDir        *connect.Client[nodev1.ListVolumeDirRequest, nodev1.ListResponse]
+	templateImages       *connect.Client[nodev1.Empty, nodev1.NamesResponse]
+	dropTemplateImage    *connect.Client[nodev1.NameRequest, nodev1.Empty]
+	setPool              *connect.Client[nodev1.PoolRequest, nodev1.Empty]
+	pool                 *connect.Client[nodev1.NameRequest, nodev1.PoolStatus]
+	events               *connect.Client[nodev1.Empty, nodev1.Event]
+	sandbox              *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	exec                 *connect.Client[nodev1.ExecRequest, nodev1.ExecResult]
+	readFile             *connect.Client[nodev1.FileRequest, nodev1.FileChunk]
+	writeFile            *connect.Client[nodev1.WriteFileRequest, nodev1.Empty]
+	stat                 *connect.Client[nodev1.FileRequest, nodev1.EntryResponse]
+	list                 *connect.Client[nodev1.ListRequest, nodev1.ListResponse]
+	remove               *connect.Client[nodev1.FileRequest, nodev1.Empty]
+	makeDir              *connect.Client[nodev1.FileRequest, nodev1.EntryResponse]
+	move                 *connect.Client[nodev1.MoveRequest, nodev1.EntryResponse]
+	startSession         *connect.Client[nodev1.StartSessionRequest, nodev1.SessionInfo]
+	session              *connect.Client[nodev1.SessionRequest, nodev1.SessionInfo]
+	sessions             *connect.Client[nodev1.SandboxRequest, nodev1.SessionsResponse]
+	attach               *connect.Client[nodev1.AttachRequest, nodev1.AttachResponse]
+	writeStdin           *connect.Client[nodev1.StdinRequest, nodev1.Empty]
+	closeStdin           *connect.Client[nodev1.SessionRequest, nodev1.Empty]
+	signal               *connect.Client[nodev1.SignalRequest, nodev1.Empty]
+	resize               *connect.Client[nodev1.ResizeRequest, nodev1.Empty]
+	sendVolume           *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
+	receiveVolume        *connect.Client[nodev1.ReceiveVolumeRequest, nodev1.Empty]
+	sendImage            *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
+	receiveImage         *connect.Client[nodev1.ReceiveImageRequest, nodev1.Empty]
+	buildTemplate        *connect.Client[nodev1.TemplateBuildRequest, nodev1.TemplateBuildEvent]
+	deleteTemplate       *connect.Client[nodev1.NameRequest, nodev1.Empty]
+	stageTemplateArchive *connect.Client[nodev1.StageTemplateArchiveRequest, nodev1.NameRequest]
 }
 
 // Info calls space.node.v1.NodeService.Info.
@@ -934,6 +971,21 @@ func (c *nodeServiceClient) ReceiveImage(ctx context.Context) *connect.ClientStr
 	return c.receiveImage.CallClientStream(ctx)
 }
 
+// BuildTemplate calls space.node.v1.NodeService.BuildTemplate.
+func (c *nodeServiceClient) BuildTemplate(ctx context.Context, req *connect.Request[nodev1.TemplateBuildRequest]) (*connect.ServerStreamForClient[nodev1.TemplateBuildEvent], error) {
+	return c.buildTemplate.CallServerStream(ctx, req)
+}
+
+// DeleteTemplate calls space.node.v1.NodeService.DeleteTemplate.
+func (c *nodeServiceClient) DeleteTemplate(ctx context.Context, req *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error) {
+	return c.deleteTemplate.CallUnary(ctx, req)
+}
+
+// StageTemplateArchive calls space.node.v1.NodeService.StageTemplateArchive.
+func (c *nodeServiceClient) StageTemplateArchive(ctx context.Context) *connect.ClientStreamForClient[nodev1.StageTemplateArchiveRequest, nodev1.NameRequest] {
+	return c.stageTemplateArchive.CallClientStream(ctx)
+}
+
 // NodeServiceHandler is an implementation of the space.node.v1.NodeService service.
 type NodeServiceHandler interface {
 	// Control.
@@ -1010,6 +1062,13 @@ type NodeServiceHandler interface {
 	ReceiveVolume(context.Context, *connect.ClientStream[nodev1.ReceiveVolumeRequest]) (*connect.Response[nodev1.Empty], error)
 	SendImage(context.Context, *connect.Request[nodev1.NameRequest], *connect.ServerStream[nodev1.DataChunk]) error
 	ReceiveImage(context.Context, *connect.ClientStream[nodev1.ReceiveImageRequest]) (*connect.Response[nodev1.Empty], error)
+	// Templates (nodeapi.Templates): a template built on this node, its
+	// log streamed as it is written, the template last.
+	BuildTemplate(context.Context, *connect.Request[nodev1.TemplateBuildRequest], *connect.ServerStream[nodev1.TemplateBuildEvent]) error
+	DeleteTemplate(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
+	// StageTemplateArchive takes the bound first, then the archive's data;
+	// it answers with the handle (name) a build names the archive by.
+	StageTemplateArchive(context.Context, *connect.ClientStream[nodev1.StageTemplateArchiveRequest]) (*connect.Response[nodev1.NameRequest], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -1355,6 +1414,24 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("ReceiveImage")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceBuildTemplateHandler := connect.NewServerStreamHandler(
+		NodeServiceBuildTemplateProcedure,
+		svc.BuildTemplate,
+		connect.WithSchema(nodeServiceMethods.ByName("BuildTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceDeleteTemplateHandler := connect.NewUnaryHandler(
+		NodeServiceDeleteTemplateProcedure,
+		svc.DeleteTemplate,
+		connect.WithSchema(nodeServiceMethods.ByName("DeleteTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceStageTemplateArchiveHandler := connect.NewClientStreamHandler(
+		NodeServiceStageTemplateArchiveProcedure,
+		svc.StageTemplateArchive,
+		connect.WithSchema(nodeServiceMethods.ByName("StageTemplateArchive")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/space.node.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceInfoProcedure:
@@ -1469,6 +1546,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceSendImageHandler.ServeHTTP(w, r)
 		case NodeServiceReceiveImageProcedure:
 			nodeServiceReceiveImageHandler.ServeHTTP(w, r)
+		case NodeServiceBuildTemplateProcedure:
+			nodeServiceBuildTemplateHandler.ServeHTTP(w, r)
+		case NodeServiceDeleteTemplateProcedure:
+			nodeServiceDeleteTemplateHandler.ServeHTTP(w, r)
+		case NodeServiceStageTemplateArchiveProcedure:
+			nodeServiceStageTemplateArchiveHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1700,4 +1783,16 @@ func (UnimplementedNodeServiceHandler) SendImage(context.Context, *connect.Reque
 
 func (UnimplementedNodeServiceHandler) ReceiveImage(context.Context, *connect.ClientStream[nodev1.ReceiveImageRequest]) (*connect.Response[nodev1.Empty], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.ReceiveImage is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) BuildTemplate(context.Context, *connect.Request[nodev1.TemplateBuildRequest], *connect.ServerStream[nodev1.TemplateBuildEvent]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.BuildTemplate is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) DeleteTemplate(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.DeleteTemplate is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) StageTemplateArchive(context.Context, *connect.ClientStream[nodev1.StageTemplateArchiveRequest]) (*connect.Response[nodev1.NameRequest], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.StageTemplateArchive is not implemented"))
 }

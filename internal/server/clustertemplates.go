@@ -1,0 +1,736 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/space-platform/space/internal/api"
+	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/sandboxid"
+	"github.com/space-platform/space/internal/store"
+	"github.com/space-platform/space/internal/template"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// The templates a cluster builds through its API: each is built once, in
+// a build sandbox of one node (nodeapi.Templates), and its read-only root
+// volume is then shipped to every other schedulable node with btrfs send
+// and receive over the node RPC (nodeapi.Transfer), and to a node that
+// joins later when it first reports in without it. The record and the
+// build's log live in the store, so that every replica shows them.
+
+const (
+	// clusterTemplatesBucket holds the records (clusterBuilt) by catalog
+	// name, "<project>/<name>".
+	clusterTemplatesBucket = "cluster_templates"
+	// clusterTemplateLogsBucket holds each build's log lines, by catalog
+	// name.
+	clusterTemplateLogsBucket = "cluster_template_logs"
+	// maxBuildLogLines bounds a build log the store keeps; the lines past
+	// it are dropped (the node's own log has them).
+	maxBuildLogLines = 5000
+	// logFlushInterval is how often a running build's log is stored.
+	logFlushInterval = 500 * time.Millisecond
+	// shippedMemory is how long a replica remembers a template it shipped
+	// to a node, so that the heartbeats before the node reports it do not
+	// ship it again.
+	shippedMemory = time.Minute
+	// buildLeaseTTL bounds how long a build whose replica died stays
+	// "building": the replica running a build holds a lease on it,
+	// renewed every third of this.
+	buildLeaseTTL = 15 * time.Second
+)
+
+func buildLease(key string) string { return "template-build/" + key }
+
+// clusterBuilt is one template built through the cluster.
+type clusterBuilt struct {
+	Project string `json:"project"`
+	Name    string `json:"name"`
+	// Spec is set once built; Spec.ID is the template's id.
+	Spec      nodeapi.TemplateSpec `json:"spec"`
+	State     string               `json:"state"`
+	Reason    string               `json:"reason,omitempty"`
+	From      string               `json:"from"`
+	SizeBytes int64                `json:"size_bytes,omitempty"`
+	CreatedAt time.Time            `json:"created_at"`
+	ReadyAt   *time.Time           `json:"ready_at,omitempty"`
+	// Node is the node that built it, whose template manager holds it (a
+	// template built from it is built there).
+	Node string `json:"node,omitempty"`
+}
+
+func (b clusterBuilt) canonical() string { return b.Project + "/" + b.Name }
+
+// templateNodes reaches the cluster's nodes (clusterNodes).
+type templateNodes interface {
+	Node(id string) (controlplane.Node, error)
+}
+
+// clusterBuilds is the build side of the cluster's catalog.
+type clusterBuilds struct {
+	nodes templateNodes
+	log   *slog.Logger
+
+	mu sync.Mutex
+	// ctx is the life of the builds and shipments this replica runs.
+	ctx context.Context
+	// shipping and shipped are per "<node> <template id>".
+	shipping map[string]bool
+	shipped  map[string]time.Time
+	// running counts the builds and shipments in flight (tests wait).
+	running sync.WaitGroup
+}
+
+// startBuilds gives the catalog its nodes and the context its builds and
+// shipments run in (the process's).
+func (c *clusterCatalog) startBuilds(ctx context.Context, nodes templateNodes, log *slog.Logger) {
+	c.builds.mu.Lock()
+	defer c.builds.mu.Unlock()
+	c.builds.nodes, c.builds.log, c.builds.ctx = nodes, log, ctx
+	c.builds.shipping, c.builds.shipped = map[string]bool{}, map[string]time.Time{}
+}
+
+// built reads the records of the templates built through the cluster.
+func (c *clusterCatalog) built() ([]clusterBuilt, error) {
+	var out []clusterBuilt
+	err := c.st.Each(clusterTemplatesBucket, func(_ string, data []byte) error {
+		var b clusterBuilt
+		if err := json.Unmarshal(data, &b); err != nil {
+			return fmt.Errorf("decode a cluster template: %w", err)
+		}
+		out = append(out, b)
+		return nil
+	})
+	return out, err
+}
+
+// lookupBuilt finds nameOrID among the templates built through the
+// cluster as scope sees them: its own by name, another project's as
+// "<project>/<name>" (admin scopes), or by id.
+func (c *clusterCatalog) lookupBuilt(scope project.Scope, nameOrID string) (clusterBuilt, bool, error) {
+	all, err := c.built()
+	if err != nil {
+		return clusterBuilt{}, false, err
+	}
+	want := scope.Owner() + "/" + nameOrID
+	if owner, name, ok := strings.Cut(nameOrID, "/"); ok {
+		if !scope.Sees(owner) || name == "" {
+			return clusterBuilt{}, false, nil
+		}
+		want = nameOrID
+	}
+	for _, b := range all {
+		if b.canonical() == want {
+			return b, true, nil
+		}
+	}
+	for _, b := range all {
+		if b.Spec.ID != "" && b.Spec.ID == nameOrID && scope.Sees(b.Project) {
+			return b, true, nil
+		}
+	}
+	return clusterBuilt{}, false, nil
+}
+
+// holders counts the schedulable nodes that hold a template id.
+func holders(nodes []cluster.Node, id string) int {
+	n := 0
+	for _, nd := range nodes {
+		if nd.Schedulable() && slices.Contains(nd.Info.Templates, id) {
+			n++
+		}
+	}
+	return n
+}
+
+// builtState is a record's state as the cluster sees it: built but on no
+// schedulable node (not reported yet, or those holding it are cordoned)
+// is not ready.
+func (c *clusterCatalog) builtState(b clusterBuilt) (state, reason string) {
+	if b.State != template.StateReady {
+		return b.State, b.Reason
+	}
+	nodes, err := c.reg.List()
+	if err != nil || holders(nodes, b.Spec.ID) == 0 {
+		return template.StateBuilding, "built; held by no schedulable node yet"
+	}
+	return template.StateReady, ""
+}
+
+func (c *clusterCatalog) viewBuilt(scope project.Scope, b clusterBuilt) apiv1.Template {
+	v := apiv1.Template{
+		Name: b.Name, Project: b.Project, ID: b.Spec.ID, From: b.From,
+		SizeBytes: b.SizeBytes, CreatedAt: b.CreatedAt, ReadyAt: b.ReadyAt,
+	}
+	v.State, v.Reason = c.builtState(b)
+	if cp := c.cp(); cp != nil && b.Spec.ID != "" {
+		pool := cp.PoolStatus(b.Spec.ID)
+		v.Sandboxes = cp.CountUsing(scope, b.Spec.ID)
+		v.Pool = &apiv1.PoolStatus{Size: pool.Size, Ready: pool.Ready}
+	}
+	return v
+}
+
+// submitBuilt records a build and starts it on a node.
+func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAML []byte, build api.TemplateBuild) (apiv1.Template, error) {
+	r, name, err := parseSubmitted(name, recipeYAML)
+	if err != nil {
+		return apiv1.Template{}, err
+	}
+	if _, builtin := template.Builtin(name); builtin {
+		return apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
+	}
+	from := r.From
+	base, _ := template.ParseFrom(r.From) // validated by ParseRecipe
+	switch {
+	case build.Archive != nil && base.Kind != template.FromUpload:
+		return apiv1.Template{}, fmt.Errorf("%w: from: an archive was uploaded, but the recipe's base is %q; use from: upload", api.ErrBadRecipe, r.From)
+	case build.Archive == nil && base.Kind == template.FromUpload:
+		return apiv1.Template{}, fmt.Errorf("%w: from: upload needs an OCI archive uploaded with the recipe", api.ErrBadRecipe)
+	}
+	if err := template.CheckHostPaths(r, template.Source{HostPaths: build.Admin}); err != nil {
+		return apiv1.Template{}, fmt.Errorf("%w%.0w", err, api.ErrHostPathsForbidden)
+	}
+	// A parent is a built-in template (on every node) or one the cluster
+	// built, which only the node that built it holds in its template
+	// manager: the child is built there, from the parent's id.
+	builder := ""
+	parentID := ""
+	if base.Kind == template.FromTemplate {
+		parent, ok, err := c.lookupBuilt(scope, base.Arg)
+		switch {
+		case err != nil:
+			return apiv1.Template{}, err
+		case ok:
+			if parent.State != template.StateReady {
+				return apiv1.Template{}, fmt.Errorf("%w: from: template %s is %s", api.ErrBadRecipe, base.Arg, parent.State)
+			}
+			builder, parentID = parent.Node, parent.Spec.ID
+			r.From = template.FromTemplate + ":" + parent.Spec.ID
+		default:
+			t, ok, err := c.lookup(base.Arg)
+			if err != nil {
+				return apiv1.Template{}, err
+			}
+			if !ok || strings.Contains(base.Arg, "/") {
+				return apiv1.Template{}, fmt.Errorf("%w: from: template %q: %v", api.ErrBadRecipe, base.Arg, template.ErrNotFound)
+			}
+			parentID = t.spec.ID
+		}
+	}
+	recipe, err := yaml.Marshal(r)
+	if err != nil {
+		return apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
+	}
+
+	rec := clusterBuilt{Project: scope.Owner(), Name: name, State: template.StateBuilding, From: from, CreatedAt: time.Now().UTC()}
+	key := rec.canonical()
+	ctx := c.buildContext()
+	req := nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin}
+	if build.Archive != nil {
+		// The archive streams to the node that builds, during the
+		// request, before the build is recorded: nothing of it is held
+		// here. (A build then refused leaves it staged on the node until
+		// the node's next start.)
+		if builder, req.Archive, err = c.stageArchive(ctx, build); err != nil {
+			return apiv1.Template{}, err
+		}
+	}
+	unlock, err := c.st.Lock(ctx, "template/"+key)
+	if err != nil {
+		return apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
+	}
+	defer unlock()
+	holder := "build-" + sandboxid.New()
+	if took, err := c.st.TryLead(ctx, buildLease(key), holder, buildLeaseTTL); err != nil {
+		return apiv1.Template{}, fmt.Errorf("lease the build of template %s: %w", name, err)
+	} else if !took {
+		return apiv1.Template{}, fmt.Errorf("%w: template %s is still building; wait for it, then build again", api.ErrTemplateInUse, name)
+	}
+	if err := c.st.Put(clusterTemplatesBucket, key, rec); err != nil {
+		return apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
+	}
+	if err := c.st.Put(clusterTemplateLogsBucket, key, []string{}); err != nil {
+		return apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
+	}
+	c.builds.running.Add(1)
+	go func() {
+		defer c.builds.running.Done()
+		c.leased(ctx, buildLease(key), holder, func() {
+			c.runBuild(ctx, rec, req, builder, parentID)
+		})
+	}()
+	return c.viewBuilt(scope, rec), nil
+}
+
+// leased runs fn holding the lease name, renewed while it runs, and
+// resigns it after.
+func (c *clusterCatalog) leased(ctx context.Context, name, holder string, fn func()) {
+	done := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(buildLeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, err := c.st.TryLead(ctx, name, holder, buildLeaseTTL); err != nil {
+					c.builds.log.Warn("renew a template build's lease", "lease", name, "err", err)
+				}
+			}
+		}
+	}()
+	fn()
+	close(done)
+	<-renewed
+	_ = c.st.Resign(context.WithoutCancel(ctx), name, holder)
+}
+
+// abandoned marks failed a build whose replica died (nobody holds its
+// lease); true when b is not building (any more).
+func (c *clusterCatalog) abandoned(ctx context.Context, b *clusterBuilt) (bool, error) {
+	if b.State != template.StateBuilding {
+		return true, nil
+	}
+	probe := "probe-" + sandboxid.New()
+	took, err := c.st.TryLead(ctx, buildLease(b.canonical()), probe, time.Second)
+	if err != nil || !took {
+		return false, err
+	}
+	defer func() { _ = c.st.Resign(ctx, buildLease(b.canonical()), probe) }()
+	b.State, b.Reason = template.StateFailed, "the control-plane replica running the build stopped"
+	if err := c.st.Put(clusterTemplatesBucket, b.canonical(), *b); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// errArchiveOverLimit ends an upload that goes past its limit.
+var errArchiveOverLimit = errors.New("over the limit")
+
+// boundedReader fails with errArchiveOverLimit past n bytes.
+type boundedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.n -= int64(n); b.n < 0 {
+		return 0, errArchiveOverLimit
+	}
+	return n, err
+}
+
+// stageArchive places a build from an uploaded archive and streams the
+// archive to the node chosen.
+func (c *clusterCatalog) stageArchive(ctx context.Context, build api.TemplateBuild) (node, handle string, err error) {
+	node, err = c.placeBuild("")
+	if err != nil {
+		return "", "", err
+	}
+	tb, err := c.templatesOf(node)
+	if err != nil {
+		return "", "", err
+	}
+	handle, err = tb.StageTemplateArchive(ctx, &boundedReader{r: build.Archive, n: build.ArchiveLimit}, build.ArchiveLimit)
+	switch {
+	case errors.Is(err, errArchiveOverLimit):
+		return "", "", fmt.Errorf("%w: the limit is %d bytes", api.ErrArchiveTooLarge, build.ArchiveLimit)
+	case err != nil:
+		return "", "", fmt.Errorf("stage the archive on node %s: %w", node, err)
+	}
+	return node, handle, nil
+}
+
+// placeBuild picks the node to build on: capacity as a build sandbox
+// takes it, holding parentID (when set).
+func (c *clusterCatalog) placeBuild(parentID string) (string, error) {
+	d := DefaultConfig().Defaults
+	node, err := c.reg.Place(cluster.PlaceRequest{Template: parentID, VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), DiskMB: d.DiskMB})
+	if err != nil {
+		return "", fmt.Errorf("no node to build on: %w", err)
+	}
+	return node, nil
+}
+
+// templatesOf is a node's template builder.
+func (c *clusterCatalog) templatesOf(id string) (nodeapi.Templates, error) {
+	nd, err := c.builds.nodes.Node(id)
+	if err != nil {
+		return nil, fmt.Errorf("build on node %s: %w", id, err)
+	}
+	tb, ok := nd.(nodeapi.Templates)
+	if !ok {
+		return nil, fmt.Errorf("node %s does not build templates", id)
+	}
+	return tb, nil
+}
+
+func (c *clusterCatalog) buildContext() context.Context {
+	c.builds.mu.Lock()
+	defer c.builds.mu.Unlock()
+	if c.builds.ctx == nil {
+		return context.Background()
+	}
+	return c.builds.ctx
+}
+
+// runBuild builds rec on a node and ships it to the other nodes.
+func (c *clusterCatalog) runBuild(ctx context.Context, rec clusterBuilt, req nodeapi.TemplateBuildRequest, builder, parentID string) {
+	key := rec.canonical()
+	logs := &storedLog{st: c.st, key: key}
+	fail := func(err error) {
+		logs.flush()
+		rec.State, rec.Reason = template.StateFailed, err.Error()
+		c.putBuilt(rec)
+	}
+	if builder == "" {
+		var err error
+		if builder, err = c.placeBuild(parentID); err != nil {
+			fail(err)
+			return
+		}
+	}
+	tb, err := c.templatesOf(builder)
+	if err != nil {
+		fail(err)
+		return
+	}
+	rec.Node = builder
+	c.putBuilt(rec)
+	stop := make(chan struct{})
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		t := time.NewTicker(logFlushInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				logs.flush()
+			}
+		}
+	}()
+	built, err := tb.BuildTemplate(ctx, req, logs)
+	close(stop)
+	<-flushed
+	if err != nil {
+		fail(err)
+		return
+	}
+	logs.flush()
+	now := time.Now().UTC()
+	rec.State, rec.Spec, rec.SizeBytes, rec.ReadyAt = template.StateReady, built.Spec, built.SizeBytes, &now
+	if !c.putBuilt(rec) {
+		return
+	}
+	nodes, err := c.reg.List()
+	if err != nil {
+		c.builds.log.Error("ship template", "template", key, "err", err)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		if n.ID == builder || !n.Schedulable() || slices.Contains(n.Info.Templates, built.Spec.ID) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.ship(ctx, rec, builder, n.ID)
+		}()
+	}
+	wg.Wait()
+}
+
+// putBuilt stores rec unless it was deleted meanwhile (false then).
+func (c *clusterCatalog) putBuilt(rec clusterBuilt) bool {
+	var cur clusterBuilt
+	if err := c.st.Get(clusterTemplatesBucket, rec.canonical(), &cur); err != nil || !cur.CreatedAt.Equal(rec.CreatedAt) {
+		return false // deleted, or built again
+	}
+	if err := c.st.Put(clusterTemplatesBucket, rec.canonical(), rec); err != nil {
+		c.builds.log.Error("record template", "template", rec.canonical(), "err", err)
+		return false
+	}
+	return true
+}
+
+// ship sends a template's root volume from one node to another, once per
+// replica at a time; a node that has it already is done.
+func (c *clusterCatalog) ship(ctx context.Context, rec clusterBuilt, from, to string) {
+	k := to + " " + rec.Spec.ID
+	c.builds.mu.Lock()
+	if c.builds.shipping[k] || time.Since(c.builds.shipped[k]) < shippedMemory {
+		c.builds.mu.Unlock()
+		return
+	}
+	c.builds.shipping[k] = true
+	c.builds.mu.Unlock()
+	err := c.transfer(ctx, rec.Spec.RootfsVolume, from, to)
+	c.builds.mu.Lock()
+	delete(c.builds.shipping, k)
+	if err == nil {
+		c.builds.shipped[k] = time.Now()
+	}
+	c.builds.mu.Unlock()
+	if err != nil {
+		c.builds.log.Error("ship template", "template", rec.canonical(), "id", rec.Spec.ID, "from", from, "to", to, "err", err)
+		return
+	}
+	c.builds.log.Info("shipped template", "template", rec.canonical(), "id", rec.Spec.ID, "from", from, "to", to)
+}
+
+// transfer streams a read-only volume from one node into another.
+func (c *clusterCatalog) transfer(ctx context.Context, volume, from, to string) error {
+	src, err := c.builds.nodes.Node(from)
+	if err != nil {
+		return err
+	}
+	dst, err := c.builds.nodes.Node(to)
+	if err != nil {
+		return err
+	}
+	send, ok1 := src.(nodeapi.Transfer)
+	recv, ok2 := dst.(nodeapi.Transfer)
+	if !ok1 || !ok2 {
+		return errors.New("the nodes do not transfer volumes")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	sent := make(chan error, 1)
+	go func() {
+		err := send.SendVolume(ctx, volume, pw)
+		pw.CloseWithError(err)
+		sent <- err
+	}()
+	err = recv.ReceiveVolume(ctx, nodeapi.ReceiveVolumeRequest{Name: volume}, pr)
+	// A receiver that stopped early leaves the sender blocked on the pipe.
+	pr.CloseWithError(errors.New("the receiver stopped"))
+	if err != nil {
+		cancel()
+		<-sent
+		if errors.Is(err, nodeapi.ErrExists) {
+			return nil
+		}
+		return fmt.Errorf("receive %s on node %s: %w", volume, to, err)
+	}
+	if err := <-sent; err != nil {
+		return fmt.Errorf("send %s from node %s: %w", volume, from, err)
+	}
+	return nil
+}
+
+// shipMissing ships to a schedulable node the templates built through the
+// cluster that it does not report: it joined after they were built, or a
+// shipment failed. Called with each node's heartbeat.
+func (c *clusterCatalog) shipMissing(nodeID string) {
+	c.builds.mu.Lock()
+	started := c.builds.nodes != nil
+	c.builds.mu.Unlock()
+	if !started {
+		return
+	}
+	n, err := c.reg.Get(nodeID)
+	if err != nil || !n.Schedulable() {
+		return
+	}
+	all, err := c.built()
+	if err != nil {
+		return
+	}
+	var nodes []cluster.Node
+	for _, b := range all {
+		if b.State != template.StateReady || slices.Contains(n.Info.Templates, b.Spec.ID) {
+			continue
+		}
+		if nodes == nil {
+			if nodes, err = c.reg.List(); err != nil {
+				return
+			}
+		}
+		from := ""
+		for _, src := range nodes {
+			if src.ID != nodeID && src.State != cluster.Unreachable && src.State != cluster.Lost && slices.Contains(src.Info.Templates, b.Spec.ID) {
+				from = src.ID
+				break
+			}
+		}
+		if from == "" {
+			continue
+		}
+		c.builds.running.Add(1)
+		go func() {
+			defer c.builds.running.Done()
+			c.ship(c.buildContext(), b, from, nodeID)
+		}()
+	}
+}
+
+// deleteBuilt deletes a template built through the cluster, on every node
+// unless another record (another project's build of the same recipe) or
+// a built-in template shares its id.
+func (c *clusterCatalog) deleteBuilt(b clusterBuilt) error {
+	key := b.canonical()
+	unlock, err := c.st.Lock(c.buildContext(), "template/"+key)
+	if err != nil {
+		return fmt.Errorf("lock template %s: %w", b.Name, err)
+	}
+	defer unlock()
+	if err := c.st.Get(clusterTemplatesBucket, key, &b); err != nil {
+		return fmt.Errorf("%w: template %q", api.ErrTemplateNotFound, b.Name)
+	}
+	if ended, err := c.abandoned(c.buildContext(), &b); err != nil {
+		return fmt.Errorf("delete template %s: %w", b.Name, err)
+	} else if !ended {
+		return fmt.Errorf("%w: template %s is still building", api.ErrTemplateInUse, b.Name)
+	}
+	id := b.Spec.ID
+	shared := false
+	if id != "" {
+		all, err := c.built()
+		if err != nil {
+			return err
+		}
+		for _, o := range all {
+			shared = shared || o.canonical() != key && o.Spec.ID == id
+		}
+		if builtins, err := c.templates(); err == nil {
+			for _, t := range builtins {
+				shared = shared || t.spec.ID == id
+			}
+		}
+		if cp := c.cp(); cp != nil && (shared && cp.CountUsing(project.In(b.Project), id) > 0 || !shared && cp.InUse(id)) {
+			return fmt.Errorf("%w: template %s (%s) is used by sandboxes", api.ErrTemplateInUse, b.Name, id)
+		}
+	}
+	if err := c.st.Delete(clusterTemplatesBucket, key); err != nil {
+		return fmt.Errorf("delete template %s: %w", b.Name, err)
+	}
+	_ = c.st.Delete(clusterTemplateLogsBucket, key)
+	if id == "" || shared {
+		return nil
+	}
+	if cp := c.cp(); cp != nil {
+		cp.ForgetTemplate(key, id)
+	}
+	nodes, err := c.reg.List()
+	if err != nil {
+		return err
+	}
+	// A node out of reach keeps its copy, which no name reaches any more.
+	var errs []error
+	for _, n := range nodes {
+		if !slices.Contains(n.Info.Templates, id) && n.ID != b.Node {
+			continue
+		}
+		nd, err := c.builds.nodes.Node(n.ID)
+		if err != nil {
+			c.builds.log.Warn("delete template: node out of reach keeps its copy", "template", key, "node", n.ID, "err", err)
+			continue
+		}
+		if tb, ok := nd.(nodeapi.Templates); ok {
+			if err := tb.DeleteTemplate(c.buildContext(), id); err != nil {
+				errs = append(errs, fmt.Errorf("node %s: %w", n.ID, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("delete template %s: %w", b.Name, err)
+	}
+	return nil
+}
+
+// logsBuilt returns a build's stored log from line from, and whether the
+// build has ended.
+func (c *clusterCatalog) logsBuilt(b clusterBuilt, from int) ([]string, bool, error) {
+	var lines []string
+	if err := c.st.Get(clusterTemplateLogsBucket, b.canonical(), &lines); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, false, err
+	}
+	from = max(from, 0)
+	// Done once ready where a create can go (or failed), so that a client
+	// that follows the log until it ends can use the template then.
+	state, _ := c.builtState(b)
+	done := state != template.StateBuilding
+	if from >= len(lines) {
+		return nil, done, nil
+	}
+	return lines[from:], done, nil
+}
+
+// storedLog collects a build's log lines and stores them on flush, at
+// most maxBuildLogLines of them.
+type storedLog struct {
+	st  store.Store
+	key string
+
+	mu      sync.Mutex
+	partial []byte
+	lines   []string
+	dirty   bool
+}
+
+func (l *storedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l.add(string(l.partial[:i]))
+		l.partial = l.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *storedLog) add(line string) {
+	switch {
+	case len(l.lines) < maxBuildLogLines:
+		l.lines = append(l.lines, line)
+	case len(l.lines) == maxBuildLogLines:
+		l.lines = append(l.lines, fmt.Sprintf("(the log is cut at %d lines)", maxBuildLogLines))
+	default:
+		return
+	}
+	l.dirty = true
+}
+
+func (l *storedLog) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.partial) > 0 {
+		l.add(string(l.partial))
+		l.partial = nil
+	}
+	if !l.dirty {
+		return
+	}
+	if err := l.st.Put(clusterTemplateLogsBucket, l.key, l.lines); err == nil {
+		l.dirty = false
+	}
+}
