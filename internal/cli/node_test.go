@@ -123,6 +123,8 @@ func TestNodeAndControlPlaneFlags(t *testing.T) {
 		{args: []string{"node", "cordon"}, code: 2, inStderr: "node cordon needs at least one node ID"},
 		{args: []string{"node", "--data-dir", dir}, code: 2, inStderr: "space node needs --control-plane URL"},
 		{args: []string{"node", "--control-plane", "cp:7070"}, code: 2, inStderr: `--control-plane "cp:7070" is not an http:// or https:// URL`},
+		{args: []string{"node", "--control-plane", "http://cp-a:7070,cp-b:7070"}, code: 2, inStderr: `--control-plane "cp-b:7070" is not an http:// or https:// URL`},
+		{args: []string{"node", cp, "--heartbeat-interval", "0s"}, code: 2, inStderr: "--heartbeat-interval must be positive"},
 		{args: []string{"node", cp, "--listen", "7071"}, code: 2, inStderr: `--listen "7071" is not host:port`},
 		{args: []string{"node", cp, "--listen", ":7071"}, code: 2, inStderr: "give --advertise URL"},
 		{args: []string{"node", cp, "--listen", "0.0.0.0:7071"}, code: 2, inStderr: "give --advertise URL"},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/membership"
 
 	"github.com/space-platform/space/internal/server"
 )
@@ -38,7 +39,8 @@ The node and the control plane share a cluster token, read from
 	fs.StringVar(&cfg.ID, "id", "", "the node's id, a DNS label (default: made once and kept in <data-dir>/node-id)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the node's RPC service")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "URL the control plane reaches this node at (default: http://<--listen>)")
-	fs.StringVar(&cfg.ControlPlane, "control-plane", "", "URL of the control plane to register with (required)")
+	fs.StringVar(&cfg.ControlPlane, "control-plane", "", "URL of the control plane to register with (required); several replicas' URLs, comma-separated, are tried in turn when one does not answer")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", membership.DefaultInterval, "how often the node heartbeats; keep it well under the control plane's --heartbeat-timeout")
 	tokenFile := fs.String("cluster-token-file", "", "file holding the cluster token (default: $SPACE_CLUSTER_TOKEN)")
 	fs.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM certificates to verify the control plane's TLS certificate with")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "certificate (PEM) of the node's RPC service; with --tls-key it speaks TLS")
@@ -57,11 +59,14 @@ The node and the control plane share a cluster token, read from
 	if err := parseNoArgs(fs, args, "node"); err != nil {
 		return err
 	}
-	if cfg.ControlPlane == "" {
+	cps := server.ControlPlaneURLs(cfg.ControlPlane)
+	if len(cps) == 0 {
 		return fs.usageErrorf("space node needs --control-plane URL")
 	}
-	if err := checkHTTPURL("--control-plane", cfg.ControlPlane); err != nil {
-		return fs.usageErrorf("%v", err)
+	for _, u := range cps {
+		if err := checkHTTPURL("--control-plane", u); err != nil {
+			return fs.usageErrorf("%v", err)
+		}
 	}
 	if cfg.ID != "" {
 		if err := cluster.ValidID(cfg.ID); err != nil {
@@ -87,6 +92,9 @@ The node and the control plane share a cluster token, read from
 	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return fs.usageErrorf("--tls-cert and --tls-key go together")
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		return fs.usageErrorf("--heartbeat-interval must be positive")
 	}
 	if cfg.BandwidthMbit < 0 || cfg.MaxConnections < 0 {
 		return fs.usageErrorf("--sandbox-bandwidth-mbit and --sandbox-max-connections must be 0 (unlimited) or positive")

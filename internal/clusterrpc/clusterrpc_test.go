@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -116,5 +117,58 @@ func TestWrongTokenIsRefused(t *testing.T) {
 	}
 	if _, err := Dial(url, "", DialOptions{}); err == nil {
 		t.Fatal("Dial accepted an empty token")
+	}
+}
+
+// A node given several replicas registers through the first, and when
+// that one stops answering heartbeats through the next: the registry is
+// the same, so the node stays known. Refusals of the registry are not
+// passed on to another replica.
+func TestReplicasFailOver(t *testing.T) {
+	reg, _, url := start(t)
+	ctx := context.Background()
+	// A second "replica" over the same registry, and a dead address first.
+	path, h := NewHandler(ServerConfig{Registry: reg, Token: "s3cret"})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	second := httptest.NewServer(mux)
+	defer second.Close()
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+
+	r, err := DialReplicas([]string{url, second.URL, deadURL}, "s3cret", DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	info := nodeapi.Info{VCPUs: 2}
+	if err := r.Register(ctx, "n1", "http://127.0.0.1:7071", info); err != nil {
+		t.Fatal(err)
+	}
+	// The first replica goes away: the heartbeat reaches the second.
+	r.clients[0], err = Dial(deadURL, "s3cret", DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.Sandboxes = 5
+	if err := r.Heartbeat(ctx, "n1", info); err != nil {
+		t.Fatalf("heartbeat with the first replica gone: %v", err)
+	}
+	if n, _ := reg.Get("n1"); n.Info.Sandboxes != 5 {
+		t.Fatalf("heartbeat not recorded: %+v", n.Info)
+	}
+	if r.cur != 1 {
+		t.Fatalf("the answering replica is %d, want 1", r.cur)
+	}
+	// A refusal comes back as it is, with no other replica asked.
+	if err := r.Heartbeat(ctx, "n2", info); !errors.Is(err, cluster.ErrUnknownNode) {
+		t.Fatalf("heartbeat of an unknown node: %v, want ErrUnknownNode", err)
+	}
+	// None answers: the error names each.
+	r.clients[1] = r.clients[0]
+	err = r.Heartbeat(ctx, "n1", info)
+	if err == nil || !strings.Contains(err.Error(), deadURL) {
+		t.Fatalf("heartbeat with no replica up: %v", err)
 	}
 }

@@ -479,7 +479,7 @@ type Filter struct {
 // List returns the sandboxes the scope sees that match f, oldest first.
 func (cp *ControlPlane) List(scope project.Scope, f Filter) []Sandbox {
 	if cp.shared {
-		cp.resync()
+		_ = cp.resync() // a store that cannot be read: the cache's view
 	}
 	cp.mu.Lock()
 	defer cp.mu.Unlock()

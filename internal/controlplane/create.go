@@ -438,6 +438,12 @@ func (cp *ControlPlane) stop(ctx context.Context, r *record, reason string) erro
 	}
 	crashpoint.Hit("stop-recorded")
 	if err := n.Destroy(ctx, s.ID); err != nil {
+		if errors.Is(err, ErrNodeUnavailable) {
+			// The node went away under the stop: the sandbox stays
+			// stopping, and the node's reconcile finishes the stop when
+			// it is back (its runtime may well still run there).
+			return fmt.Errorf("stop %s: %w", s.ID, err)
+		}
 		_ = cp.setState(r, apiv1.StateFailed, "stop failed: "+err.Error())
 		return fmt.Errorf("stop %s: %w", s.ID, err)
 	}

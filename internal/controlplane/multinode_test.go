@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -199,7 +201,13 @@ var createReq = apiv1.CreateSandboxRequest{Template: "tpl", VCPUs: 1, MemoryMB: 
 func threeRunning(t *testing.T) (*ControlPlane, *testNodes, map[string]Sandbox) {
 	t.Helper()
 	tn := newTestNodes("n1", "n2", "n3")
-	cp := newClusterCP(t, tn, nil)
+	cp, on := runningOnEach(t, newClusterCP(t, tn, nil))
+	return cp, tn, on
+}
+
+// runningOnEach creates a sandbox on each of cp's three nodes.
+func runningOnEach(t *testing.T, cp *ControlPlane) (*ControlPlane, map[string]Sandbox) {
+	t.Helper()
 	on := map[string]Sandbox{}
 	for range 3 {
 		s, err := cp.Create(project.Everything, createReq)
@@ -209,7 +217,7 @@ func threeRunning(t *testing.T) (*ControlPlane, *testNodes, map[string]Sandbox) 
 		s = waitRunning(t, cp, s.ID)
 		on[s.Node] = s
 	}
-	return cp, tn, on
+	return cp, on
 }
 
 // Creates go where Place says, and every operation on a sandbox reaches its
@@ -498,4 +506,76 @@ func TestEventOfAnotherNodeIsIgnored(t *testing.T) {
 	if got, _ := cp.Wait(ctx, on["n2"].ID, apiv1.StateFailed); got.State != apiv1.StateFailed {
 		t.Fatalf("an exit reported by its node left the sandbox %s", got.State)
 	}
+}
+
+// The reaper leaves the sandboxes of a node that does not answer alone
+// (it would fail on them every tick) and times out the others; once the
+// node is back, the timeout fires there too.
+func TestReaperWaitsForUnavailableNodes(t *testing.T) {
+	var logs strings.Builder
+	var lmu sync.Mutex
+	tn := newTestNodes("n1", "n2", "n3")
+	cp, on := runningOnEach(t, newTestCPWith(t, Config{Nodes: tn, Logger: slog.New(slog.NewTextHandler(lockedWriter{&lmu, &logs}, nil))}, t.TempDir(), nil))
+	tn.set("n2", cluster.Unreachable)
+	cp.mu.Lock()
+	for _, r := range cp.sandboxes {
+		r.ExpiresAt = time.Now().Add(-time.Second)
+	}
+	cp.mu.Unlock()
+	ctx := context.Background()
+	for _, id := range []string{"n1", "n3"} {
+		cp.reap(ctx)
+		waitState(t, cp, on[id].ID, apiv1.StateStopped)
+	}
+	for range 3 {
+		cp.reap(ctx)
+	}
+	time.Sleep(50 * time.Millisecond) // chores run in the background
+	if got := mustGet(t, cp, on["n2"].ID); got.State != apiv1.StateRunning {
+		t.Fatalf("the unreachable node's sandbox is %s (%q)", got.State, got.Reason)
+	}
+	lmu.Lock()
+	if strings.Contains(logs.String(), on["n2"].ID) {
+		t.Fatalf("the reaper worked on the unreachable node's sandbox:\n%s", logs.String())
+	}
+	lmu.Unlock()
+
+	tn.set("n2", cluster.Ready)
+	cp.reap(ctx)
+	waitState(t, cp, on["n2"].ID, apiv1.StateStopped)
+}
+
+// unanswering is a node whose Destroy does not reach it (it went away
+// before the registry noticed).
+type unanswering struct{ *fakeNode }
+
+func (unanswering) Destroy(context.Context, string) error {
+	return fmt.Errorf("node local does not answer: %w", ErrNodeUnavailable)
+}
+
+// A stop the node did not answer leaves the sandbox stopping, not failed:
+// the node's reconcile finishes it when the node is back.
+func TestStopOnUnansweringNodeStaysStopping(t *testing.T) {
+	fn := newFakeNode()
+	fn.alive["a"] = true
+	cp := newTestCPWith(t, Config{Nodes: OneNode("local", unanswering{fn})}, t.TempDir(), nil, sandbox("a", apiv1.StateRunning))
+	err := cp.Delete(context.Background(), "a")
+	if !errors.Is(err, ErrNodeUnavailable) {
+		t.Fatalf("delete on a node that does not answer: %v, want ErrNodeUnavailable", err)
+	}
+	if got := mustGet(t, cp, "a"); got.State != apiv1.StateStopping {
+		t.Fatalf("after the unanswered stop the sandbox is %s (%q), want stopping", got.State, got.Reason)
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/space-platform/space/internal/cluster"
+
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -63,6 +65,7 @@ func (cp *ControlPlane) Run(ctx context.Context) {
 type chore struct {
 	r    *record
 	what string
+	node string // the record's node when the chore was found
 }
 
 func (cp *ControlPlane) reap(ctx context.Context) {
@@ -78,21 +81,35 @@ func (cp *ControlPlane) reap(ctx context.Context) {
 		}
 		switch {
 		case terminal(r.State) && r.EndedAt != nil && now.Sub(*r.EndedAt) > d.Retention:
-			chores = append(chores, chore{r, "forget"})
+			chores = append(chores, chore{r, "forget", r.Node})
 		case (r.State == apiv1.StateRunning || r.State == apiv1.StatePaused) && now.After(r.ExpiresAt):
-			chores = append(chores, chore{r, "timeout"})
+			chores = append(chores, chore{r, "timeout", r.Node})
 		case r.State == apiv1.StateRunning && r.Lifecycle.IdleSuspendS > 0 &&
 			now.Sub(last) > time.Duration(r.Lifecycle.IdleSuspendS)*time.Second:
-			chores = append(chores, chore{r, "idle"})
+			chores = append(chores, chore{r, "idle", r.Node})
 		case r.State == apiv1.StateSuspended && d.SuspendedRetention > 0 && r.SuspendedAt != nil &&
 			now.Sub(*r.SuspendedAt) > d.SuspendedRetention:
-			chores = append(chores, chore{r, "expire"})
+			chores = append(chores, chore{r, "expire", r.Node})
 		case r.State == apiv1.StateRunning && r.Lifecycle.SnapshotIntervalS > 0 && snapshotDue(r.Sandbox, now):
-			chores = append(chores, chore{r, "snapshot"})
+			chores = append(chores, chore{r, "snapshot", r.Node})
 		}
 	}
 	cp.mu.Unlock()
+	ready := map[string]bool{} // whether a node answers, by a record's node
 	for _, c := range chores {
+		// A chore other than forgetting needs the sandbox's node; one that
+		// does not answer would fail it every tick. It waits for the node
+		// (the sandbox stays as it is, as its node_state says).
+		if c.what != "forget" {
+			up, seen := ready[c.node]
+			if !seen {
+				up = cp.nodeState(c.node) == string(cluster.Ready)
+				ready[c.node] = up
+			}
+			if !up {
+				continue
+			}
+		}
 		if c.what == "forget" {
 			if err := cp.forget(c.r.ID); err != nil {
 				cp.log.Error("forget sandbox", "sandbox", c.r.ID, "err", err)

@@ -73,10 +73,19 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 // empty image directories. Only node id's records are read or changed; a
 // sandbox whose operation is under way (its lock held) is left to that
 // operation.
+//
+// On a store other replicas share, whichever replica sees the node join
+// reconciles it, and its cache may lag what the others just wrote: the
+// records are read from the store first, and again just before the sweep,
+// so that the sweep keeps a sandbox another replica created meanwhile. A
+// store that cannot be read leaves the node unswept.
 func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	n, err := cp.node(id, "")
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
+	}
+	if err := cp.freshen(); err != nil {
+		return fmt.Errorf("reconcile node %s: %w", id, err)
 	}
 	cp.mu.Lock()
 	var rs []*record
@@ -89,6 +98,10 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	rec := &reconcile{copies: map[Source][]*record{}, starts: map[*record]nodeapi.TemplateSpec{}}
 	for _, r := range rs {
 		if !r.lock.TryLock() {
+			continue
+		}
+		if cp.othersTransition(r) {
+			r.lock.Unlock()
 			continue
 		}
 		if err := cp.recoverOne(ctx, n, r, rec); err != nil {
@@ -107,6 +120,9 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	for src, rs := range rec.copies {
 		cp.restartCopies(src, rs)
 	}
+	if err := cp.freshen(); err != nil {
+		return fmt.Errorf("reconcile node %s: sweep: %w", id, err)
+	}
 	if err := cp.sweepImages(ctx, n, id); err != nil {
 		cp.log.Warn("sweep images", "node", id, "err", err)
 	}
@@ -123,6 +139,28 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	cp.mu.Unlock()
 	cp.movedHere(id, &keep, nil, nil)
 	return n.Sweep(ctx, keep)
+}
+
+// othersTransition reports whether r (its lock held) is in a transition
+// that another replica owns. That replica finishes it (a start whose
+// record it wrote but whose node call has not begun yet), or, if it died,
+// the leader does (adoptOrphans, which claims it first): a reconcile on
+// this replica must not run it a second time.
+func (cp *ControlPlane) othersTransition(r *record) bool {
+	if !cp.shared {
+		return false
+	}
+	s := cp.snapshot(r)
+	return transitional(s.State) && s.Owner != "" && s.Owner != cp.replicaID
+}
+
+// freshen brings the cache up to date with a store other replicas write
+// (a no-op on one they do not).
+func (cp *ControlPlane) freshen() error {
+	if !cp.shared {
+		return nil
+	}
+	return cp.resync()
 }
 
 // reconcile is what a reconcile of a node starts again once every record

@@ -227,8 +227,9 @@ func (cp *ControlPlane) adopt(s Sandbox) *record {
 }
 
 // resync reloads every record: what the store holds now replaces the
-// cache, whose entries the store no longer has leave it.
-func (cp *ControlPlane) resync() {
+// cache, whose entries the store no longer has leave it. It fails only
+// when the store cannot be read; the cache is then as it was.
+func (cp *ControlPlane) resync() error {
 	// A record this replica writes while the bucket is read is newer than
 	// what the read returns for it.
 	cp.mu.Lock()
@@ -240,7 +241,7 @@ func (cp *ControlPlane) resync() {
 	all, err := store.All[Sandbox](cp.cfg.Store, sandboxBucket)
 	if err != nil {
 		cp.log.Warn("reload sandboxes", "err", err)
-		return
+		return fmt.Errorf("reload sandboxes: %w", err)
 	}
 	stored := make(map[string]bool, len(all))
 	for _, s := range all {
@@ -272,6 +273,7 @@ func (cp *ControlPlane) resync() {
 	cp.mu.Lock()
 	cp.wake()
 	cp.mu.Unlock()
+	return nil
 }
 
 // wake tells waiters that a record changed. cp.mu is held.
@@ -291,10 +293,10 @@ func (cp *ControlPlane) followStore(ctx context.Context) {
 		if err != nil {
 			cp.log.Warn("watch sandbox records", "err", err)
 		} else {
-			cp.resync() // what changed before the watch began
+			_ = cp.resync() // what changed before the watch began
 			for id := range ch {
 				if id == store.Resync {
-					cp.resync()
+					_ = cp.resync()
 				} else {
 					cp.refresh(id)
 				}

@@ -442,3 +442,66 @@ func TestReplicasShareActivity(t *testing.T) {
 		t.Fatalf("suspended for %q, want idle", s.Reason)
 	}
 }
+
+// sweepNode is a replicaNode that remembers what each sweep kept.
+type sweepNode struct {
+	*replicaNode
+	mu    sync.Mutex
+	kepts [][]string
+}
+
+func (n *sweepNode) Sweep(_ context.Context, keep []string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.kepts = append(n.kepts, append([]string(nil), keep...))
+	return nil
+}
+
+// A replica whose cache has not caught up with a sandbox another replica
+// just created still keeps that sandbox when it reconciles the node (the
+// node joined through it): the sweep works from the store's records.
+func TestReplicasReconcileKeepsOthersSandboxes(t *testing.T) {
+	url := pgtest.Start(t)
+	n := &sweepNode{replicaNode: newReplicaNode()}
+	st, err := store.OpenURL(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := func(st store.Store, name string) Config {
+		return Config{
+			Store: st, Nodes: OneNode("local", n), Templates: fakeTemplates{}, ReplicaID: name, LeaseTTL: 1500 * time.Millisecond,
+			Capacity: Capacity{VCPUs: 8, MemoryMB: 1 << 20, DiskMB: 1 << 20},
+			Defaults: Defaults{VCPUs: 1, MemoryMB: 256, DiskMB: 64, TimeoutS: 3600, Retention: time.Hour},
+		}
+	}
+	a := newReplica(t, url, n.replicaNode, "a")
+	// b runs no loops: its cache learns of a's sandbox only if it reads
+	// the store.
+	b := New(cfg(st, "b"))
+	if err := b.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := a.Create(project.Everything, apiv1.CreateSandboxRequest{Template: "tpl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a.ControlPlane, sb.ID, apiv1.StateRunning)
+	b.mu.Lock()
+	_, cached := b.sandboxes[sb.ID]
+	b.mu.Unlock()
+	if cached {
+		t.Fatal("b's cache already holds a's sandbox; the test needs it behind")
+	}
+	n.mu.Lock()
+	n.kepts = nil
+	n.mu.Unlock()
+	if err := b.ReconcileNode(context.Background(), "local"); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.kepts) != 1 || len(n.kepts[0]) != 1 || n.kepts[0][0] != sb.ID {
+		t.Fatalf("b's sweep kept %v, want [[%s]]: it would destroy a's sandbox", n.kepts, sb.ID)
+	}
+}

@@ -29,13 +29,23 @@ type DialOptions struct {
 	// the CLI's --tls-ca holds it). Neither trusts the system's roots.
 	CAFile string
 	CAPEM  []byte
+	// Name is how errors name the node (its id, so that no client of the
+	// control plane learns the node's address); empty: its URL.
+	Name string
+	// Unavailable, when set, is the error that a call the node did not
+	// answer (refused, reset, unreachable) wraps, so that the caller tells
+	// a node that went away from a node's refusal.
+	Unavailable error
 }
 
 // Client is a node reached over the network. It implements nodeapi.Node.
 type Client struct {
 	base string
-	http *http.Client
-	rpc  nodev1connect.NodeServiceClient
+	// name is the node as errors name it; unavailable as DialOptions says.
+	name        string
+	unavailable error
+	http        *http.Client
+	rpc         nodev1connect.NodeServiceClient
 }
 
 var _ nodeapi.Node = (*Client)(nil)
@@ -79,8 +89,12 @@ func Dial(baseURL, token string, opts DialOptions) (*Client, error) {
 	}
 	base := strings.TrimSuffix(u.String(), "/")
 	hc := &http.Client{Transport: bearer{token: token, next: t}}
+	name := opts.Name
+	if name == "" {
+		name = base
+	}
 	return &Client{
-		base: base,
+		base: base, name: name, unavailable: opts.Unavailable,
 		http: hc,
 		rpc:  nodev1connect.NewNodeServiceClient(hc, base, connect.WithCompressMinBytes(1<<62)),
 	}, nil
@@ -110,7 +124,17 @@ func (c *Client) fail(err error) error {
 	if rebuilt := nodeError(err); rebuilt != err {
 		return rebuilt
 	}
-	return fmt.Errorf("node %s: %w", c.base, err)
+	return c.transportError(err)
+}
+
+// transportError names the node in an error of the transport: one that
+// says the node did not answer wraps c.unavailable (when set) and leaves
+// the node's address out of its text.
+func (c *Client) transportError(err error) error {
+	if c.unavailable != nil && unanswered(err) {
+		return &unansweredError{node: c.name, sentinel: c.unavailable, cause: err}
+	}
+	return fmt.Errorf("node %s: %w", c.name, err)
 }
 
 // unary runs one call and returns its answer's message.
@@ -597,7 +621,7 @@ func (s *remoteSandbox) Attach(ctx context.Context, sid string, offset int64, dr
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("attach %s: node %s ended the stream before the process ended", sid, s.c.base)
+	return nil, fmt.Errorf("attach %s: node %s ended the stream before the process ended", sid, s.c.name)
 }
 
 func (s *remoteSandbox) WriteStdin(ctx context.Context, sid string, data []byte) error {
@@ -648,7 +672,7 @@ func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := t.s.c.http.Transport.RoundTrip(out)
 	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", t.s.c.base, err)
+		return nil, t.s.c.transportError(err)
 	}
 	if err := readNodeError(resp); err != nil {
 		return nil, err
@@ -676,7 +700,7 @@ func (s *remoteSandbox) DialPort(ctx context.Context, port int) (net.Conn, error
 		if resp != nil {
 			_ = resp.Body.Close()
 		}
-		return nil, fmt.Errorf("dial sandbox %s port %d: node %s: %w", s.id, port, s.c.base, err)
+		return nil, fmt.Errorf("dial sandbox %s port %d: %w", s.id, port, s.c.transportError(err))
 	}
 	if nerr := readNodeError(resp); nerr != nil {
 		cancel()
@@ -685,7 +709,7 @@ func (s *remoteSandbox) DialPort(ctx context.Context, port int) (net.Conn, error
 	if resp.StatusCode != http.StatusOK {
 		_ = resp.Body.Close()
 		cancel()
-		return nil, fmt.Errorf("dial sandbox %s port %d: node %s answered %s", s.id, port, s.c.base, resp.Status)
+		return nil, fmt.Errorf("dial sandbox %s port %d: node %s answered %s", s.id, port, s.c.name, resp.Status)
 	}
 	// A pipe gives the caller a real net.Conn (deadlines included); two
 	// pumps join its far end to the stream.

@@ -3,7 +3,10 @@ package noderpc
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
+	"syscall"
 
 	"connectrpc.com/connect"
 
@@ -150,3 +153,31 @@ func nodeError(err error) error {
 	}
 	return err
 }
+
+// unanswered reports whether err says the node did not answer a call:
+// nothing listens at its address, the connection broke, or Connect gave
+// up reaching it. A call the caller cancelled is not one.
+func unanswered(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// unansweredError is a call the node did not answer. Its text names the
+// node only; the transport's error (with the node's address) stays behind
+// Unwrap, for logs and errors.Is.
+type unansweredError struct {
+	node     string
+	sentinel error
+	cause    error
+}
+
+func (e *unansweredError) Error() string   { return "node " + e.node + " does not answer" }
+func (e *unansweredError) Unwrap() []error { return []error{e.sentinel, e.cause} }

@@ -219,7 +219,9 @@ func (r *remoteCredentials) Secret(id, name string) ([]byte, error) {
 // waiting for it to answer: a node builds no template and starts no
 // sandbox before it holds the CA its templates trust. A wrong cluster
 // token (or a control plane without the call) ends the wait at once.
-func fetchEgressCA(ctx context.Context, c *clusterrpc.Client, node string, say func(string, ...any)) (*credentials.CA, error) {
+func fetchEgressCA(ctx context.Context, c interface {
+	EgressCA(ctx context.Context, node string) (*credentials.CA, error)
+}, node string, say func(string, ...any)) (*credentials.CA, error) {
 	wait, told := 500*time.Millisecond, false
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -67,7 +67,9 @@ func (c *clusterNodes) client(id, address string) (*remoteNode, error) {
 	if rn, ok := c.clients[id]; ok && rn.address == address {
 		return rn, nil
 	}
-	cl, err := noderpc.Dial(address, c.token, noderpc.DialOptions{CAFile: c.caFile})
+	cl, err := noderpc.Dial(address, c.token, noderpc.DialOptions{
+		CAFile: c.caFile, Name: id, Unavailable: controlplane.ErrNodeUnavailable,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", id, err)
 	}

@@ -36,7 +36,9 @@ type NodeConfig struct {
 	// <data-dir>/node-id, made on first start.
 	ID string
 	// Listen is the address of the node's RPC service, Advertise the URL
-	// the control plane reaches it at, ControlPlane the control plane's.
+	// the control plane reaches it at, ControlPlane the control plane's:
+	// several replicas' URLs, comma-separated, which the node fails over
+	// between.
 	Listen, Advertise, ControlPlane string
 	// ClusterToken authenticates the node and the control plane to each
 	// other; TLSCAFile, when set, verifies the control plane's TLS
@@ -89,7 +91,7 @@ type NodeServer struct {
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the RPC server stopped
 	member   chan error    // membership's end
-	cpClient *clusterrpc.Client
+	cpClient *clusterrpc.Replicas
 }
 
 // StartNode brings a node up: the cluster's egress CA from the control
@@ -126,7 +128,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	// The client lists the templates of side, which is set before the
 	// first registration.
 	var side *nodeSide
-	if s.cpClient, err = clusterrpc.Dial(cfg.ControlPlane, cfg.ClusterToken, clusterrpc.DialOptions{
+	if s.cpClient, err = clusterrpc.DialReplicas(ControlPlaneURLs(cfg.ControlPlane), cfg.ClusterToken, clusterrpc.DialOptions{
 		CAFile: cfg.TLSCAFile, Templates: func() []clusterrpc.Template { return side.templateList() },
 	}); err != nil {
 		return nil, err
@@ -213,6 +215,18 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	}()
 	say("node %s listening on %s (advertised as %s), joining %s", cfg.ID, s.URL, cfg.Advertise, cfg.ControlPlane)
 	return s, nil
+}
+
+// ControlPlaneURLs splits a comma-separated list of control-plane URLs
+// (NodeConfig.ControlPlane), dropping empty entries.
+func ControlPlaneURLs(list string) []string {
+	var out []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // Left delivers the error that ended the node's membership: the control

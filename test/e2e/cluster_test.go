@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/pgtest"
+	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -65,16 +66,24 @@ func (p *clusterProc) showLog() {
 	p.t.Logf("%s log:\n%s", p.name, data)
 }
 
-// testCluster is PostgreSQL, one control plane and nodes, each in a data
-// directory of its own under /var/tmp.
+// testCluster is PostgreSQL, control-plane replicas and nodes, each in a
+// data directory of its own under /var/tmp.
 type testCluster struct {
-	t      *testing.T
-	base   string
-	cp     *clusterProc
-	nodes  []*clusterProc
-	dirs   []string // the nodes' data dirs
-	client *client.Client
-	// proxyURL is the control plane's sandbox proxy.
+	t    *testing.T
+	base string
+	// cps are the control-plane replicas, cp the first; clients reach
+	// each (with the one admin key), client the first.
+	cps     []*clusterProc
+	cp      *clusterProc
+	nodes   []*clusterProc
+	dirs    []string // the nodes' data dirs
+	uplinks []string // the nodes' uplink pools
+	clients []*client.Client
+	client  *client.Client
+	// urls are the replicas' API URLs, key the admin key.
+	urls []string
+	key  string
+	// proxyURL is the first replica's sandbox proxy.
 	proxyURL string
 }
 
@@ -82,7 +91,25 @@ type testCluster struct {
 // serve's default (10.200.0.0/16), which the shared e2e server uses.
 var clusterUplinks = []string{"10.201.0.0/20", "10.202.0.0/20"}
 
+// clusterSpec shapes a test cluster.
+type clusterSpec struct {
+	replicas int
+	// uplinks are the nodes' uplink pools, one node each.
+	uplinks []string
+	// heartbeatTimeout is the replicas' --heartbeat-timeout;
+	// heartbeatInterval, when set, the nodes' --heartbeat-interval.
+	heartbeatTimeout, heartbeatInterval time.Duration
+}
+
 func startCluster(t *testing.T, nodes int) *testCluster {
+	return startClusterWith(t, clusterSpec{replicas: 1, uplinks: clusterUplinks[:nodes], heartbeatTimeout: 6 * time.Second})
+}
+
+// startClusterWith starts PostgreSQL, spec's replicas and one node per
+// uplink pool, and returns once every node joined holding minimal. Node i
+// is given every replica's URL, starting with replica i mod replicas, so
+// that each replica has nodes registered through it.
+func startClusterWith(t *testing.T, spec clusterSpec) *testCluster {
 	requireServer(t)
 	if testing.Short() {
 		t.Skip("starts a cluster of separate processes")
@@ -92,26 +119,49 @@ func startCluster(t *testing.T, nodes int) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{t: t, base: base}
+	c := &testCluster{t: t, base: base, uplinks: spec.uplinks}
 	t.Cleanup(c.stop)
 	token := filepath.Join(base, "cluster.token")
 	if err := os.WriteFile(token, []byte("e2e-cluster-token-"+strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cpListen, proxyListen := freePort(t), freePort(t)
-	c.proxyURL = "http://" + proxyListen
-	c.cp = &clusterProc{t: t, name: "control plane", log: filepath.Join(base, "control-plane.log"), args: []string{
-		"control-plane", "--store", pg, "--data-dir", filepath.Join(base, "cp"), "--listen", cpListen,
-		"--e2b-listen", "", "--proxy-listen", proxyListen, "--cluster-token-file", token, "--heartbeat-timeout", "6s",
-	}}
-	c.cp.start()
-	for i := range nodes {
+	var urls []string
+	for i := range spec.replicas {
+		listen, proxyListen := freePort(t), freePort(t)
+		if i == 0 {
+			c.proxyURL = "http://" + proxyListen
+		}
+		urls = append(urls, "http://"+listen)
+		name := fmt.Sprintf("cp%d", i+1)
+		p := &clusterProc{t: t, name: "control plane " + name, log: filepath.Join(base, name+".log"), args: []string{
+			"control-plane", "--store", pg, "--data-dir", filepath.Join(base, name), "--listen", listen,
+			"--e2b-listen", "", "--proxy-listen", proxyListen, "--cluster-token-file", token,
+			"--heartbeat-timeout", spec.heartbeatTimeout.String(),
+		}}
+		p.start()
+		c.cps = append(c.cps, p)
+		if i == 0 {
+			// The first creates the admin key; the others read it from
+			// the store's bootstrap.
+			c.waitAdminKey(filepath.Join(base, name), urls[0])
+		}
+	}
+	c.cp = c.cps[0]
+	for i := 1; i < spec.replicas; i++ {
+		c.waitAdminKey(filepath.Join(base, fmt.Sprintf("cp%d", i+1)), urls[i])
+	}
+	c.client = c.clients[0]
+	for i, uplink := range spec.uplinks {
 		dir := filepath.Join(base, fmt.Sprintf("node%d", i+1))
+		order := append(slices.Clone(urls[i%len(urls):]), urls[:i%len(urls)]...)
 		args := []string{
-			"node", "--data-dir", dir, "--listen", freePort(t), "--control-plane", "http://" + cpListen,
-			"--cluster-token-file", token, "--uplink-pool", clusterUplinks[i], "--build-templates", "minimal",
+			"node", "--data-dir", dir, "--listen", freePort(t), "--control-plane", strings.Join(order, ","),
+			"--cluster-token-file", token, "--uplink-pool", uplink, "--build-templates", "minimal",
 			"--runsc", env.cfg.RunscPath, "--agent", env.cfg.AgentPath, "--volume-image-gib", "8",
 			"--dns-upstream", env.cfg.DNSUpstream,
+		}
+		if spec.heartbeatInterval > 0 {
+			args = append(args, "--heartbeat-interval", spec.heartbeatInterval.String())
 		}
 		if i == 0 {
 			args = append(args, "--id", "node-one") // the others make theirs
@@ -120,26 +170,38 @@ func startCluster(t *testing.T, nodes int) *testCluster {
 		p.start()
 		c.nodes, c.dirs = append(c.nodes, p), append(c.dirs, dir)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for c.client == nil {
-		if key, err := os.ReadFile(filepath.Join(base, "cp", "admin.key")); err == nil {
-			c.client = client.New("http://"+cpListen, strings.TrimSpace(string(key)))
-		} else if time.Now().After(deadline) {
-			t.Fatal("the control plane wrote no admin.key")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	// Every node joined, holding minimal, and minimal is ready cluster-wide.
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		ns, err := c.client.ListNodes(context.Background())
 		tpl, terr := c.client.GetTemplate(context.Background(), "minimal")
-		if err == nil && terr == nil && tpl.State == apiv1.TemplateReady && len(ns) == nodes && c.allHold(ns, tpl.ID) {
+		if err == nil && terr == nil && tpl.State == apiv1.TemplateReady && len(ns) == len(spec.uplinks) && c.allHold(ns, tpl.ID) {
 			return c
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the cluster did not come up: nodes %+v (%v), template %+v (%v)", ns, err, tpl, terr)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitAdminKey waits for the replica of data dir dir to write admin.key,
+// and adds a client of the replica at url with it.
+func (c *testCluster) waitAdminKey(dir, url string) {
+	c.t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if key, err := os.ReadFile(filepath.Join(dir, "admin.key")); err == nil && len(bytes.TrimSpace(key)) > 0 {
+			cl := client.New(url, strings.TrimSpace(string(key)))
+			if _, err := cl.ListNodes(context.Background()); err == nil {
+				c.clients, c.urls, c.key = append(c.clients, cl), append(c.urls, url), strings.TrimSpace(string(key))
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the control plane of %s did not come up with an admin.key", dir)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -155,7 +217,7 @@ func (c *testCluster) allHold(ns []apiv1.Node, templateID string) bool {
 // stop kills every process, shows their logs if the test failed, and
 // leaves no sandbox, mount, loop device or namespace of the nodes behind.
 func (c *testCluster) stop() {
-	for _, p := range append([]*clusterProc{c.cp}, c.nodes...) {
+	for _, p := range append(slices.Clone(c.cps), c.nodes...) {
 		if p == nil {
 			continue
 		}
@@ -166,6 +228,14 @@ func (c *testCluster) stop() {
 	}
 	for _, dir := range c.dirs {
 		releaseDataDir(dir)
+		// The nodes' namespace files are bind mounts of their own.
+		storage.UnmountUnder(filepath.Join(dir, "netns"))
+		_ = syscall.Unmount(filepath.Join(dir, "netns"), syscall.MNT_DETACH)
+	}
+	// A node adds its uplink pool to the host's masquerade set and leaves
+	// it there (its sandboxes outlive it); the test's pools go.
+	for _, pool := range c.uplinks {
+		_ = exec.Command("nft", "delete element inet space uplink_pools { "+pool+" }").Run()
 	}
 	if os.Getenv("SPACE_TEST_KEEP") == "" {
 		_ = os.RemoveAll(c.base)
@@ -383,19 +453,20 @@ func TestClusterProcesses(t *testing.T) {
 		}
 	}
 	// The nodes run nothing any more.
-	for i, dir := range c.dirs {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			out, _ := exec.Command("sh", "-c", "ps -eo args | grep -F "+filepath.Join(dir, "runtime")+"/ | grep -v grep || true").Output()
-			if len(bytes.TrimSpace(out)) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %d still runs sandboxes after every delete:\n%s", i+1, out)
-			}
-			time.Sleep(200 * time.Millisecond)
+	c.waitNodesEmpty(t)
+}
+
+// runtimesUnder lists the command lines of the sandbox processes of the
+// node whose data dir is dir.
+func runtimesUnder(dir string) []string {
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(filepath.Join(dir, "runtime")+"/")) {
+			out = append(out, string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
 		}
 	}
+	return out
 }
 
 // execOn runs a shell command through cl and fails unless it exits 0.
