@@ -82,8 +82,12 @@ type Node struct {
 	agentDir string
 	log      *slog.Logger
 
-	mu            sync.Mutex
-	sandboxes     map[string]*Sandbox
+	mu        sync.Mutex
+	sandboxes map[string]*Sandbox
+	// committed holds the limits of every sandbox the node has accepted
+	// to run (pooled ones included) and not released: from the start of
+	// a create or restore to its destroy, suspend or halt. Info sums it.
+	committed     map[string]runtime.Limits
 	templateLocks map[string]*sync.Mutex
 	pools         pools
 	builds        map[string]bool // build sandboxes running (build.go)
@@ -175,6 +179,23 @@ func (n *Node) register(sb *Sandbox) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.sandboxes[sb.ID] = sb
+}
+
+// commit counts a sandbox's limits as the node's from now on.
+func (n *Node) commit(id string, l runtime.Limits) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.committed == nil {
+		n.committed = map[string]runtime.Limits{}
+	}
+	n.committed[id] = l
+}
+
+// uncommit stops counting a sandbox's limits: its runtime is gone.
+func (n *Node) uncommit(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.committed, id)
 }
 
 func (n *Node) unregister(id string) *Sandbox {

@@ -218,6 +218,7 @@ func (n *Node) Destroy(ctx context.Context, id string) error {
 
 func (n *Node) release(ctx context.Context, id string) error {
 	n.untrack(id)
+	n.uncommit(id)
 	if sb := n.unregister(id); sb != nil {
 		sb.closeSessions("sandbox stopped")
 		sb.Agent.Reset()
