@@ -10,7 +10,8 @@
 # network namespaces, PostgreSQL) is removed at the end or on Ctrl-C.
 #
 # Run as root from the repository: scripts/bench-cluster.sh [-n SAMPLES]
-# [--rounds R] [--concurrency LIST] [--window DURATION] [--keep]
+# [--rounds R] [--concurrency LIST] [--window DURATION] [--no-throughput]
+# [--keep]
 # See docs/performance.md, "Cluster mode".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,7 @@ ROUNDS=2
 CONCURRENCY=8
 WINDOW=15s
 KEEP=
+THROUGHPUT=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	-n) SAMPLES=$2; shift 2 ;;
@@ -28,7 +30,8 @@ while [ $# -gt 0 ]; do
 	--concurrency) CONCURRENCY=$2; shift 2 ;;
 	--window) WINDOW=$2; shift 2 ;;
 	--keep) KEEP=1; shift ;;
-	*) echo "usage: $0 [-n SAMPLES] [--rounds R] [--concurrency LIST] [--window DURATION] [--keep]" >&2; exit 2 ;;
+	--no-throughput) THROUGHPUT=; shift ;;
+	*) echo "usage: $0 [-n SAMPLES] [--rounds R] [--concurrency LIST] [--window DURATION] [--no-throughput] [--keep]" >&2; exit 2 ;;
 	esac
 done
 if [ "$(id -u)" != 0 ]; then
@@ -72,7 +75,7 @@ cleanup() {
 	# (volumes, network namespaces) and the loop devices of the volume images.
 	local p
 	for p in /proc/[0-9]*/cmdline; do
-		if tr '\0' ' ' <"$p" 2>/dev/null | grep -qF "$WORK/"; then
+		if { tr '\0' ' ' <"$p"; } 2>/dev/null | grep -qF "$WORK/"; then
 			p=${p#/proc/}; kill -KILL "${p%/cmdline}" 2>/dev/null || true
 		fi
 	done
@@ -182,13 +185,28 @@ SERVE_LISTEN=127.0.0.1:$(freeport)
 SERVE_URL=http://$SERVE_LISTEN
 say "starting space serve on $SERVE_URL (data dir $WORK/serve)"
 "$BIN/space" serve --data-dir "$WORK/serve" --listen "$SERVE_LISTEN" --e2b-listen "127.0.0.1:$(freeport)" \
-	--proxy-listen "127.0.0.1:$(freeport)" --build-templates minimal --pool "" \
+	--proxy-listen "127.0.0.1:$(freeport)" --build-templates minimal --pool "" --uplink-pool 10.215.0.0/20 \
 	--runsc "$RUNSC" --agent "$BIN/space-agent" --volume-image-gib 8 >"$WORK/serve.log" 2>&1 &
 PIDS+=($!)
 SERVE_KEY=$(wait_key "$WORK/serve")
 APIS+=("$SERVE_URL|$SERVE_KEY")
+
+# serve on the same PostgreSQL (a database of its own): what the store
+# alone costs, apart from the node RPC.
+runuser -u "$PG_USER" -- "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U space servepg
+SERVEPG_LISTEN=127.0.0.1:$(freeport)
+SERVEPG_URL=http://$SERVEPG_LISTEN
+say "starting space serve --store postgres on $SERVEPG_URL (data dir $WORK/servepg)"
+"$BIN/space" serve --data-dir "$WORK/servepg" --listen "$SERVEPG_LISTEN" --e2b-listen "127.0.0.1:$(freeport)" \
+	--proxy-listen "127.0.0.1:$(freeport)" --build-templates minimal --pool "" --uplink-pool 10.214.0.0/20 \
+	--store "postgres://space@127.0.0.1:$PG_PORT/servepg?sslmode=disable" \
+	--runsc "$RUNSC" --agent "$BIN/space-agent" --volume-image-gib 8 >"$WORK/servepg.log" 2>&1 &
+PIDS+=($!)
+SERVEPG_KEY=$(wait_key "$WORK/servepg")
+APIS+=("$SERVEPG_URL|$SERVEPG_KEY")
 wait_ready "$SERVE_URL" "$SERVE_KEY" 0
-say "serve is ready"
+wait_ready "$SERVEPG_URL" "$SERVEPG_KEY" 0
+say "both serves are ready"
 
 # bench NAME URL KEY DATADIR ARGS...: one `space bench --json` run into
 # $RESULTS/NAME.json, its progress on stderr.
@@ -201,47 +219,52 @@ bench() {
 }
 
 LAT=(--skip density,throughput,lifecycle,baselines -n "$SAMPLES")
-TPUT=(--skip create,lifecycle,baselines,density --concurrency "$CONCURRENCY" --throughput-window "$WINDOW")
+TPUT=(--skip create,exec_rtt,file_1mib,lifecycle,baselines,density --concurrency "$CONCURRENCY" --throughput-window "$WINDOW")
 for r in $(seq "$ROUNDS"); do
 	# Both orders, so neither side always runs second.
 	if [ $((r % 2)) = 1 ]; then
 		bench "cluster1-r$r" "$CP_URL" "$CP_KEY" "$WORK/node1" "${LAT[@]}"
 		bench "serve-r$r" "$SERVE_URL" "$SERVE_KEY" "$WORK/serve" "${LAT[@]}"
+		bench "servepg-r$r" "$SERVEPG_URL" "$SERVEPG_KEY" "$WORK/servepg" "${LAT[@]}"
 	else
+		bench "servepg-r$r" "$SERVEPG_URL" "$SERVEPG_KEY" "$WORK/servepg" "${LAT[@]}"
 		bench "serve-r$r" "$SERVE_URL" "$SERVE_KEY" "$WORK/serve" "${LAT[@]}"
 		bench "cluster1-r$r" "$CP_URL" "$CP_KEY" "$WORK/node1" "${LAT[@]}"
 	fi
 done
-bench "cluster1-throughput" "$CP_URL" "$CP_KEY" "$WORK/node1" "${TPUT[@]}"
-bench "serve-throughput" "$SERVE_URL" "$SERVE_KEY" "$WORK/serve" "${TPUT[@]}"
-
-start_node 2
-start_node 3
-wait_ready "$CP_URL" "$CP_KEY" 3
-say "cluster with three nodes is ready"
-bench "cluster3-throughput" "$CP_URL" "$CP_KEY" "$WORK/node1" "${TPUT[@]}"
+if [ -n "$THROUGHPUT" ]; then
+	bench "cluster1-throughput" "$CP_URL" "$CP_KEY" "$WORK/node1" "${TPUT[@]}"
+	bench "serve-throughput" "$SERVE_URL" "$SERVE_KEY" "$WORK/serve" "${TPUT[@]}"
+	start_node 2
+	start_node 3
+	wait_ready "$CP_URL" "$CP_KEY" 3
+	say "cluster with three nodes is ready"
+	bench "cluster3-throughput" "$CP_URL" "$CP_KEY" "$WORK/node1" "${TPUT[@]}"
+fi
 
 # The comparison: p50s of each round side by side, then creates/s.
 p50() { jq -r --arg k "$2" '.[$k].p50_ms // "-" | if type == "number" then (. * 10 | round / 10) else . end' "$RESULTS/$1.json" 2>/dev/null || echo "?"; }
 echo
-printf '%-20s %-6s %12s %12s %12s\n' "p50 ms" round "cluster(1)" serve "difference"
+printf '%-18s %-6s %11s %11s %11s %14s\n' "p50 ms" round serve "serve(pg)" "cluster(1)" "cluster-serve"
 for r in $(seq "$ROUNDS"); do
 	for k in create_unpooled create_pooled create_first_exec exec_rtt file_1mib; do
 		c=$(p50 "cluster1-r$r" "$k")
 		s=$(p50 "serve-r$r" "$k")
+		g=$(p50 "servepg-r$r" "$k")
 		d=-
 		[[ $c =~ ^[0-9.]+$ && $s =~ ^[0-9.]+$ ]] && d=$(awk -v c="$c" -v s="$s" 'BEGIN { printf "%+.1f", c - s }')
-		printf '%-20s %-6s %12s %12s %12s\n' "$k" "$r" "$c" "$s" "$d"
+		printf '%-18s %-6s %11s %11s %11s %14s\n' "$k" "$r" "$s" "$g" "$c" "$d"
 	done
 done
 tput() { jq -r '.throughput // {} | to_entries | map("c=\(.key) \(.value * 100 | round / 100)/s") | join(", ")' "$RESULTS/$1.json" 2>/dev/null || echo "?"; }
-echo
-echo "creates/s (the bench's throughput section: c workers loop create -> running -> delete for $WINDOW)"
-echo "  serve:              $(tput serve-throughput)"
-echo "  cluster, 1 node:    $(tput cluster1-throughput)"
-echo "  cluster, 3 nodes:   $(tput cluster3-throughput)"
+[ -n "$THROUGHPUT" ] && echo && echo "creates/s (the bench's throughput section: c workers loop create -> running -> delete for $WINDOW)"
+if [ -n "$THROUGHPUT" ]; then
+	echo "  serve:              $(tput serve-throughput)"
+	echo "  cluster, 1 node:    $(tput cluster1-throughput)"
+	echo "  cluster, 3 nodes:   $(tput cluster3-throughput)"
+fi
 for f in "$RESULTS"/*.json; do
-	jq -r --arg f "$(basename "$f" .json)" '.notes // {} | to_entries[] | "  note \($f) \(.key): \(.value)"' "$f" 2>/dev/null || true
+	jq -r --arg f "$(basename "$f" .json)" '.notes // {} | to_entries[] | select(.value != "skipped") | "  note \($f) \(.key): \(.value)"' "$f" 2>/dev/null || true
 done
 OUT=${BENCH_CLUSTER_OUT:-/tmp/space-bench-cluster-results}
 mkdir -p "$OUT" && cp "$RESULTS"/*.json "$OUT/" && say "the runs' JSON is in $OUT"
