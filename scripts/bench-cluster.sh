@@ -11,7 +11,10 @@
 #
 # Run as root from the repository: scripts/bench-cluster.sh [-n SAMPLES]
 # [--rounds R] [--concurrency LIST] [--window DURATION] [--no-throughput]
-# [--keep]
+# [--keep] [--hold]. With SERVE_BASELINE_BIN=DIR (a directory holding
+# another build's space and space-agent) a serve of that build is measured
+# in every round too, to show serve did not regress. --hold starts everything, prints the servers' URLs and
+# keys and waits for Ctrl-C instead of benchmarking.
 # See docs/performance.md, "Cluster mode".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +26,7 @@ CONCURRENCY=8
 WINDOW=15s
 KEEP=
 THROUGHPUT=1
+HOLD=
 while [ $# -gt 0 ]; do
 	case $1 in
 	-n) SAMPLES=$2; shift 2 ;;
@@ -31,6 +35,7 @@ while [ $# -gt 0 ]; do
 	--window) WINDOW=$2; shift 2 ;;
 	--keep) KEEP=1; shift ;;
 	--no-throughput) THROUGHPUT=; shift ;;
+	--hold) HOLD=1; shift ;;
 	*) echo "usage: $0 [-n SAMPLES] [--rounds R] [--concurrency LIST] [--window DURATION] [--no-throughput] [--keep]" >&2; exit 2 ;;
 	esac
 done
@@ -204,9 +209,31 @@ say "starting space serve --store postgres on $SERVEPG_URL (data dir $WORK/serve
 PIDS+=($!)
 SERVEPG_KEY=$(wait_key "$WORK/servepg")
 APIS+=("$SERVEPG_URL|$SERVEPG_KEY")
+OLD_URL= OLD_KEY=
+if [ -n "${SERVE_BASELINE_BIN:-}" ]; then
+	OLD_LISTEN=127.0.0.1:$(freeport)
+	OLD_URL=http://$OLD_LISTEN
+	say "starting the baseline build's space serve ($SERVE_BASELINE_BIN) on $OLD_URL (data dir $WORK/serveold)"
+	"$SERVE_BASELINE_BIN/space" serve --data-dir "$WORK/serveold" --listen "$OLD_LISTEN" --e2b-listen "127.0.0.1:$(freeport)" \
+		--proxy-listen "127.0.0.1:$(freeport)" --build-templates minimal --pool "" --uplink-pool 10.216.0.0/20 \
+		--runsc "$RUNSC" --agent "$SERVE_BASELINE_BIN/space-agent" --volume-image-gib 8 >"$WORK/serveold.log" 2>&1 &
+	PIDS+=($!)
+	OLD_KEY=$(wait_key "$WORK/serveold")
+	APIS+=("$OLD_URL|$OLD_KEY")
+fi
 wait_ready "$SERVE_URL" "$SERVE_KEY" 0
 wait_ready "$SERVEPG_URL" "$SERVEPG_KEY" 0
-say "both serves are ready"
+[ -z "$OLD_URL" ] || wait_ready "$OLD_URL" "$OLD_KEY" 0
+say "the serves are ready"
+
+if [ -n "$HOLD" ]; then
+	echo "cluster: SPACE_URL=$CP_URL SPACE_API_KEY=$CP_KEY (logs in $WORK)"
+	echo "serve:   SPACE_URL=$SERVE_URL SPACE_API_KEY=$SERVE_KEY"
+	echo "serve on PostgreSQL: SPACE_URL=$SERVEPG_URL SPACE_API_KEY=$SERVEPG_KEY"
+	say "holding until Ctrl-C"
+	# A background sleep and wait, so that Ctrl-C runs the cleanup at once.
+	while :; do sleep 3600 & wait $!; done
+fi
 
 # bench NAME URL KEY DATADIR ARGS...: one `space bench --json` run into
 # $RESULTS/NAME.json, its progress on stderr.
@@ -226,7 +253,9 @@ for r in $(seq "$ROUNDS"); do
 		bench "cluster1-r$r" "$CP_URL" "$CP_KEY" "$WORK/node1" "${LAT[@]}"
 		bench "serve-r$r" "$SERVE_URL" "$SERVE_KEY" "$WORK/serve" "${LAT[@]}"
 		bench "servepg-r$r" "$SERVEPG_URL" "$SERVEPG_KEY" "$WORK/servepg" "${LAT[@]}"
+		[ -z "$OLD_URL" ] || bench "serveold-r$r" "$OLD_URL" "$OLD_KEY" "$WORK/serveold" "${LAT[@]}"
 	else
+		[ -z "$OLD_URL" ] || bench "serveold-r$r" "$OLD_URL" "$OLD_KEY" "$WORK/serveold" "${LAT[@]}"
 		bench "servepg-r$r" "$SERVEPG_URL" "$SERVEPG_KEY" "$WORK/servepg" "${LAT[@]}"
 		bench "serve-r$r" "$SERVE_URL" "$SERVE_KEY" "$WORK/serve" "${LAT[@]}"
 		bench "cluster1-r$r" "$CP_URL" "$CP_KEY" "$WORK/node1" "${LAT[@]}"
@@ -245,7 +274,7 @@ fi
 # The comparison: p50s of each round side by side, then creates/s.
 p50() { jq -r --arg k "$2" '.[$k].p50_ms // "-" | if type == "number" then (. * 10 | round / 10) else . end' "$RESULTS/$1.json" 2>/dev/null || echo "?"; }
 echo
-printf '%-18s %-6s %11s %11s %11s %14s\n' "p50 ms" round serve "serve(pg)" "cluster(1)" "cluster-serve"
+printf '%-18s %-6s %11s %11s %11s %14s %14s\n' "p50 ms" round serve "serve(pg)" "cluster(1)" "cluster-serve" "serve(baseline)"
 for r in $(seq "$ROUNDS"); do
 	for k in create_unpooled create_pooled create_first_exec exec_rtt file_1mib; do
 		c=$(p50 "cluster1-r$r" "$k")
@@ -253,7 +282,9 @@ for r in $(seq "$ROUNDS"); do
 		g=$(p50 "servepg-r$r" "$k")
 		d=-
 		[[ $c =~ ^[0-9.]+$ && $s =~ ^[0-9.]+$ ]] && d=$(awk -v c="$c" -v s="$s" 'BEGIN { printf "%+.1f", c - s }')
-		printf '%-18s %-6s %11s %11s %11s %14s\n' "$k" "$r" "$s" "$g" "$c" "$d"
+		o=-
+		[ -z "$OLD_URL" ] || o=$(p50 "serveold-r$r" "$k")
+		printf '%-18s %-6s %11s %11s %11s %14s %14s\n' "$k" "$r" "$s" "$g" "$c" "$d" "$o"
 	done
 done
 tput() { jq -r '.throughput // {} | to_entries | map("c=\(.key) \(.value * 100 | round / 100)/s") | join(", ")' "$RESULTS/$1.json" 2>/dev/null || echo "?"; }
