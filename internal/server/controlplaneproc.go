@@ -50,6 +50,10 @@ type ControlPlaneConfig struct {
 	Logger            *slog.Logger
 }
 
+// registryReadCache is how old the registry's copy of the nodes may be
+// (cluster.Config.ReadCacheTTL): well under the heartbeat timeout.
+const registryReadCache = time.Second
+
 // DefaultControlPlaneConfig returns the defaults of `space control-plane`:
 // those of `space serve` where they apply.
 func DefaultControlPlaneConfig() ControlPlaneConfig {
@@ -122,6 +126,10 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	reg, err := cluster.New(cluster.Config{
 		Store: s.st, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		Placement: cluster.PlacementConfig{MemoryOvercommit: cfg.MemoryOvercommit},
+		// A create read the nodes and heartbeats from PostgreSQL three
+		// times (resolve, place, the chosen node): a second's copy saves
+		// that; another replica's cordon is seen up to a second late.
+		ReadCacheTTL: registryReadCache,
 	})
 	if err != nil {
 		return nil, err
