@@ -186,40 +186,34 @@ APIS+=("$CP_URL|$CP_KEY")
 wait_ready "$CP_URL" "$CP_KEY" 1
 say "cluster with one node is ready"
 
-SERVE_LISTEN=127.0.0.1:$(freeport)
-SERVE_URL=http://$SERVE_LISTEN
-say "starting space serve on $SERVE_URL (data dir $WORK/serve)"
-"$BIN/space" serve --data-dir "$WORK/serve" --listen "$SERVE_LISTEN" --e2b-listen "127.0.0.1:$(freeport)" \
-	--proxy-listen "127.0.0.1:$(freeport)" --build-templates minimal --pool "" --uplink-pool 10.215.0.0/20 \
-	--runsc "$RUNSC" --agent "$BIN/space-agent" --volume-image-gib 8 >"$WORK/serve.log" 2>&1 &
-PIDS+=($!)
-SERVE_KEY=$(wait_key "$WORK/serve")
-APIS+=("$SERVE_URL|$SERVE_KEY")
+# start_serve NAME BINDIR UPLINKS [FLAGS...]: a space serve of the build in
+# BINDIR on data dir $WORK/NAME; sets SERVED_URL and SERVED_KEY.
+start_serve() {
+	local name=$1 bindir=$2 uplinks=$3 listen=127.0.0.1:$(freeport)
+	shift 3
+	SERVED_URL=http://$listen
+	say "starting space serve $* ($bindir) on $SERVED_URL (data dir $WORK/$name)"
+	"$bindir/space" serve --data-dir "$WORK/$name" --listen "$listen" --e2b-listen "127.0.0.1:$(freeport)" \
+		--proxy-listen "127.0.0.1:$(freeport)" --build-templates minimal --pool "" --uplink-pool "$uplinks" \
+		--runsc "$RUNSC" --agent "$bindir/space-agent" --volume-image-gib 8 "$@" >"$WORK/$name.log" 2>&1 &
+	PIDS+=($!)
+	SERVED_KEY=$(wait_key "$WORK/$name")
+	APIS+=("$SERVED_URL|$SERVED_KEY")
+}
+
+start_serve serve "$BIN" 10.215.0.0/20
+SERVE_URL=$SERVED_URL SERVE_KEY=$SERVED_KEY
 
 # serve on the same PostgreSQL (a database of its own): what the store
 # alone costs, apart from the node RPC.
 runuser -u "$PG_USER" -- "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U space servepg
-SERVEPG_LISTEN=127.0.0.1:$(freeport)
-SERVEPG_URL=http://$SERVEPG_LISTEN
-say "starting space serve --store postgres on $SERVEPG_URL (data dir $WORK/servepg)"
-"$BIN/space" serve --data-dir "$WORK/servepg" --listen "$SERVEPG_LISTEN" --e2b-listen "127.0.0.1:$(freeport)" \
-	--proxy-listen "127.0.0.1:$(freeport)" --build-templates minimal --pool "" --uplink-pool 10.214.0.0/20 \
-	--store "postgres://space@127.0.0.1:$PG_PORT/servepg?sslmode=disable" \
-	--runsc "$RUNSC" --agent "$BIN/space-agent" --volume-image-gib 8 >"$WORK/servepg.log" 2>&1 &
-PIDS+=($!)
-SERVEPG_KEY=$(wait_key "$WORK/servepg")
-APIS+=("$SERVEPG_URL|$SERVEPG_KEY")
+start_serve servepg "$BIN" 10.214.0.0/20 --store "postgres://space@127.0.0.1:$PG_PORT/servepg?sslmode=disable"
+SERVEPG_URL=$SERVED_URL SERVEPG_KEY=$SERVED_KEY
+
 OLD_URL= OLD_KEY=
 if [ -n "${SERVE_BASELINE_BIN:-}" ]; then
-	OLD_LISTEN=127.0.0.1:$(freeport)
-	OLD_URL=http://$OLD_LISTEN
-	say "starting the baseline build's space serve ($SERVE_BASELINE_BIN) on $OLD_URL (data dir $WORK/serveold)"
-	"$SERVE_BASELINE_BIN/space" serve --data-dir "$WORK/serveold" --listen "$OLD_LISTEN" --e2b-listen "127.0.0.1:$(freeport)" \
-		--proxy-listen "127.0.0.1:$(freeport)" --build-templates minimal --pool "" --uplink-pool 10.216.0.0/20 \
-		--runsc "$RUNSC" --agent "$SERVE_BASELINE_BIN/space-agent" --volume-image-gib 8 >"$WORK/serveold.log" 2>&1 &
-	PIDS+=($!)
-	OLD_KEY=$(wait_key "$WORK/serveold")
-	APIS+=("$OLD_URL|$OLD_KEY")
+	start_serve serveold "$SERVE_BASELINE_BIN" 10.216.0.0/20
+	OLD_URL=$SERVED_URL OLD_KEY=$SERVED_KEY
 fi
 wait_ready "$SERVE_URL" "$SERVE_KEY" 0
 wait_ready "$SERVEPG_URL" "$SERVEPG_KEY" 0
