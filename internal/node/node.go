@@ -32,6 +32,9 @@ type Runtime interface {
 	List(ctx context.Context) ([]string, error)
 	Stats(ctx context.Context, id string) (runtime.Stats, error)
 	DialAgent(ctx context.Context, id string) (net.Conn, error)
+	// Limits are those the sandbox runs under, as it was started or
+	// restored: what an adopted sandbox commits.
+	Limits(id string) (runtime.Limits, error)
 	// Quiesce waits for runtime commands on the sandbox that a previous
 	// server process left running.
 	Quiesce(ctx context.Context, id string) error

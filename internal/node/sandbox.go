@@ -198,6 +198,11 @@ func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) 
 			return false, nil
 		}
 	}
+	if l, err := n.cfg.Runtime.Limits(id); err == nil {
+		n.commit(id, l)
+	} else {
+		n.log.Warn("adopted sandbox's limits unknown; not counted as committed", "sandbox", id, "err", err)
+	}
 	n.register(sb)
 	n.track(ctx, sb)
 	if st.Status == runtime.StatusRunning {
