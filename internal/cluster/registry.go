@@ -133,6 +133,14 @@ type Config struct {
 	Drainer Drainer
 	// Placement tunes Place.
 	Placement PlacementConfig
+	// ReadCacheTTL, when positive, lets List, Get and Place answer from
+	// the nodes and heartbeats as read from the store at most this long
+	// ago (this registry's own writes drop the copy at once). On a shared
+	// store every create otherwise reads both buckets more than once
+	// (docs/performance.md, "Cluster mode"); another replica's cordon or a
+	// node's heartbeat through another replica is then seen up to this
+	// late. Read-modify-writes always read the store.
+	ReadCacheTTL time.Duration
 }
 
 // Registry is the control plane's registry of nodes. It is safe for
@@ -145,6 +153,20 @@ type Registry struct {
 	mu           sync.Mutex
 	reservations []reservation
 	rng          *rand.Rand
+
+	// cacheMu guards cached, the last read of both buckets (ReadCacheTTL).
+	cacheMu sync.Mutex
+	cached  *listing
+	// cacheGen counts forget calls: a read that began before one is not
+	// kept, as it may miss that write.
+	cacheGen uint64
+}
+
+// listing is one read of the nodes and their heartbeats.
+type listing struct {
+	at   time.Time
+	recs []record
+	hbs  map[string]heartbeat
 }
 
 // New returns a registry over cfg.Store.
@@ -199,6 +221,7 @@ func (r *Registry) Register(id, address string, info nodeapi.Info) (Node, error)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer r.forget()
 	now := r.cfg.Now()
 	rec, err := r.record(id)
 	switch {
@@ -238,15 +261,33 @@ func (r *Registry) Heartbeat(id string, info nodeapi.Info) error {
 	}
 	now := r.cfg.Now()
 	info.ID = id
-	if err := r.cfg.Store.Put(heartbeatsBucket, id, heartbeat{At: now, Info: info}); err != nil {
+	hb := heartbeat{At: now, Info: info}
+	if err := r.cfg.Store.Put(heartbeatsBucket, id, hb); err != nil {
 		return fmt.Errorf("heartbeat of node %s: %w", id, err)
 	}
+	r.noteHeartbeat(id, hb)
 	r.settle(id, now)
 	return nil
 }
 
-// Get returns one node.
-func (r *Registry) Get(id string) (Node, error) {
+// Get returns one node, from the read cache when it is fresh enough.
+func (r *Registry) Get(id string) (Node, error) { return r.get(id, r.fresh()) }
+
+// GetStored returns one node as the store has it now, cache or not: what
+// an operator reads (GET /v1/nodes/{id}) must show another replica's
+// change at once.
+func (r *Registry) GetStored(id string) (Node, error) { return r.get(id, nil) }
+
+func (r *Registry) get(id string, l *listing) (Node, error) {
+	if l != nil {
+		for _, rec := range l.recs {
+			if rec.ID == id {
+				return r.view(rec, l.hbs[id], r.cfg.Now()), nil
+			}
+		}
+		// Not in the copy: a node that joined through another replica
+		// a moment ago, or none; the store says which.
+	}
 	rec, err := r.record(id)
 	if err != nil {
 		return Node{}, err
@@ -258,8 +299,79 @@ func (r *Registry) Get(id string) (Node, error) {
 	return r.view(rec, hb, r.cfg.Now()), nil
 }
 
-// List returns every node, by id.
-func (r *Registry) List() ([]Node, error) {
+// List returns every node, by id, from the read cache when it is fresh
+// enough.
+func (r *Registry) List() ([]Node, error) { return r.list(r.fresh()) }
+
+// ListStored returns every node as the store has them now (GET /v1/nodes).
+func (r *Registry) ListStored() ([]Node, error) { return r.list(nil) }
+
+func (r *Registry) list(l *listing) ([]Node, error) {
+	if l == nil {
+		var err error
+		if l, err = r.load(); err != nil {
+			return nil, err
+		}
+	}
+	now := r.cfg.Now()
+	out := make([]Node, 0, len(l.recs))
+	for _, rec := range l.recs {
+		out = append(out, r.view(rec, l.hbs[rec.ID], now))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// fresh is the cached read of both buckets if it is younger than
+// ReadCacheTTL, else nil. Its contents are never changed, only replaced.
+func (r *Registry) fresh() *listing {
+	if r.cfg.ReadCacheTTL <= 0 {
+		return nil
+	}
+	r.cacheMu.Lock()
+	defer r.cacheMu.Unlock()
+	if r.cached == nil || time.Since(r.cached.at) > r.cfg.ReadCacheTTL {
+		return nil
+	}
+	return r.cached
+}
+
+// forget drops the cached read: this registry wrote the store.
+func (r *Registry) forget() {
+	r.cacheMu.Lock()
+	r.cached = nil
+	r.cacheGen++
+	r.cacheMu.Unlock()
+}
+
+// noteHeartbeat puts a heartbeat this registry stored into the cached
+// read, a copy of it: heartbeats come every few seconds from every node,
+// and dropping the whole read for each would leave little cached.
+func (r *Registry) noteHeartbeat(id string, hb heartbeat) {
+	r.cacheMu.Lock()
+	defer r.cacheMu.Unlock()
+	r.cacheGen++ // a read in flight may hold the older heartbeat
+	if r.cached == nil {
+		return
+	}
+	if _, known := r.cached.hbs[id]; !known {
+		r.cached = nil // a node this copy does not know: read again
+		return
+	}
+	hbs := make(map[string]heartbeat, len(r.cached.hbs))
+	for k, v := range r.cached.hbs {
+		hbs[k] = v
+	}
+	hbs[id] = hb
+	r.cached = &listing{at: r.cached.at, recs: r.cached.recs, hbs: hbs}
+}
+
+// load reads both buckets, and keeps the read when ReadCacheTTL is set.
+func (r *Registry) load() (*listing, error) {
+	r.cacheMu.Lock()
+	gen := r.cacheGen
+	r.cacheMu.Unlock()
+	began := time.Now()
 	var recs []record
 	err := r.cfg.Store.Each(nodesBucket, func(key string, data []byte) error {
 		var rec record
@@ -284,13 +396,15 @@ func (r *Registry) List() ([]Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	now := r.cfg.Now()
-	out := make([]Node, 0, len(recs))
-	for _, rec := range recs {
-		out = append(out, r.view(rec, hbs[rec.ID], now))
+	l := &listing{at: began, recs: recs, hbs: hbs}
+	if r.cfg.ReadCacheTTL > 0 {
+		r.cacheMu.Lock()
+		if r.cacheGen == gen && (r.cached == nil || r.cached.at.Before(began)) {
+			r.cached = l
+		}
+		r.cacheMu.Unlock()
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	return l, nil
 }
 
 // Cordon stops placing new sandboxes on a ready node; its sandboxes stay.
@@ -370,6 +484,7 @@ func (r *Registry) NoteDrain(id, reason string) error {
 func (r *Registry) Remove(id string, force bool) (n Node, removed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer r.forget()
 	rec, err := r.record(id)
 	if err != nil {
 		return Node{}, false, err
@@ -414,6 +529,7 @@ func (r *Registry) Remove(id string, force bool) (n Node, removed bool, err erro
 func (r *Registry) transition(id string, change func(*record) error) (Node, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer r.forget()
 	rec, err := r.record(id)
 	if err != nil {
 		return Node{}, err

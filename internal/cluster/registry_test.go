@@ -380,3 +380,98 @@ func TestNoteDrain(t *testing.T) {
 		t.Fatalf("report on an unknown node: %v", err)
 	}
 }
+
+// countingStore counts the reads that reach the store.
+type countingStore struct {
+	*memStore
+	mu    sync.Mutex
+	reads int
+}
+
+func (s *countingStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
+}
+
+func (s *countingStore) Get(bucket, key string, v any) error {
+	s.mu.Lock()
+	s.reads++
+	s.mu.Unlock()
+	return s.memStore.Get(bucket, key, v)
+}
+
+func (s *countingStore) Each(bucket string, fn func(key string, data []byte) error) error {
+	s.mu.Lock()
+	s.reads++
+	s.mu.Unlock()
+	return s.memStore.Each(bucket, fn)
+}
+
+// With ReadCacheTTL, List and Get answer from one read of the store until
+// this registry writes: its own heartbeats show at once, its own cordon
+// drops the copy, another replica's change waits for the copy to age, and
+// a node the copy does not know is looked up in the store.
+func TestReadCache(t *testing.T) {
+	st := &countingStore{memStore: newMemStore()}
+	c := newClock()
+	a := newTestRegistry(t, st, c, func(cfg *Config) { cfg.ReadCacheTTL = time.Hour })
+	b := newTestRegistry(t, st, c, nil)
+	mustRegister(t, a, "n1", nodeapi.Info{VCPUs: 4, MemoryMB: 8192})
+	if _, err := a.List(); err != nil {
+		t.Fatal(err)
+	}
+	reads := st.count()
+	for range 3 {
+		if ns, err := a.List(); err != nil || len(ns) != 1 {
+			t.Fatalf("list: %v, %v", ns, err)
+		}
+		if _, err := a.Get("n1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := st.count(); got != reads {
+		t.Fatalf("%d store reads for cached lists and gets; want none", got-reads)
+	}
+
+	if err := a.Heartbeat("n1", nodeapi.Info{VCPUs: 4, MemoryMB: 8192, Sandboxes: 5}); err != nil {
+		t.Fatal(err)
+	}
+	reads = st.count()
+	if n, err := a.Get("n1"); err != nil || n.Info.Sandboxes != 5 {
+		t.Fatalf("after its own heartbeat: %+v, %v; want 5 sandboxes", n, err)
+	}
+	if st.count() != reads {
+		t.Fatal("its own heartbeat dropped the cached read")
+	}
+
+	if _, err := b.Cordon("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.Get("n1"); n.State != Ready {
+		t.Fatalf("another replica's cordon seen in %s before the copy aged; the test assumes the cache", n.State)
+	}
+	if _, err := a.Uncordon("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Cordon("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.Get("n1"); n.State != Cordoned {
+		t.Fatalf("after its own cordon: %s; want cordoned", n.State)
+	}
+
+	mustRegister(t, b, "n2", nodeapi.Info{VCPUs: 2, MemoryMB: 4096})
+	if n, err := a.Get("n2"); err != nil || n.ID != "n2" {
+		t.Fatalf("a node joined through another replica: %+v, %v", n, err)
+	}
+
+	// Without the cache, another replica's change is seen at once.
+	plain := newTestRegistry(t, st, c, nil)
+	if _, err := b.Uncordon("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := plain.Get("n1"); n.State != Ready {
+		t.Fatalf("uncached: %s; want ready", n.State)
+	}
+}

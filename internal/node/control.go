@@ -59,11 +59,18 @@ func checkCreateSpec(spec CreateSpec) error {
 // Create starts a sandbox: cold, booted on a copy of its template's root
 // volume, or (req.Warm) restored from the template's booted image, made on
 // first use. A template that cannot be booted warm is booted cold.
-func (n *Node) Create(ctx context.Context, req nodeapi.CreateRequest) error {
+func (n *Node) Create(ctx context.Context, req nodeapi.CreateRequest) (err error) {
 	spec := req.Spec
 	if err := checkCreateSpec(spec); err != nil {
 		return err
 	}
+	// Counted from now on, so placement sees a create in flight.
+	n.commit(spec.ID, spec.Limits)
+	defer func() {
+		if err != nil {
+			n.uncommit(spec.ID)
+		}
+	}()
 	// Pool refills wait while a create someone waits for runs.
 	n.pools.active.enter()
 	defer n.pools.active.leave()
@@ -89,10 +96,16 @@ func (n *Node) Sandboxes(ctx context.Context) ([]string, error) {
 }
 
 // Info describes the node: its configured capacity, the sandboxes it
-// tracks, the free memory and disk, its template images and pools.
+// tracks, the limits committed to the sandboxes it runs, the free memory
+// and disk, its template images and pools.
 func (n *Node) Info(ctx context.Context) (nodeapi.Info, error) {
 	n.mu.Lock()
 	count := len(n.sandboxes)
+	var vcpus, memoryMB int
+	for _, l := range n.committed {
+		vcpus += l.VCPUs
+		memoryMB += l.MemoryMB
+	}
 	n.mu.Unlock()
 	tpls, err := n.TemplateImages(ctx)
 	if err != nil {
@@ -101,7 +114,7 @@ func (n *Node) Info(ctx context.Context) (nodeapi.Info, error) {
 	info := nodeapi.Info{
 		ID: n.cfg.ID, VCPUs: n.cfg.Capacity.VCPUs, MemoryMB: n.cfg.Capacity.MemoryMB, DiskMB: n.cfg.Capacity.DiskMB,
 		Sandboxes: count, DiskFreeMB: diskFreeMB(n.cfg.Volumes.Path("")), MemoryFreeMB: memoryFreeMB(),
-		TemplateImages: tpls,
+		VCPUsCommitted: vcpus, MemoryCommittedMB: memoryMB, TemplateImages: tpls,
 	}
 	if pools := n.poolStatuses(); len(pools) > 0 {
 		info.Pools = pools

@@ -223,6 +223,7 @@ func (n *Node) VolumeExists(_ context.Context, name string) (bool, error) {
 // volume and the node's handle (with its sessions).
 func (n *Node) releaseRuntime(ctx context.Context, id string) {
 	n.untrack(id)
+	n.uncommit(id)
 	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
 		n.log.Warn("release runtime", "sandbox", id, "err", err)
 	}
@@ -311,6 +312,14 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) error {
 // resumeFrom is ResumeFrom from an image directory (a checkpoint image's,
 // or a template image's); spec.Image is not used.
 func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string) (err error) {
+	// Counted from now on (a resume, a branch, a pool refill), so
+	// placement sees a restore in flight.
+	n.commit(spec.ID, spec.Limits)
+	defer func() {
+		if err != nil {
+			n.uncommit(spec.ID)
+		}
+	}()
 	vol := volumeName(spec.ID)
 	if spec.FromVolume != "" && spec.Rollback {
 		if err := n.stageVolume(spec); err != nil {
@@ -545,5 +554,10 @@ func (n *Node) BootFromDisk(ctx context.Context, spec CreateSpec) error {
 		return fmt.Errorf("boot %s from disk: root volume is missing", spec.ID)
 	}
 	_ = n.cfg.Runtime.Destroy(ctx, spec.ID)
-	return n.boot(ctx, spec)
+	n.commit(spec.ID, spec.Limits)
+	if err := n.boot(ctx, spec); err != nil {
+		n.uncommit(spec.ID)
+		return err
+	}
+	return nil
 }

@@ -32,6 +32,9 @@ type Runtime interface {
 	List(ctx context.Context) ([]string, error)
 	Stats(ctx context.Context, id string) (runtime.Stats, error)
 	DialAgent(ctx context.Context, id string) (net.Conn, error)
+	// Limits are those the sandbox runs under, as it was started or
+	// restored: what an adopted sandbox commits.
+	Limits(id string) (runtime.Limits, error)
 	// Quiesce waits for runtime commands on the sandbox that a previous
 	// server process left running.
 	Quiesce(ctx context.Context, id string) error
@@ -82,8 +85,12 @@ type Node struct {
 	agentDir string
 	log      *slog.Logger
 
-	mu            sync.Mutex
-	sandboxes     map[string]*Sandbox
+	mu        sync.Mutex
+	sandboxes map[string]*Sandbox
+	// committed holds the limits of every sandbox the node has accepted
+	// to run (pooled ones included) and not released: from the start of
+	// a create or restore to its destroy, suspend or halt. Info sums it.
+	committed     map[string]runtime.Limits
 	templateLocks map[string]*sync.Mutex
 	pools         pools
 	builds        map[string]bool // build sandboxes running (build.go)
@@ -175,6 +182,23 @@ func (n *Node) register(sb *Sandbox) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.sandboxes[sb.ID] = sb
+}
+
+// commit counts a sandbox's limits as the node's from now on.
+func (n *Node) commit(id string, l runtime.Limits) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.committed == nil {
+		n.committed = map[string]runtime.Limits{}
+	}
+	n.committed[id] = l
+}
+
+// uncommit stops counting a sandbox's limits: its runtime is gone.
+func (n *Node) uncommit(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.committed, id)
 }
 
 func (n *Node) unregister(id string) *Sandbox {

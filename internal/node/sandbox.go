@@ -201,6 +201,11 @@ func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) 
 			return false, nil
 		}
 	}
+	if l, err := n.cfg.Runtime.Limits(id); err == nil {
+		n.commit(id, l)
+	} else {
+		n.log.Warn("adopted sandbox's limits unknown; not counted as committed", "sandbox", id, "err", err)
+	}
 	n.register(sb)
 	n.track(ctx, sb)
 	if st.Status == runtime.StatusRunning {
@@ -221,6 +226,7 @@ func (n *Node) Destroy(ctx context.Context, id string) error {
 
 func (n *Node) release(ctx context.Context, id string) error {
 	n.untrack(id)
+	n.uncommit(id)
 	if sb := n.unregister(id); sb != nil {
 		sb.closeSessions("sandbox stopped")
 		sb.Agent.Reset()

@@ -53,6 +53,10 @@ type ControlPlaneConfig struct {
 	Logger    *slog.Logger
 }
 
+// registryReadCache is how old the registry's copy of the nodes may be
+// (cluster.Config.ReadCacheTTL): well under the heartbeat timeout.
+const registryReadCache = time.Second
+
 // DefaultControlPlaneConfig returns the defaults of `space control-plane`:
 // those of `space serve` where they apply.
 func DefaultControlPlaneConfig() ControlPlaneConfig {
@@ -128,6 +132,10 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	reg, err := cluster.New(cluster.Config{
 		Store: s.st, HeartbeatTimeout: cfg.HeartbeatTimeout, Drainer: &drainer,
 		Placement: cluster.PlacementConfig{MemoryOvercommit: cfg.MemoryOvercommit},
+		// A create read the nodes and heartbeats from PostgreSQL three
+		// times (resolve, place, the chosen node): a second's copy saves
+		// that; another replica's cordon is seen up to a second late.
+		ReadCacheTTL: registryReadCache,
 	})
 	if err != nil {
 		return nil, err
@@ -173,7 +181,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	mux.Handle(clusterPath, clusterHandler)
 	mux.Handle("/", api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: metricsReg, Logger: cfg.Logger,
-		Nodes: reg, MaxRequestsPerKey: cfg.MaxRequestsPerKey,
+		Nodes: operatorView{reg}, MaxRequestsPerKey: cfg.MaxRequestsPerKey,
 	}), s.hostPaths))
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -222,3 +230,11 @@ func newClusterControlPlane(ctx context.Context, cfg controlplane.Config, nodes 
 	}
 	return cp, nil
 }
+
+// operatorView is the registry as the nodes routes show it: read from the
+// store, never from the registry's read cache, so that an operator sees a
+// change made through another replica at once.
+type operatorView struct{ *cluster.Registry }
+
+func (v operatorView) List() ([]cluster.Node, error)       { return v.ListStored() }
+func (v operatorView) Get(id string) (cluster.Node, error) { return v.GetStored(id) }

@@ -97,3 +97,37 @@ func ociSpec(spec runtime.Spec) *specs.Spec {
 		},
 	}
 }
+
+// Limits reads the limits a sandbox was started or restored under from its
+// bundle: a node that adopts the sandbox after its own restart counts them
+// as committed again.
+func (r *Runtime) Limits(id string) (runtime.Limits, error) {
+	data, err := os.ReadFile(filepath.Join(r.bundleDir(id), "config.json"))
+	if err != nil {
+		return runtime.Limits{}, fmt.Errorf("limits of %s: %w", id, err)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return runtime.Limits{}, fmt.Errorf("limits of %s: %w", id, err)
+	}
+	return limitsOf(&s), nil
+}
+
+// limitsOf is the inverse of the resources ociSpec writes.
+func limitsOf(s *specs.Spec) runtime.Limits {
+	var l runtime.Limits
+	if s.Linux == nil || s.Linux.Resources == nil {
+		return l
+	}
+	res := s.Linux.Resources
+	if res.Memory != nil && res.Memory.Limit != nil {
+		l.MemoryMB = int(*res.Memory.Limit >> 20)
+	}
+	if res.CPU != nil && res.CPU.Quota != nil && res.CPU.Period != nil && *res.CPU.Period > 0 {
+		l.VCPUs = int(*res.CPU.Quota / int64(*res.CPU.Period))
+	}
+	if res.Pids != nil {
+		l.Pids = int(res.Pids.Limit)
+	}
+	return l
+}
