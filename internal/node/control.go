@@ -64,6 +64,7 @@ func (n *Node) Create(ctx context.Context, req nodeapi.CreateRequest) (err error
 	if err := checkCreateSpec(spec); err != nil {
 		return err
 	}
+	defer n.lifecycle.lock(req.Spec.ID)()
 	// Counted from now on, so placement sees a create in flight.
 	n.commit(spec.ID, spec.Limits)
 	defer func() {

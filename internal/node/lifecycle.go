@@ -182,6 +182,7 @@ func (n *Node) Halt(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	defer n.lifecycle.lock(id)()
 	n.releaseRuntime(ctx, id)
 	return nil
 }
@@ -297,6 +298,7 @@ func (n *Node) ResumeFrom(ctx context.Context, spec RestoreSpec) error {
 	if err := checkID(spec.ID); err != nil {
 		return err
 	}
+	defer n.lifecycle.lock(spec.ID)()
 	if spec.FromVolume != "" {
 		if err := nodeapi.ValidName(spec.FromVolume); err != nil {
 			return err
@@ -549,6 +551,7 @@ func (n *Node) BootFromDisk(ctx context.Context, spec CreateSpec) error {
 	if err := checkCreateSpec(spec); err != nil {
 		return err
 	}
+	defer n.lifecycle.lock(spec.ID)()
 	vol := volumeName(spec.ID)
 	if !n.cfg.Volumes.Exists(vol) {
 		return fmt.Errorf("boot %s from disk: root volume is missing", spec.ID)

@@ -95,6 +95,9 @@ type Node struct {
 	pools         pools
 	builds        map[string]bool // build sandboxes running (build.go)
 	events        events          // subscribers of Events (events.go)
+	// lifecycle serialises the calls that make or unmake one sandbox's
+	// runtime (idlock.go).
+	lifecycle idLocks
 }
 
 // Capacity is what a node offers in total.

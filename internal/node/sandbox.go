@@ -221,6 +221,7 @@ func (n *Node) Destroy(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	defer n.lifecycle.lock(id)()
 	return n.release(ctx, id)
 }
 
