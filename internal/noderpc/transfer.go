@@ -18,9 +18,6 @@ import (
 
 var _ nodeapi.Transfer = (*Client)(nil)
 
-// transfer is the node's Transfer (every nodeapi.Node has one).
-func (s *server) transfer() (nodeapi.Transfer, error) { return s.node, nil }
-
 // chunkWriter sends what is written to it as messages of at most
 // chunkSize bytes.
 type chunkWriter func([]byte) error
@@ -42,46 +39,30 @@ func sendChunks(stream *connect.ServerStream[pb.DataChunk]) chunkWriter {
 }
 
 func (s *server) SendVolume(ctx context.Context, req *connect.Request[pb.NameRequest], stream *connect.ServerStream[pb.DataChunk]) error {
-	t, err := s.transfer()
-	if err != nil {
-		return err
-	}
-	return wireError(t.SendVolume(ctx, req.Msg.GetName(), sendChunks(stream)))
+	return wireError(s.node.SendVolume(ctx, req.Msg.GetName(), sendChunks(stream)))
 }
 
 func (s *server) SendImage(ctx context.Context, req *connect.Request[pb.NameRequest], stream *connect.ServerStream[pb.DataChunk]) error {
-	t, err := s.transfer()
-	if err != nil {
-		return err
-	}
-	return wireError(t.SendImage(ctx, req.Msg.GetName(), sendChunks(stream)))
+	return wireError(s.node.SendImage(ctx, req.Msg.GetName(), sendChunks(stream)))
 }
 
 func (s *server) ReceiveVolume(ctx context.Context, stream *connect.ClientStream[pb.ReceiveVolumeRequest]) (*connect.Response[pb.Empty], error) {
-	t, err := s.transfer()
-	if err != nil {
-		return nil, err
-	}
 	head, err := receiveHead(stream, "receive volume")
 	if err != nil {
 		return nil, err
 	}
 	body := &uploadReader[pb.ReceiveVolumeRequest]{stream: stream, data: (*pb.ReceiveVolumeRequest).GetData, buf: head.GetData()}
 	req := nodeapi.ReceiveVolumeRequest{Name: head.GetName(), Writable: head.GetWritable(), DiskMB: int(head.GetDiskMb())}
-	return ok(t.ReceiveVolume(ctx, req, body))
+	return ok(s.node.ReceiveVolume(ctx, req, body))
 }
 
 func (s *server) ReceiveImage(ctx context.Context, stream *connect.ClientStream[pb.ReceiveImageRequest]) (*connect.Response[pb.Empty], error) {
-	t, err := s.transfer()
-	if err != nil {
-		return nil, err
-	}
 	head, err := receiveHead(stream, "receive image")
 	if err != nil {
 		return nil, err
 	}
 	body := &uploadReader[pb.ReceiveImageRequest]{stream: stream, data: (*pb.ReceiveImageRequest).GetData, buf: head.GetData()}
-	return ok(t.ReceiveImage(ctx, head.GetImage(), body))
+	return ok(s.node.ReceiveImage(ctx, head.GetImage(), body))
 }
 
 // download writes the data of a server stream into w.
