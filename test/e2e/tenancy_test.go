@@ -725,8 +725,19 @@ func TestPerKeyRequestLimit(t *testing.T) {
 			req, _ := http.NewRequestWithContext(ctx, "GET", env.srv.URL+"/v1/sandboxes/"+sb.ID+"/wait?state=stopped&timeout_s=120", nil)
 			req.Header.Set("X-API-Key", p.secretKeys[0])
 			started <- struct{}{}
-			if resp, err := hc.Do(req); err == nil {
+			// The poll below can take the last slot just before this
+			// wait arrives; a wait refused that way tries again, or
+			// only 255 would be held and the poll would never see 429.
+			for ctx.Err() == nil {
+				resp, err := hc.Do(req)
+				if err != nil {
+					return
+				}
 				resp.Body.Close()
+				if resp.StatusCode != http.StatusTooManyRequests {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		}()
 	}
