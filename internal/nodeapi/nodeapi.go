@@ -147,7 +147,9 @@ type Control interface {
 // Data reaches running sandboxes.
 type Data interface {
 	// Sandbox returns the data plane of a sandbox the node runs, or an
-	// error wrapping ErrNoSandbox.
+	// error wrapping ErrNoSandbox. An implementation may skip the check
+	// and hand back a handle whose calls fail with ErrNoSandbox instead
+	// (the remote one does, to save a round trip per call).
 	Sandbox(ctx context.Context, id string) (Sandbox, error)
 }
 

@@ -297,11 +297,6 @@ func (s *server) sandbox(ctx context.Context, id string) (nodeapi.Sandbox, error
 	return sb, nil
 }
 
-func (s *server) Sandbox(ctx context.Context, req *connect.Request[pb.SandboxRequest]) (*connect.Response[pb.Empty], error) {
-	_, err := s.sandbox(ctx, req.Msg.GetId())
-	return ok(err)
-}
-
 func (s *server) Exec(ctx context.Context, req *connect.Request[pb.ExecRequest]) (*connect.Response[pb.ExecResult], error) {
 	sb, err := s.sandbox(ctx, req.Msg.GetSandbox())
 	if err != nil {

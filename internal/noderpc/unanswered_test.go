@@ -46,7 +46,11 @@ func TestUnansweredWrapsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	if _, err := up.Sandbox(ctx, "sbx-none"); err == nil || errors.Is(err, gone) || !errors.Is(err, nodeapi.ErrNoSandbox) {
+	sb, err := up.Sandbox(ctx, "sbx-none")
+	if err == nil {
+		_, err = sb.Exec(ctx, nodeapi.ExecSpec{Cmd: []string{"true"}})
+	}
+	if err == nil || errors.Is(err, gone) || !errors.Is(err, nodeapi.ErrNoSandbox) {
 		t.Fatalf("a refusal of a node that answers: %v, want ErrNoSandbox and not Unavailable", err)
 	}
 }

@@ -4451,7 +4451,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\rTemplateBuilt\x12/\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1b.space.node.v1.TemplateSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xf9\x1f\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xb9\x1f\n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
@@ -4489,8 +4489,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x11DropTemplateImage\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12;\n" +
 	"\aSetPool\x12\x1a.space.node.v1.PoolRequest\x1a\x14.space.node.v1.Empty\x12=\n" +
 	"\x04Pool\x12\x1a.space.node.v1.NameRequest\x1a\x19.space.node.v1.PoolStatus\x126\n" +
-	"\x06Events\x12\x14.space.node.v1.Empty\x1a\x14.space.node.v1.Event0\x01\x12>\n" +
-	"\aSandbox\x12\x1d.space.node.v1.SandboxRequest\x1a\x14.space.node.v1.Empty\x12=\n" +
+	"\x06Events\x12\x14.space.node.v1.Empty\x1a\x14.space.node.v1.Event0\x01\x12=\n" +
 	"\x04Exec\x12\x1a.space.node.v1.ExecRequest\x1a\x19.space.node.v1.ExecResult\x12B\n" +
 	"\bReadFile\x12\x1a.space.node.v1.FileRequest\x1a\x18.space.node.v1.FileChunk0\x01\x12D\n" +
 	"\tWriteFile\x12\x1f.space.node.v1.WriteFileRequest\x1a\x14.space.node.v1.Empty(\x01\x12@\n" +
@@ -4687,91 +4686,89 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	31,  // 75: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
 	3,   // 76: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
 	1,   // 77: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
-	2,   // 78: space.node.v1.NodeService.Sandbox:input_type -> space.node.v1.SandboxRequest
-	34,  // 79: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
-	36,  // 80: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
-	38,  // 81: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
-	36,  // 82: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
-	40,  // 83: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
-	36,  // 84: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
-	36,  // 85: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
-	45,  // 86: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
-	47,  // 87: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
-	50,  // 88: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
-	2,   // 89: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
-	52,  // 90: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
-	56,  // 91: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
-	50,  // 92: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
-	57,  // 93: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
-	58,  // 94: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	3,   // 95: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
-	60,  // 96: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
-	3,   // 97: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
-	61,  // 98: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
-	62,  // 99: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
-	3,   // 100: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
-	63,  // 101: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
-	7,   // 102: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	15,  // 103: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	18,  // 104: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	20,  // 105: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,   // 106: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,   // 107: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	22,  // 108: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,   // 109: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,   // 110: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,   // 111: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,   // 112: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,   // 113: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,   // 114: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,   // 115: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,   // 116: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,   // 117: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,   // 118: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,   // 119: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,   // 120: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,   // 121: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,   // 122: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	29,  // 123: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	30,  // 124: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,   // 125: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,   // 126: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,   // 127: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,   // 128: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,   // 129: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	43,  // 130: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	41,  // 131: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	4,   // 132: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,   // 133: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,   // 134: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	32,  // 135: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	33,  // 136: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	1,   // 137: space.node.v1.NodeService.Sandbox:output_type -> space.node.v1.Empty
-	35,  // 138: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	37,  // 139: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,   // 140: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	39,  // 141: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	41,  // 142: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,   // 143: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	39,  // 144: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	39,  // 145: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	49,  // 146: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	49,  // 147: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	51,  // 148: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	55,  // 149: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,   // 150: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,   // 151: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,   // 152: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,   // 153: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	59,  // 154: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,   // 155: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	59,  // 156: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,   // 157: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	64,  // 158: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
-	1,   // 159: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
-	3,   // 160: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
-	102, // [102:161] is the sub-list for method output_type
-	43,  // [43:102] is the sub-list for method input_type
+	34,  // 78: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
+	36,  // 79: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
+	38,  // 80: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
+	36,  // 81: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
+	40,  // 82: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
+	36,  // 83: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
+	36,  // 84: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
+	45,  // 85: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
+	47,  // 86: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
+	50,  // 87: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
+	2,   // 88: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
+	52,  // 89: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
+	56,  // 90: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
+	50,  // 91: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
+	57,  // 92: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
+	58,  // 93: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
+	3,   // 94: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	60,  // 95: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,   // 96: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	61,  // 97: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	62,  // 98: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
+	3,   // 99: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
+	63,  // 100: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
+	7,   // 101: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	15,  // 102: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	18,  // 103: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	20,  // 104: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 105: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 106: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	22,  // 107: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,   // 108: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,   // 109: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,   // 110: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,   // 111: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,   // 112: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,   // 113: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,   // 114: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,   // 115: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,   // 116: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,   // 117: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,   // 118: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 119: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 120: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 121: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	29,  // 122: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	30,  // 123: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 124: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 125: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 126: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 127: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 128: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	43,  // 129: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	41,  // 130: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	4,   // 131: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 132: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 133: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	32,  // 134: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	33,  // 135: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	35,  // 136: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	37,  // 137: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 138: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	39,  // 139: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	41,  // 140: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 141: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	39,  // 142: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	39,  // 143: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	49,  // 144: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	49,  // 145: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	51,  // 146: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	55,  // 147: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 148: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 149: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 150: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 151: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	59,  // 152: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 153: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	59,  // 154: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 155: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	64,  // 156: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 157: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 158: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	101, // [101:159] is the sub-list for method output_type
+	43,  // [43:101] is the sub-list for method input_type
 	43,  // [43:43] is the sub-list for extension type_name
 	43,  // [43:43] is the sub-list for extension extendee
 	0,   // [0:43] is the sub-list for field type_name

@@ -119,8 +119,6 @@ const (
 	NodeServicePoolProcedure = "/space.node.v1.NodeService/Pool"
 	// NodeServiceEventsProcedure is the fully-qualified name of the NodeService's Events RPC.
 	NodeServiceEventsProcedure = "/space.node.v1.NodeService/Events"
-	// NodeServiceSandboxProcedure is the fully-qualified name of the NodeService's Sandbox RPC.
-	NodeServiceSandboxProcedure = "/space.node.v1.NodeService/Sandbox"
 	// NodeServiceExecProcedure is the fully-qualified name of the NodeService's Exec RPC.
 	NodeServiceExecProcedure = "/space.node.v1.NodeService/Exec"
 	// NodeServiceReadFileProcedure is the fully-qualified name of the NodeService's ReadFile RPC.
@@ -219,8 +217,9 @@ type NodeServiceClient interface {
 	// Events: the first message is an empty Event (type "") sent once the
 	// subscription is live, so a client knows no later event is missed.
 	Events(context.Context, *connect.Request[nodev1.Empty]) (*connect.ServerStreamForClient[nodev1.Event], error)
-	// Data plane. Sandbox checks that the node runs a sandbox (Data.Sandbox).
-	Sandbox(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
+	// Data plane. Every call names its sandbox and fails with NotFound
+	// (ErrNoSandbox) when the node does not run it; there is no separate
+	// existence check, which would cost a round trip per call.
 	Exec(context.Context, *connect.Request[nodev1.ExecRequest]) (*connect.Response[nodev1.ExecResult], error)
 	// ReadFile: the first message carries the size and no data, then data.
 	ReadFile(context.Context, *connect.Request[nodev1.FileRequest]) (*connect.ServerStreamForClient[nodev1.FileChunk], error)
@@ -481,12 +480,6 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Events")),
 			connect.WithClientOptions(opts...),
 		),
-		sandbox: connect.NewClient[nodev1.SandboxRequest, nodev1.Empty](
-			httpClient,
-			baseURL+NodeServiceSandboxProcedure,
-			connect.WithSchema(nodeServiceMethods.ByName("Sandbox")),
-			connect.WithClientOptions(opts...),
-		),
 		exec: connect.NewClient[nodev1.ExecRequest, nodev1.ExecResult](
 			httpClient,
 			baseURL+NodeServiceExecProcedure,
@@ -665,7 +658,6 @@ type nodeServiceClient struct {
 	setPool              *connect.Client[nodev1.PoolRequest, nodev1.Empty]
 	pool                 *connect.Client[nodev1.NameRequest, nodev1.PoolStatus]
 	events               *connect.Client[nodev1.Empty, nodev1.Event]
-	sandbox              *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
 	exec                 *connect.Client[nodev1.ExecRequest, nodev1.ExecResult]
 	readFile             *connect.Client[nodev1.FileRequest, nodev1.FileChunk]
 	writeFile            *connect.Client[nodev1.WriteFileRequest, nodev1.Empty]
@@ -866,11 +858,6 @@ func (c *nodeServiceClient) Events(ctx context.Context, req *connect.Request[nod
 	return c.events.CallServerStream(ctx, req)
 }
 
-// Sandbox calls space.node.v1.NodeService.Sandbox.
-func (c *nodeServiceClient) Sandbox(ctx context.Context, req *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error) {
-	return c.sandbox.CallUnary(ctx, req)
-}
-
 // Exec calls space.node.v1.NodeService.Exec.
 func (c *nodeServiceClient) Exec(ctx context.Context, req *connect.Request[nodev1.ExecRequest]) (*connect.Response[nodev1.ExecResult], error) {
 	return c.exec.CallUnary(ctx, req)
@@ -1030,8 +1017,9 @@ type NodeServiceHandler interface {
 	// Events: the first message is an empty Event (type "") sent once the
 	// subscription is live, so a client knows no later event is missed.
 	Events(context.Context, *connect.Request[nodev1.Empty], *connect.ServerStream[nodev1.Event]) error
-	// Data plane. Sandbox checks that the node runs a sandbox (Data.Sandbox).
-	Sandbox(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
+	// Data plane. Every call names its sandbox and fails with NotFound
+	// (ErrNoSandbox) when the node does not run it; there is no separate
+	// existence check, which would cost a round trip per call.
 	Exec(context.Context, *connect.Request[nodev1.ExecRequest]) (*connect.Response[nodev1.ExecResult], error)
 	// ReadFile: the first message carries the size and no data, then data.
 	ReadFile(context.Context, *connect.Request[nodev1.FileRequest], *connect.ServerStream[nodev1.FileChunk]) error
@@ -1288,12 +1276,6 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Events")),
 		connect.WithHandlerOptions(opts...),
 	)
-	nodeServiceSandboxHandler := connect.NewUnaryHandler(
-		NodeServiceSandboxProcedure,
-		svc.Sandbox,
-		connect.WithSchema(nodeServiceMethods.ByName("Sandbox")),
-		connect.WithHandlerOptions(opts...),
-	)
 	nodeServiceExecHandler := connect.NewUnaryHandler(
 		NodeServiceExecProcedure,
 		svc.Exec,
@@ -1504,8 +1486,6 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServicePoolHandler.ServeHTTP(w, r)
 		case NodeServiceEventsProcedure:
 			nodeServiceEventsHandler.ServeHTTP(w, r)
-		case NodeServiceSandboxProcedure:
-			nodeServiceSandboxHandler.ServeHTTP(w, r)
 		case NodeServiceExecProcedure:
 			nodeServiceExecHandler.ServeHTTP(w, r)
 		case NodeServiceReadFileProcedure:
@@ -1699,10 +1679,6 @@ func (UnimplementedNodeServiceHandler) Pool(context.Context, *connect.Request[no
 
 func (UnimplementedNodeServiceHandler) Events(context.Context, *connect.Request[nodev1.Empty], *connect.ServerStream[nodev1.Event]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Events is not implemented"))
-}
-
-func (UnimplementedNodeServiceHandler) Sandbox(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Sandbox is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) Exec(context.Context, *connect.Request[nodev1.ExecRequest]) (*connect.Response[nodev1.ExecResult], error) {
