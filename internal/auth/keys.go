@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,15 +80,37 @@ func hashKey(secret string) string {
 // has E2B's format (e2b_ and 40 hex digits) so that E2B SDKs accept it
 // unchanged.
 func (k *Keys) Create(name, proj string, admin bool) (Key, string, error) {
-	proj = project.Of(proj)
-	if err := project.ValidName(proj); err != nil {
-		return Key{}, "", err
-	}
 	raw := make([]byte, 20)
 	if _, err := rand.Read(raw); err != nil {
 		return Key{}, "", err
 	}
 	secret := "e2b_" + hex.EncodeToString(raw)
+	key, err := k.add(name, proj, admin, secret)
+	return key, secret, err
+}
+
+// ErrKeyFormat: a secret given to Import is not e2b_ and 40 hex digits.
+var ErrKeyFormat = errors.New("an API key is e2b_ followed by 40 lowercase hex digits")
+
+// Import stores a key whose secret the operator chose, for an installer
+// that generates the first admin key itself (a Helm chart's Secret). The
+// secret must have the format Create mints.
+func (k *Keys) Import(name, proj string, admin bool, secret string) (Key, error) {
+	digits, ok := strings.CutPrefix(secret, "e2b_")
+	if _, err := hex.DecodeString(digits); !ok || err != nil || len(digits) != 40 || strings.ToLower(digits) != digits {
+		return Key{}, ErrKeyFormat
+	}
+	if _, err := k.Check(secret); err == nil {
+		return Key{}, errors.New("this API key exists already")
+	}
+	return k.add(name, proj, admin, secret)
+}
+
+func (k *Keys) add(name, proj string, admin bool, secret string) (Key, error) {
+	proj = project.Of(proj)
+	if err := project.ValidName(proj); err != nil {
+		return Key{}, err
+	}
 	idRaw := make([]byte, 6)
 	_, _ = rand.Read(idRaw)
 	key := Key{
@@ -100,12 +123,12 @@ func (k *Keys) Create(name, proj string, admin bool) (Key, string, error) {
 		CreatedAt: time.Now().UTC(),
 	}
 	if err := k.st.Put(bucket, key.ID, key); err != nil {
-		return Key{}, "", fmt.Errorf("store API key: %w", err)
+		return Key{}, fmt.Errorf("store API key: %w", err)
 	}
 	k.mu.Lock()
 	k.byHash[key.Hash] = key
 	k.mu.Unlock()
-	return key, secret, nil
+	return key, nil
 }
 
 // Check returns the key a secret belongs to.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,13 +26,14 @@ from the store's bootstrap record, which is sealed with the cluster token.
 
 The control plane and the nodes share a cluster token, read from
 --cluster-token-file or $SPACE_CLUSTER_TOKEN.`)
-	fs.StringVar(&cfg.Store, "store", "", "PostgreSQL URL of the cluster's state, postgres://user@host/db (required)")
+	fs.StringVar(&cfg.Store, "store", "", "PostgreSQL URL of the cluster's state, postgres://user@host/db (required; default: $SPACE_STORE)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where this replica's own files (admin.key) live")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the HTTP API (and of the nodes' cluster service)")
 	fs.StringVar(&cfg.E2BListen, "e2b-listen", cfg.E2BListen, "address of the E2B-compatible API (E2B_API_URL); empty to turn it off")
 	fs.StringVar(&cfg.ProxyListen, "proxy-listen", cfg.ProxyListen, "address of the sandbox traffic proxy (E2B_SANDBOX_URL); empty to turn it off")
 	fs.StringVar(&cfg.Domain, "domain", "", "sandbox domain the E2B API announces and the proxy routes (default: none, header routing only)")
 	tokenFile := fs.String("cluster-token-file", "", "file holding the cluster token (default: $SPACE_CLUSTER_TOKEN)")
+	adminKeyFile := fs.String("admin-key-file", "", "file holding the first admin key (e2b_ and 40 hex digits) to create on an empty store instead of minting one")
 	fs.StringVar(&cfg.TLSCAFile, "tls-ca", "", "PEM certificates to verify the nodes' TLS certificates with (for https:// node addresses)")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "a node that sends no heartbeat for this long is unreachable")
 	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", cfg.MemoryOvercommit, "sum of sandbox memory limits placed on a node, as a multiple of its memory (0: unlimited)")
@@ -48,7 +51,11 @@ The control plane and the nodes share a cluster token, read from
 		return err
 	}
 	if cfg.Store == "" {
-		return fs.usageErrorf("space control-plane needs --store postgres://...")
+		// From the environment, so that a password need not be in argv.
+		cfg.Store = strings.TrimSpace(os.Getenv("SPACE_STORE"))
+	}
+	if cfg.Store == "" {
+		return fs.usageErrorf("space control-plane needs --store postgres://... (or $SPACE_STORE)")
 	}
 	if u, err := url.Parse(cfg.Store); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		// The URL may hold a password: name only what is wrong with it.
@@ -62,6 +69,15 @@ The control plane and the nodes share a cluster token, read from
 	}
 	if cfg.ClusterToken, err = clusterToken(*tokenFile); err != nil {
 		return err
+	}
+	if *adminKeyFile != "" {
+		data, err := os.ReadFile(*adminKeyFile)
+		if err != nil {
+			return fmt.Errorf("read the admin key: %w", err)
+		}
+		if cfg.AdminKey = strings.TrimSpace(string(data)); cfg.AdminKey == "" {
+			return fs.usageErrorf("--admin-key-file %s is empty", *adminKeyFile)
+		}
 	}
 	if cfg.TLSCAFile != "" {
 		if _, err := readCA(cfg.TLSCAFile); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/credentials"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/internal/store"
 )
@@ -89,7 +90,11 @@ func open(aead cipher.AEAD, sealed []byte, field string) ([]byte, error) {
 // loadBootstrap reads the cluster's bootstrap record, making it when the
 // store has none: under a store lock, so that replicas starting together
 // on an empty store mint one admin key between them.
-func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, adminKeyPath string) (bootstrap, error) {
+//
+// given, when not empty, is the first admin key the operator chose (an
+// installer's generated Secret); it is used instead of a minted one on an
+// empty store and ignored on a store that has keys already.
+func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, adminKeyPath, given string) (bootstrap, error) {
 	aead, err := bootstrapAEAD(token)
 	if err != nil {
 		return bootstrap{}, err
@@ -142,10 +147,16 @@ func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, 
 		return bootstrap{}, err
 	}
 	if keys.Empty() {
-		if b.adminKey, err = mintAdminKey(keys, "admin", adminKeyPath); err != nil {
+		if given != "" {
+			if _, err := keys.Import("admin", project.Default, true, given); err != nil {
+				return bootstrap{}, fmt.Errorf("the given admin key: %w", err)
+			}
+			b.adminKey = given
+		} else if b.adminKey, err = mintAdminKey(keys, "admin", adminKeyPath); err != nil {
 			return bootstrap{}, err
+		} else {
+			b.created = true
 		}
-		b.created = true
 		if rec.AdminKey, err = seal(aead, []byte(b.adminKey), "admin_key"); err != nil {
 			return bootstrap{}, err
 		}

@@ -36,6 +36,9 @@ type ControlPlaneConfig struct {
 	// ClusterToken authenticates the control plane and the nodes to each
 	// other; TLSCAFile, when set, verifies the nodes' TLS certificates.
 	ClusterToken, TLSCAFile string
+	// AdminKey, when set, is the first admin key of an empty store
+	// instead of a minted one (an installer generated it).
+	AdminKey string
 	// HeartbeatTimeout is how long a node may be silent before it is
 	// unreachable (cluster.DefaultHeartbeatTimeout when zero).
 	HeartbeatTimeout time.Duration
@@ -106,7 +109,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		return nil, err
 	}
 	adminKeyPath := filepath.Join(cfg.DataDir, "admin.key")
-	boot, err := loadBootstrap(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath)
+	boot, err := loadBootstrap(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath, cfg.AdminKey)
 	if err != nil {
 		return nil, err
 	}
