@@ -169,6 +169,13 @@ func TestUsageErrorsAndHelp(t *testing.T) {
 		{args: []string{"template", "build"}, code: 2, inStderr: "template build needs a recipe"},
 		{args: []string{"keys", "create"}, code: 2, inStderr: "keys create needs a NAME"},
 		{args: []string{"snapshot", "rm", "sb1"}, code: 2, inStderr: "at least one snapshot name"},
+		{args: []string{"sandbox", "rm", "--all", "sb1"}, code: 2, inStderr: "IDs or --all, not both"},
+		{args: []string{"sandbox", "rm"}, code: 2, inStderr: "at least one sandbox ID (or --all)"},
+		{args: []string{"template", "pool", "base"}, code: 2, inStderr: "a template name and a size"},
+		{args: []string{"template", "pool", "--all", "base", "1"}, code: 2, inStderr: "a template name and a size"},
+		{args: []string{"template", "pool", "base", "many"}, code: 2, inStderr: "0 or more"},
+		{args: []string{"node", "wait-empty", "extra"}, code: 2, inStderr: "node wait-empty"},
+		{args: []string{"control-plane", "--store", "postgres://x/y", "--admin-key-file", "/nonexistent/key"}, code: 1, inStderr: "read the admin key"},
 		{args: []string{"serve", "--http-idle-timeout", "0s"}, code: 2, inStderr: "--http-idle-timeout must be positive"},
 		{args: []string{"serve", "--http-max-connections", "-1"}, code: 2, inStderr: "--http-max-connections 0 (unlimited) or positive"},
 	}

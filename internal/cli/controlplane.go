@@ -67,9 +67,6 @@ The control plane and the nodes share a cluster token, read from
 	if cfg.HeartbeatTimeout <= 0 {
 		return fs.usageErrorf("--heartbeat-timeout must be positive")
 	}
-	if cfg.ClusterToken, err = clusterToken(*tokenFile); err != nil {
-		return err
-	}
 	if *adminKeyFile != "" {
 		data, err := os.ReadFile(*adminKeyFile)
 		if err != nil {
@@ -78,6 +75,9 @@ The control plane and the nodes share a cluster token, read from
 		if cfg.AdminKey = strings.TrimSpace(string(data)); cfg.AdminKey == "" {
 			return fs.usageErrorf("--admin-key-file %s is empty", *adminKeyFile)
 		}
+	}
+	if cfg.ClusterToken, err = clusterToken(*tokenFile); err != nil {
+		return err
 	}
 	if cfg.TLSCAFile != "" {
 		if _, err := readCA(cfg.TLSCAFile); err != nil {

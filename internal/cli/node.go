@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
@@ -20,6 +21,47 @@ var nodeCommands = []command{
 	{"uncordon", "make nodes take new sandboxes again (admin key only)", runNodeUncordon},
 	{"drain", "move every sandbox off nodes (admin key only)", runNodeDrain},
 	{"remove", "remove nodes from the cluster (admin key only)", runNodeRemove},
+	{"wait-empty", "wait until no node runs a sandbox (admin key only)", runNodeWaitEmpty},
+}
+
+func runNodeWaitEmpty(ctx context.Context, args []string) error {
+	fs := newFlagSet("space node wait-empty [--timeout D]", `
+Wait until every node of the cluster reports no sandbox at all, pooled
+ones included: after "space sandbox rm --all" and "space template pool
+--all 0", before the nodes are taken away. Needs the admin key.`)
+	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait")
+	if err := parseNoArgs(fs, args, "node wait-empty"); err != nil {
+		return err
+	}
+	c, err := connect()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(*timeout)
+	for {
+		nodes, err := c.ListNodes(ctx)
+		if err != nil {
+			return err
+		}
+		busy := []string{}
+		for _, n := range nodes {
+			if n.Sandboxes > 0 && n.State != apiv1.NodeUnreachable {
+				busy = append(busy, fmt.Sprintf("%s (%d)", n.ID, n.Sandboxes))
+			}
+		}
+		if len(busy) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nodes still run sandboxes after %s: %s", *timeout, strings.Join(busy, ", "))
+		}
+		fmt.Fprintf(stderr, "space: waiting for %s\n", strings.Join(busy, ", "))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // runNode dispatches "space node": a first argument that is a flag starts

@@ -125,19 +125,42 @@ func runSandboxGet(ctx context.Context, args []string) error {
 }
 
 func runSandboxRemove(ctx context.Context, args []string) error {
-	fs := newFlagSet("space sandbox rm ID...", "Remove sandboxes, releasing everything they hold.")
+	fs := newFlagSet("space sandbox rm ID... | --all", `
+Remove sandboxes, releasing everything they hold. --all removes every
+sandbox the key sees that is not stopped or failed already (with the admin
+key: those of every project), as an uninstall does.`)
+	all := fs.Bool("all", false, "remove every sandbox the key sees")
 	ids, err := fs.parse(args, true)
 	if err != nil {
 		return err
 	}
-	if len(ids) == 0 {
-		return fs.usageErrorf("sandbox rm needs at least one sandbox ID")
+	if *all && len(ids) > 0 {
+		return fs.usageErrorf("sandbox rm takes IDs or --all, not both")
+	}
+	if !*all && len(ids) == 0 {
+		return fs.usageErrorf("sandbox rm needs at least one sandbox ID (or --all)")
 	}
 	c, err := connect()
 	if err != nil {
 		return err
 	}
-	return forEach(ids, func(id string) error { return c.DeleteSandbox(ctx, id) })
+	if *all {
+		list, err := c.ListSandboxes(ctx, client.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, sb := range list {
+			if sb.State != apiv1.StateStopped && sb.State != apiv1.StateFailed {
+				ids = append(ids, sb.ID)
+			}
+		}
+	}
+	return forEach(ids, func(id string) error {
+		if err := c.DeleteSandbox(ctx, id); err != nil && !(*all && client.IsNotFound(err)) {
+			return err
+		}
+		return nil
+	})
 }
 
 func runSandboxTimeout(ctx context.Context, args []string) error {

@@ -17,6 +17,52 @@ var templateCommands = []command{
 	{"ls", "list templates", runTemplateList},
 	{"get", "print a template as JSON, with its build log", runTemplateGet},
 	{"rm", "remove templates", runTemplateRemove},
+	{"pool", "set how many ready sandboxes of templates are kept", runTemplatePool},
+}
+
+func runTemplatePool(ctx context.Context, args []string) error {
+	fs := newFlagSet("space template pool NAME SIZE | --all SIZE", `
+Set the warm pool of a template: how many sandboxes of it are kept started
+and idle so that a create only gives one its identity. --all sets every
+template's pool the key may set (0 empties every pool, as an uninstall does).`)
+	all := fs.Bool("all", false, "set the pool of every template")
+	positional, err := fs.parse(args, true)
+	if err != nil {
+		return err
+	}
+	want := 2
+	if *all {
+		want = 1
+	}
+	if len(positional) != want {
+		return fs.usageErrorf("template pool takes a template name and a size (or --all and a size)")
+	}
+	size, err := strconv.Atoi(positional[len(positional)-1])
+	if err != nil || size < 0 {
+		return fs.usageErrorf("the pool size must be a whole number, 0 or more, got %q", positional[len(positional)-1])
+	}
+	c, err := connect()
+	if err != nil {
+		return err
+	}
+	names := positional[:len(positional)-1]
+	if *all {
+		tpls, err := c.ListTemplates(ctx)
+		if err != nil {
+			return err
+		}
+		for _, t := range tpls {
+			// Only templates with a pool to change: the others refuse
+			// nothing but would print noise.
+			if t.Pool != nil && (t.Pool.Size != size || size == 0 && t.Pool.Ready > 0) {
+				names = append(names, t.Name)
+			}
+		}
+	}
+	return forEach(names, func(name string) error {
+		_, err := c.SetTemplatePool(ctx, name, size)
+		return err
+	})
 }
 
 func runTemplate(ctx context.Context, args []string) error {

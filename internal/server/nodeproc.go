@@ -236,12 +236,21 @@ func (s *NodeServer) Left() <-chan error { return s.member }
 // Shutdown stops the node's RPC service and loops. Sandboxes keep
 // running; a restarted node process keeps them, and the control plane
 // adopts them again.
+//
+// A node that runs no sandbox at all (an uninstall removed them) also
+// unmounts its loop-backed volume image, so that the host keeps no mount
+// of it; a restart mounts it again in a moment.
 func (s *NodeServer) Shutdown(ctx context.Context) error {
 	err := s.http.Shutdown(ctx)
 	s.cancel()
 	<-s.done
 	_ = s.cpClient.Close()
 	s.side.close()
+	if ids, lerr := s.side.node.Sandboxes(ctx); lerr == nil && len(ids) == 0 {
+		if uerr := s.side.pool.Unmount(); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("unmount the volume image: %w", uerr))
+		}
+	}
 	return err
 }
 
