@@ -23,6 +23,12 @@ if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   mkdir -p /etc/postgresql-common/createcluster.d
   echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.d/space-no-main.conf
 fi
+# etcd for internal/kubetest's kube-apiserver; containerd and runc for the
+# one-machine cluster of scripts/kube-up.sh. Without systemd no service starts:
+# each test runs its own process on its own data dir.
+for pair in etcd:etcd-server containerd:containerd runc:runc; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need_pkgs+=("${pair#*:}")
+done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive

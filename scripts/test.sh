@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
+# kube-apiserver and helm for the server-side dry-run tests (internal/kubetest);
+# cached under .tools after the first build (about 15 minutes on 2 cores).
+./scripts/kube-tools.sh --only apiserver,helm
 echo "==> go vet"
 go vet ./...
 echo "==> go test (race detector on)"

@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package cnitools names the CNI plugins scripts/kube-tools.sh builds.
+package cnitools
+
+import (
+	_ "github.com/containernetworking/plugins/plugins/ipam/host-local"
+	_ "github.com/containernetworking/plugins/plugins/main/bridge"
+	_ "github.com/containernetworking/plugins/plugins/main/loopback"
+	_ "github.com/containernetworking/plugins/plugins/meta/portmap"
+)
