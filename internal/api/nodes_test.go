@@ -170,6 +170,12 @@ func TestNodesTransitions(t *testing.T) {
 	if _, err := s.reg.Register("n1", "http://n1:7071", nodeapi.Info{Sandboxes: 2}); err != nil {
 		t.Fatal(err)
 	}
+	// The only node: its sandboxes have nowhere to go.
+	status, body := s.call(t, s.admin, "POST", "/v1/nodes/n1/drain")
+	wantError(t, "POST", "/v1/nodes/n1/drain", status, body, http.StatusConflict, "no other node is ready")
+	if _, err := s.reg.Register("n2", "http://n2:7071", nodeapi.Info{}); err != nil {
+		t.Fatal(err)
+	}
 	steps := []struct {
 		method, path string
 		status       int
@@ -201,7 +207,7 @@ func TestNodesTransitions(t *testing.T) {
 			t.Fatalf("after %s %s: %+v, %v, want %s", st.method, st.path, n, err, st.state)
 		}
 	}
-	status, body := s.call(t, s.admin, "DELETE", "/v1/nodes/n1")
+	status, body = s.call(t, s.admin, "DELETE", "/v1/nodes/n1")
 	if status != http.StatusNoContent || len(body) != 0 {
 		t.Fatalf("remove of a lost node = %d %s, want 204", status, body)
 	}

@@ -438,7 +438,13 @@ func (r *Registry) Uncordon(id string) (Node, error) {
 // Drain marks a node draining (it takes no new sandboxes) and starts the
 // Drainer, which moves its sandboxes away. Draining a draining node starts
 // nothing new.
+//
+// A node with sandboxes is not drained when no other node is ready to
+// take them: the drain could only fail sandbox after sandbox.
 func (r *Registry) Drain(id string) (Node, error) {
+	if err := r.drainTarget(id); err != nil {
+		return Node{}, err
+	}
 	start := false
 	n, err := r.transition(id, func(rec *record) error {
 		switch rec.State {
@@ -457,6 +463,28 @@ func (r *Registry) Drain(id string) (Node, error) {
 		return n, fmt.Errorf("drain node %s: %w", id, err)
 	}
 	return n, nil
+}
+
+// drainTarget refuses the drain of node id when it runs sandboxes and no
+// other node is ready. An unknown id passes: the transition reports it.
+func (r *Registry) drainTarget(id string) error {
+	nodes, err := r.ListStored()
+	if err != nil {
+		return err
+	}
+	var self *Node
+	for i, n := range nodes {
+		switch {
+		case n.ID == id:
+			self = &nodes[i]
+		case n.Schedulable():
+			return nil
+		}
+	}
+	if self == nil || self.Info.Sandboxes == 0 || self.State == Draining {
+		return nil
+	}
+	return fmt.Errorf("%w: node %s runs %d sandboxes and no other node is ready to take them; add a node first, or cordon this one", ErrConflict, id, self.Info.Sandboxes)
 }
 
 // NoteDrain records in a draining node's reason how its drain went (the

@@ -475,3 +475,32 @@ func TestReadCache(t *testing.T) {
 		t.Fatalf("uncached: %s; want ready", n.State)
 	}
 }
+
+// A node whose sandboxes have no other ready node to go to is not drained:
+// the refusal says why and leaves it ready; once another node is ready the
+// drain starts.
+func TestDrainNeedsATarget(t *testing.T) {
+	d := &countingDrainer{}
+	r := newTestRegistry(t, newMemStore(), newClock(), func(cfg *Config) { cfg.Drainer = d })
+	mustRegister(t, r, "n1", nodeapi.Info{Sandboxes: 2})
+	_, err := r.Drain("n1")
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "no other node is ready") {
+		t.Fatalf("drain of the only node: %v, want ErrConflict saying there is no target", err)
+	}
+	if n, _ := r.Get("n1"); n.State != Ready || len(d.started) != 0 {
+		t.Fatalf("a refused drain changed the node: %s, drains started %v", n.State, d.started)
+	}
+	mustRegister(t, r, "n2", nodeapi.Info{})
+	if _, err := r.Cordon("n2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Drain("n1"); !errors.Is(err, ErrConflict) {
+		t.Fatalf("drain with the other node cordoned: %v, want ErrConflict", err)
+	}
+	if _, err := r.Uncordon("n2"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.Drain("n1"); err != nil || n.State != Draining || len(d.started) != 1 {
+		t.Fatalf("drain with a ready target: %+v, %v, started %v", n, err, d.started)
+	}
+}
