@@ -129,6 +129,9 @@ func Start(t testing.TB) *Cluster {
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// Nothing here runs pods that would reach the API server through the
+		// kubernetes Service; the reconciler would refuse a loopback address.
+		"--endpoint-reconciler-type=none",
 		"--secure-port="+strconv.Itoa(apiPort),
 		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
 		"--tls-cert-file="+p.certFile,
@@ -181,6 +184,7 @@ current-context: kubetest
 // waitReady polls /readyz, logging which checks still fail every few
 // seconds so a slow start shows where it is.
 func (c *Cluster) waitReady(t testing.TB, timeout time.Duration, procs ...*process) error {
+	t.Helper()
 	start := time.Now()
 	lastLog := time.Time{}
 	for {
