@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
+# The OCI image of space, which test/image unpacks and runs (cached: a
+# second run only rebuilds the binaries and finds the archive up to date).
+./scripts/image.sh space
+export SPACE_IMAGE_ARCHIVE="$PWD/.tools/images/space.oci.tar"
 echo "==> go vet"
 go vet ./...
 echo "==> go test (race detector on)"
