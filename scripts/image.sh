@@ -21,6 +21,7 @@
 # when a hash of all its inputs changes, so a second run takes seconds.
 # DEBIAN_MIRROR and DEBIAN_SUITE override what /etc/apt and /etc/os-release say.
 set -euo pipefail
+shopt -s inherit_errexit   # rootfs and deb_file run in $(...): fail there too
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 IMAGES="$ROOT/.tools/images"
@@ -178,10 +179,12 @@ build_busybox() {
 postgres_customize() {
   rm -rf "$1"/etc/postgresql/15/main "$1"/var/lib/postgresql/15
   sed -ri "s!^#?(listen_addresses)\s*=\s*\S+.*!\1 = '*'!" "$1"/usr/share/postgresql/15/postgresql.conf.sample
-  mkdir -p "$1"/var/lib/postgresql/data "$1"/docker-entrypoint-initdb.d "$1"/var/run/postgresql
-  chroot "$1" chown postgres:postgres /var/lib/postgresql/data /var/run/postgresql
+  # /var/run is an absolute symlink to /run: name the real path, or the
+  # host's /run would be the one changed.
+  mkdir -p "$1"/var/lib/postgresql/data "$1"/docker-entrypoint-initdb.d "$1"/run/postgresql
+  chroot "$1" chown postgres:postgres /var/lib/postgresql/data /run/postgresql
   chmod 0700 "$1"/var/lib/postgresql/data
-  chmod 2777 "$1"/var/run/postgresql
+  chmod 2777 "$1"/run/postgresql
 }
 
 build_postgres() {
@@ -216,11 +219,11 @@ build_space() {
   base=$(rootfs space "$SPACE_PACKAGES")
   mkdir -p "$dir/usr/local/bin"
   log "space: building static space and space-agent ($version)"
-  CGO_ENABLED=0 go build -trimpath -o "$dir/usr/local/bin/space" ./cmd/space
-  CGO_ENABLED=0 go build -trimpath -o "$dir/usr/local/bin/space-agent" ./cmd/space-agent
+  CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$dir/usr/local/bin/space" ./cmd/space
+  CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$dir/usr/local/bin/space-agent" ./cmd/space-agent
   install -m 0755 "$GVISOR_RUNSC" "$dir/usr/local/bin/runsc"
   tar_layer "$dir" "$WORK/space-bin.tar"
-  write_image space "$dest" "$(hash_inputs "$base" "$WORK/space-bin.tar" "$OCIIMAGE" "${refs[@]}")" -- \
+  write_image space "$dest" "$(hash_inputs "$base" "$WORK/space-bin.tar" "$OCIIMAGE" "$version" "${refs[@]}")" -- \
     --layer "$base" --layer "$WORK/space-bin.tar" --entrypoint /usr/local/bin/space \
     --label org.opencontainers.image.source=https://github.com/space-platform/space \
     --label "org.opencontainers.image.revision=$version" \
