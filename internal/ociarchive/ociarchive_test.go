@@ -136,66 +136,37 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-func TestUnpack(t *testing.T) {
-	img, err := Open(archiveOf(t, twoLayers, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := img.Unpack(dir); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "bin", "app")) // through the symlink
-	if err != nil || !strings.Contains(string(b), "echo app") {
-		t.Fatalf("bin/app: %q %v", b, err)
-	}
-	st, err := os.Stat(filepath.Join(dir, "usr/bin/tool"))
-	if err != nil || st.Mode().Perm() != 0o700 {
-		t.Errorf("usr/bin/tool: %v %v", st, err)
-	}
-	a, _ := os.Stat(filepath.Join(dir, "usr/bin/app"))
-	l, err := os.Stat(filepath.Join(dir, "usr/bin/app-alias"))
-	if err != nil || !os.SameFile(a, l) {
-		t.Errorf("usr/bin/app-alias is not a hard link of usr/bin/app: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "etc/old")); !os.IsNotExist(err) {
-		t.Errorf("etc/old survived its whiteout: %v", err)
-	}
-}
-
 func TestRefusesBrokenArchives(t *testing.T) {
 	cases := map[string]struct {
-		layers  [][]entry
 		corrupt func(map[string][]byte)
-		unpack  bool
 		want    string
 	}{
-		"no oci-layout":    {twoLayers, func(f map[string][]byte) { f["oci-layout"] = nil }, false, "oci-layout"},
-		"no manifest.json": {twoLayers, func(f map[string][]byte) { f["manifest.json"] = nil }, false, "manifest.json"},
-		"manifest.json disagrees": {twoLayers, func(f map[string][]byte) {
+		"no oci-layout":    {func(f map[string][]byte) { f["oci-layout"] = nil }, "oci-layout"},
+		"no index.json":    {func(f map[string][]byte) { f["index.json"] = nil }, "index.json"},
+		"no manifest.json": {func(f map[string][]byte) { f["manifest.json"] = nil }, "manifest.json"},
+		"manifest.json names another config": {func(f map[string][]byte) {
 			f["manifest.json"] = []byte(`[{"Config":"blobs/sha256/00","RepoTags":["x:1"],"Layers":[]}]`)
-		}, false, "manifest.json config"},
-		"layer blob changed": {twoLayers, func(f map[string][]byte) {
+		}, "manifest.json config"},
+		"layer blob changed": {func(f map[string][]byte) {
 			for k, v := range f {
 				if len(v) > 2 && v[0] == 0x1f && v[1] == 0x8b {
-					var gz bytes.Buffer
-					zw := gzip.NewWriter(&gz)
-					zw.Write(tarOf(t, []entry{{name: "evil", body: "x"}}))
-					zw.Close()
-					f[k] = gz.Bytes()
+					f[k] = append(v[:len(v):len(v)], 0)
 					return
 				}
 			}
-		}, true, "digest"},
-		"entry climbs out":            {[][]entry{{{name: "../escape", body: "x"}}}, nil, true, "leaves the root"},
-		"write through a symlink out": {[][]entry{{{name: "out", typ: tar.TypeSymlink, link: "/"}, {name: "out/tmp/escaped", body: "x"}}}, nil, true, "out/tmp/escaped"},
+		}, "blob content has digest"},
+		"layer blob missing": {func(f map[string][]byte) {
+			for k, v := range f {
+				if len(v) > 2 && v[0] == 0x1f && v[1] == 0x8b {
+					f[k] = nil
+					return
+				}
+			}
+		}, "is missing"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			img, err := Open(archiveOf(t, c.layers, c.corrupt))
-			if err == nil && c.unpack {
-				err = img.Unpack(t.TempDir())
-			}
+			_, err := Open(archiveOf(t, twoLayers, c.corrupt))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want one naming %q", err, c.want)
 			}
