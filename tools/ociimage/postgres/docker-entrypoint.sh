@@ -28,11 +28,22 @@ file_env() {
 	unset "$file_var"
 }
 
+# want_help ARGS: postgres only prints and exits, so nothing to initialise.
+want_help() {
+	local arg
+	for arg; do
+		case "$arg" in
+		-'?' | --help | --describe-config | -V | --version) return 0 ;;
+		esac
+	done
+	return 1
+}
+
 if [ "${1:0:1}" = '-' ]; then
 	set -- postgres "$@"
 fi
 
-if [ "$1" = postgres ] && [ "$(id -u)" = 0 ]; then
+if [ "$1" = postgres ] && ! want_help "$@" && [ "$(id -u)" = 0 ]; then
 	mkdir -p "$PGDATA" /var/run/postgresql
 	chmod 00700 "$PGDATA"
 	find "$PGDATA" \! -user postgres -exec chown postgres:postgres '{}' +
@@ -41,7 +52,7 @@ if [ "$1" = postgres ] && [ "$(id -u)" = 0 ]; then
 	exec setpriv --reuid=postgres --regid=postgres --init-groups "$BASH_SOURCE" "$@"
 fi
 
-if [ "$1" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
+if [ "$1" = postgres ] && ! want_help "$@" && [ ! -s "$PGDATA/PG_VERSION" ]; then
 	file_env POSTGRES_PASSWORD
 	file_env POSTGRES_USER postgres
 	file_env POSTGRES_DB "$POSTGRES_USER"
