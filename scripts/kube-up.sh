@@ -37,7 +37,7 @@ P_ETCD=16579 P_ETCD_PEER=16580 P_API=16543 P_KCM=16557 P_SCHED=16559
 P_KUBELET=16550 P_KUBELET_HEALTH=16548 P_PROXY_HEALTH=16556 P_PROXY_METRICS=16549
 P_DNS_HEALTH=16581 P_DNS_READY=16582
 SOCK="$DIR/containerd/containerd.sock"
-API="https://127.0.0.1:$P_API"
+API="" # https://<node IP>:$P_API, set by up
 
 log() { echo "$(date -u +%H:%M:%S) kube-up: $*"; }
 die() { log "ERROR: $*"; exit 1; }
@@ -270,7 +270,10 @@ up() {
   [ -d "$DIR" ] && { log "a previous cluster left $DIR behind, removing it first"; down; }
 
   local ip; ip="$(node_ip)"; [ -n "$ip" ] || die "no default-route address for the node"
-  log "node $NODE_NAME, node IP $ip, state in $DIR"
+  # The API server listens on the node IP, not loopback: pods reach it
+  # through the kubernetes Service, which kube-proxy translates to that IP.
+  API="https://$ip:$P_API"
+  log "node $NODE_NAME, node IP $ip, API $API, state in $DIR"
   mkdir -p "$DIR/log" "$DIR/run"
   gen_pki "$ip"
   write_configs "$ip"
@@ -282,7 +285,7 @@ up() {
     --listen-peer-urls "http://127.0.0.1:$P_ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$P_ETCD_PEER" \
     --initial-cluster "space-kube=http://127.0.0.1:$P_ETCD_PEER"
   start_proc kube-apiserver "$KUBE_BIN/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$P_ETCD" --bind-address 127.0.0.1 --advertise-address "$ip" \
+    --etcd-servers "http://127.0.0.1:$P_ETCD" --bind-address "$ip" --advertise-address "$ip" \
     --secure-port "$P_API" --cert-dir "$DIR/pki/apiserver" \
     --tls-cert-file "$DIR/pki/apiserver.crt" --tls-private-key-file "$DIR/pki/apiserver.key" \
     --client-ca-file "$DIR/pki/ca.crt" --token-auth-file "$DIR/pki/tokens.csv" \
@@ -363,7 +366,7 @@ kill_cgroup_procs() {
 our_shims() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "-address $SOCK " && echo "${p#/proc/}"
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "-address $SOCK " && echo "${p#/proc/}"
   done
   return 0
 }
@@ -399,14 +402,14 @@ down() {
   ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"
   ip link show "$DNS_LINK" >/dev/null 2>&1 && ip link delete "$DNS_LINK" && log "removed $DNS_LINK"
   local t
-  for t in "ip kube-proxy" "ip6 kube-proxy" "ip cni_hostport" "ip6 cni_hostport" "inet cni_hostport"; do
+  for t in "ip kube-proxy" "ip6 kube-proxy" "inet kube-proxy" "ip cni_hostport" "ip6 cni_hostport" "inet cni_hostport"; do
     # shellcheck disable=SC2086
     nft list table $t >/dev/null 2>&1 && nft delete table $t && log "removed nftables table $t"
   done
   # Cgroups, leaves first (rmdir fails on a cgroup with children or tasks).
   local d
   for d in $(cgroup_dirs); do
-    [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+    [ -d "$d" ] && { find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; }
     [ -d "$d" ] && log "WARNING: cgroup $d still has processes"
   done
   # The kubelet links container logs in the fixed /var/log/containers.

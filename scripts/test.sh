@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 # kube-apiserver and helm for the server-side dry-run tests (internal/kubetest);
 # cached under .tools after the first build (about 15 minutes on 2 cores).
 ./scripts/kube-tools.sh --only apiserver,helm
+# The OCI image of space, which test/image unpacks and runs (cached: a
+# second run only rebuilds the binaries and finds the archive up to date).
+./scripts/image.sh space
+export SPACE_IMAGE_ARCHIVE="$PWD/.tools/images/space.oci.tar"
 echo "==> go vet"
 go vet ./...
 echo "==> go test (race detector on)"

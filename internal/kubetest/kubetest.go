@@ -7,7 +7,8 @@
 // .tools/kube/<Version>/bin under the module root; etcd in $SPACE_ETCD,
 // else on PATH (Debian's etcd-server). A missing binary fails the test with
 // the command that provides it: a dry-run test that skipped would prove
-// nothing.
+// nothing. Helm finds the helm binary the same way ($SPACE_HELM, else
+// .tools/helm/<HelmVersion>/bin/helm).
 package kubetest
 
 import (
@@ -38,6 +39,9 @@ import (
 
 // Version is the Kubernetes release whose kube-apiserver is run.
 const Version = "v1.37.2"
+
+// HelmVersion is the helm release scripts/kube-tools.sh builds.
+const HelmVersion = "v3.22.0"
 
 // Ports are taken from this range, which belongs to the kube lane's tests
 // (the other half, 16500-16999, is scripts/kube-up.sh's).
@@ -129,6 +133,9 @@ func Start(t testing.TB) *Cluster {
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// Nothing here runs pods that would reach the API server through the
+		// kubernetes Service; the reconciler would refuse a loopback address.
+		"--endpoint-reconciler-type=none",
 		"--secure-port="+strconv.Itoa(apiPort),
 		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
 		"--tls-cert-file="+p.certFile,
@@ -181,6 +188,7 @@ current-context: kubetest
 // waitReady polls /readyz, logging which checks still fail every few
 // seconds so a slow start shows where it is.
 func (c *Cluster) waitReady(t testing.TB, timeout time.Duration, procs ...*process) error {
+	t.Helper()
 	start := time.Now()
 	lastLog := time.Time{}
 	for {
@@ -295,6 +303,24 @@ func moduleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// Helm returns the path of the helm binary scripts/kube-tools.sh builds
+// ($SPACE_HELM if set), failing the test if it is missing.
+func Helm(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("SPACE_HELM")
+	if p == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			t.Fatalf("kubetest: %v", err)
+		}
+		p = filepath.Join(root, ".tools", "helm", HelmVersion, "bin", "helm")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("kubetest: helm %s not found at %s: run scripts/kube-tools.sh --only apiserver,helm (or set SPACE_HELM)", HelmVersion, p)
+	}
+	return p
 }
 
 func kubeAPIServerPath() (string, error) {

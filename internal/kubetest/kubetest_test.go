@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,24 @@ func TestDryRunApply(t *testing.T) {
 	unknown := "apiVersion: example.invalid/v1\nkind: Widget\nmetadata:\n  name: w\n"
 	if err := c.DryRunApply(ctx, []byte(unknown)); err == nil || !strings.Contains(err.Error(), "Widget w") {
 		t.Fatalf("an unserved kind: want an error naming it, got %v", err)
+	}
+}
+
+// TestKubeconfig checks that the kubeconfig file works for a client that is
+// not this package: helm lists releases through it.
+func TestKubeconfig(t *testing.T) {
+	helm := Helm(t)
+	c := Start(t)
+	out, err := exec.Command(helm, "version", "--short").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), HelmVersion) {
+		t.Fatalf("helm version: %v: %s (want %s)", err, out, HelmVersion)
+	}
+	out, err = exec.Command(helm, "list", "--all-namespaces", "--kubeconfig", c.Kubeconfig).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm list through %s: %v: %s", c.Kubeconfig, err, out)
+	}
+	if !strings.Contains(string(out), "NAME") {
+		t.Fatalf("helm list printed no table: %s", out)
 	}
 }
 

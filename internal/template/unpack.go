@@ -22,6 +22,18 @@ const (
 	whiteoutOpaque = ".wh..wh..opq"
 )
 
+// UnpackArchive unpacks the image in an OCI or docker-save archive onto
+// rootfs exactly as a template built from that archive would be, for
+// callers that need an image's filesystem without a template (the tests
+// of the image scripts/image.sh builds).
+func UnpackArchive(archive, rootfs string) error {
+	img, err := resolveImage(FromOCIArchive, archive)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", archive, err)
+	}
+	return unpackImage(img, rootfs, func(string) {})
+}
+
 // unpackImage applies the image's layers, bottom first, onto rootfs.
 func unpackImage(img *ociImage, rootfs string, logLine func(string)) error {
 	root, err := os.OpenRoot(rootfs)
