@@ -136,6 +136,9 @@ func Start(t testing.TB) *Cluster {
 		// Nothing here runs pods that would reach the API server through the
 		// kubernetes Service; the reconciler would refuse a loopback address.
 		"--endpoint-reconciler-type=none",
+		// As a cluster that runs privileged node agents (CNI, storage,
+		// space's own node DaemonSet) is configured.
+		"--allow-privileged=true",
 		"--secure-port="+strconv.Itoa(apiPort),
 		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
 		"--tls-cert-file="+p.certFile,
