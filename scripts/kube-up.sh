@@ -130,7 +130,9 @@ gen_pki() {
   add_token coredns coredns system:masters
 }
 
-cgroup_dirs() { local c; for c in /sys/fs/cgroup/*/; do [ "$c" = /sys/fs/cgroup/unified/ ] || echo "${c%/}/$CGROUP"; done; }
+# Every hierarchy, the empty v2 "unified" one included: runc mirrors its
+# cgroups there on a hybrid host.
+cgroup_dirs() { local c; for c in /sys/fs/cgroup/*/; do echo "${c%/}/$CGROUP"; done; }
 
 # The kubelet puts its pods under this cgroup in every v1 hierarchy, so that
 # "down" finds every process a pod started and removes exactly its own cgroups.
@@ -363,7 +365,8 @@ kill_cgroup_procs() {
   local d p
   for d in $(cgroup_dirs); do
     [ -d "$d" ] || continue
-    find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
+    # a cgroup may vanish under find: its error must not end the teardown
+    { find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
   done
 }
 
@@ -402,7 +405,7 @@ down() {
   # Mounts under DIR (overlay rootfs, shm, projected volumes), deepest first.
   if [ -n "$DIR" ]; then
     awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
-      umount -l "$m" 2>/dev/null && log "unmounted $m"
+      if umount -l "$m" 2>/dev/null; then log "unmounted $m"; fi
     done
   fi
   ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"
@@ -448,9 +451,11 @@ down() {
 
 # check: the proof that the cluster works end to end. A busybox pod serving
 # HTTP gets a pod IP, a Service's ClusterIP reaches it from the host through
-# kube-proxy, and the pod resolves the API server's name through CoreDNS.
+# kube-proxy, the pod resolves the API server's name through CoreDNS, reaches
+# its own Service by name and the API server through its ClusterIP.
 check() {
   [ -f "$DIR/env" ] || die "no cluster in $DIR: run $0 up"
+  kc delete namespace kube-up-check --ignore-not-found --wait=true --timeout=120s >/dev/null
   kc apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Namespace
@@ -485,6 +490,15 @@ EOF
     || die "DNS lookup from the pod failed: $out"
   echo "$out" | grep -q 'Address.*10\.96\.0\.1' || die "kubernetes.default.svc.cluster.local did not resolve to 10.96.0.1: $out"
   log "DNS from the pod: kubernetes.default.svc.cluster.local -> 10.96.0.1"
+  # From the pod back to itself through its Service (hairpin on the bridge),
+  # whose name resolves to the ClusterIP, and to the API server through the
+  # kubernetes Service. With nc: the static busybox's wget segfaults here.
+  out="$(kc -n kube-up-check exec web -- nslookup web.kube-up-check.svc.cluster.local 2>&1)" \
+    && echo "$out" | grep -q "Address.*$svc_ip" || die "web.kube-up-check.svc.cluster.local did not resolve to $svc_ip: $out"
+  out="$(kc -n kube-up-check exec web -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $svc_ip 80" 2>&1)" \
+    && echo "$out" | grep -qx kube-up-ok || die "the pod did not reach its own Service $svc_ip: $out"
+  kc -n kube-up-check exec web -- nc -w 5 10.96.0.1 443 </dev/null || die "the pod did not reach the API server at 10.96.0.1:443"
+  log "from the pod: its own Service (name and ClusterIP) and the API server's ClusterIP"
   kc delete namespace kube-up-check --wait=false >/dev/null
   log "check passed"
 }
