@@ -300,7 +300,8 @@ up() {
     --kubelet-client-certificate "$DIR/pki/kubelet-client.crt" --kubelet-client-key "$DIR/pki/kubelet-client.key" \
     --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --authorization-mode Node,RBAC --service-cluster-ip-range "$SERVICE_CIDR" --profiling=false
+    --authorization-mode Node,RBAC --service-cluster-ip-range "$SERVICE_CIDR" --profiling=false \
+    --allow-privileged=true
   wait_for "kube-apiserver /readyz" 300 kube-apiserver kc get --raw /readyz
 
   start_proc kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
@@ -332,6 +333,7 @@ up() {
 
   wait_for "node $NODE_NAME Ready" 300 kubelet \
     sh -c "'$KUBE_BIN/kubectl' --kubeconfig '$DIR/admin.kubeconfig' get node '$NODE_NAME' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  wait_for "kube-proxy synced" 120 kube-proxy curl -fsS "http://127.0.0.1:$P_PROXY_HEALTH/healthz"
   wait_for "CoreDNS ready" 120 coredns curl -fsS "http://127.0.0.1:$P_DNS_READY/ready"
   wait_for "default service account" 120 kube-controller-manager kc -n default get serviceaccount default
 
