@@ -46,8 +46,10 @@ done
 
 log() { echo "$(date -u +%H:%M:%S) kube-tools: $*"; }
 
-# stamp_ok BINARY MODULE_DIR: the binary exists and was built from this go.sum.
-sum_of() { sha256sum "$ROOT/tools/$1/go.sum" | cut -c1-16; }
+# sum_of MODULE: a hash of the tools module's pins and sources; a binary's
+# stamp holds the hash it was built from.
+sum_of() { cat "$ROOT/tools/$1"/go.mod "$ROOT/tools/$1"/go.sum "$ROOT/tools/$1"/*.go | sha256sum | cut -c1-16; }
+# stamp_ok BINARY SUM: the binary exists and was built from this hash.
 stamp_ok() { [ -x "$1" ] && [ -f "$1.stamp" ] && [ "$(cat "$1.stamp")" = "$2" ]; }
 
 # build MODULE OUTDIR LDFLAGS PKG...: one go build of PKGs into OUTDIR, through
@@ -79,6 +81,32 @@ build() {
   log "built $* in $((SECONDS - start)) s"
 }
 
+# component name : command under k8s.io/kubernetes/cmd
+KUBE_CMDS="apiserver:kube-apiserver controller-manager:kube-controller-manager scheduler:kube-scheduler
+           kubelet:kubelet proxy:kube-proxy kubectl:kubectl"
+want() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+for n in ${only//,/ }; do
+  case ",$all," in *",$n,"*) ;; *) echo "kube-tools: unknown component $n (known: $all)" >&2; exit 2 ;; esac
+done
+
+# all_cached: every binary asked for is present with a matching stamp. Checked
+# before taking the lock, so that a cached run never waits behind another
+# worktree's build of components it does not need.
+all_cached() {
+  local pair n
+  for pair in $KUBE_CMDS; do
+    n=${pair%%:*}; want "$n" || continue
+    stamp_ok "$KUBE_BIN/${pair#*:}" "$(sum_of kubernetes)" || return 1
+  done
+  if want helm; then stamp_ok "$HELM_BIN/helm" "$(sum_of helm)" || return 1; fi
+  if want cni; then
+    for n in bridge host-local loopback portmap; do stamp_ok "$CNI_BIN/$n" "$(sum_of cni)" || return 1; done
+  fi
+  if want coredns; then stamp_ok "$COREDNS_BIN/coredns" "$(sum_of coredns)" || return 1; fi
+  return 0
+}
+if all_cached; then log "all cached ($only)"; exit 0; fi
+
 mkdir -p "$KUBE_BIN" "$HELM_BIN" "$CNI_BIN" "$COREDNS_BIN"
 exec 9>"$TOOLS_DIR/kube/.kube-tools.lock"
 if ! flock -n 9; then
@@ -86,18 +114,12 @@ if ! flock -n 9; then
   flock 9
 fi
 
-want() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-for n in ${only//,/ }; do
-  case ",$all," in *",$n,"*) ;; *) echo "kube-tools: unknown component $n (known: $all)" >&2; exit 2 ;; esac
-done
-
 # Kubernetes: the version ldflags are those of hack/lib/version.sh, so that
 # /version, kubelet's node status and helm's kubeVersion checks see v1.37.2
 # instead of v0.0.0-master.
 ksum="$(sum_of kubernetes)"
 kpkgs=()
-for pair in apiserver:kube-apiserver controller-manager:kube-controller-manager \
-            scheduler:kube-scheduler kubelet:kubelet proxy:kube-proxy kubectl:kubectl; do
+for pair in $KUBE_CMDS; do
   n=${pair%%:*}; cmd=${pair#*:}
   want "$n" || continue
   if stamp_ok "$KUBE_BIN/$cmd" "$ksum"; then log "$cmd $K8S_VERSION cached"; else kpkgs+=("k8s.io/kubernetes/cmd/$cmd"); fi

@@ -17,8 +17,8 @@
 #
 # Everything lives under KUBE_UP_DIR (default /tmp/space-kube); ports are
 # 16500-16999 (the kube lane's range), the pod network 10.244.0.0/24 on bridge
-# skube0, services 10.96.0.0/16, cluster DNS 10.97.0.10 (a dummy link on the
-# host, where CoreDNS listens). "up" on a running cluster only checks it; it
+# skube0, services 10.96.0.0/16, cluster DNS 10.97.0.10 (an address on the
+# host's lo, where CoreDNS listens: this kernel has no dummy links). "up" on a running cluster only checks it; it
 # runs "down" first if a previous run left a half-started cluster.
 set -euo pipefail
 
@@ -28,7 +28,6 @@ DIR="${KUBE_UP_DIR:-/tmp/space-kube}"
 IMAGES_DIR="${SPACE_IMAGES_DIR:-$ROOT/.tools/images}"
 NODE_NAME="${KUBE_UP_NODE:-space-kube-node}"
 BRIDGE=skube0
-DNS_LINK=skube-dns0
 DNS_IP=10.97.0.10
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/16
@@ -131,7 +130,9 @@ gen_pki() {
   add_token coredns coredns system:masters
 }
 
-cgroup_dirs() { local c; for c in /sys/fs/cgroup/*/; do [ "$c" = /sys/fs/cgroup/unified/ ] || echo "${c%/}/$CGROUP"; done; }
+# Every hierarchy, the empty v2 "unified" one included: runc mirrors its
+# cgroups there on a hybrid host.
+cgroup_dirs() { local c; for c in /sys/fs/cgroup/*/; do echo "${c%/}/$CGROUP"; done; }
 
 # The kubelet puts its pods under this cgroup in every v1 hierarchy, so that
 # "down" finds every process a pod started and removes exactly its own cgroups.
@@ -166,6 +167,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   enable_selinux = false
   # pod netns under DIR, so that "down" finds them with the other mounts
   netns_mounts_under_state_dir = true
+  # no CAP_SYS_RESOURCE here: a negative oom_score_adj (the pause container's
+  # -998) is refused, so none below containerd's own
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -275,10 +279,13 @@ up() {
   API="https://$ip:$P_API"
   log "node $NODE_NAME, node IP $ip, API $API, state in $DIR"
   mkdir -p "$DIR/log" "$DIR/run"
+  nft list tables >"$DIR/nft-tables.before"
   gen_pki "$ip"
   write_configs "$ip"
   make_cgroups
-  ip link add "$DNS_LINK" type dummy && ip addr add "$DNS_IP/32" dev "$DNS_LINK" && ip link set "$DNS_LINK" up
+  # Pods reach it through their default route to the bridge: a local
+  # address answers on any interface.
+  ip addr add "$DNS_IP/32" dev lo
 
   start_proc etcd etcd --name space-kube --data-dir "$DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$P_ETCD" --advertise-client-urls "http://127.0.0.1:$P_ETCD" \
@@ -289,10 +296,12 @@ up() {
     --secure-port "$P_API" --cert-dir "$DIR/pki/apiserver" \
     --tls-cert-file "$DIR/pki/apiserver.crt" --tls-private-key-file "$DIR/pki/apiserver.key" \
     --client-ca-file "$DIR/pki/ca.crt" --token-auth-file "$DIR/pki/tokens.csv" \
+    --kubelet-preferred-address-types InternalIP,Hostname \
     --kubelet-client-certificate "$DIR/pki/kubelet-client.crt" --kubelet-client-key "$DIR/pki/kubelet-client.key" \
     --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --authorization-mode Node,RBAC --service-cluster-ip-range "$SERVICE_CIDR" --profiling=false
+    --authorization-mode Node,RBAC --service-cluster-ip-range "$SERVICE_CIDR" --profiling=false \
+    --allow-privileged=true
   wait_for "kube-apiserver /readyz" 300 kube-apiserver kc get --raw /readyz
 
   start_proc kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
@@ -324,6 +333,7 @@ up() {
 
   wait_for "node $NODE_NAME Ready" 300 kubelet \
     sh -c "'$KUBE_BIN/kubectl' --kubeconfig '$DIR/admin.kubeconfig' get node '$NODE_NAME' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  wait_for "kube-proxy synced" 120 kube-proxy curl -fsS "http://127.0.0.1:$P_PROXY_HEALTH/healthz"
   wait_for "CoreDNS ready" 120 coredns curl -fsS "http://127.0.0.1:$P_DNS_READY/ready"
   wait_for "default service account" 120 kube-controller-manager kc -n default get serviceaccount default
 
@@ -357,7 +367,8 @@ kill_cgroup_procs() {
   local d p
   for d in $(cgroup_dirs); do
     [ -d "$d" ] || continue
-    find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
+    # a cgroup may vanish under find: its error must not end the teardown
+    { find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
   done
 }
 
@@ -396,15 +407,35 @@ down() {
   # Mounts under DIR (overlay rootfs, shm, projected volumes), deepest first.
   if [ -n "$DIR" ]; then
     awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
-      umount -l "$m" 2>/dev/null && log "unmounted $m"
+      if umount -l "$m" 2>/dev/null; then log "unmounted $m"; fi
     done
   fi
   ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"
-  ip link show "$DNS_LINK" >/dev/null 2>&1 && ip link delete "$DNS_LINK" && log "removed $DNS_LINK"
+  ip -4 -o addr show dev lo | grep -q " $DNS_IP/32 " && ip addr del "$DNS_IP/32" dev lo && log "removed $DNS_IP from lo"
   local t
   for t in "ip kube-proxy" "ip6 kube-proxy" "inet kube-proxy" "ip cni_hostport" "ip6 cni_hostport" "inet cni_hostport"; do
     # shellcheck disable=SC2086
     nft list table $t >/dev/null 2>&1 && nft delete table $t && log "removed nftables table $t"
+  done
+  # The kubelet's iptables chains (canaries, KUBE-FIREWALL), made through
+  # iptables-nft, which also makes its tables: a table that did not exist
+  # before "up" goes whole, in one that did only the kubelet's chains and
+  # the rules jumping to them go.
+  local fam tbl ch h
+  for fam in ip ip6; do
+    for tbl in mangle nat filter; do
+      nft list table "$fam" "$tbl" >/dev/null 2>&1 || continue
+      if [ -f "$DIR/nft-tables.before" ] && ! grep -qx "table $fam $tbl" "$DIR/nft-tables.before"; then
+        nft delete table "$fam" "$tbl" && log "removed table $fam $tbl"
+        continue
+      fi
+      for h in $(nft -a list table "$fam" "$tbl" 2>/dev/null | awk '/jump KUBE-(FIREWALL|KUBELET-CANARY|IPTABLES-HINT)/ {print $NF}'); do
+        for ch in INPUT OUTPUT FORWARD PREROUTING POSTROUTING; do nft delete rule "$fam" "$tbl" "$ch" handle "$h" 2>/dev/null && break; done
+      done
+      for ch in KUBE-FIREWALL KUBE-IPTABLES-HINT KUBE-KUBELET-CANARY; do
+        nft delete chain "$fam" "$tbl" "$ch" 2>/dev/null && log "removed chain $ch of table $fam $tbl"
+      done
+    done
   done
   # Cgroups, leaves first (rmdir fails on a cgroup with children or tasks).
   local d
@@ -422,9 +453,11 @@ down() {
 
 # check: the proof that the cluster works end to end. A busybox pod serving
 # HTTP gets a pod IP, a Service's ClusterIP reaches it from the host through
-# kube-proxy, and the pod resolves the API server's name through CoreDNS.
+# kube-proxy, the pod resolves the API server's name through CoreDNS, reaches
+# its own Service by name and the API server through its ClusterIP.
 check() {
   [ -f "$DIR/env" ] || die "no cluster in $DIR: run $0 up"
+  kc delete namespace kube-up-check --ignore-not-found --wait=true --timeout=120s >/dev/null
   kc apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Namespace
@@ -459,6 +492,15 @@ EOF
     || die "DNS lookup from the pod failed: $out"
   echo "$out" | grep -q 'Address.*10\.96\.0\.1' || die "kubernetes.default.svc.cluster.local did not resolve to 10.96.0.1: $out"
   log "DNS from the pod: kubernetes.default.svc.cluster.local -> 10.96.0.1"
+  # From the pod back to itself through its Service (hairpin on the bridge),
+  # whose name resolves to the ClusterIP, and to the API server through the
+  # kubernetes Service. With nc: the static busybox's wget segfaults here.
+  out="$(kc -n kube-up-check exec web -- nslookup web.kube-up-check.svc.cluster.local 2>&1)" \
+    && echo "$out" | grep -q "Address.*$svc_ip" || die "web.kube-up-check.svc.cluster.local did not resolve to $svc_ip: $out"
+  out="$(kc -n kube-up-check exec web -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $svc_ip 80" 2>&1)" \
+    && echo "$out" | grep -qx kube-up-ok || die "the pod did not reach its own Service $svc_ip: $out"
+  kc -n kube-up-check exec web -- nc -w 5 10.96.0.1 443 </dev/null || die "the pod did not reach the API server at 10.96.0.1:443"
+  log "from the pod: its own Service (name and ClusterIP) and the API server's ClusterIP"
   kc delete namespace kube-up-check --wait=false >/dev/null
   log "check passed"
 }

@@ -151,6 +151,9 @@ func Start(t testing.TB) *Cluster {
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--profiling=false",
+		// space's node runs privileged (network namespaces, nftables,
+		// btrfs): without this every pod template asking for it is refused.
+		"--allow-privileged=true",
 	)
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)

@@ -35,6 +35,8 @@ spec:
       containers:
       - name: web
         image: example.invalid/web:1
+        # space's node container is privileged; the server must allow it
+        securityContext: {privileged: true}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole

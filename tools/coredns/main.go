@@ -8,6 +8,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/coremain"
 
+	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/errors"
 	_ "github.com/coredns/coredns/plugin/forward"
@@ -25,6 +26,7 @@ import (
 func init() {
 	dnsserver.Directives = []string{
 		"reload",
+		"bind",
 		"ready",
 		"health",
 		"errors",
