@@ -18,8 +18,10 @@
 # Everything lives under KUBE_UP_DIR (default /tmp/space-kube); ports are
 # 16500-16999 (the kube lane's range), the pod network 10.244.0.0/24 on bridge
 # skube0, services 10.96.0.0/16, cluster DNS 10.97.0.10 (an address on the
-# host's lo, where CoreDNS listens: this kernel has no dummy links). "up" on a running cluster only checks it; it
-# runs "down" first if a previous run left a half-started cluster.
+# host's lo, where CoreDNS listens: this kernel has no dummy links). These
+# are machine-wide, so there is one cluster per machine: up, down and check
+# hold a lock (/tmp/space-kube.lock). "up" on a running cluster only checks
+# it; it runs "down" first if a previous run left a half-started cluster.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -47,7 +49,8 @@ node_ip() { ip -4 route get 1.1.1.1 2>/dev/null | awk '{for(i=1;i<NF;i++) if ($i
 
 start_proc() { # NAME CMD...: run in its own session, log and pid under $DIR
   local name="$1"; shift
-  setsid "$@" >"$DIR/log/$name.log" 2>&1 </dev/null &
+  # fd 8 is the lock: a daemon holding it would block every later run
+  setsid "$@" >"$DIR/log/$name.log" 2>&1 </dev/null 8>&- &
   echo $! >"$DIR/run/$name.pid"
   log "started $name (pid $!, log $DIR/log/$name.log)"
 }
@@ -383,6 +386,9 @@ our_shims() {
 }
 
 down() {
+  # The links, tables and cgroups below are machine-wide: without the state
+  # directory there is no cluster of ours to take them from.
+  if [ ! -d "$DIR" ]; then log "no cluster in $DIR, nothing to tear down"; return 0; fi
   log "tearing down the cluster in $DIR"
   local n
   # Components first (clients before servers), so nothing restarts a pod.
@@ -504,6 +510,18 @@ EOF
   kc delete namespace kube-up-check --wait=false >/dev/null
   log "check passed"
 }
+
+# The cluster is machine-wide (fixed ports, bridge, cgroup, nftables tables),
+# whatever KUBE_UP_DIR says: one up/down/check at a time, so that a second
+# "up" waits for the first and then finds its cluster, instead of taking a
+# half-started one for a leftover and tearing it down.
+if [ "${1:-up}" != env ]; then
+  exec 8>"${KUBE_UP_LOCK:-/tmp/space-kube.lock}"
+  if ! flock -n 8; then
+    log "another kube-up.sh holds ${KUBE_UP_LOCK:-/tmp/space-kube.lock}, waiting for it"
+    flock 8
+  fi
+fi
 
 case "${1:-up}" in
   up) up ;;
