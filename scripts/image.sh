@@ -178,6 +178,13 @@ build_busybox() {
 # like the official image does.
 postgres_customize() {
   rm -rf "$1"/etc/postgresql/15/main "$1"/var/lib/postgresql/15
+  # The official image's postgres is uid/gid 999, which pod specs name in
+  # runAsUser (the chart does); Debian's postinst picked a system id.
+  local uid gid
+  uid=$(chroot "$1" id -u postgres) gid=$(chroot "$1" id -g postgres)
+  chroot "$1" groupmod -g 999 postgres
+  chroot "$1" usermod -u 999 -g 999 postgres
+  chroot "$1" find / -xdev \( -uid "$uid" -o -gid "$gid" \) -exec chown -h 999:999 {} +
   sed -ri "s!^#?(listen_addresses)\s*=\s*\S+.*!\1 = '*'!" "$1"/usr/share/postgresql/15/postgresql.conf.sample
   # /var/run is an absolute symlink to /run: name the real path, or the
   # host's /run would be the one changed.

@@ -63,6 +63,16 @@ scripts/image.sh space postgres pause busybox
 CGO_ENABLED=0 go build -o "$BIN/space" ./cmd/space
 
 release_node_data
+# The node pod's data dir and /run/netns are Bidirectional mounts, which
+# need a shared mount on the host. systemd makes / shared; this machine
+# has no systemd, so the two directories become shared mounts of their own.
+share_mount() {
+  mkdir -p "$1"
+  mountpoint -q "$1" || mount --bind "$1" "$1"
+  mount --make-rshared "$1"
+}
+share_mount "$NODE_DATA"
+share_mount /run/netns
 scripts/kube-up.sh up
 source "$KUBE_UP_DIR/env"
 NODE=$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')
@@ -109,7 +119,7 @@ kubectl delete namespace "$NS" --wait --timeout 3m >/dev/null
 sleep 3
 left=""
 pgrep -af "runsc.*$NODE_DATA" >/dev/null && left+=" runsc processes: $(pgrep -f "runsc.*$NODE_DATA" | tr '\n' ' ');"
-mounts=$(findmnt -rn -o TARGET | grep "^$NODE_DATA" || true)
+mounts=$(findmnt -rn -o TARGET | grep "^$NODE_DATA/" || true)
 [ -z "$mounts" ] || left+=" mounts: $(echo $mounts);"
 loops=$(losetup -j "$NODE_DATA/volumes.img" -O NAME -n 2>/dev/null || true)
 [ -z "$loops" ] || left+=" loop devices: $(echo $loops);"
