@@ -5,6 +5,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -171,10 +172,7 @@ func (k *Keys) Revoke(id string) error {
 				return fmt.Errorf("revoke %s: %w", id, err)
 			}
 			delete(k.byHash, h)
-			for ch := range k.watchers[id] {
-				close(ch)
-			}
-			delete(k.watchers, id)
+			k.revoked(id)
 			return nil
 		}
 	}
@@ -229,4 +227,86 @@ func (k *Keys) Empty() bool {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	return len(k.byHash) == 0
+}
+
+// Follow keeps the keys in step with what other processes write to a
+// shared store (another control-plane replica creating or revoking a key)
+// until ctx ends: a key made there works here, and one revoked there stops
+// working here and ends the requests that use it, as Revoke does. It
+// returns at once on a store no one else writes.
+func (k *Keys) Follow(ctx context.Context) {
+	if !k.st.Shared() {
+		return
+	}
+	for ctx.Err() == nil {
+		ch, err := k.st.Watch(ctx, bucket)
+		if err == nil {
+			_ = k.reload() // what changed before the watch began
+			for id := range ch {
+				if id == store.Resync {
+					_ = k.reload()
+				} else {
+					k.refresh(id)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// reload replaces the keys with the store's.
+func (k *Keys) reload() error {
+	all, err := store.All[Key](k.st, bucket)
+	if err != nil {
+		return fmt.Errorf("reload API keys: %w", err)
+	}
+	byHash := make(map[string]Key, len(all))
+	live := map[string]bool{}
+	for _, key := range all {
+		key.Project = project.Of(key.Project)
+		byHash[key.Hash] = key
+		live[key.ID] = true
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.byHash = byHash
+	for id := range k.watchers {
+		if !live[id] {
+			k.revoked(id)
+		}
+	}
+	return nil
+}
+
+// refresh reads key id again after a change to it.
+func (k *Keys) refresh(id string) {
+	var key Key
+	err := k.st.Get(bucket, id, &key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return // the next change or resync reads it again
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for h, old := range k.byHash {
+		if old.ID == id {
+			delete(k.byHash, h)
+		}
+	}
+	if err == nil {
+		key.Project = project.Of(key.Project)
+		k.byHash[key.Hash] = key
+		return
+	}
+	k.revoked(id)
+}
+
+// revoked ends the requests of key id. k.mu is held.
+func (k *Keys) revoked(id string) {
+	for ch := range k.watchers[id] {
+		close(ch)
+	}
+	delete(k.watchers, id)
 }

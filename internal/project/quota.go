@@ -1,8 +1,10 @@
 package project
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -179,4 +181,46 @@ func (b *tokenBucket) take(now time.Time, n float64) (time.Duration, bool) {
 	}
 	wait := time.Duration((need - b.tokens) / b.rate * float64(time.Second))
 	return wait, false
+}
+
+// Follow keeps the overrides in step with what other processes write to
+// a shared store (a quota set through another control-plane replica)
+// until ctx ends; it returns at once on a store no one else writes.
+func (q *Quotas) Follow(ctx context.Context) {
+	if q.st == nil || !q.st.Shared() {
+		return
+	}
+	for ctx.Err() == nil {
+		ch, err := q.st.Watch(ctx, quotaBucket)
+		if err == nil {
+			q.reload() // what changed before the watch began
+			for range ch {
+				// Few records, rarely changed: read them all.
+				q.reload()
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (q *Quotas) reload() {
+	all, err := store.All[stored](q.st, quotaBucket)
+	if err != nil {
+		return // the next change reads them again
+	}
+	overrides := make(map[string]Override, len(all))
+	for _, s := range all {
+		overrides[s.Project] = s.Override
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for p, o := range overrides {
+		if !reflect.DeepEqual(q.overrides[p], o) { // pointers: compare what they hold
+			delete(q.buckets, p) // a new rate starts with a full bucket
+		}
+	}
+	q.overrides = overrides
 }

@@ -200,6 +200,9 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	}
 	s.cp.ApplyPools(cfg.PoolSizes)
 	go s.cp.Run(runCtx)
+	// Keys and quotas another replica changes take effect here too.
+	go keys.Follow(runCtx)
+	go quotas.Follow(runCtx)
 	drainer.Start(runCtx, s.cp, func(id string, err error) {
 		if err := reg.NoteDrain(id, controlplane.DrainReason(err)); err != nil {
 			cfg.Logger.Error("drain", "node", id, "err", err)

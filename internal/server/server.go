@@ -245,6 +245,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	go s.cp.Run(runCtx)
+	// On a PostgreSQL store others may write (a second serve, an operator's
+	// reset); a no-op on bbolt.
+	go keys.Follow(runCtx)
+	go quotas.Follow(runCtx)
 	// After the control plane's Run, which follows the node's events.
 	ns.run(runCtx)
 	s.cp.ApplyPools(cfg.PoolSizes)
