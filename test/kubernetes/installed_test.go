@@ -139,6 +139,10 @@ func TestInstalledChart(t *testing.T) {
 	kubectl(t, "-n", in.namespace, "rollout", "status", "deployment/"+in.release+"-control-plane", "--timeout=3m")
 	logf(t, "a deleted control-plane pod lost no request")
 
+	nodePods := func() string {
+		return kubectl(t, "-n", in.namespace, "get", "pods", "-l", "app.kubernetes.io/component=node,app.kubernetes.io/instance="+in.release, "-o", "jsonpath={.items[*].metadata.name}")
+	}
+	nodePodBefore := nodePods()
 	lost = requestLoop(ctx, t, in, sb.ID, 90*time.Second, func() {
 		args := append([]string{"upgrade", in.release, chartDir(t), "--namespace", in.namespace}, in.values...)
 		args = append(args, "--set", "sandboxes.defaultTimeoutS=600", "--wait", "--timeout", "5m")
@@ -155,9 +159,12 @@ func TestInstalledChart(t *testing.T) {
 	if !strings.Contains(args, "--default-timeout-s=600") {
 		t.Fatalf("the upgrade did not reach the control plane: %s", args)
 	}
+	if after := nodePods(); after != nodePodBefore {
+		t.Fatalf("an upgrade of a control-plane value restarted the node pod (%s, now %s)", nodePodBefore, after)
+	}
 	logf(t, "helm upgrade rolled the control plane and lost no request")
 
-	nodePod := kubectl(t, "-n", in.namespace, "get", "pods", "-l", "app.kubernetes.io/component=node,app.kubernetes.io/instance="+in.release, "-o", "jsonpath={.items[0].metadata.name}")
+	nodePod := nodePods()
 	logf(t, "deleting node pod %s", nodePod)
 	kubectl(t, "-n", in.namespace, "delete", "pod", nodePod)
 	kubectl(t, "-n", in.namespace, "rollout", "status", "daemonset/"+in.release+"-node", "--timeout=3m")

@@ -147,6 +147,10 @@ func (r *Runtime) launch(ctx context.Context, id string, args ...string) error {
 		_ = r.Destroy(context.WithoutCancel(ctx), id)
 		return fmt.Errorf("runsc %s %s: %w: %s", args[0], id, err, lastLines(string(out), 5))
 	}
+	if err := leaveUnifiedParent(id); err != nil {
+		_ = r.Destroy(context.WithoutCancel(ctx), id)
+		return err
+	}
 	return nil
 }
 
@@ -187,6 +191,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 			}
 		}
 	}
+	removeUnified(id)
 	if err := os.RemoveAll(r.bundleDir(id)); err != nil {
 		return fmt.Errorf("destroy %s: remove bundle: %w", id, err)
 	}

@@ -65,3 +65,13 @@ include "space.keep" (dict "root" . "secret" NAME "key" KEY "given" V "new" NEW)
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+What the pods' secrets are made from, hashed: a changed given token, key or
+Secret name rolls the pods. Not the rendered Secret: its generated values
+render differently in the install's second rendering and the upgrade's,
+and would roll every pod on the first upgrade.
+*/}}
+{{- define "space.secretChecksum" -}}
+{{- list .Values.clusterToken .Values.adminKey .Values.existingSecret .Values.postgresql.password .Values.postgresql.existingSecret .Values.externalDatabase | toJson | sha256sum -}}
+{{- end -}}
