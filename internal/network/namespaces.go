@@ -43,6 +43,23 @@ type Namespaces struct {
 // mount of itself. It is idempotent: a restarted node reopens the same
 // directory and finds the slots of the sandboxes it adopts.
 func OpenNamespaces(dir string) (*Namespaces, error) {
+	return openNamespaces(dir, unix.MS_UNBINDABLE)
+}
+
+// OpenSharedNamespaces is OpenNamespaces for a node whose successor runs
+// in another mount namespace: a node container restarted by Kubernetes,
+// whose data dir is a host path mounted with Bidirectional propagation.
+// An unbindable directory would be left out of the new container's copy
+// of the host path, its namespace files empty there, and the sandboxes
+// unreachable. A shared one propagates its namespace mounts to the host
+// and into the next container, and their unmounts too. dir must be on a
+// shared mount, and no `ip netns`-style recursive self-bind may cover it
+// (the chart's data dir is the node's alone).
+func OpenSharedNamespaces(dir string) (*Namespaces, error) {
+	return openNamespaces(dir, unix.MS_SHARED)
+}
+
+func openNamespaces(dir string, propagation uintptr) (*Namespaces, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("network namespace directory: %w", err)
 	}
@@ -55,10 +72,10 @@ func OpenNamespaces(dir string) (*Namespaces, error) {
 			return nil, fmt.Errorf("network namespace directory: bind mount: %w", err)
 		}
 	}
-	// Also when it was a mount already: whatever made it shared since (a
-	// `mount --make-rshared /`) is undone.
-	if err := unix.Mount("", dir, "", unix.MS_UNBINDABLE, ""); err != nil {
-		return nil, fmt.Errorf("network namespace directory: make unbindable: %w", err)
+	// Also when it was a mount already: whatever changed its propagation
+	// since (a `mount --make-rshared /`) is undone.
+	if err := unix.Mount("", dir, "", propagation, ""); err != nil {
+		return nil, fmt.Errorf("network namespace directory: set propagation: %w", err)
 	}
 	return &Namespaces{dir: dir}, nil
 }

@@ -30,6 +30,10 @@ import (
 // NodeConfig is everything `space node` can be told.
 type NodeConfig struct {
 	DataDir, RunscPath, AgentPath, Platform string
+	// SharedMounts says the data dir is a shared mount that the node's
+	// successor sees from another mount namespace (a Kubernetes host path
+	// with Bidirectional propagation); see network.OpenSharedNamespaces.
+	SharedMounts bool
 	// VolumeImageBytes sizes the loop-backed btrfs image if one is made.
 	VolumeImageBytes int64
 	// ID names the node in the cluster; empty: the id kept in
@@ -157,7 +161,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	d := DefaultConfig().Defaults
 	side, err = openNodeSide(ctx, nodeSideConfig{
 		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
-		VolumeImageBytes: cfg.VolumeImageBytes, ID: cfg.ID,
+		SharedNetns: cfg.SharedMounts, VolumeImageBytes: cfg.VolumeImageBytes, ID: cfg.ID,
 		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
 		Limits:    network.Limits{BandwidthMbit: cfg.BandwidthMbit, MaxConnections: cfg.MaxConnections},
 		TrustedCA: ca.CertPEM(), MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,

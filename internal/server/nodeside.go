@@ -23,6 +23,10 @@ import (
 // serve` fills it from its Config, `space node` from its NodeConfig.
 type nodeSideConfig struct {
 	DataDir, RunscPath, AgentPath, Platform string
+	// SharedNetns keeps the network namespace directory a shared mount
+	// (network.OpenSharedNamespaces): for a node in a container whose
+	// successor must reach the sandboxes it leaves running.
+	SharedNetns bool
 	VolumeImageBytes                        int64
 	// ID names the node (its Info's id).
 	ID      string
@@ -88,7 +92,11 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 	}
 	// The slots' network namespaces live in a directory of this
 	// installation's, out of reach of `ip netns` (see network.Namespaces).
-	if ns.slots, err = network.OpenNamespaces(filepath.Join(cfg.DataDir, "netns")); err != nil {
+	openSlots := network.OpenNamespaces
+	if cfg.SharedNetns {
+		openSlots = network.OpenSharedNamespaces
+	}
+	if ns.slots, err = openSlots(filepath.Join(cfg.DataDir, "netns")); err != nil {
 		return nil, err
 	}
 	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform, Namespaces: ns.slots})
