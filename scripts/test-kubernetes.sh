@@ -52,8 +52,8 @@ release_node_data() {
   [ -d "$NODE_DATA" ] || return 0
   pkill -f "runsc.*$NODE_DATA" 2>/dev/null || true
   sleep 1
-  findmnt -rn -o TARGET | grep "^$NODE_DATA" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
-  losetup -j "$NODE_DATA/volumes.img" -O NAME -n 2>/dev/null | while read -r d; do losetup -d "$d" 2>/dev/null || true; done
+  { findmnt -rn -o TARGET | grep "^$NODE_DATA" || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  { losetup -j "$NODE_DATA/volumes.img" -O NAME -n 2>/dev/null || true; } | while read -r d; do losetup -d "$d" 2>/dev/null || true; done
   rm -rf "$NODE_DATA"
 }
 
@@ -104,7 +104,7 @@ log "install time, chart applied to first sandbox running: $(( (t1 - t0) / 10000
 "$BIN/space" sandbox rm "$first" >/dev/null
 
 log "latency through the Service ($SPACE_URL)"
-"$BIN/space" bench --template minimal --skip density,throughput,lifecycle,baselines,file_1mib -n 20 2>&1 | grep -E '^(create|exec)' || true
+"$BIN/space" bench --template minimal --skip density,throughput,lifecycle,baselines,file_1mib -n 20 2>&1 | grep -Ev '^bench: .* [0-9]+/[0-9]+' || true
 
 log "the cluster flow (go test ./test/kubernetes -run TestInstalledChart)"
 SPACE_KUBE_E2E=1 SPACE_KUBE_NAMESPACE=$NS SPACE_KUBE_RELEASE=$RELEASE SPACE_KUBE_VALUES="${VALUES[*]}" \

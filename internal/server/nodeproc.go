@@ -242,8 +242,7 @@ func (s *NodeServer) Left() <-chan error { return s.member }
 // adopts them again.
 //
 // A node that runs no sandbox at all (an uninstall removed them) also
-// unmounts its loop-backed volume image, so that the host keeps no mount
-// of it; a restart mounts it again in a moment.
+// releases its host mounts (nodeSide.releaseHost).
 func (s *NodeServer) Shutdown(ctx context.Context) error {
 	err := s.http.Shutdown(ctx)
 	s.cancel()
@@ -251,9 +250,7 @@ func (s *NodeServer) Shutdown(ctx context.Context) error {
 	_ = s.cpClient.Close()
 	s.side.close()
 	if ids, lerr := s.side.node.Sandboxes(ctx); lerr == nil && len(ids) == 0 {
-		if uerr := s.side.pool.Unmount(); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("unmount the volume image: %w", uerr))
-		}
+		err = errors.Join(err, s.side.releaseHost())
 	}
 	return err
 }

@@ -2,11 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/gateway"
@@ -26,8 +29,8 @@ type nodeSideConfig struct {
 	// SharedNetns keeps the network namespace directory a shared mount
 	// (network.OpenSharedNamespaces): for a node in a container whose
 	// successor must reach the sandboxes it leaves running.
-	SharedNetns bool
-	VolumeImageBytes                        int64
+	SharedNetns      bool
+	VolumeImageBytes int64
 	// ID names the node (its Info's id).
 	ID      string
 	Network network.EgressConfig
@@ -60,7 +63,10 @@ type nodeSide struct {
 	templates *template.Manager
 	// capacity is this machine's size.
 	capacity controlplane.Capacity
-	log      *slog.Logger
+	// runscRoot is runsc's state directory, where it keeps a mount of
+	// its own (null-netns).
+	runscRoot string
+	log       *slog.Logger
 }
 
 // openNodeSide brings up the node side of a process. It starts no
@@ -99,6 +105,7 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 	if ns.slots, err = openSlots(filepath.Join(cfg.DataDir, "netns")); err != nil {
 		return nil, err
 	}
+	ns.runscRoot = filepath.Join(cfg.DataDir, "runtime", "runsc")
 	rt, err := gvisor.New(gvisor.Config{RunscPath: runscPath, StateDir: filepath.Join(cfg.DataDir, "runtime"), Platform: cfg.Platform, Namespaces: ns.slots})
 	if err != nil {
 		return nil, err
@@ -203,6 +210,24 @@ func (ns *nodeSide) heldTemplates() []string {
 		}
 	}
 	return ids
+}
+
+// releaseHost undoes the mounts the node keeps on the host for its
+// sandboxes (the volume image, the namespace directory, runsc's
+// null-netns) once it runs none: an uninstall leaves no mount behind, and
+// a node started again makes them anew in a moment.
+func (ns *nodeSide) releaseHost() error {
+	var errs []error
+	if err := ns.slots.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unix.Unmount(filepath.Join(ns.runscRoot, "null-netns"), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, fmt.Errorf("unmount runsc's null-netns: %w", err))
+	}
+	if err := ns.pool.Unmount(); err != nil {
+		errs = append(errs, fmt.Errorf("unmount the volume image: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 func (ns *nodeSide) close() {
