@@ -4,7 +4,7 @@
 # kube-scheduler, containerd 1.6 + runc (Debian) with CNI bridge/host-local,
 # kubelet (cgroupfs, cgroup v1), kube-proxy (nftables) and CoreDNS as a host
 # process. No registry is reachable: the images of .tools/images (the image
-# lane's pause and busybox archives, and any other *.oci.tar there) are
+# pause and busybox archives of scripts/image.sh, and any other *.oci.tar there) are
 # imported into containerd.
 #
 # Usage:
@@ -16,7 +16,7 @@
 # then: source "$KUBE_UP_DIR/env"; kubectl get nodes; helm ...
 #
 # Everything lives under KUBE_UP_DIR (default /tmp/space-kube); ports are
-# 16500-16999 (the kube lane's range), the pod network 10.244.0.0/24 on bridge
+# 16500-16999 (this script's range), the pod network 10.244.0.0/24 on bridge
 # skube0, services 10.96.0.0/16, cluster DNS 10.97.0.10 (an address on the
 # host's lo, where CoreDNS listens: this kernel has no dummy links). These
 # are machine-wide, so there is one cluster per machine: up, down and check
@@ -326,7 +326,7 @@ up() {
     ctr -a "$SOCK" -n k8s.io images import "$img" >/dev/null || die "import of $img failed"
   done
   ctr -a "$SOCK" -n k8s.io images ls -q | grep -qx registry.k8s.io/pause:3.10 \
-    || die "no registry.k8s.io/pause:3.10 in $IMAGES_DIR (the image lane's scripts/image.sh builds pause.oci.tar)"
+    || die "no registry.k8s.io/pause:3.10 in $IMAGES_DIR (scripts/image.sh pause builds it)"
 
   start_proc kubelet "$KUBE_BIN/kubelet" --config "$DIR/kubelet/config.yaml" \
     --kubeconfig "$DIR/kubelet.kubeconfig" --root-dir "$DIR/kubelet" --cert-dir "$DIR/kubelet/pki" \

@@ -43,7 +43,7 @@ const Version = "v1.37.2"
 // HelmVersion is the helm release scripts/kube-tools.sh builds.
 const HelmVersion = "v3.22.0"
 
-// Ports are taken from this range, which belongs to the kube lane's tests
+// Ports are taken from this range, which belongs to kubetest
 // (the other half, 16500-16999, is scripts/kube-up.sh's).
 const portLow, portHigh = 16000, 16499
 
