@@ -3,9 +3,9 @@
 # builds: etcd (Debian), kube-apiserver, kube-controller-manager,
 # kube-scheduler, containerd 1.6 + runc (Debian) with CNI bridge/host-local,
 # kubelet (cgroupfs, cgroup v1), kube-proxy (nftables) and CoreDNS as a host
-# process. No registry is reachable: the images of .tools/images (the image
-# pause and busybox archives of scripts/image.sh, and any other *.oci.tar there) are
-# imported into containerd.
+# process. No registry is reachable: the images of .tools/images (the
+# pause and busybox archives of scripts/image.sh, and any other *.oci.tar
+# there) are imported into containerd.
 #
 # Usage:
 #   scripts/kube-up.sh up     start everything, wait for the node Ready; writes $KUBE_UP_DIR/env
