@@ -235,26 +235,7 @@ func (k *Keys) Empty() bool {
 // working here and ends the requests that use it, as Revoke does. It
 // returns at once on a store no one else writes.
 func (k *Keys) Follow(ctx context.Context) {
-	if !k.st.Shared() {
-		return
-	}
-	for ctx.Err() == nil {
-		ch, err := k.st.Watch(ctx, bucket)
-		if err == nil {
-			_ = k.reload() // what changed before the watch began
-			for id := range ch {
-				if id == store.Resync {
-					_ = k.reload()
-				} else {
-					k.refresh(id)
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
+	store.Follow(ctx, k.st, bucket, func() { _ = k.reload() }, k.refresh, nil)
 }
 
 // reload replaces the keys with the store's.

@@ -288,25 +288,8 @@ func (cp *ControlPlane) followStore(ctx context.Context) {
 	if !cp.shared {
 		return
 	}
-	for ctx.Err() == nil {
-		ch, err := cp.cfg.Store.Watch(ctx, sandboxBucket)
-		if err != nil {
-			cp.log.Warn("watch sandbox records", "err", err)
-		} else {
-			_ = cp.resync() // what changed before the watch began
-			for id := range ch {
-				if id == store.Resync {
-					_ = cp.resync()
-				} else {
-					cp.refresh(id)
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
+	store.Follow(ctx, cp.cfg.Store, sandboxBucket, func() { _ = cp.resync() }, cp.refresh,
+		func(err error) { cp.log.Warn("watch sandbox records", "err", err) })
 }
 
 // lease keeps renewing the lease name for this replica, at a third of

@@ -187,23 +187,11 @@ func (b *tokenBucket) take(now time.Time, n float64) (time.Duration, bool) {
 // a shared store (a quota set through another control-plane replica)
 // until ctx ends; it returns at once on a store no one else writes.
 func (q *Quotas) Follow(ctx context.Context) {
-	if q.st == nil || !q.st.Shared() {
+	if q.st == nil {
 		return
 	}
-	for ctx.Err() == nil {
-		ch, err := q.st.Watch(ctx, quotaBucket)
-		if err == nil {
-			q.reload() // what changed before the watch began
-			for range ch {
-				// Few records, rarely changed: read them all.
-				q.reload()
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
+	// Few records, rarely changed: any change reads them all.
+	store.Follow(ctx, q.st, quotaBucket, q.reload, func(string) { q.reload() }, nil)
 }
 
 func (q *Quotas) reload() {
