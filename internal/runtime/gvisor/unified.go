@@ -3,6 +3,7 @@ package gvisor
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,12 +46,12 @@ func leaveUnifiedParent(id string) error {
 	}
 	dir := filepath.Join(unifiedRoot, "space", id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("cgroup of %s in the v2 hierarchy: %w", id, err)
+		return fmt.Errorf("cgroup of %s in the v2 hierarchy: %w", id, pathless(err))
 	}
 	for _, pid := range strings.Fields(string(procs)) {
 		err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0o644)
 		if err != nil && !errors.Is(err, syscall.ESRCH) { // a process that exited meanwhile
-			return fmt.Errorf("move process %s of %s in the v2 hierarchy: %w", pid, id, err)
+			return fmt.Errorf("move process %s of %s in the v2 hierarchy: %w", pid, id, pathless(err))
 		}
 	}
 	return nil
@@ -60,6 +61,16 @@ func leaveUnifiedParent(id string) error {
 // processes are gone.
 func removeUnified(id string) {
 	_ = os.Remove(filepath.Join(unifiedRoot, "space", id))
+}
+
+// pathless drops the host path from a file error: a create's error can
+// reach the API client.
+func pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func isCgroup2(path string) bool {
