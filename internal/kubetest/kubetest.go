@@ -291,9 +291,9 @@ func statusMessage(body []byte) string {
 	return strings.TrimSpace(string(body))
 }
 
-// moduleRoot walks up from the working directory (a test's package
+// ModuleRoot walks up from the working directory (a test's package
 // directory) to the main module's go.mod.
-func moduleRoot() (string, error) {
+func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -317,7 +317,7 @@ func Helm(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("SPACE_HELM")
 	if p == "" {
-		root, err := moduleRoot()
+		root, err := ModuleRoot()
 		if err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
@@ -332,7 +332,7 @@ func Helm(t testing.TB) string {
 func kubeAPIServerPath() (string, error) {
 	dir := os.Getenv("SPACE_KUBE_BIN")
 	if dir == "" {
-		root, err := moduleRoot()
+		root, err := ModuleRoot()
 		if err != nil {
 			return "", err
 		}

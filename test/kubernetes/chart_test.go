@@ -23,37 +23,13 @@ import (
 	"github.com/space-platform/space/internal/kubetest"
 )
 
-// helmVersion is the helm scripts/kube-tools.sh builds.
-const helmVersion = "v3.22.0"
-
 func moduleRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	root, err := kubetest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-}
-
-func helmPath(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("SPACE_HELM"); p != "" {
-		return p
-	}
-	p := filepath.Join(moduleRoot(t), ".tools", "helm", helmVersion, "bin", "helm")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("helm %s is not built: run scripts/kube-tools.sh --only helm (%v)", helmVersion, err)
-	}
-	return p
+	return root
 }
 
 func chartDir(t testing.TB) string { return filepath.Join(moduleRoot(t), "deploy", "helm", "space") }
@@ -63,7 +39,7 @@ func chartDir(t testing.TB) string { return filepath.Join(moduleRoot(t), "deploy
 func helm(t testing.TB, args ...string) ([]byte, error) {
 	t.Helper()
 	home := t.TempDir()
-	cmd := exec.Command(helmPath(t), args...)
+	cmd := exec.Command(kubetest.Helm(t), args...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
