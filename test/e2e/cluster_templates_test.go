@@ -32,25 +32,7 @@ func TestClusterTemplateBuiltOnceShipped(t *testing.T) {
 	}
 	// The build's log, followed through the control plane while the
 	// node builds, ends once the template is ready.
-	stream, err := cl.TemplateLogs(ctx, "hello", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for {
-		ev, err := stream.Next()
-		if err != nil {
-			t.Fatalf("follow the build's log: %v (so far %q)", err, lines)
-		}
-		if ev.Done {
-			if ev.Template.State != apiv1.TemplateReady {
-				t.Fatalf("the log ended with %+v", ev.Template)
-			}
-			break
-		}
-		lines = append(lines, ev.Line)
-	}
-	stream.Close()
+	lines := followTemplateLog(ctx, t, cl, "hello")
 	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "echo hi from the build") }) {
 		t.Fatalf("the build's log through the control plane: %q", lines)
 	}

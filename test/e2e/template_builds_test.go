@@ -131,25 +131,7 @@ run:
 
 	// The log stream of GET /v1/templates/{name}/logs replays the same
 	// progress and ends with the ready template.
-	stream, err := env.client.TemplateLogs(ctx, "uploaded", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for {
-		ev, err := stream.Next()
-		if err != nil {
-			t.Fatalf("log stream: %v (lines %q)", err, lines)
-		}
-		if ev.Done {
-			if ev.Template.State != apiv1.TemplateReady {
-				t.Errorf("done event: %+v", ev.Template)
-			}
-			break
-		}
-		lines = append(lines, ev.Line)
-	}
-	stream.Close()
+	lines := followTemplateLog(ctx, t, env.client, "uploaded")
 	if log := strings.Join(lines, "\n"); !strings.Contains(log, "[2/4] run:") || !strings.Contains(log, "step-output-line") {
 		t.Errorf("streamed log:\n%s", log)
 	}
@@ -319,5 +301,30 @@ run:
 	env.client.DeleteSandbox(ctx, sb.ID)
 	if err := env.client.DeleteTemplate(ctx, "fetched"); err != nil {
 		t.Errorf("delete: %v", err)
+	}
+}
+
+// followTemplateLog reads template name's build log from its first line
+// until the stream's done event, which must carry the ready template.
+func followTemplateLog(ctx context.Context, t *testing.T, c *client.Client, name string) []string {
+	t.Helper()
+	stream, err := c.TemplateLogs(ctx, name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var lines []string
+	for {
+		ev, err := stream.Next()
+		if err != nil {
+			t.Fatalf("follow the build log of %s: %v (so far %q)", name, err, lines)
+		}
+		if ev.Done {
+			if ev.Template.State != apiv1.TemplateReady {
+				t.Fatalf("the build log of %s ended with %+v", name, ev.Template)
+			}
+			return lines
+		}
+		lines = append(lines, ev.Line)
 	}
 }
