@@ -60,14 +60,9 @@ type Keys struct {
 
 // Open loads the registry.
 func Open(st store.Store) (*Keys, error) {
-	all, err := store.All[Key](st, bucket)
-	if err != nil {
-		return nil, fmt.Errorf("load API keys: %w", err)
-	}
-	k := &Keys{st: st, byHash: map[string]Key{}, watchers: map[string]map[chan struct{}]struct{}{}}
-	for _, key := range all {
-		key.Project = project.Of(key.Project)
-		k.byHash[key.Hash] = key
+	k := &Keys{st: st, watchers: map[string]map[chan struct{}]struct{}{}}
+	if err := k.reload(); err != nil {
+		return nil, err
 	}
 	return k, nil
 }
@@ -238,11 +233,11 @@ func (k *Keys) Follow(ctx context.Context) {
 	store.Follow(ctx, k.st, bucket, func() { _ = k.reload() }, k.refresh, nil)
 }
 
-// reload replaces the keys with the store's.
+// reload replaces the keys with the store's (all of them, at Open).
 func (k *Keys) reload() error {
 	all, err := store.All[Key](k.st, bucket)
 	if err != nil {
-		return fmt.Errorf("reload API keys: %w", err)
+		return fmt.Errorf("load API keys: %w", err)
 	}
 	byHash := make(map[string]Key, len(all))
 	live := map[string]bool{}
