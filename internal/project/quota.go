@@ -82,12 +82,8 @@ func OpenQuotas(st store.Store, defaults Quota) (*Quotas, error) {
 	if st == nil {
 		return q, nil
 	}
-	all, err := store.All[stored](st, quotaBucket)
-	if err != nil {
-		return nil, fmt.Errorf("load project quotas: %w", err)
-	}
-	for _, s := range all {
-		q.overrides[s.Project] = s.Override
+	if err := q.reload(); err != nil {
+		return nil, err
 	}
 	return q, nil
 }
@@ -191,13 +187,16 @@ func (q *Quotas) Follow(ctx context.Context) {
 		return
 	}
 	// Few records, rarely changed: any change reads them all.
-	store.Follow(ctx, q.st, quotaBucket, q.reload, func(string) { q.reload() }, nil)
+	// A failed read is tried again at the next change.
+	reload := func() { _ = q.reload() }
+	store.Follow(ctx, q.st, quotaBucket, reload, func(string) { reload() }, nil)
 }
 
-func (q *Quotas) reload() {
+// reload replaces the overrides with the store's (all of them, at open).
+func (q *Quotas) reload() error {
 	all, err := store.All[stored](q.st, quotaBucket)
 	if err != nil {
-		return // the next change reads them again
+		return fmt.Errorf("load project quotas: %w", err)
 	}
 	overrides := make(map[string]Override, len(all))
 	for _, s := range all {
@@ -211,4 +210,5 @@ func (q *Quotas) reload() {
 		}
 	}
 	q.overrides = overrides
+	return nil
 }
