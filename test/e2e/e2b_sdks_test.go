@@ -15,7 +15,7 @@ import (
 )
 
 // TestE2BJSSDKs runs compat/e2b-js: the real E2B JavaScript SDKs from npm
-// (e2b 2.20 and 2.51, @e2b/code-interpreter 2.8) against this server's E2B
+// (e2b 2.20, 2.45 and 2.51, @e2b/code-interpreter 2.7 and 2.8) against this server's E2B
 // API and sandbox proxy, on the base and code-interpreter-v1 templates. It
 // installs the pinned packages with `npm ci` once per package-lock.json
 // (cached in compat/e2b-js/node_modules) and skips only when npm or its
