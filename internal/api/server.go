@@ -126,7 +126,7 @@ func (s *Server) routes() {
 	authed("GET /v1/sandboxes/{id}/events", s.sandboxEvents)
 	authed("POST /v1/sandboxes/{id}/pause", s.lifecycleAction(pauseAction))
 	authed("POST /v1/sandboxes/{id}/resume", s.lifecycleAction(resumeAction))
-	authed("POST /v1/sandboxes/{id}/suspend", s.lifecycleAction(suspendAction))
+	authed("POST /v1/sandboxes/{id}/suspend", s.suspendSandbox)
 	authed("POST /v1/sandboxes/{id}/snapshots", s.createSnapshot)
 	authed("GET /v1/sandboxes/{id}/snapshots", s.listSnapshots)
 	authed("DELETE /v1/sandboxes/{id}/snapshots/{name}", s.deleteSnapshot)

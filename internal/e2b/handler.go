@@ -42,6 +42,7 @@ type ControlPlane interface {
 	Delete(ctx context.Context, id string) error
 	SetTimeout(id string, timeoutS int) (controlplane.Sandbox, error)
 	Suspend(ctx context.Context, id string) (controlplane.Sandbox, error)
+	SuspendWith(ctx context.Context, id string, opts controlplane.SuspendOptions) (controlplane.Sandbox, error)
 	Resume(ctx context.Context, id string) (controlplane.Sandbox, error)
 	Branch(ctx context.Context, id string, count, timeoutS int) ([]controlplane.Sandbox, error)
 	CreateSnapshot(ctx context.Context, id, name string) (controlplane.Snapshot, error)

@@ -178,12 +178,6 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	if _, ok := readJSON(w, r, &body); !ok {
 		return
 	}
-	if body.Memory != nil && !*body.Memory {
-		// A filesystem-only pause would lose what space keeps anyway;
-		// keeping memory is never worse for the caller, so say so only
-		// in the log.
-		h.log.Debug("pause without memory requested; space always keeps memory", "sandbox", id)
-	}
 	s, err := h.visible(id)
 	if err != nil {
 		h.fail(w, err)
@@ -199,7 +193,8 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if _, err := h.cfg.ControlPlane.Suspend(r.Context(), id); err != nil {
+	// memory false is a filesystem-only pause (life.go).
+	if _, err := h.cfg.ControlPlane.SuspendWith(r.Context(), id, pauseOptions(body.Memory)); err != nil {
 		h.fail(w, err)
 		return
 	}

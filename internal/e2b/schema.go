@@ -109,6 +109,9 @@ func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
 		enabled := *req.AutoResume.Enabled
 		out.AutoResume = &enabled
 	}
+	if msg := req.pauseMemory(&out); msg != "" {
+		return out, msg
+	}
 	policy, msg := req.networkPolicy()
 	out.Network = policy
 	return out, msg
