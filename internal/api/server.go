@@ -124,6 +124,7 @@ func (s *Server) routes() {
 	authed("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
 	authed("PUT /v1/sandboxes/{id}/network", s.setNetwork)
 	authed("GET /v1/sandboxes/{id}/events", s.sandboxEvents)
+	authed("GET /v1/sandboxes/{id}/metrics", s.sandboxMetrics)
 	authed("POST /v1/sandboxes/{id}/pause", s.lifecycleAction(pauseAction))
 	authed("POST /v1/sandboxes/{id}/resume", s.lifecycleAction(resumeAction))
 	authed("POST /v1/sandboxes/{id}/suspend", s.suspendSandbox)

@@ -50,6 +50,8 @@ type ControlPlane interface {
 	ResolveSnapshot(scope project.Scope, ref string) (controlplane.Snapshot, error)
 	DeleteSnapshot(sandboxID, name string) error
 	Running(ctx context.Context, id string) (nodeapi.Sandbox, error)
+	Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.MetricSample, error)
+	ResolveTemplate(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, error)
 }
 
 // Keys checks API keys; *auth.Keys satisfies it.
@@ -126,6 +128,7 @@ func (h *Handler) routes() {
 	authed("POST /sandboxes/{id}/connect", h.connectV1)
 	authed("POST /v2/sandboxes/{id}/connect", h.connectV2)
 	authed("POST /sandboxes/{id}/fork", h.fork)
+	authed("GET /sandboxes/metrics", h.metricsOfMany)
 	authed("GET /sandboxes/{id}/metrics", h.metrics)
 	authed("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	authed("GET /snapshots", h.listSnapshots)

@@ -50,8 +50,6 @@ func emptyJSON(raw json.RawMessage) bool {
 // the message of a 400; "" when there is none.
 func (req *newSandbox) unsupported() string {
 	switch {
-	case !emptyJSON(req.MCP):
-		return "mcp is not supported by space: the MCP gateway (port 50005) is not available; remove the mcp option"
 	case !emptyJSON(req.VolumeMounts):
 		return "volumeMounts is not supported by space: persistent volumes cannot be mounted into E2B sandboxes; remove the volumeMounts option"
 	case !emptyJSON(req.IAM):
@@ -229,6 +227,7 @@ type sandboxMetric struct {
 	CPUUsedPct    float64 `json:"cpuUsedPct"`
 	MemUsed       uint64  `json:"memUsed"`
 	MemTotal      uint64  `json:"memTotal"`
+	MemCache      uint64  `json:"memCache"`
 	DiskUsed      uint64  `json:"diskUsed"`
 	DiskTotal     uint64  `json:"diskTotal"`
 }

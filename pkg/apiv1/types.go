@@ -397,3 +397,23 @@ type ProjectList struct {
 type KeyList struct {
 	Keys []APIKey `json:"keys"`
 }
+
+// MetricSample is one sample of a sandbox's resource use.
+type MetricSample struct {
+	Time       time.Time `json:"time"`
+	CPUCount   int       `json:"cpu_count"`
+	CPUUsedPct float64   `json:"cpu_used_pct"`
+	MemUsed    uint64    `json:"mem_used"`
+	MemTotal   uint64    `json:"mem_total"`
+	MemCache   uint64    `json:"mem_cache"`
+	DiskUsed   uint64    `json:"disk_used"`
+	DiskTotal  uint64    `json:"disk_total"`
+}
+
+// MetricsList is GET /v1/sandboxes/{id}/metrics: the samples within the
+// range asked for, oldest first, and how the history is kept.
+type MetricsList struct {
+	Metrics    []MetricSample `json:"metrics"`
+	IntervalS  int            `json:"interval_s"`
+	RetentionS int            `json:"retention_s"`
+}

@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -127,4 +130,116 @@ func rawNative(t *testing.T, method, path, body string) e2bResponse {
 	t.Helper()
 	r := raw(t, env.srv.URL, env.srv.AdminKey, method, path, body)
 	return e2bResponse{status: r.status, header: r.header, body: r.body}
+}
+
+// e2bMetric is E2B's SandboxMetric.
+type e2bMetric struct {
+	Timestamp     string  `json:"timestamp"`
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       uint64  `json:"memUsed"`
+	MemTotal      uint64  `json:"memTotal"`
+	MemCache      *uint64 `json:"memCache"`
+	DiskUsed      uint64  `json:"diskUsed"`
+	DiskTotal     uint64  `json:"diskTotal"`
+}
+
+func e2bMetrics(t *testing.T, id, query string) []e2bMetric {
+	t.Helper()
+	resp := e2bRequest(t, http.MethodGet, "/sandboxes/"+id+"/metrics"+query, nil, nil)
+	if resp.status != http.StatusOK {
+		t.Fatalf("metrics%s: %d %s", query, resp.status, resp.body)
+	}
+	var out []e2bMetric
+	resp.json(t, &out)
+	return out
+}
+
+// The server keeps each sandbox's history (its node samples it every 5 s)
+// and GET /sandboxes/{id}/metrics?start=&end= answers the samples inside
+// the range, as the SDKs' getMetrics({start, end}) asks: none for a range
+// before the sandbox existed, the same on the native API, and a paused
+// sandbox keeps its history without being resumed by the read.
+func TestE2BMetricsHistoryAndRanges(t *testing.T) {
+	created := time.Now()
+	sb := e2bCreate(t, "minimal", nil)
+	var all []e2bMetric
+	deadline := time.Now().Add(30 * time.Second)
+	for all = e2bMetrics(t, sb.SandboxID, ""); len(all) < 3; all = e2bMetrics(t, sb.SandboxID, "") {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s, %d samples: %+v", len(all), all)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for i, m := range all {
+		ts, err := time.Parse(time.RFC3339, m.Timestamp)
+		if err != nil || ts.Unix() != m.TimestampUnix || ts.Before(created.Add(-time.Second).Truncate(time.Second)) || ts.After(time.Now()) {
+			t.Fatalf("sample %d timestamp %q/%d (created %s): %v", i, m.Timestamp, m.TimestampUnix, created, err)
+		}
+		if m.CPUCount < 1 || m.MemTotal == 0 || m.MemUsed > m.MemTotal || m.MemCache == nil || m.DiskTotal == 0 || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 {
+			t.Fatalf("sample %d: %+v", i, m)
+		}
+		if i > 0 && m.TimestampUnix-all[i-1].TimestampUnix < 4 {
+			t.Fatalf("samples %d and %d are %d s apart; the history has 5 s resolution: %+v", i-1, i, m.TimestampUnix-all[i-1].TimestampUnix, all)
+		}
+	}
+	second := all[1].TimestampUnix
+	if got := e2bMetrics(t, sb.SandboxID, fmt.Sprintf("?start=%d&end=%d", second, second)); len(got) != 1 || got[0].TimestampUnix != second {
+		t.Fatalf("range [%d, %d]: %+v, want the one sample of that second", second, second, got)
+	}
+	if got := e2bMetrics(t, sb.SandboxID, fmt.Sprintf("?start=%d", second)); len(got) < 2 || got[0].TimestampUnix != second {
+		t.Fatalf("from %d on: %+v", second, got)
+	}
+	if got := e2bMetrics(t, sb.SandboxID, fmt.Sprintf("?end=%d", all[0].TimestampUnix)); len(got) != 1 {
+		t.Fatalf("up to the first sample: %+v", got)
+	}
+	before := created.Unix()
+	if got := e2bMetrics(t, sb.SandboxID, fmt.Sprintf("?start=%d&end=%d", before-7200, before-3600)); len(got) != 0 {
+		t.Fatalf("a range before the sandbox existed: %+v", got)
+	}
+	if got := e2bMetrics(t, sb.SandboxID, fmt.Sprintf("?start=%d&end=%d", before+7200, before+9000)); len(got) != 0 {
+		t.Fatalf("a range in the future: %+v", got)
+	}
+	for _, q := range []string{"?start=abc", "?start=-1", "?end=1.5", fmt.Sprintf("?start=%d&end=%d", second, second-10), "?start=99999999999999999", "?end=253402300800"} {
+		e2bRequest(t, http.MethodGet, "/sandboxes/"+sb.SandboxID+"/metrics"+q, nil, nil).wantError(t, http.StatusBadRequest, "")
+	}
+
+	// The native API serves the same history.
+	var native apiv1.MetricsList
+	resp := rawNative(t, http.MethodGet, "/v1/sandboxes/"+sb.SandboxID+"/metrics", "")
+	resp.json(t, &native)
+	if resp.status != http.StatusOK || len(native.Metrics) < 3 || native.IntervalS != 5 || native.RetentionS != 3600 ||
+		native.Metrics[1].Time.Unix() != second {
+		t.Fatalf("native metrics: %d %s", resp.status, resp.body)
+	}
+	q := url.Values{"start": {created.Add(-2 * time.Hour).Format(time.RFC3339)}, "end": {created.Add(-time.Hour).Format(time.RFC3339)}}
+	resp = rawNative(t, http.MethodGet, "/v1/sandboxes/"+sb.SandboxID+"/metrics?"+q.Encode(), "")
+	if resp.json(t, &native); resp.status != http.StatusOK || len(native.Metrics) != 0 {
+		t.Fatalf("native metrics before the sandbox existed: %d %s", resp.status, resp.body)
+	}
+	for _, bad := range []string{"?start=yesterday", "?end=1700000000", "?start=1969-01-01T00:00:00Z"} {
+		rawNative(t, http.MethodGet, "/v1/sandboxes/"+sb.SandboxID+"/metrics"+bad, "").wantError(t, http.StatusBadRequest, "")
+	}
+
+	// GET /sandboxes/metrics: the latest sample of each sandbox named.
+	resp = e2bRequest(t, http.MethodGet, "/sandboxes/metrics?sandbox_ids="+sb.SandboxID+",nosuchsandbox", nil, nil)
+	var many struct {
+		Sandboxes map[string]e2bMetric `json:"sandboxes"`
+	}
+	if resp.json(t, &many); resp.status != http.StatusOK || len(many.Sandboxes) != 1 || many.Sandboxes[sb.SandboxID].TimestampUnix < second {
+		t.Fatalf("metrics of many: %d %s", resp.status, resp.body)
+	}
+	e2bRequest(t, http.MethodGet, "/sandboxes/metrics", nil, nil).wantError(t, http.StatusBadRequest, "sandbox_ids")
+
+	// Paused: the history stays, and reading it does not resume it.
+	if resp := e2bRequest(t, http.MethodPost, "/sandboxes/"+sb.SandboxID+"/pause", nil, nil); resp.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", resp.status, resp.body)
+	}
+	if got := e2bMetrics(t, sb.SandboxID, ""); len(got) < 3 {
+		t.Fatalf("history of a paused sandbox: %+v", got)
+	}
+	if got, err := env.client.GetSandbox(testContext(t), sb.SandboxID); err != nil || got.State != apiv1.StateSuspended {
+		t.Fatalf("after reading metrics of a paused sandbox: %+v, %v", got, err)
+	}
 }
