@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,20 +14,18 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// bootedTemplate is a minimal template whose start command records every
-// start in /home/user/starts, so a test sees whether a resume booted afresh.
-const bootedTemplate = `
-name: life-booted
-from: template:minimal
-start: "sh -c 'date +%s >> /home/user/starts; exec sleep 2147483647'"
-`
-
-func lifeBootedTemplate(t *testing.T) string {
+// lifeTemplate builds (once: the same recipe is the same template) one of
+// the recipes the JS suite shares, compat/e2b-js/lib/<name>.yaml.
+func lifeTemplate(t *testing.T, name string) string {
 	t.Helper()
-	if _, err := env.client.CreateTemplate(testContext(t), apiv1.CreateTemplateRequest{Recipe: bootedTemplate}); err != nil {
-		t.Fatalf("create template: %v", err)
+	recipe, err := os.ReadFile(filepath.Join(env.repoRoot, "compat", "e2b-js", "lib", name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return waitTemplate(t, "life-booted").Name
+	if _, err := env.client.CreateTemplate(testContext(t), apiv1.CreateTemplateRequest{Recipe: string(recipe)}); err != nil {
+		t.Fatalf("create template %s: %v", name, err)
+	}
+	return waitTemplate(t, name).Name
 }
 
 // bootState is what tells one boot of a sandbox from another.
@@ -46,7 +47,7 @@ func readBootState(t *testing.T, id string) bootState {
 // start command run again, the files as they were, old processes gone.
 // The native suspend does the same with keep_memory false.
 func TestE2BPauseWithoutMemoryBootsFresh(t *testing.T) {
-	tpl := lifeBootedTemplate(t)
+	tpl := lifeTemplate(t, "life-booted")
 	sb := e2bCreate(t, tpl, map[string]any{"timeout": 300})
 	execOK(t, sb.SandboxID, `echo kept > /home/user/keep.txt && { sleep 2147483647 >/dev/null 2>&1 & }`)
 	before := readBootState(t, sb.SandboxID)
@@ -241,5 +242,64 @@ func TestE2BMetricsHistoryAndRanges(t *testing.T) {
 	}
 	if got, err := env.client.GetSandbox(testContext(t), sb.SandboxID); err != nil || got.State != apiv1.StateSuspended {
 		t.Fatalf("after reading metrics of a paused sandbox: %+v, %v", got, err)
+	}
+}
+
+// The mcp create option: a template whose recipe declares mcp.gateway
+// takes it, and the SDK's next step (mcp-gateway --config as root with
+// GATEWAY_ACCESS_TOKEN) starts the gateway, reached through the proxy on
+// port 50005 at /mcp with that token. Templates without a gateway, the
+// SDKs' default mcp-gateway template (space has none) and malformed
+// options are 400s, and bad mcp.gateway paths fail the recipe.
+func TestE2BMCPGateway(t *testing.T) {
+	tpl := lifeTemplate(t, "life-mcp")
+	servers := map[string]any{"exa": map[string]string{"apiKey": "k-123"}}
+	resp := e2bRequest(t, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": tpl, "mcp": servers, "timeout": 120}, nil)
+	if resp.status != http.StatusCreated {
+		t.Fatalf("create with mcp: %d %s", resp.status, resp.body)
+	}
+	var sb e2bSandbox
+	resp.json(t, &sb)
+	t.Cleanup(func() { e2bRequest(t, http.MethodDelete, "/sandboxes/"+sb.SandboxID, nil, nil) })
+
+	config, _ := json.Marshal(servers)
+	res, err := env.client.Exec(testContext(t), sb.SandboxID, apiv1.ExecRequest{
+		Cmd: []string{"/bin/bash", "-l", "-c", "mcp-gateway --config '" + string(config) + "'"}, User: "root",
+		Env: map[string]string{"GATEWAY_ACCESS_TOKEN": "gw-token"},
+	})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("mcp-gateway --config: %+v, %v", res, err)
+	}
+	h := envdHeaders(sb, "50005")
+	h.Set("Authorization", "Bearer gw-token")
+	got := proxyRequest(t, http.MethodPost, "/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`), h)
+	if got.status != http.StatusOK || !strings.Contains(string(got.body), `"apiKey":"k-123"`) {
+		t.Fatalf("the gateway at :50005/mcp: %d %s", got.status, got.body)
+	}
+	h.Set("Authorization", "Bearer wrong")
+	if got := proxyRequest(t, http.MethodPost, "/mcp", "application/json", strings.NewReader(`{}`), h); got.status != http.StatusUnauthorized {
+		t.Fatalf("the gateway with a wrong token: %d %s", got.status, got.body)
+	}
+	if token := execOK(t, sb.SandboxID, "cat /etc/mcp-gateway/.token 2>&1 || true"); strings.Contains(token, "gw-token") {
+		t.Fatalf("the gateway's token is readable by the sandbox's user: %q", token)
+	}
+
+	for _, c := range []struct {
+		body map[string]any
+		want string
+	}{
+		{map[string]any{"templateID": "minimal", "mcp": servers}, "provides no MCP gateway"},
+		{map[string]any{"templateID": "minimal", "mcp": map[string]any{}}, "provides no MCP gateway"},
+		{map[string]any{"templateID": "mcp-gateway", "mcp": servers}, "no built-in mcp-gateway template"},
+		{map[string]any{"templateID": tpl, "mcp": "exa"}, "mcp must be an object"},
+		{map[string]any{"templateID": tpl, "mcp": []string{"exa"}}, "mcp must be an object"},
+	} {
+		e2bRequest(t, http.MethodPost, "/sandboxes", c.body, nil).wantError(t, http.StatusBadRequest, c.want)
+	}
+	for _, gw := range []string{"/opt/gw/mcp-gateway", "usr/local/bin/mcp-gateway", "/usr/local/bin/gateway", "/usr/local/bin/../bin/mcp-gateway", ""} {
+		recipe := "name: life-mcp-bad\nfrom: template:minimal\nmcp:\n  gateway: \"" + gw + "\"\n"
+		if _, err := env.client.CreateTemplate(testContext(t), apiv1.CreateTemplateRequest{Recipe: recipe}); err == nil || !strings.Contains(err.Error(), "mcp.gateway") {
+			t.Fatalf("recipe with mcp.gateway %q: %v, want a 400 naming mcp.gateway", gw, err)
+		}
 	}
 }
