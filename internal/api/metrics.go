@@ -44,12 +44,7 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, err)
 			return
 		}
-		for _, m := range samples {
-			out.Metrics = append(out.Metrics, apiv1.MetricSample{
-				Time: m.Time.UTC(), CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemUsed, MemTotal: m.MemTotal,
-				MemCache: m.MemCache, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal,
-			})
-		}
+		out.Metrics = append(out.Metrics, samples...)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/space-platform/space/internal/agent/gen/filesystempb"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/pkg/apiv1"
 )
 
 // Node is one node as the control plane drives it. Transfer is part of
@@ -435,18 +436,9 @@ const (
 )
 
 // MetricSample is one sample of a sandbox's resource use, as its agent
-// measured it (envd's metrics) at Time, the node's clock.
-type MetricSample struct {
-	Time       time.Time `json:"time"`
-	CPUCount   int       `json:"cpu_count"`
-	CPUUsedPct float64   `json:"cpu_used_pct"`
-	MemUsed    uint64    `json:"mem_used"`
-	MemTotal   uint64    `json:"mem_total"`
-	// MemCache is the page cache, when the agent reports it (0 if not).
-	MemCache  uint64 `json:"mem_cache,omitempty"`
-	DiskUsed  uint64 `json:"disk_used"`
-	DiskTotal uint64 `json:"disk_total"`
-}
+// measured it (envd's metrics) at Time, the node's clock. It is the API's
+// sample: the node's answer is served as it is.
+type MetricSample = apiv1.MetricSample
 
 // ImageInfo describes a checkpoint image.
 type ImageInfo struct {

@@ -398,7 +398,8 @@ type KeyList struct {
 	Keys []APIKey `json:"keys"`
 }
 
-// MetricSample is one sample of a sandbox's resource use.
+// MetricSample is one sample of a sandbox's resource use, measured inside
+// the sandbox and stamped with its node's clock.
 type MetricSample struct {
 	Time       time.Time `json:"time"`
 	CPUCount   int       `json:"cpu_count"`
