@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
 )
 
 // lifeTemplate builds (once: the same recipe is the same template) one of
@@ -81,6 +82,10 @@ func TestE2BPauseWithoutMemoryBootsFresh(t *testing.T) {
 
 	// Native: POST /v1/sandboxes/{id}/suspend {"keep_memory": false}.
 	execOK(t, sb.SandboxID, `echo again >> /home/user/keep.txt`)
+	sess, err := env.client.CreateSession(testContext(t), sb.SandboxID, apiv1.CreateSessionRequest{Cmd: []string{"sleep", "600"}, Tag: "before"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	keep := false
 	susp, err := env.client.SuspendWith(testContext(t), sb.SandboxID, apiv1.SuspendRequest{KeepMemory: &keep})
 	if err != nil || susp.State != apiv1.StateSuspended || !susp.DiskOnly {
@@ -88,6 +93,10 @@ func TestE2BPauseWithoutMemoryBootsFresh(t *testing.T) {
 	}
 	if _, err := env.client.Resume(testContext(t), sb.SandboxID); err != nil {
 		t.Fatalf("resume: %v", err)
+	}
+	// The sessions the node followed went with the memory.
+	if _, err := env.client.GetSession(testContext(t), sb.SandboxID, sess.ID); !client.IsNotFound(err) {
+		t.Fatalf("session %s after a resume without memory: %v, want 404", sess.ID, err)
 	}
 	third := readBootState(t, sb.SandboxID)
 	if third.bootID == after.bootID || third.starts != "3" || third.file != "kept\nagain" {
