@@ -34,7 +34,7 @@ type bootState struct{ bootID, starts, file, sleepers string }
 
 func readBootState(t *testing.T, id string) bootState {
 	t.Helper()
-	out := execOK(t, id, `cat /proc/sys/kernel/random/boot_id; echo "|"; wc -l < /home/user/starts; echo "|"; cat /home/user/keep.txt; echo "|"; ps -o args | grep -c '^sleep 2147483647' || true`)
+	out := execOK(t, id, `cat /proc/sys/kernel/random/boot_id; echo "|"; wc -l < /home/user/starts; echo "|"; cat /home/user/keep.txt 2>/dev/null; echo "|"; ps -o args | grep -c '^sleep 2147483647' || true`)
 	parts := strings.Split(out, "|")
 	if len(parts) != 4 {
 		t.Fatalf("boot state of %s: %q", id, out)
@@ -369,5 +369,25 @@ func TestClusterMetricsAndSuspendWithoutMemory(t *testing.T) {
 	}
 	if err := cl.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lifecycle.onTimeout {action: pause, keepMemory: false} (autoPause with
+// autoPauseMemory false): the timeout's pause keeps only the disk, and
+// connect boots it afresh.
+func TestE2BTimeoutPauseWithoutMemory(t *testing.T) {
+	tpl := lifeTemplate(t, "life-booted")
+	sb := e2bCreate(t, tpl, map[string]any{"timeout": 3, "autoPause": true, "autoPauseMemory": false})
+	first := readBootState(t, sb.SandboxID)
+	got, err := env.client.WaitSandbox(testContext(t), sb.SandboxID, apiv1.StateSuspended, time.Minute)
+	if err != nil || !got.DiskOnly || !strings.HasPrefix(got.Reason, "timeout") || got.Lifecycle.KeepMemory == nil || *got.Lifecycle.KeepMemory {
+		t.Fatalf("after the timeout: %+v, %v; want suspended for the timeout, disk only", got, err)
+	}
+	resp := e2bRequest(t, http.MethodPost, "/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300}, nil)
+	if resp.status != http.StatusCreated {
+		t.Fatalf("connect: %d %s", resp.status, resp.body)
+	}
+	if again := readBootState(t, sb.SandboxID); again.bootID == first.bootID || again.starts != "2" {
+		t.Fatalf("after connect: %+v, before %+v", again, first)
 	}
 }

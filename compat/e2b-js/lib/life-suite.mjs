@@ -46,6 +46,21 @@ export function defineLifeSuite(label, sdk) {
       }
     })
 
+    test('lifecycle.onTimeout { pause, keepMemory: false }: the timeout keeps the disk', async () => {
+      const sbx = await Sandbox.create(booted, { timeoutMs: 3_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+      try {
+        await eventually(async () => (await sbx.files.exists('/home/user/starts')), 'first boot recorded')
+        await eventually(async () => (await Sandbox.getInfo(sbx.sandboxId)).state === 'paused', 'paused by the timeout', 60_000)
+        const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
+        const boots = await eventually(async () => { const b = await bootIds(again); return b.length === 2 && b }, 'second boot recorded')
+        assert.notEqual(boots[1], boots[0])
+        // autoResume cannot go with it: the SDK refuses, and so does space.
+        await assert.rejects(Sandbox.create(booted, { lifecycle: { onTimeout: { action: 'pause', keepMemory: false }, autoResume: true } }))
+      } finally {
+        await sbx.kill().catch(() => {})
+      }
+    })
+
     test('getMetrics({ start, end }) answers the samples inside the range', async () => {
       const created = new Date()
       const sbx = await Sandbox.create('minimal', { timeoutMs: 120_000 })
