@@ -346,6 +346,9 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 		}
 	}
 
+	if err := checkMCPGateway(rootfs, p.mcpGateway); err != nil {
+		return 0, err
+	}
 	step("finalize: make the rootfs read-only")
 	if err := finalizeRootfs(rootfs); err != nil {
 		return 0, err
@@ -630,4 +633,18 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// checkMCPGateway fails a build whose template declares an MCP gateway
+// (its own or its base's) that the built rootfs lacks: the SDKs would only
+// find out at create, with the sandbox already made.
+func checkMCPGateway(rootfs, gateway string) error {
+	if gateway == "" {
+		return nil
+	}
+	info, ok := statInRootfs(rootfs, strings.TrimPrefix(gateway, "/"))
+	if !ok || !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("recipe: mcp.gateway: %s is not an executable file in the built template", gateway)
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package template
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -26,5 +28,33 @@ func TestRecipeMCPGateway(t *testing.T) {
 	b := resolvedRecipe{From: "minimal", MCPGateway: "/bin/mcp-gateway"}
 	if a.id() == b.id() {
 		t.Error("the gateway does not change the template id")
+	}
+}
+
+func TestCheckMCPGatewayInRootfs(t *testing.T) {
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "usr/local/bin"), 0o755))
+	must(os.MkdirAll(filepath.Join(root, "opt"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "opt/gw"), []byte("#!/bin/sh\n"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "opt/plain"), []byte("x"), 0o644))
+	must(os.Symlink("/opt/gw", filepath.Join(root, "usr/local/bin/mcp-gateway")))
+	must(os.Symlink("/opt/plain", filepath.Join(root, "usr/local/bin/plain")))
+	must(os.Symlink("../../../../../etc/hostname", filepath.Join(root, "usr/local/bin/escape")))
+	if err := checkMCPGateway(root, ""); err != nil {
+		t.Errorf("no gateway: %v", err)
+	}
+	if err := checkMCPGateway(root, "/usr/local/bin/mcp-gateway"); err != nil {
+		t.Errorf("an absolute link to an executable inside the rootfs: %v", err)
+	}
+	for _, gw := range []string{"/usr/local/bin/plain", "/usr/local/bin/escape", "/usr/local/bin/missing", "/opt"} {
+		if err := checkMCPGateway(root, gw); err == nil || !strings.Contains(err.Error(), "mcp.gateway") {
+			t.Errorf("%s: %v, want a build error naming mcp.gateway", gw, err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -304,6 +305,27 @@ func TestE2BMCPGateway(t *testing.T) {
 		{map[string]any{"templateID": tpl, "mcp": []string{"exa"}}, "mcp must be an object"},
 	} {
 		e2bRequest(t, http.MethodPost, "/sandboxes", c.body, nil).wantError(t, http.StatusBadRequest, c.want)
+	}
+	// A gateway the built template lacks fails the build, not the create.
+	missing := "name: life-mcp-missing\nfrom: template:minimal\nmcp:\n  gateway: /usr/local/bin/mcp-gateway\n"
+	if _, err := env.client.CreateTemplate(testContext(t), apiv1.CreateTemplateRequest{Recipe: missing}); err != nil {
+		t.Fatalf("create template without its gateway: %v", err)
+	}
+	t.Cleanup(func() { _ = env.client.DeleteTemplate(context.Background(), "life-mcp-missing") })
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		got, err := env.client.GetTemplate(testContext(t), "life-mcp-missing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == apiv1.TemplateFailed {
+			if !strings.Contains(got.Reason, "mcp.gateway: /usr/local/bin/mcp-gateway is not an executable file") {
+				t.Fatalf("build without the gateway failed for another reason: %s", got.Reason)
+			}
+			break
+		}
+		if got.State == apiv1.TemplateReady || time.Now().After(deadline) {
+			t.Fatalf("template without its gateway: %+v", got)
+		}
 	}
 	for _, gw := range []string{"/opt/gw/mcp-gateway", "usr/local/bin/mcp-gateway", "/usr/local/bin/gateway", "/usr/local/bin/../bin/mcp-gateway", ""} {
 		recipe := "name: life-mcp-bad\nfrom: template:minimal\nmcp:\n  gateway: \"" + gw + "\"\n"
