@@ -413,3 +413,26 @@ func TestE2BTimeoutPauseWithoutMemory(t *testing.T) {
 		t.Fatalf("after connect: %+v, before %+v", again, first)
 	}
 }
+
+// A sandbox suspended without memory stays so across a server restart
+// (no image to look for, its root volume kept by the sweep), and any call
+// addressed to it (native auto-resume) boots its disk afresh.
+func TestSuspendWithoutMemorySurvivesServerRestart(t *testing.T) {
+	tpl := lifeTemplate(t, "life-booted")
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: tpl})
+	execOK(t, sb.ID, "echo kept > /home/user/keep.txt")
+	before := readBootState(t, sb.ID)
+	keep := false
+	if _, err := env.client.SuspendWith(testContext(t), sb.ID, apiv1.SuspendRequest{KeepMemory: &keep}); err != nil {
+		t.Fatal(err)
+	}
+	restartServer(t)
+	got, err := env.client.GetSandbox(testContext(t), sb.ID)
+	if err != nil || got.State != apiv1.StateSuspended || !got.DiskOnly {
+		t.Fatalf("after the restart: %+v, %v", got, err)
+	}
+	after := readBootState(t, sb.ID) // auto-resumes it
+	if after.bootID == before.bootID || after.file != "kept" || after.starts != "2" {
+		t.Fatalf("after the restart and auto-resume: %+v, before %+v", after, before)
+	}
+}
