@@ -32,7 +32,7 @@ func TestRuleValidation(t *testing.T) {
 		"framing header":    {Host: "example.com", Header: "Content-Length", Value: "1"},
 		"bad header name":   {Host: "example.com", Header: "A B", Value: "x"},
 		"newline in value":  {Host: "example.com", Header: "A", Value: "x\r\nEvil: 1"},
-		"bad reference":     {Host: "example.com", Header: "A", Value: "${not-a-name}"},
+		"bad reference":     {Host: "example.com", Header: "A", Value: "${not a name}"},
 		"unterminated":      {Host: "example.com", Header: "A", Value: "Bearer ${TOKEN"},
 		"env without name":  {Host: "example.com", Env: "E"},
 		"bad env":           {Host: "example.com", Env: "1E", Secret: "S"},
