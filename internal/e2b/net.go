@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -84,7 +85,7 @@ func spaceValue(v string) (string, string) {
 		inner := ref[2 : len(ref)-1]
 		switch {
 		case strings.HasPrefix(inner, e2bSecretPrefix):
-			return "${" + strings.ToLower(strings.TrimPrefix(inner, e2bSecretPrefix)) + "}"
+			return "${" + strings.TrimPrefix(inner, e2bSecretPrefix) + "}"
 		case strings.HasPrefix(inner, e2bIdentityPrefix):
 			msg = fmt.Sprintf("%s: workload identity tokens (iam) are not supported by space; store the credential with Secret.create and use Secret.fill", ref)
 		case msg == "":
@@ -140,19 +141,35 @@ func usesSecrets(rules []apiv1.CredentialRule) bool {
 	return false
 }
 
-// secretRulesNeedAdmin refuses rules that send stored secrets from a
-// non-admin key, as space's own API does: whoever writes such a rule
-// chooses where the secret goes (docs/security.md). Rules with values the
-// caller gives literally carry nothing the caller does not already hold.
-func secretRulesNeedAdmin(w http.ResponseWriter, r *http.Request, rules []apiv1.CredentialRule) bool {
+// checkRules vets rules before they reach the control plane, answering
+// the error itself. Rules that send stored secrets need an admin key, as
+// in space's own API: whoever writes such a rule chooses where the secret
+// goes (docs/security.md); rules with values the caller gives literally
+// carry nothing the caller does not already hold. Secret names are then
+// resolved as E2B does, case-insensitively: E2B stores names lower-cased,
+// space keeps a name as it was stored.
+func (h *Handler) checkRules(w http.ResponseWriter, r *http.Request, rules []apiv1.CredentialRule) bool {
 	if !usesSecrets(rules) {
 		return true
 	}
-	if k, _ := r.Context().Value(keyContext{}).(auth.Key); k.Admin {
-		return true
+	if k, _ := r.Context().Value(keyContext{}).(auth.Key); !k.Admin {
+		writeError(w, http.StatusForbidden, "network.rules that use stored secrets (${e2b.secrets.NAME}) need an admin key: whoever writes such a rule chooses where the secret goes; give the value literally or ask the operator")
+		return false
 	}
-	writeError(w, http.StatusForbidden, "network.rules that use stored secrets (${e2b.secrets.NAME}) need an admin key: whoever writes such a rule chooses where the secret goes; give the value literally or ask the operator")
-	return false
+	if h.cfg.Secrets == nil {
+		return true // the control plane refuses the unknown names
+	}
+	owner := scopeOf(r).Owner()
+	for i := range rules {
+		rules[i].Value = placeholderRef.ReplaceAllStringFunc(rules[i].Value, func(ref string) string {
+			name := ref[2 : len(ref)-1]
+			if lower := strings.ToLower(name); !h.cfg.Secrets.Exists(secrets.Ref(owner, name)) && h.cfg.Secrets.Exists(secrets.Ref(owner, lower)) {
+				return "${" + lower + "}"
+			}
+			return ref
+		})
+	}
+	return true
 }
 
 // networkUpdate is E2B's SandboxNetworkUpdateConfig. Every field it omits
@@ -188,7 +205,7 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	if !secretRulesNeedAdmin(w, r, rules) {
+	if !h.checkRules(w, r, rules) {
 		return
 	}
 	if policy == nil {

@@ -21,7 +21,7 @@ func TestCredentialRulesFromE2B(t *testing.T) {
 	}
 	want := []apiv1.CredentialRule{
 		{Host: "*.example.org", Header: "X-Literal", Value: "plain"},
-		{Host: "api.example.com", Header: "Authorization", Value: "Bearer ${openai-key}"},
+		{Host: "api.example.com", Header: "Authorization", Value: "Bearer ${OpenAI-Key}"},
 		{Host: "api.example.com", Header: "X-Team", Value: "a"},
 	}
 	if len(got) != len(want) {
@@ -36,7 +36,7 @@ func TestCredentialRulesFromE2B(t *testing.T) {
 		t.Error("usesSecrets does not tell a secret reference from a literal value")
 	}
 	view := rulesView(got)
-	if v := view["api.example.com"][0].Transform.Headers["Authorization"]; v != "Bearer ${e2b.secrets.openai-key}" {
+	if v := view["api.example.com"][0].Transform.Headers["Authorization"]; v != "Bearer ${e2b.secrets.OpenAI-Key}" {
 		t.Errorf("detail shows %q", v)
 	}
 	if len(view) != 2 || view["*.example.org"][0].Transform.Headers["X-Literal"] != "plain" {
@@ -45,9 +45,9 @@ func TestCredentialRulesFromE2B(t *testing.T) {
 
 	for in, wantMsg := range map[string]string{
 		`{"a.example.com": [{"transform": {"headers": {"A": "${e2b.identity.tokens.aws}"}}}]}`: "workload identity",
-		`{"a.example.com": [{"transform": {"headers": {"A": "${HOME}"}}}]}`:                   "not an E2B secret placeholder",
-		`{"a.example.com": {"transform": {}}}`:                                                "must map host names",
-		`["a.example.com"]`:                                                                   "must map host names",
+		`{"a.example.com": [{"transform": {"headers": {"A": "${HOME}"}}}]}`:                    "not an E2B secret placeholder",
+		`{"a.example.com": {"transform": {}}}`:                                                 "must map host names",
+		`["a.example.com"]`:                                                                    "must map host names",
 	} {
 		if _, msg := credentialRules(json.RawMessage(in)); !strings.Contains(msg, wantMsg) {
 			t.Errorf("%s: message %q, want it to say %q", in, msg, wantMsg)

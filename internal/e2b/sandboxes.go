@@ -50,7 +50,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	if !secretRulesNeedAdmin(w, r, creq.Credentials) {
+	if !h.checkRules(w, r, creq.Credentials) {
 		return
 	}
 	sb, err := h.cfg.ControlPlane.Create(scopeOf(r), creq)

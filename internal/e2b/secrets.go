@@ -118,9 +118,15 @@ func (h *Handler) findSecret(w http.ResponseWriter, r *http.Request) (secrets.In
 	if !ok {
 		return secrets.Info{}, false
 	}
-	name := strings.ToLower(ref)
+	// An exact name or identifier first, then the name as E2B stores it
+	// (lower-cased), for secrets stored through space under another case.
 	for _, i := range list {
-		if i.Name == name || secretID(i) == ref {
+		if i.Name == ref || secretID(i) == ref {
+			return i, true
+		}
+	}
+	for _, i := range list {
+		if strings.EqualFold(i.Name, ref) {
 			return i, true
 		}
 	}
