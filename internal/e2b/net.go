@@ -191,6 +191,10 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	if _, ok := readJSON(w, r, &body); !ok {
 		return
 	}
+	if _, err := h.visible(r.PathValue("id")); err != nil {
+		h.fail(w, err) // E2B does not show ended sandboxes
+		return
+	}
 	if !emptyJSON(body.EgressProxy) {
 		writeError(w, http.StatusBadRequest, "egressProxy is not supported by space: sandbox egress goes out through space's gateway; remove it")
 		return
