@@ -397,3 +397,36 @@ h.HTTPServer(("0.0.0.0", 8000), H).serve_forever()
 		e2bRequest(t, http.MethodPost, "/sandboxes", `{"templateID":"base","network":{"maskRequestHost":`+bad+`}}`, nil).wantError(t, http.StatusBadRequest, "ask")
 	}
 }
+
+// netJSEnv is what compat/e2b-js/test/net-*.test.mjs need of the fake web:
+// its names and addresses, its CA, and SPACE_TEST_WEB_INSPECT, a URL
+// answering ?host=NAME with what the web's servers last received for NAME
+// (method, target, headers; 404 when nothing), which a sandbox cannot
+// reach but the suite can.
+func netJSEnv(t *testing.T) []string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up := env.web.LastRequest(r.URL.Query().Get("host"))
+		if up == nil {
+			http.Error(w, "no request for that host", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"method": up.Method, "uri": up.RequestURI, "headers": up.Header, "tls": up.TLS != nil})
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return []string{
+		"SPACE_TEST_WEB_INSPECT=http://" + l.Addr().String() + "/last",
+		"SPACE_TEST_WEB_ALLOWED_NAME=" + nettest.AllowedName,
+		"SPACE_TEST_WEB_DENIED_NAME=" + nettest.DeniedName,
+		"SPACE_TEST_WEB_OTHER_NAME=" + nettest.OtherName,
+		"SPACE_TEST_WEB_SHARED_ADDR=" + env.web.SharedAddr.String(),
+		"SPACE_TEST_WEB_OTHER_ADDR=" + env.web.OtherAddr.String(),
+		"SPACE_TEST_WEB_CA=" + string(env.web.CAPEM),
+	}
+}
