@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -272,15 +271,13 @@ func (h *Handler) deleteSecret(w http.ResponseWriter, r *http.Request) {
 // failSecret maps secret store errors; their messages name secrets, never
 // values.
 func (h *Handler) failSecret(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, secrets.ErrInvalid):
-		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, secrets.ErrNotFound):
-		writeError(w, http.StatusNotFound, err.Error())
-	default:
+	status := secrets.HTTPStatus(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
 		h.log.Error("e2b: secret store", "err", err)
-		writeError(w, http.StatusInternalServerError, "secret store failed")
+		msg = "secret store failed"
 	}
+	writeError(w, status, msg)
 }
 
 // orEmpty makes absent metadata empty, so a new secret records none.

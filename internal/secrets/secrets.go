@@ -68,6 +68,19 @@ const (
 	MaxMetadataBytes    = 8192
 )
 
+// HTTPStatus is what an API answers for an error of the store: 400 for
+// ErrInvalid, 404 for ErrNotFound, 500 for anything else. The errors'
+// messages name secrets, never values.
+func HTTPStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrInvalid):
+		return 400
+	case errors.Is(err, ErrNotFound):
+		return 404
+	}
+	return 500
+}
+
 // ValidName checks a secret name: a letter or underscore, then up to 63
 // letters, digits, underscores or hyphens, so it reads the same in
 // `${NAME}`.
