@@ -52,6 +52,8 @@ type ControlPlane interface {
 	Running(ctx context.Context, id string) (nodeapi.Sandbox, error)
 	Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.MetricSample, error)
 	ResolveTemplate(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, error)
+	SetEgress(ctx context.Context, id string, req apiv1.NetworkPolicy, headerRules []apiv1.CredentialRule) (controlplane.Sandbox, error)
+	SecretUsers(p, name string) []string
 }
 
 // Keys checks API keys; *auth.Keys satisfies it.
@@ -63,6 +65,9 @@ type Keys interface {
 type Config struct {
 	ControlPlane ControlPlane
 	Keys         Keys
+	// Secrets is space's secret store, served as E2B's /secrets; nil
+	// answers 503 there.
+	Secrets Secrets
 	// Domain is returned as the sandboxes' `domain`; empty means null, so
 	// SDKs fall back to their own configuration (E2B_SANDBOX_URL or
 	// E2B_DOMAIN). It must never be an E2B domain.
@@ -133,9 +138,12 @@ func (h *Handler) routes() {
 	authed("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	authed("GET /snapshots", h.listSnapshots)
 	authed("DELETE /templates/{id}", h.deleteSnapshot)
-	authed("PUT /sandboxes/{id}/network", func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusBadRequest, "changing a sandbox's network configuration is not supported by space")
-	})
+	authed("PUT /sandboxes/{id}/network", h.updateNetwork)
+	authed("GET /secrets", h.listSecrets)
+	authed("POST /secrets", h.createSecret)
+	authed("GET /secrets/{secretID}", h.getSecret)
+	authed("POST /secrets/{secretID}", h.updateSecret)
+	authed("DELETE /secrets/{secretID}", h.deleteSecret)
 	open("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -174,6 +182,9 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 			}
 			next(w, r)
 		}
+	case path == "/secrets/{secretID}":
+		// A secret is looked up in the caller's project only (findSecret).
+		return next
 	case strings.Contains(path, "{"):
 		panic("e2b: route " + pattern + " has a path parameter but no project scoping")
 	}

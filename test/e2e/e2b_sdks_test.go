@@ -58,6 +58,7 @@ func TestE2BJSSDKs(t *testing.T) {
 		// (lib/life.mjs); same key.
 		"SPACE_API_URL="+env.srv.URL,
 	)
+	cmd.Env = append(cmd.Env, netJSEnv(t)...) // the fake web, for test/net-*.test.mjs
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	began := time.Now()
