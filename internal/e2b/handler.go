@@ -49,7 +49,6 @@ type ControlPlane interface {
 	Snapshots(sandboxID string) ([]controlplane.Snapshot, error)
 	ResolveSnapshot(scope project.Scope, ref string) (controlplane.Snapshot, error)
 	DeleteSnapshot(sandboxID, name string) error
-	Running(ctx context.Context, id string) (nodeapi.Sandbox, error)
 	Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.MetricSample, error)
 	ResolveTemplate(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, error)
 	SetEgress(ctx context.Context, id string, req apiv1.NetworkPolicy, headerRules []apiv1.CredentialRule) (controlplane.Sandbox, error)
