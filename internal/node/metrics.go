@@ -151,6 +151,9 @@ func (n *Node) sampleMetrics(ctx context.Context) {
 func sampleAgent(ctx context.Context, sb *Sandbox) (nodeapi.MetricSample, error) {
 	ctx, cancel := context.WithTimeout(ctx, metricsSampleTimeout)
 	defer cancel()
+	// Stamped when asked: the answer's latency (a busy host) must not
+	// skew the history's 5 s grid.
+	at := time.Now().UTC()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, agentBaseURL+"/metrics", nil)
 	if err != nil {
 		return nodeapi.MetricSample{}, err
@@ -181,7 +184,7 @@ func sampleAgent(ctx context.Context, sb *Sandbox) (nodeapi.MetricSample, error)
 		pct = 0
 	}
 	return nodeapi.MetricSample{
-		Time: time.Now().UTC(), CPUCount: max(m.CPUCount, 0), CPUUsedPct: min(pct, 100),
+		Time: at, CPUCount: max(m.CPUCount, 0), CPUUsedPct: min(pct, 100),
 		MemUsed: min(m.MemUsed, m.MemTotal), MemTotal: m.MemTotal, MemCache: min(m.MemCache, m.MemTotal),
 		DiskUsed: min(m.DiskUsed, m.DiskTotal), DiskTotal: m.DiskTotal,
 	}, nil

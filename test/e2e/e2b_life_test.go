@@ -191,7 +191,8 @@ func TestE2BMetricsHistoryAndRanges(t *testing.T) {
 		if m.CPUCount < 1 || m.MemTotal == 0 || m.MemUsed > m.MemTotal || m.MemCache == nil || m.DiskTotal == 0 || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 {
 			t.Fatalf("sample %d: %+v", i, m)
 		}
-		if i > 0 && m.TimestampUnix-all[i-1].TimestampUnix < 4 {
+		// 5 s apart, give or take a busy host's scheduling.
+		if i > 0 && m.TimestampUnix-all[i-1].TimestampUnix < 3 {
 			t.Fatalf("samples %d and %d are %d s apart; the history has 5 s resolution: %+v", i-1, i, m.TimestampUnix-all[i-1].TimestampUnix, all)
 		}
 	}
