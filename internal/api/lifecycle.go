@@ -28,8 +28,20 @@ func resumeAction(s *Server, r *http.Request, id string) (controlplane.Sandbox, 
 	return s.cp.Resume(r.Context(), id)
 }
 
-func suspendAction(s *Server, r *http.Request, id string) (controlplane.Sandbox, error) {
-	return s.cp.Suspend(r.Context(), id)
+// suspendSandbox is POST /v1/sandboxes/{id}/suspend; an optional body
+// (SuspendRequest) can drop the memory and keep only the disk.
+func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.SuspendRequest
+	if r.ContentLength != 0 && !s.readJSON(w, r, &req) {
+		return
+	}
+	opts := controlplane.SuspendOptions{DropMemory: req.KeepMemory != nil && !*req.KeepMemory}
+	sb, err := s.cp.SuspendWith(r.Context(), r.PathValue("id"), opts)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.cp.View(sb))
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -210,6 +210,9 @@ type Sandbox struct {
 	// the node, by name) is Image.
 	SuspendedAt *time.Time `json:"suspended_at,omitempty"`
 	Image       string     `json:"image,omitempty"`
+	// DiskOnly marks a sandbox suspended without its memory (keep_memory
+	// false): it has no image, and resume boots its root volume afresh.
+	DiskOnly bool `json:"disk_only,omitempty"`
 	// LegacyImageDir is the image's path as earlier versions recorded
 	// it; Recover turns it into Image.
 	LegacyImageDir string `json:"image_dir,omitempty"`
@@ -253,7 +256,7 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		ID: s.ID, Project: project.Of(s.Project), Template: s.TemplateName(), TemplateID: s.TemplateID, State: s.State, Reason: s.Reason,
 		VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, Env: s.Env, Metadata: s.Metadata,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, AccessToken: s.AccessToken,
-		SuspendedAt: s.SuspendedAt, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
+		SuspendedAt: s.SuspendedAt, DiskOnly: s.DiskOnly, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
 		Network:   s.Traffic.view(s.Network.api()),
 		Lifecycle: s.Lifecycle, TrafficAccessToken: s.TrafficToken(),
 		Credentials: credentialsAPI(s.Credentials),

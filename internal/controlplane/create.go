@@ -537,6 +537,10 @@ func lifecycleOf(req apiv1.CreateSandboxRequest, d Defaults) Lifecycle {
 		AutoResume: req.AutoResume == nil || *req.AutoResume, OnTimeout: req.OnTimeout,
 		IdleSuspendS: req.IdleSuspendS, SnapshotIntervalS: req.SnapshotIntervalS, SnapshotRetentionS: req.SnapshotRetentionS,
 	}
+	if req.KeepMemory != nil && !*req.KeepMemory {
+		keep := false
+		l.KeepMemory = &keep
+	}
 	if l.OnTimeout == "" {
 		l.OnTimeout = "kill"
 	}

@@ -116,6 +116,9 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 	if s.State == apiv1.StatePaused {
 		return cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error { return n.Resume(ctx, r.ID) })
 	}
+	if s.DiskOnly {
+		return cp.resumeFromDisk(ctx, r, n)
+	}
 	cp.touch(r.ID)
 	err = cp.step(r, apiv1.StateResuming, apiv1.StateRunning, "", func() error {
 		if s.Image == "" {

@@ -151,14 +151,14 @@ func (cp *ControlPlane) doChore(ctx context.Context, c chore) error {
 			return nil
 		}
 		if s.Lifecycle.OnTimeout == "suspend" {
-			return cp.suspend(ctx, c.r, "timeout")
+			return cp.suspendAsConfigured(ctx, c.r, "timeout")
 		}
 		return cp.stop(ctx, c.r, "timeout")
 	case "idle":
 		if s.State != apiv1.StateRunning {
 			return nil
 		}
-		return cp.suspend(ctx, c.r, "idle")
+		return cp.suspendAsConfigured(ctx, c.r, "idle")
 	case "expire":
 		if s.State != apiv1.StateSuspended {
 			return nil

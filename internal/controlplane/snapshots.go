@@ -339,6 +339,9 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 		if from == apiv1.StateSuspended && s.Image != "" {
 			image = s.Image
 		}
+		if from == apiv1.StateSuspended && s.DiskOnly {
+			image = "" // its memory was dropped: a failed restore leaves it suspended on its disk
+		}
 		ref := snapshotKey(snap.SandboxID, snap.Name)
 		// Recorded before anything moves, so that recovery after a crash
 		// knows to put the old sandbox back.
@@ -369,7 +372,7 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 		}
 		crashpoint.Hit("restore-resumed")
 		if err := cp.setState(r, apiv1.StateRunning, "restored snapshot "+snap.Name, func(s *Sandbox) {
-			s.Snapshot, s.Restoring, s.Image, s.SuspendedAt = ref, "", "", nil
+			s.Snapshot, s.Restoring, s.Image, s.SuspendedAt, s.DiskOnly = ref, "", "", nil, false
 		}); err != nil {
 			return err
 		}

@@ -42,13 +42,15 @@ type ControlPlane interface {
 	Delete(ctx context.Context, id string) error
 	SetTimeout(id string, timeoutS int) (controlplane.Sandbox, error)
 	Suspend(ctx context.Context, id string) (controlplane.Sandbox, error)
+	SuspendWith(ctx context.Context, id string, opts controlplane.SuspendOptions) (controlplane.Sandbox, error)
 	Resume(ctx context.Context, id string) (controlplane.Sandbox, error)
 	Branch(ctx context.Context, id string, count, timeoutS int) ([]controlplane.Sandbox, error)
 	CreateSnapshot(ctx context.Context, id, name string) (controlplane.Snapshot, error)
 	Snapshots(sandboxID string) ([]controlplane.Snapshot, error)
 	ResolveSnapshot(scope project.Scope, ref string) (controlplane.Snapshot, error)
 	DeleteSnapshot(sandboxID, name string) error
-	Running(ctx context.Context, id string) (nodeapi.Sandbox, error)
+	Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.MetricSample, error)
+	ResolveTemplate(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, error)
 	SetEgress(ctx context.Context, id string, req apiv1.NetworkPolicy, headerRules []apiv1.CredentialRule) (controlplane.Sandbox, error)
 	SecretUsers(p, name string) []string
 }
@@ -130,6 +132,7 @@ func (h *Handler) routes() {
 	authed("POST /sandboxes/{id}/connect", h.connectV1)
 	authed("POST /v2/sandboxes/{id}/connect", h.connectV2)
 	authed("POST /sandboxes/{id}/fork", h.fork)
+	authed("GET /sandboxes/metrics", h.metricsOfMany)
 	authed("GET /sandboxes/{id}/metrics", h.metrics)
 	authed("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	authed("GET /snapshots", h.listSnapshots)

@@ -3,7 +3,6 @@ package e2b
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,6 +41,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg := req.unsupported(); msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	if msg := h.mcpRefused(scopeOf(r), &req); msg != "" {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
@@ -181,12 +184,6 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	if _, ok := readJSON(w, r, &body); !ok {
 		return
 	}
-	if body.Memory != nil && !*body.Memory {
-		// A filesystem-only pause would lose what space keeps anyway;
-		// keeping memory is never worse for the caller, so say so only
-		// in the log.
-		h.log.Debug("pause without memory requested; space always keeps memory", "sandbox", id)
-	}
 	s, err := h.visible(id)
 	if err != nil {
 		h.fail(w, err)
@@ -202,7 +199,8 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if _, err := h.cfg.ControlPlane.Suspend(r.Context(), id); err != nil {
+	// memory false is a filesystem-only pause (life.go).
+	if _, err := h.cfg.ControlPlane.SuspendWith(r.Context(), id, pauseOptions(body.Memory)); err != nil {
 		h.fail(w, err)
 		return
 	}
@@ -329,74 +327,6 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		out[i] = forkResult{Sandbox: &view}
 	}
 	writeJSON(w, http.StatusCreated, out)
-}
-
-// metrics is GET /sandboxes/{id}/metrics. Space keeps no history: the
-// answer is the agent's current sample, or an empty list when the sandbox
-// does not run (reading metrics must not resume it).
-func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	s, err := h.visible(id)
-	if err != nil {
-		h.fail(w, err)
-		return
-	}
-	if s.State != apiv1.StateRunning {
-		writeJSON(w, http.StatusOK, []sandboxMetric{})
-		return
-	}
-	sample, err := h.agentMetrics(r.Context(), id, s.AccessToken)
-	if err != nil {
-		h.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, []sandboxMetric{sample})
-}
-
-// agentMetrics reads the agent's GET /metrics (envd's shape) and converts it.
-// The node's agent transport carries requests as they are, so the request
-// presents the sandbox's access token itself, taken from the control
-// plane's record, as an SDK calling envd would.
-func (h *Handler) agentMetrics(ctx context.Context, id, accessToken string) (sandboxMetric, error) {
-	sb, err := h.cfg.ControlPlane.Running(ctx, id)
-	if err != nil {
-		return sandboxMetric{}, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/metrics", nil)
-	if err != nil {
-		return sandboxMetric{}, err
-	}
-	if accessToken != "" {
-		req.Header.Set("X-Access-Token", accessToken)
-	}
-	resp, err := sb.Agent().RoundTrip(req)
-	if err != nil {
-		return sandboxMetric{}, fmt.Errorf("read metrics of %s: %w", id, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return sandboxMetric{}, fmt.Errorf("read metrics of %s: agent answered %s", id, resp.Status)
-	}
-	var m struct {
-		TS         int64   `json:"ts"`
-		CPUCount   int     `json:"cpu_count"`
-		CPUUsedPct float64 `json:"cpu_used_pct"`
-		MemTotal   uint64  `json:"mem_total"`
-		MemUsed    uint64  `json:"mem_used"`
-		DiskUsed   uint64  `json:"disk_used"`
-		DiskTotal  uint64  `json:"disk_total"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		return sandboxMetric{}, fmt.Errorf("decode metrics of %s: %w", id, err)
-	}
-	ts := time.Unix(m.TS, 0).UTC()
-	if m.TS == 0 {
-		ts = time.Now().UTC()
-	}
-	return sandboxMetric{
-		Timestamp: ts.Format(time.RFC3339), TimestampUnix: ts.Unix(), CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct,
-		MemUsed: m.MemUsed, MemTotal: m.MemTotal, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal,
-	}, nil
 }
 
 func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -50,8 +50,6 @@ func emptyJSON(raw json.RawMessage) bool {
 // the message of a 400; "" when there is none.
 func (req *newSandbox) unsupported() string {
 	switch {
-	case !emptyJSON(req.MCP):
-		return "mcp is not supported by space: the MCP gateway (port 50005) is not available; remove the mcp option"
 	case !emptyJSON(req.VolumeMounts):
 		return "volumeMounts is not supported by space: persistent volumes cannot be mounted into E2B sandboxes; remove the volumeMounts option"
 	case !emptyJSON(req.IAM):
@@ -119,6 +117,9 @@ func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
 	if req.AutoResume != nil && req.AutoResume.Enabled != nil {
 		enabled := *req.AutoResume.Enabled
 		out.AutoResume = &enabled
+	}
+	if msg := req.pauseMemory(&out); msg != "" {
+		return out, msg
 	}
 	policy, msg := req.networkPolicy()
 	out.Network = policy
@@ -264,6 +265,7 @@ type sandboxMetric struct {
 	CPUUsedPct    float64 `json:"cpuUsedPct"`
 	MemUsed       uint64  `json:"memUsed"`
 	MemTotal      uint64  `json:"memTotal"`
+	MemCache      uint64  `json:"memCache"`
 	DiskUsed      uint64  `json:"diskUsed"`
 	DiskTotal     uint64  `json:"diskTotal"`
 }

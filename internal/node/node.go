@@ -95,6 +95,7 @@ type Node struct {
 	pools         pools
 	builds        map[string]bool // build sandboxes running (build.go)
 	events        events          // subscribers of Events (events.go)
+	metrics       metricsHistory  // sandboxes' resource samples (metrics.go)
 	// lifecycle serialises the calls that make or unmake one sandbox's
 	// runtime (idlock.go).
 	lifecycle idLocks

@@ -227,6 +227,7 @@ func (n *Node) Destroy(ctx context.Context, id string) error {
 
 func (n *Node) release(ctx context.Context, id string) error {
 	n.untrack(id)
+	n.metrics.forget(id)
 	n.uncommit(id)
 	if sb := n.unregister(id); sb != nil {
 		sb.closeSessions("sandbox stopped")

@@ -15,11 +15,13 @@ import (
 // processes are alive. A check is one kill(pid, 0) per sandbox.
 const watchInterval = time.Second
 
-// Run does the node's background work until ctx ends: it reports, as
-// exit events, sandboxes whose runtime died on their own (killed by the
-// host for exceeding their memory limit, or crashed). A sandbox the node
-// stops itself is never reported.
+// Run does the node's background work until ctx ends: it samples its
+// sandboxes' resource use (metrics.go) and reports, as exit events,
+// sandboxes whose runtime died on their own (killed by the host for
+// exceeding their memory limit, or crashed). A sandbox the node stops
+// itself is never reported.
 func (n *Node) Run(ctx context.Context) {
+	go n.sampleMetrics(ctx)
 	n.watch(ctx, func(id, reason string) {
 		n.publish(nodeapi.Event{Type: nodeapi.EventExit, Sandbox: id, Reason: reason})
 	})

@@ -29,6 +29,7 @@ import (
 	"github.com/space-platform/space/internal/agent/gen/filesystempb"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/pkg/apiv1"
 )
 
 // Node is one node as the control plane drives it. Transfer is part of
@@ -99,6 +100,11 @@ type Control interface {
 	SetNetwork(ctx context.Context, id string, policy network.Policy) error
 	// Stats reads a sandbox's resource use.
 	Stats(ctx context.Context, id string) (runtime.Stats, error)
+	// Metrics returns the resource samples the node took of a sandbox
+	// (every MetricsInterval while it runs, kept for MetricsRetention)
+	// whose Time is within [start, end], oldest first. A sandbox the node
+	// has no samples of has none: that is not an error.
+	Metrics(ctx context.Context, id string, start, end time.Time) ([]MetricSample, error)
 
 	// Image reports on a checkpoint image; a missing one is not
 	// Complete.
@@ -343,6 +349,10 @@ type TemplateSpec struct {
 	// Ready a check that must exit 0 before the sandbox counts as running.
 	Start string `json:"start,omitempty"`
 	Ready string `json:"ready,omitempty"`
+	// MCPGateway is the template's MCP gateway command (the recipe's
+	// mcp.gateway), which E2B's SDKs run as `mcp-gateway --config ...`
+	// when a sandbox is created with the mcp option; "" when it has none.
+	MCPGateway string `json:"mcp_gateway,omitempty"`
 }
 
 // CreateSpec is one sandbox to start.
@@ -416,6 +426,19 @@ type RestoreSpec struct {
 	// holds other processes (a restore in place to an earlier snapshot).
 	Rollback bool `json:"rollback,omitempty"`
 }
+
+// How the nodes sample their sandboxes' resource use: one sample per
+// running sandbox every MetricsInterval, the last MetricsRetention of them
+// kept in the node's memory (720 samples a sandbox at most).
+const (
+	MetricsInterval  = 5 * time.Second
+	MetricsRetention = time.Hour
+)
+
+// MetricSample is one sample of a sandbox's resource use, as its agent
+// measured it (envd's metrics) at Time, the node's clock. It is the API's
+// sample: the node's answer is served as it is.
+type MetricSample = apiv1.MetricSample
 
 // ImageInfo describes a checkpoint image.
 type ImageInfo struct {

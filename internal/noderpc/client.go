@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/nodeapi"
@@ -270,6 +271,18 @@ func (c *Client) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 		return runtime.Stats{}, err
 	}
 	return runtime.Stats{CPUNanos: res.GetCpuNanos(), MemoryBytes: res.GetMemoryBytes(), Pids: res.GetPids()}, nil
+}
+
+func (c *Client) Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.MetricSample, error) {
+	res, err := unary(ctx, c, c.rpc.Metrics, &pb.MetricsRequest{Id: id, Start: timestamppb.New(start), End: timestamppb.New(end)})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]nodeapi.MetricSample, 0, len(res.GetSamples()))
+	for _, m := range res.GetSamples() {
+		out = append(out, fromMetricSample(m))
+	}
+	return out, nil
 }
 
 func (c *Client) Image(ctx context.Context, image string) (nodeapi.ImageInfo, error) {

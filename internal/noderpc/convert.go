@@ -48,11 +48,11 @@ func fromTime(t *timestamppb.Timestamp) time.Time {
 }
 
 func toTemplate(t nodeapi.TemplateSpec) *pb.TemplateSpec {
-	return &pb.TemplateSpec{Id: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir, Start: t.Start, Ready: t.Ready}
+	return &pb.TemplateSpec{Id: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir, Start: t.Start, Ready: t.Ready, McpGateway: t.MCPGateway}
 }
 
 func fromTemplate(t *pb.TemplateSpec) nodeapi.TemplateSpec {
-	return nodeapi.TemplateSpec{ID: t.GetId(), RootfsVolume: t.GetRootfsVolume(), Env: emptyMap(t.GetEnv()), User: t.GetUser(), Workdir: t.GetWorkdir(), Start: t.GetStart(), Ready: t.GetReady()}
+	return nodeapi.TemplateSpec{ID: t.GetId(), RootfsVolume: t.GetRootfsVolume(), Env: emptyMap(t.GetEnv()), User: t.GetUser(), Workdir: t.GetWorkdir(), Start: t.GetStart(), Ready: t.GetReady(), MCPGateway: t.GetMcpGateway()}
 }
 
 func toLimits(l runtime.Limits) *pb.Limits {
@@ -254,3 +254,17 @@ func fromSessionInfo(s *pb.SessionInfo) nodeapi.SessionInfo {
 type pbEntry = filesystempb.EntryInfo
 
 func durationNanos(ns int64) time.Duration { return time.Duration(ns) }
+
+func toMetricSample(m nodeapi.MetricSample) *pb.MetricSample {
+	return &pb.MetricSample{
+		Time: timestamppb.New(m.Time), CpuCount: int64(m.CPUCount), CpuUsedPct: m.CPUUsedPct,
+		MemUsed: m.MemUsed, MemTotal: m.MemTotal, MemCache: m.MemCache, DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal,
+	}
+}
+
+func fromMetricSample(m *pb.MetricSample) nodeapi.MetricSample {
+	return nodeapi.MetricSample{
+		Time: m.GetTime().AsTime(), CPUCount: int(m.GetCpuCount()), CPUUsedPct: m.GetCpuUsedPct(),
+		MemUsed: m.GetMemUsed(), MemTotal: m.GetMemTotal(), MemCache: m.GetMemCache(), DiskUsed: m.GetDiskUsed(), DiskTotal: m.GetDiskTotal(),
+	}
+}

@@ -219,6 +219,21 @@ func (s *server) Stats(ctx context.Context, req *connect.Request[pb.SandboxReque
 	return connect.NewResponse(&pb.SandboxStats{CpuNanos: st.CPUNanos, MemoryBytes: st.MemoryBytes, Pids: st.Pids}), nil
 }
 
+func (s *server) Metrics(ctx context.Context, req *connect.Request[pb.MetricsRequest]) (*connect.Response[pb.MetricsResponse], error) {
+	if !req.Msg.GetStart().IsValid() || !req.Msg.GetEnd().IsValid() {
+		return nil, invalid(errors.New("metrics: start and end are required"))
+	}
+	samples, err := s.node.Metrics(ctx, req.Msg.GetId(), req.Msg.GetStart().AsTime(), req.Msg.GetEnd().AsTime())
+	if err != nil {
+		return nil, wireError(err)
+	}
+	res := &pb.MetricsResponse{Samples: make([]*pb.MetricSample, 0, len(samples))}
+	for _, m := range samples {
+		res.Samples = append(res.Samples, toMetricSample(m))
+	}
+	return connect.NewResponse(res), nil
+}
+
 func (s *server) Image(ctx context.Context, req *connect.Request[pb.NameRequest]) (*connect.Response[pb.ImageInfo], error) {
 	info, err := s.node.Image(ctx, req.Msg.GetName())
 	if err != nil {

@@ -418,7 +418,7 @@ func TestConversionsRoundTrip(t *testing.T) {
 		InspectHTTP: true, Hold: true,
 	}
 	limits := runtime.Limits{VCPUs: 2, MemoryMB: 512, Pids: 100}
-	tmpl := nodeapi.TemplateSpec{ID: "t", RootfsVolume: "templates/t", Env: map[string]string{"A": "1"}, User: "u", Workdir: "/w", Start: "start", Ready: "ready"}
+	tmpl := nodeapi.TemplateSpec{ID: "t", RootfsVolume: "templates/t", Env: map[string]string{"A": "1"}, User: "u", Workdir: "/w", Start: "start", Ready: "ready", MCPGateway: "/usr/local/bin/mcp-gateway"}
 	spec := nodeapi.CreateSpec{ID: "id", Template: tmpl, Limits: limits, DiskMB: 10, Env: map[string]string{"B": "2"}, AccessToken: "tok", Network: policy}
 	id := nodeapi.Identity{AccessToken: "new", Env: map[string]string{"C": "3"}, Info: map[string]string{"sandbox_id": "x"}}
 	now := time.Now().Round(0)
@@ -444,6 +444,8 @@ func TestConversionsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("policy", gotPolicy, policy)
+	sample := nodeapi.MetricSample{Time: now.UTC(), CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1, MemTotal: 2, MemCache: 1, DiskUsed: 3, DiskTotal: 4}
+	check("metric sample", fromMetricSample(toMetricSample(sample)), sample)
 	gotSpec, err := fromCreateSpec(toCreateSpec(spec))
 	if err != nil {
 		t.Fatal(err)

@@ -243,6 +243,6 @@ func (ns *nodeSide) close() {
 func templateSpec(t *template.Template) nodeapi.TemplateSpec {
 	return nodeapi.TemplateSpec{
 		ID: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir,
-		Start: t.Start, Ready: t.Ready,
+		Start: t.Start, Ready: t.Ready, MCPGateway: t.MCPGateway,
 	}
 }

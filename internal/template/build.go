@@ -45,6 +45,7 @@ type buildPlan struct {
 
 	env                         map[string]string
 	user, workdir, start, ready string
+	mcpGateway                  string
 }
 
 // CheckHostPaths refuses a (valid) recipe that names host paths, unless
@@ -95,6 +96,9 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 	res := resolvedRecipe{
 		Builder: BuilderVersion, Packages: r.Packages, Run: r.Run, Env: r.Env,
 		User: r.User, Workdir: r.Workdir, Start: r.Start, Ready: r.Ready,
+	}
+	if r.MCP != nil {
+		res.MCPGateway = r.MCP.Gateway
 	}
 
 	switch base.Kind {
@@ -151,6 +155,7 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 			p.env = map[string]string{}
 		}
 		p.user, p.workdir, p.start, p.ready = parent.User, parent.Workdir, parent.Start, parent.Ready
+		p.mcpGateway = parent.MCPGateway
 	}
 
 	materialized, err := m.materializeFiles(r.Files)
@@ -178,7 +183,7 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 		dst *string
 		v   string
 	}{
-		{&p.user, r.User}, {&p.workdir, r.Workdir}, {&p.start, r.Start}, {&p.ready, r.Ready},
+		{&p.user, r.User}, {&p.workdir, r.Workdir}, {&p.start, r.Start}, {&p.ready, r.Ready}, {&p.mcpGateway, res.MCPGateway},
 	} {
 		if override.v != "" {
 			*override.dst = override.v
@@ -235,7 +240,7 @@ func (p *buildPlan) record() *Template {
 	t := &Template{
 		Name: p.name, ID: p.id, From: p.recipe.From, State: StateBuilding,
 		Env: maps.Clone(p.env), User: p.user, Workdir: p.workdir, Start: p.start, Ready: p.ready,
-		RootfsVolume: rootfsVolume(p.id), CreatedAt: time.Now().UTC(),
+		MCPGateway: p.mcpGateway, RootfsVolume: rootfsVolume(p.id), CreatedAt: time.Now().UTC(),
 	}
 	if p.parent != nil {
 		t.ParentID = p.parent.ID
@@ -341,6 +346,9 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 		}
 	}
 
+	if err := checkMCPGateway(rootfs, p.mcpGateway); err != nil {
+		return 0, err
+	}
 	step("finalize: make the rootfs read-only")
 	if err := finalizeRootfs(rootfs); err != nil {
 		return 0, err
@@ -625,4 +633,18 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// checkMCPGateway fails a build whose template declares an MCP gateway
+// (its own or its base's) that the built rootfs lacks: the SDKs would only
+// find out at create, with the sandbox already made.
+func checkMCPGateway(rootfs, gateway string) error {
+	if gateway == "" {
+		return nil
+	}
+	info, ok := statInRootfs(rootfs, strings.TrimPrefix(gateway, "/"))
+	if !ok || !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("recipe: mcp.gateway: %s is not an executable file in the built template", gateway)
+	}
+	return nil
 }

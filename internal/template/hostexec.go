@@ -97,22 +97,29 @@ func scanLinesOrCR(data []byte, atEOF bool) (int, []byte, error) {
 // symlinks inside it (an absolute link like /bin/sh -> /bin/busybox is
 // resolved against the rootfs, not the host).
 func existsInRootfs(rootfs, rel string) bool {
+	_, ok := statInRootfs(rootfs, rel)
+	return ok
+}
+
+// statInRootfs describes what rel is in the rootfs, symlinks resolved as
+// existsInRootfs resolves them; ok is false when it does not exist.
+func statInRootfs(rootfs, rel string) (info fs.FileInfo, ok bool) {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
-		return false
+		return nil, false
 	}
 	defer root.Close()
 	for range 40 {
 		info, err := root.Lstat(rel)
 		if err != nil {
-			return false
+			return nil, false
 		}
 		if info.Mode()&fs.ModeSymlink == 0 {
-			return true
+			return info, true
 		}
 		target, err := root.Readlink(rel)
 		if err != nil {
-			return false
+			return nil, false
 		}
 		if filepath.IsAbs(target) {
 			rel = strings.TrimPrefix(filepath.Clean(target), "/")
@@ -120,10 +127,10 @@ func existsInRootfs(rootfs, rel string) bool {
 			rel = filepath.Join(filepath.Dir(rel), target)
 		}
 		if rel == ".." || strings.HasPrefix(rel, "../") {
-			return false
+			return nil, false
 		}
 	}
-	return false
+	return nil, false
 }
 
 // shellQuote quotes s for POSIX sh.

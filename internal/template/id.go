@@ -37,6 +37,9 @@ type resolvedRecipe struct {
 	Files    []resolvedFile    `json:"files,omitempty"`
 	Start    string            `json:"start,omitempty"`
 	Ready    string            `json:"ready,omitempty"`
+	// MCPGateway is recipe.mcp.gateway; omitted when empty, so the ids
+	// of templates without one did not change when it came.
+	MCPGateway string `json:"mcp_gateway,omitempty"`
 	// TrustedCA is the fingerprint of the CA installed into the trust store.
 	TrustedCA string `json:"trusted_ca,omitempty"`
 }

@@ -54,21 +54,24 @@ type Source struct {
 // Template is the catalog record of one built (or building) template
 // version. Records are immutable once ready; a changed recipe is a new ID.
 type Template struct {
-	Name         string            `json:"name"`
-	ID           string            `json:"id"`
-	From         string            `json:"from"`
-	ParentID     string            `json:"parent_id,omitempty"`
-	State        string            `json:"state"`
-	Reason       string            `json:"reason,omitempty"`
-	Env          map[string]string `json:"env,omitempty"`
-	User         string            `json:"user,omitempty"`
-	Workdir      string            `json:"workdir,omitempty"`
-	Start        string            `json:"start,omitempty"`
-	Ready        string            `json:"ready,omitempty"`
-	RootfsVolume string            `json:"rootfs_volume"`
-	SizeBytes    int64             `json:"size_bytes,omitempty"`
-	CreatedAt    time.Time         `json:"created_at"`
-	ReadyAt      *time.Time        `json:"ready_at,omitempty"`
+	Name     string            `json:"name"`
+	ID       string            `json:"id"`
+	From     string            `json:"from"`
+	ParentID string            `json:"parent_id,omitempty"`
+	State    string            `json:"state"`
+	Reason   string            `json:"reason,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	User     string            `json:"user,omitempty"`
+	Workdir  string            `json:"workdir,omitempty"`
+	Start    string            `json:"start,omitempty"`
+	Ready    string            `json:"ready,omitempty"`
+	// MCPGateway is the template's MCP gateway command (recipe mcp.gateway,
+	// inherited from its base template), "" for none.
+	MCPGateway   string     `json:"mcp_gateway,omitempty"`
+	RootfsVolume string     `json:"rootfs_volume"`
+	SizeBytes    int64      `json:"size_bytes,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
+	ReadyAt      *time.Time `json:"ready_at,omitempty"`
 }
 
 // RootfsPath is where the template's read-only rootfs lives on the host.

@@ -59,6 +59,40 @@ type Recipe struct {
 	Start string `yaml:"start,omitempty" json:"start,omitempty"`
 	// Ready is an optional check command; exit status 0 means ready.
 	Ready string `yaml:"ready,omitempty" json:"ready,omitempty"`
+	// MCP declares the template's MCP gateway, which E2B's `mcp` create
+	// option needs (docs/e2b.md, MCP).
+	MCP *MCPGateway `yaml:"mcp,omitempty" json:"mcp,omitempty"`
+}
+
+// MCPGateway is the MCP gateway a template provides. E2B's SDKs start it
+// after create by running `mcp-gateway --config '<servers JSON>'` as root
+// with GATEWAY_ACCESS_TOKEN set; it must then serve MCP on port 50005 at
+// /mcp (checking that token as a bearer token), write the token to
+// /etc/mcp-gateway/.token (what the SDKs read back on connect) and exit.
+type MCPGateway struct {
+	// Gateway is the absolute path of that command; the SDKs run it by
+	// name, so it is named mcp-gateway in a directory of the default PATH.
+	Gateway string `yaml:"gateway" json:"gateway"`
+}
+
+// mcpGatewayDirs are the directories of the default PATH a gateway may
+// be installed in.
+var mcpGatewayDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// validate checks where the gateway is installed.
+func (g *MCPGateway) validate() error {
+	if g.Gateway == "" {
+		return errors.New("recipe: mcp.gateway: required (the path of the template's mcp-gateway command)")
+	}
+	if !path.IsAbs(g.Gateway) || path.Clean(g.Gateway) != g.Gateway || path.Base(g.Gateway) != "mcp-gateway" {
+		return fmt.Errorf("recipe: mcp.gateway: %q must be an absolute, clean path named mcp-gateway: the SDKs run the gateway by that name", g.Gateway)
+	}
+	for _, d := range mcpGatewayDirs {
+		if path.Dir(g.Gateway) == d {
+			return nil
+		}
+	}
+	return fmt.Errorf("recipe: mcp.gateway: %q is not in a directory of the default PATH (%s)", g.Gateway, strings.Join(mcpGatewayDirs, ":"))
 }
 
 // FileCopy copies a host file or directory into the rootfs.
@@ -186,6 +220,11 @@ func (r *Recipe) Validate() error {
 	}
 	if r.Workdir != "" && !path.IsAbs(r.Workdir) {
 		return fmt.Errorf("recipe: workdir: %q is not an absolute path", r.Workdir)
+	}
+	if r.MCP != nil {
+		if err := r.MCP.validate(); err != nil {
+			return err
+		}
 	}
 	for i, f := range r.Files {
 		if f.Src == "" {

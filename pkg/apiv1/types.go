@@ -47,6 +47,9 @@ type CreateSandboxRequest struct {
 	// IdleSuspendS suspends a sandbox after this long without activity
 	// (default 21600, 6 h; -1 disables).
 	IdleSuspendS int `json:"idle_suspend_s,omitempty"`
+	// KeepMemory false makes the timeout and idle suspends keep only the
+	// disk: the resume after them boots the sandbox afresh (default true).
+	KeepMemory *bool `json:"keep_memory,omitempty"`
 	// SnapshotIntervalS takes a rolling snapshot this often (0: never);
 	// SnapshotRetentionS is how long they are kept (default 7 days).
 	SnapshotIntervalS  int `json:"snapshot_interval_s,omitempty"`
@@ -62,13 +65,25 @@ type CreateSandboxRequest struct {
 	Credentials []CredentialRule `json:"credentials,omitempty"`
 }
 
+// SuspendRequest is the optional body of POST /v1/sandboxes/{id}/suspend.
+type SuspendRequest struct {
+	// KeepMemory false keeps only the disk: the runtime stops without a
+	// memory image, and the resume boots the sandbox afresh (new boot,
+	// the template's start command runs again, files intact, processes
+	// and sessions gone). Default true.
+	KeepMemory *bool `json:"keep_memory,omitempty"`
+}
+
 // Lifecycle is a sandbox's lifetime settings.
 type Lifecycle struct {
-	AutoResume         bool   `json:"auto_resume"`
-	OnTimeout          string `json:"on_timeout"`
-	IdleSuspendS       int    `json:"idle_suspend_s"`
-	SnapshotIntervalS  int    `json:"snapshot_interval_s,omitempty"`
-	SnapshotRetentionS int    `json:"snapshot_retention_s,omitempty"`
+	AutoResume   bool   `json:"auto_resume"`
+	OnTimeout    string `json:"on_timeout"`
+	IdleSuspendS int    `json:"idle_suspend_s"`
+	// KeepMemory is false when the timeout and idle suspends drop memory;
+	// absent (nil) is true.
+	KeepMemory         *bool `json:"keep_memory,omitempty"`
+	SnapshotIntervalS  int   `json:"snapshot_interval_s,omitempty"`
+	SnapshotRetentionS int   `json:"snapshot_retention_s,omitempty"`
 }
 
 // Sandbox is the public view of one sandbox.
@@ -91,6 +106,9 @@ type Sandbox struct {
 	AccessToken string            `json:"access_token,omitempty"`
 	Lifecycle   Lifecycle         `json:"lifecycle"`
 	SuspendedAt *time.Time        `json:"suspended_at,omitempty"`
+	// DiskOnly is set while the sandbox is suspended without its memory:
+	// the resume boots it afresh on its disk.
+	DiskOnly bool `json:"disk_only,omitempty"`
 	// BranchOf is the sandbox this one was branched from; Snapshot the
 	// snapshot it was started from.
 	BranchOf string `json:"branch_of,omitempty"`
@@ -378,4 +396,25 @@ type ProjectList struct {
 // KeyList is the body of GET /v1/keys.
 type KeyList struct {
 	Keys []APIKey `json:"keys"`
+}
+
+// MetricSample is one sample of a sandbox's resource use, measured inside
+// the sandbox and stamped with its node's clock.
+type MetricSample struct {
+	Time       time.Time `json:"time"`
+	CPUCount   int       `json:"cpu_count"`
+	CPUUsedPct float64   `json:"cpu_used_pct"`
+	MemUsed    uint64    `json:"mem_used"`
+	MemTotal   uint64    `json:"mem_total"`
+	MemCache   uint64    `json:"mem_cache"`
+	DiskUsed   uint64    `json:"disk_used"`
+	DiskTotal  uint64    `json:"disk_total"`
+}
+
+// MetricsList is GET /v1/sandboxes/{id}/metrics: the samples within the
+// range asked for, oldest first, and how the history is kept.
+type MetricsList struct {
+	Metrics    []MetricSample `json:"metrics"`
+	IntervalS  int            `json:"interval_s"`
+	RetentionS int            `json:"retention_s"`
 }

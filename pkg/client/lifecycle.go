@@ -22,6 +22,12 @@ func (c *Client) Suspend(ctx context.Context, id string) (*apiv1.Sandbox, error)
 	return c.sandboxAction(ctx, id, "suspend", nil)
 }
 
+// SuspendWith suspends the sandbox as req says: KeepMemory false keeps
+// only its disk, and the resume boots it afresh.
+func (c *Client) SuspendWith(ctx context.Context, id string, req apiv1.SuspendRequest) (*apiv1.Sandbox, error) {
+	return c.sandboxAction(ctx, id, "suspend", req)
+}
+
 // Restore rolls the sandbox back to the named snapshot.
 func (c *Client) Restore(ctx context.Context, id, snapshot string) (*apiv1.Sandbox, error) {
 	return c.sandboxAction(ctx, id, "restore", apiv1.RestoreRequest{Snapshot: snapshot})

@@ -395,10 +395,14 @@ func TestE2BPauseConnectTimeout(t *testing.T) {
 	if detail["state"] != "paused" {
 		t.Fatalf("state after pause: %v", detail["state"])
 	}
-	var metrics []any
-	e2bRequest(t, http.MethodGet, "/sandboxes/"+sb.SandboxID+"/metrics", nil, nil).json(t, &metrics)
-	if len(metrics) != 0 {
-		t.Fatalf("metrics of a paused sandbox: %v (reading them must not resume it)", metrics)
+	// A paused sandbox keeps its metrics history; reading it must not
+	// resume it.
+	if resp := e2bRequest(t, http.MethodGet, "/sandboxes/"+sb.SandboxID+"/metrics", nil, nil); resp.status != http.StatusOK {
+		t.Fatalf("metrics of a paused sandbox: %d %s", resp.status, resp.body)
+	}
+	e2bRequest(t, http.MethodGet, "/sandboxes/"+sb.SandboxID, nil, nil).json(t, &detail)
+	if detail["state"] != "paused" {
+		t.Fatalf("state after reading the metrics of a paused sandbox: %v", detail["state"])
 	}
 
 	resp := e2bRequest(t, http.MethodPost, "/sandboxes/"+sb.SandboxID+"/connect", `{"timeout": 300}`, nil)
@@ -430,11 +434,15 @@ func TestE2BForkMetricsSnapshots(t *testing.T) {
 	sb := e2bCreate(t, "minimal", map[string]any{"metadata": map[string]string{"origin": "fork-test"}})
 	execOK(t, sb.SandboxID, "echo from-source > /tmp/origin.txt")
 
+	// The node samples a new sandbox within about a second, then every 5 s.
 	var metrics []map[string]any
-	resp := e2bRequest(t, http.MethodGet, "/sandboxes/"+sb.SandboxID+"/metrics", nil, nil)
-	resp.json(t, &metrics)
-	if resp.status != http.StatusOK || len(metrics) != 1 {
-		t.Fatalf("metrics: %d %s", resp.status, resp.body)
+	var resp e2bResponse
+	for deadline := time.Now().Add(10 * time.Second); len(metrics) == 0; time.Sleep(200 * time.Millisecond) {
+		resp = e2bRequest(t, http.MethodGet, "/sandboxes/"+sb.SandboxID+"/metrics", nil, nil)
+		resp.json(t, &metrics)
+		if resp.status != http.StatusOK || time.Now().After(deadline) {
+			t.Fatalf("metrics: %d %s", resp.status, resp.body)
+		}
 	}
 	for _, k := range []string{"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "diskUsed", "diskTotal"} {
 		if _, ok := metrics[0][k]; !ok {

@@ -52,6 +52,7 @@ type Fake struct {
 	pools          map[string]*fakePool
 	subs           map[chan nodeapi.Event]struct{}
 	archives       map[string][]byte // staged template archives, by handle
+	samples        map[string][]nodeapi.MetricSample
 }
 
 var _ nodeapi.Node = (*Fake)(nil)
@@ -80,6 +81,7 @@ func NewFake(id string) *Fake {
 		templateImages: map[string]bool{},
 		pools:          map[string]*fakePool{},
 		subs:           map[chan nodeapi.Event]struct{}{},
+		samples:        map[string][]nodeapi.MetricSample{},
 	}
 }
 
@@ -169,7 +171,39 @@ func (f *Fake) startLocked(id, token string, fs *tree) (*fakeSandbox, error) {
 	sb := &fakeSandbox{f: f, id: id, token: token, fs: fs, sessions: map[string]*fakeSession{}, listeners: map[int]func(net.Conn){}, done: make(chan struct{})}
 	f.running[id] = sb
 	f.disks[id] = fs
+	f.sampleLocked(id)
 	return sb, nil
+}
+
+// sampleLocked takes a sample of a running sandbox unless the last one is
+// younger than the interval, as a node's sampler would have; f.mu is held.
+func (f *Fake) sampleLocked(id string) {
+	s := f.samples[id]
+	now := time.Now().UTC()
+	if len(s) > 0 && now.Sub(s[len(s)-1].Time) < nodeapi.MetricsInterval {
+		return
+	}
+	f.samples[id] = append(s, nodeapi.MetricSample{
+		Time: now, CPUCount: 1, CPUUsedPct: 1, MemUsed: 16 << 20, MemTotal: 256 << 20, DiskUsed: 1 << 20, DiskTotal: 1 << 30,
+	})
+}
+
+func (f *Fake) Metrics(ctx context.Context, id string, start, end time.Time) ([]nodeapi.MetricSample, error) {
+	if end.Before(start) {
+		return nil, fmt.Errorf("metrics of %s: end is before start", id)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.running[id]; ok {
+		f.sampleLocked(id)
+	}
+	out := []nodeapi.MetricSample{}
+	for _, m := range f.samples[id] {
+		if !m.Time.Before(start) && !m.Time.After(end) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 func checkTemplate(t nodeapi.TemplateSpec) error {
@@ -251,6 +285,7 @@ func (f *Fake) destroyLocked(id string) {
 		delete(f.running, id)
 	}
 	delete(f.disks, id)
+	delete(f.samples, id)
 }
 
 func (f *Fake) Destroy(ctx context.Context, id string) error {

@@ -74,6 +74,7 @@ func Run(t *testing.T, setup func(t *testing.T) Harness) {
 		{"Info", testInfo},
 		{"DialPort", testDialPort},
 		{"Agent", testAgent},
+		{"Metrics", testMetrics},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -1146,4 +1147,44 @@ func testTransfer(t *testing.T, h Harness) {
 	}
 	destroyLater(t, h, id)
 	checkRestored(ctx, t, h, handle(ctx, t, h, id), "/tmp/shipped.txt", count)
+}
+
+// testMetrics: a running sandbox is sampled within a few intervals, with
+// sane figures; a range selects the samples inside it (bounds included);
+// a range from before the sandbox existed has none, as has a sandbox the
+// node never ran; a range that ends before it starts is refused.
+func testMetrics(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	before := time.Now().UTC()
+	sb := create(ctx, t, h)
+	var got []nodeapi.MetricSample
+	deadline := time.Now().Add(3 * nodeapi.MetricsInterval)
+	eventually(ctx, t, "a metrics sample", func() bool {
+		var err error
+		if got, err = h.Node.Metrics(ctx, sb.id, before, time.Now().UTC().Add(time.Second)); err != nil {
+			t.Fatalf("metrics: %v", err)
+		}
+		if len(got) == 0 && time.Now().After(deadline) {
+			t.Fatalf("no sample within %s", 3*nodeapi.MetricsInterval)
+		}
+		return len(got) > 0
+	})
+	m := got[0]
+	if m.Time.Before(before) || m.CPUCount < 1 || m.MemTotal == 0 || m.MemUsed > m.MemTotal || m.DiskTotal == 0 ||
+		m.DiskUsed > m.DiskTotal || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 {
+		t.Fatalf("sample %+v (sandbox created at %s)", m, before)
+	}
+	exact, err := h.Node.Metrics(ctx, sb.id, m.Time, m.Time)
+	if err != nil || len(exact) != 1 || !exact[0].Time.Equal(m.Time) {
+		t.Fatalf("metrics at exactly %s: %+v, %v", m.Time, exact, err)
+	}
+	if old, err := h.Node.Metrics(ctx, sb.id, before.Add(-2*time.Hour), before.Add(-time.Hour)); err != nil || len(old) != 0 {
+		t.Fatalf("metrics before the sandbox existed: %+v, %v", old, err)
+	}
+	if none, err := h.Node.Metrics(ctx, sandboxid.New(), before, time.Now()); err != nil || len(none) != 0 {
+		t.Fatalf("metrics of a sandbox never run: %+v, %v", none, err)
+	}
+	if _, err := h.Node.Metrics(ctx, sb.id, time.Now(), time.Now().Add(-time.Minute)); err == nil {
+		t.Fatal("metrics of a range ending before its start: no error")
+	}
 }

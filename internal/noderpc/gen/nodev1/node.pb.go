@@ -485,6 +485,7 @@ type TemplateSpec struct {
 	Workdir       string                 `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
 	Start         string                 `protobuf:"bytes,6,opt,name=start,proto3" json:"start,omitempty"`
 	Ready         string                 `protobuf:"bytes,7,opt,name=ready,proto3" json:"ready,omitempty"`
+	McpGateway    string                 `protobuf:"bytes,8,opt,name=mcp_gateway,json=mcpGateway,proto3" json:"mcp_gateway,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +565,13 @@ func (x *TemplateSpec) GetStart() string {
 func (x *TemplateSpec) GetReady() string {
 	if x != nil {
 		return x.Ready
+	}
+	return ""
+}
+
+func (x *TemplateSpec) GetMcpGateway() string {
+	if x != nil {
+		return x.McpGateway
 	}
 	return ""
 }
@@ -1818,6 +1826,212 @@ func (x *SandboxStats) GetPids() uint64 {
 	return 0
 }
 
+// Metrics: the samples of one sandbox within [start, end].
+type MetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsRequest) Reset() {
+	*x = MetricsRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsRequest) ProtoMessage() {}
+
+func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
+func (*MetricsRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *MetricsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MetricsRequest) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *MetricsRequest) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+// nodeapi.MetricSample
+type MetricSample struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	CpuCount      int64                  `protobuf:"varint,2,opt,name=cpu_count,json=cpuCount,proto3" json:"cpu_count,omitempty"`
+	CpuUsedPct    float64                `protobuf:"fixed64,3,opt,name=cpu_used_pct,json=cpuUsedPct,proto3" json:"cpu_used_pct,omitempty"`
+	MemUsed       uint64                 `protobuf:"varint,4,opt,name=mem_used,json=memUsed,proto3" json:"mem_used,omitempty"`
+	MemTotal      uint64                 `protobuf:"varint,5,opt,name=mem_total,json=memTotal,proto3" json:"mem_total,omitempty"`
+	DiskUsed      uint64                 `protobuf:"varint,6,opt,name=disk_used,json=diskUsed,proto3" json:"disk_used,omitempty"`
+	DiskTotal     uint64                 `protobuf:"varint,7,opt,name=disk_total,json=diskTotal,proto3" json:"disk_total,omitempty"`
+	MemCache      uint64                 `protobuf:"varint,8,opt,name=mem_cache,json=memCache,proto3" json:"mem_cache,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricSample) Reset() {
+	*x = MetricSample{}
+	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricSample) ProtoMessage() {}
+
+func (x *MetricSample) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricSample.ProtoReflect.Descriptor instead.
+func (*MetricSample) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *MetricSample) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *MetricSample) GetCpuCount() int64 {
+	if x != nil {
+		return x.CpuCount
+	}
+	return 0
+}
+
+func (x *MetricSample) GetCpuUsedPct() float64 {
+	if x != nil {
+		return x.CpuUsedPct
+	}
+	return 0
+}
+
+func (x *MetricSample) GetMemUsed() uint64 {
+	if x != nil {
+		return x.MemUsed
+	}
+	return 0
+}
+
+func (x *MetricSample) GetMemTotal() uint64 {
+	if x != nil {
+		return x.MemTotal
+	}
+	return 0
+}
+
+func (x *MetricSample) GetDiskUsed() uint64 {
+	if x != nil {
+		return x.DiskUsed
+	}
+	return 0
+}
+
+func (x *MetricSample) GetDiskTotal() uint64 {
+	if x != nil {
+		return x.DiskTotal
+	}
+	return 0
+}
+
+func (x *MetricSample) GetMemCache() uint64 {
+	if x != nil {
+		return x.MemCache
+	}
+	return 0
+}
+
+type MetricsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Samples       []*MetricSample        `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsResponse) Reset() {
+	*x = MetricsResponse{}
+	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsResponse) ProtoMessage() {}
+
+func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
+func (*MetricsResponse) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *MetricsResponse) GetSamples() []*MetricSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
 type ImageInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Complete      bool                   `protobuf:"varint,1,opt,name=complete,proto3" json:"complete,omitempty"`
@@ -1828,7 +2042,7 @@ type ImageInfo struct {
 
 func (x *ImageInfo) Reset() {
 	*x = ImageInfo{}
-	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	mi := &file_space_node_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +2054,7 @@ func (x *ImageInfo) String() string {
 func (*ImageInfo) ProtoMessage() {}
 
 func (x *ImageInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	mi := &file_space_node_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +2067,7 @@ func (x *ImageInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageInfo.ProtoReflect.Descriptor instead.
 func (*ImageInfo) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ImageInfo) GetComplete() bool {
@@ -1882,7 +2096,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	mi := &file_space_node_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +2108,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	mi := &file_space_node_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2121,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PoolRequest) GetTemplate() *TemplateSpec {
@@ -1948,7 +2162,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	mi := &file_space_node_v1_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2174,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	mi := &file_space_node_v1_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2187,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PoolStatus) GetSize() int64 {
@@ -2005,7 +2219,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_space_node_v1_node_proto_msgTypes[33]
+	mi := &file_space_node_v1_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2231,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[33]
+	mi := &file_space_node_v1_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2244,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Event) GetType() string {
@@ -2089,7 +2303,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[34]
+	mi := &file_space_node_v1_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2315,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[34]
+	mi := &file_space_node_v1_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2328,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{34}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExecRequest) GetSandbox() string {
@@ -2171,7 +2385,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_space_node_v1_node_proto_msgTypes[35]
+	mi := &file_space_node_v1_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2397,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[35]
+	mi := &file_space_node_v1_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2410,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{35}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExecResult) GetStdout() []byte {
@@ -2238,7 +2452,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[36]
+	mi := &file_space_node_v1_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2464,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[36]
+	mi := &file_space_node_v1_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2477,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{36}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FileRequest) GetSandbox() string {
@@ -2298,7 +2512,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[37]
+	mi := &file_space_node_v1_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2524,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[37]
+	mi := &file_space_node_v1_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2537,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{37}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FileChunk) GetSize() int64 {
@@ -2353,7 +2567,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[38]
+	mi := &file_space_node_v1_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2579,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[38]
+	mi := &file_space_node_v1_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2592,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{38}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriteFileRequest) GetSandbox() string {
@@ -2418,7 +2632,7 @@ type EntryResponse struct {
 
 func (x *EntryResponse) Reset() {
 	*x = EntryResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[39]
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2644,7 @@ func (x *EntryResponse) String() string {
 func (*EntryResponse) ProtoMessage() {}
 
 func (x *EntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[39]
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2657,7 @@ func (x *EntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryResponse.ProtoReflect.Descriptor instead.
 func (*EntryResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{39}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *EntryResponse) GetEntry() *filesystempb.EntryInfo {
@@ -2467,7 +2681,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[40]
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2693,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[40]
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2706,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{40}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListRequest) GetSandbox() string {
@@ -2549,7 +2763,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[41]
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2775,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[41]
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2788,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{41}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListResponse) GetEntry() *filesystempb.EntryInfo {
@@ -2608,7 +2822,7 @@ type VolumeFileRequest struct {
 
 func (x *VolumeFileRequest) Reset() {
 	*x = VolumeFileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2834,7 @@ func (x *VolumeFileRequest) String() string {
 func (*VolumeFileRequest) ProtoMessage() {}
 
 func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2847,7 @@ func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFileRequest.ProtoReflect.Descriptor instead.
 func (*VolumeFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *VolumeFileRequest) GetVolume() string {
@@ -2661,7 +2875,7 @@ type VolumeFileChunk struct {
 
 func (x *VolumeFileChunk) Reset() {
 	*x = VolumeFileChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2887,7 @@ func (x *VolumeFileChunk) String() string {
 func (*VolumeFileChunk) ProtoMessage() {}
 
 func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2900,7 @@ func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFileChunk.ProtoReflect.Descriptor instead.
 func (*VolumeFileChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *VolumeFileChunk) GetEntry() *filesystempb.EntryInfo {
@@ -2716,7 +2930,7 @@ type ListVolumeDirRequest struct {
 
 func (x *ListVolumeDirRequest) Reset() {
 	*x = ListVolumeDirRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2942,7 @@ func (x *ListVolumeDirRequest) String() string {
 func (*ListVolumeDirRequest) ProtoMessage() {}
 
 func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2955,7 @@ func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumeDirRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumeDirRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListVolumeDirRequest) GetVolume() string {
@@ -2791,7 +3005,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +3017,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +3030,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MoveRequest) GetSandbox() string {
@@ -2864,7 +3078,7 @@ type SessionSpec struct {
 
 func (x *SessionSpec) Reset() {
 	*x = SessionSpec{}
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +3090,7 @@ func (x *SessionSpec) String() string {
 func (*SessionSpec) ProtoMessage() {}
 
 func (x *SessionSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +3103,7 @@ func (x *SessionSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSpec.ProtoReflect.Descriptor instead.
 func (*SessionSpec) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SessionSpec) GetCmd() []string {
@@ -2965,7 +3179,7 @@ type StartSessionRequest struct {
 
 func (x *StartSessionRequest) Reset() {
 	*x = StartSessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3191,7 @@ func (x *StartSessionRequest) String() string {
 func (*StartSessionRequest) ProtoMessage() {}
 
 func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3204,7 @@ func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartSessionRequest.ProtoReflect.Descriptor instead.
 func (*StartSessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StartSessionRequest) GetSandbox() string {
@@ -3017,7 +3231,7 @@ type End struct {
 
 func (x *End) Reset() {
 	*x = End{}
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3243,7 @@ func (x *End) String() string {
 func (*End) ProtoMessage() {}
 
 func (x *End) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3256,7 @@ func (x *End) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use End.ProtoReflect.Descriptor instead.
 func (*End) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *End) GetExitCode() int64 {
@@ -3076,7 +3290,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3302,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3315,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SessionInfo) GetId() string {
@@ -3170,7 +3384,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3396,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3409,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SessionRequest) GetSandbox() string {
@@ -3221,7 +3435,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3447,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3460,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SessionsResponse) GetSessions() []*SessionInfo {
@@ -3267,7 +3481,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3493,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3506,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AttachRequest) GetSandbox() string {
@@ -3326,7 +3540,7 @@ type Dropped struct {
 
 func (x *Dropped) Reset() {
 	*x = Dropped{}
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3552,7 @@ func (x *Dropped) String() string {
 func (*Dropped) ProtoMessage() {}
 
 func (x *Dropped) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3565,7 @@ func (x *Dropped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dropped.ProtoReflect.Descriptor instead.
 func (*Dropped) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Dropped) GetRequested() int64 {
@@ -3380,7 +3594,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3606,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3619,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Chunk) GetStream() uint32 {
@@ -3443,7 +3657,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3455,7 +3669,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3468,7 +3682,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AttachResponse) GetEvent() isAttachResponse_Event {
@@ -3538,7 +3752,7 @@ type StdinRequest struct {
 
 func (x *StdinRequest) Reset() {
 	*x = StdinRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3764,7 @@ func (x *StdinRequest) String() string {
 func (*StdinRequest) ProtoMessage() {}
 
 func (x *StdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3777,7 @@ func (x *StdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinRequest.ProtoReflect.Descriptor instead.
 func (*StdinRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StdinRequest) GetSandbox() string {
@@ -3598,7 +3812,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +3824,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +3837,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SignalRequest) GetSandbox() string {
@@ -3659,7 +3873,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3885,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3898,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ResizeRequest) GetSandbox() string {
@@ -3724,7 +3938,7 @@ type DataChunk struct {
 
 func (x *DataChunk) Reset() {
 	*x = DataChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[59]
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +3950,7 @@ func (x *DataChunk) String() string {
 func (*DataChunk) ProtoMessage() {}
 
 func (x *DataChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[59]
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +3963,7 @@ func (x *DataChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataChunk.ProtoReflect.Descriptor instead.
 func (*DataChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{59}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DataChunk) GetData() []byte {
@@ -3772,7 +3986,7 @@ type ReceiveVolumeRequest struct {
 
 func (x *ReceiveVolumeRequest) Reset() {
 	*x = ReceiveVolumeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[60]
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3998,7 @@ func (x *ReceiveVolumeRequest) String() string {
 func (*ReceiveVolumeRequest) ProtoMessage() {}
 
 func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[60]
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +4011,7 @@ func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{60}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReceiveVolumeRequest) GetName() string {
@@ -3839,7 +4053,7 @@ type ReceiveImageRequest struct {
 
 func (x *ReceiveImageRequest) Reset() {
 	*x = ReceiveImageRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[61]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3851,7 +4065,7 @@ func (x *ReceiveImageRequest) String() string {
 func (*ReceiveImageRequest) ProtoMessage() {}
 
 func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[61]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3864,7 +4078,7 @@ func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveImageRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveImageRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{61}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReceiveImageRequest) GetImage() string {
@@ -3893,7 +4107,7 @@ type TemplateBuildRequest struct {
 
 func (x *TemplateBuildRequest) Reset() {
 	*x = TemplateBuildRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +4119,7 @@ func (x *TemplateBuildRequest) String() string {
 func (*TemplateBuildRequest) ProtoMessage() {}
 
 func (x *TemplateBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4132,7 @@ func (x *TemplateBuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuildRequest.ProtoReflect.Descriptor instead.
 func (*TemplateBuildRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{62}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TemplateBuildRequest) GetName() string {
@@ -3960,7 +4174,7 @@ type StageTemplateArchiveRequest struct {
 
 func (x *StageTemplateArchiveRequest) Reset() {
 	*x = StageTemplateArchiveRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3972,7 +4186,7 @@ func (x *StageTemplateArchiveRequest) String() string {
 func (*StageTemplateArchiveRequest) ProtoMessage() {}
 
 func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3985,7 +4199,7 @@ func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTemplateArchiveRequest.ProtoReflect.Descriptor instead.
 func (*StageTemplateArchiveRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *StageTemplateArchiveRequest) GetLimit() int64 {
@@ -4016,7 +4230,7 @@ type TemplateBuildEvent struct {
 
 func (x *TemplateBuildEvent) Reset() {
 	*x = TemplateBuildEvent{}
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4028,7 +4242,7 @@ func (x *TemplateBuildEvent) String() string {
 func (*TemplateBuildEvent) ProtoMessage() {}
 
 func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4041,7 +4255,7 @@ func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuildEvent.ProtoReflect.Descriptor instead.
 func (*TemplateBuildEvent) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TemplateBuildEvent) GetEvent() isTemplateBuildEvent_Event {
@@ -4095,7 +4309,7 @@ type TemplateBuilt struct {
 
 func (x *TemplateBuilt) Reset() {
 	*x = TemplateBuilt{}
-	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	mi := &file_space_node_v1_node_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4321,7 @@ func (x *TemplateBuilt) String() string {
 func (*TemplateBuilt) ProtoMessage() {}
 
 func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	mi := &file_space_node_v1_node_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4334,7 @@ func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuilt.ProtoReflect.Descriptor instead.
 func (*TemplateBuilt) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TemplateBuilt) GetSpec() *TemplateSpec {
@@ -4174,7 +4388,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"PoolsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.space.node.v1.PoolStatusR\x05value:\x028\x01\"\x8d\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.space.node.v1.PoolStatusR\x05value:\x028\x01\"\xae\x02\n" +
 	"\fTemplateSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
 	"\rrootfs_volume\x18\x02 \x01(\tR\frootfsVolume\x126\n" +
@@ -4182,7 +4396,9 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x04user\x18\x04 \x01(\tR\x04user\x12\x18\n" +
 	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x12\x14\n" +
 	"\x05start\x18\x06 \x01(\tR\x05start\x12\x14\n" +
-	"\x05ready\x18\a \x01(\tR\x05ready\x1a6\n" +
+	"\x05ready\x18\a \x01(\tR\x05ready\x12\x1f\n" +
+	"\vmcp_gateway\x18\b \x01(\tR\n" +
+	"mcpGateway\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
@@ -4280,7 +4496,24 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\fSandboxStats\x12\x1b\n" +
 	"\tcpu_nanos\x18\x01 \x01(\x04R\bcpuNanos\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x04R\x04pids\"F\n" +
+	"\x04pids\x18\x03 \x01(\x04R\x04pids\"\x80\x01\n" +
+	"\x0eMetricsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
+	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\"\x8e\x02\n" +
+	"\fMetricSample\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1b\n" +
+	"\tcpu_count\x18\x02 \x01(\x03R\bcpuCount\x12 \n" +
+	"\fcpu_used_pct\x18\x03 \x01(\x01R\n" +
+	"cpuUsedPct\x12\x19\n" +
+	"\bmem_used\x18\x04 \x01(\x04R\amemUsed\x12\x1b\n" +
+	"\tmem_total\x18\x05 \x01(\x04R\bmemTotal\x12\x1b\n" +
+	"\tdisk_used\x18\x06 \x01(\x04R\bdiskUsed\x12\x1d\n" +
+	"\n" +
+	"disk_total\x18\a \x01(\x04R\tdiskTotal\x12\x1b\n" +
+	"\tmem_cache\x18\b \x01(\x04R\bmemCache\"H\n" +
+	"\x0fMetricsResponse\x125\n" +
+	"\asamples\x18\x01 \x03(\v2\x1b.space.node.v1.MetricSampleR\asamples\"F\n" +
 	"\tImageInfo\x12\x1a\n" +
 	"\bcomplete\x18\x01 \x01(\bR\bcomplete\x12\x1d\n" +
 	"\n" +
@@ -4451,7 +4684,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\rTemplateBuilt\x12/\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1b.space.node.v1.TemplateSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xb9\x1f\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\x83 \n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
@@ -4476,7 +4709,8 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x05Rekey\x12\x1b.space.node.v1.RekeyRequest\x1a\x14.space.node.v1.Empty\x12D\n" +
 	"\n" +
 	"SetNetwork\x12 .space.node.v1.SetNetworkRequest\x1a\x14.space.node.v1.Empty\x12C\n" +
-	"\x05Stats\x12\x1d.space.node.v1.SandboxRequest\x1a\x1b.space.node.v1.SandboxStats\x12=\n" +
+	"\x05Stats\x12\x1d.space.node.v1.SandboxRequest\x1a\x1b.space.node.v1.SandboxStats\x12H\n" +
+	"\aMetrics\x12\x1d.space.node.v1.MetricsRequest\x1a\x1e.space.node.v1.MetricsResponse\x12=\n" +
 	"\x05Image\x12\x1a.space.node.v1.NameRequest\x1a\x18.space.node.v1.ImageInfo\x12<\n" +
 	"\x06Images\x12\x14.space.node.v1.Empty\x1a\x1c.space.node.v1.NamesResponse\x12?\n" +
 	"\vDeleteImage\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12C\n" +
@@ -4529,7 +4763,7 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_space_node_v1_node_proto_goTypes = []any{
 	(*NodeError)(nil),                   // 0: space.node.v1.NodeError
 	(*Empty)(nil),                       // 1: space.node.v1.Empty
@@ -4561,61 +4795,64 @@ var file_space_node_v1_node_proto_goTypes = []any{
 	(*RekeyRequest)(nil),                // 27: space.node.v1.RekeyRequest
 	(*SetNetworkRequest)(nil),           // 28: space.node.v1.SetNetworkRequest
 	(*SandboxStats)(nil),                // 29: space.node.v1.SandboxStats
-	(*ImageInfo)(nil),                   // 30: space.node.v1.ImageInfo
-	(*PoolRequest)(nil),                 // 31: space.node.v1.PoolRequest
-	(*PoolStatus)(nil),                  // 32: space.node.v1.PoolStatus
-	(*Event)(nil),                       // 33: space.node.v1.Event
-	(*ExecRequest)(nil),                 // 34: space.node.v1.ExecRequest
-	(*ExecResult)(nil),                  // 35: space.node.v1.ExecResult
-	(*FileRequest)(nil),                 // 36: space.node.v1.FileRequest
-	(*FileChunk)(nil),                   // 37: space.node.v1.FileChunk
-	(*WriteFileRequest)(nil),            // 38: space.node.v1.WriteFileRequest
-	(*EntryResponse)(nil),               // 39: space.node.v1.EntryResponse
-	(*ListRequest)(nil),                 // 40: space.node.v1.ListRequest
-	(*ListResponse)(nil),                // 41: space.node.v1.ListResponse
-	(*VolumeFileRequest)(nil),           // 42: space.node.v1.VolumeFileRequest
-	(*VolumeFileChunk)(nil),             // 43: space.node.v1.VolumeFileChunk
-	(*ListVolumeDirRequest)(nil),        // 44: space.node.v1.ListVolumeDirRequest
-	(*MoveRequest)(nil),                 // 45: space.node.v1.MoveRequest
-	(*SessionSpec)(nil),                 // 46: space.node.v1.SessionSpec
-	(*StartSessionRequest)(nil),         // 47: space.node.v1.StartSessionRequest
-	(*End)(nil),                         // 48: space.node.v1.End
-	(*SessionInfo)(nil),                 // 49: space.node.v1.SessionInfo
-	(*SessionRequest)(nil),              // 50: space.node.v1.SessionRequest
-	(*SessionsResponse)(nil),            // 51: space.node.v1.SessionsResponse
-	(*AttachRequest)(nil),               // 52: space.node.v1.AttachRequest
-	(*Dropped)(nil),                     // 53: space.node.v1.Dropped
-	(*Chunk)(nil),                       // 54: space.node.v1.Chunk
-	(*AttachResponse)(nil),              // 55: space.node.v1.AttachResponse
-	(*StdinRequest)(nil),                // 56: space.node.v1.StdinRequest
-	(*SignalRequest)(nil),               // 57: space.node.v1.SignalRequest
-	(*ResizeRequest)(nil),               // 58: space.node.v1.ResizeRequest
-	(*DataChunk)(nil),                   // 59: space.node.v1.DataChunk
-	(*ReceiveVolumeRequest)(nil),        // 60: space.node.v1.ReceiveVolumeRequest
-	(*ReceiveImageRequest)(nil),         // 61: space.node.v1.ReceiveImageRequest
-	(*TemplateBuildRequest)(nil),        // 62: space.node.v1.TemplateBuildRequest
-	(*StageTemplateArchiveRequest)(nil), // 63: space.node.v1.StageTemplateArchiveRequest
-	(*TemplateBuildEvent)(nil),          // 64: space.node.v1.TemplateBuildEvent
-	(*TemplateBuilt)(nil),               // 65: space.node.v1.TemplateBuilt
-	nil,                                 // 66: space.node.v1.InfoResponse.PoolsEntry
-	nil,                                 // 67: space.node.v1.TemplateSpec.EnvEntry
-	nil,                                 // 68: space.node.v1.Identity.EnvEntry
-	nil,                                 // 69: space.node.v1.Identity.InfoEntry
-	nil,                                 // 70: space.node.v1.CreateSpec.EnvEntry
-	nil,                                 // 71: space.node.v1.ExecRequest.EnvEntry
-	nil,                                 // 72: space.node.v1.SessionSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
-	(*filesystempb.EntryInfo)(nil),      // 74: filesystem.EntryInfo
+	(*MetricsRequest)(nil),              // 30: space.node.v1.MetricsRequest
+	(*MetricSample)(nil),                // 31: space.node.v1.MetricSample
+	(*MetricsResponse)(nil),             // 32: space.node.v1.MetricsResponse
+	(*ImageInfo)(nil),                   // 33: space.node.v1.ImageInfo
+	(*PoolRequest)(nil),                 // 34: space.node.v1.PoolRequest
+	(*PoolStatus)(nil),                  // 35: space.node.v1.PoolStatus
+	(*Event)(nil),                       // 36: space.node.v1.Event
+	(*ExecRequest)(nil),                 // 37: space.node.v1.ExecRequest
+	(*ExecResult)(nil),                  // 38: space.node.v1.ExecResult
+	(*FileRequest)(nil),                 // 39: space.node.v1.FileRequest
+	(*FileChunk)(nil),                   // 40: space.node.v1.FileChunk
+	(*WriteFileRequest)(nil),            // 41: space.node.v1.WriteFileRequest
+	(*EntryResponse)(nil),               // 42: space.node.v1.EntryResponse
+	(*ListRequest)(nil),                 // 43: space.node.v1.ListRequest
+	(*ListResponse)(nil),                // 44: space.node.v1.ListResponse
+	(*VolumeFileRequest)(nil),           // 45: space.node.v1.VolumeFileRequest
+	(*VolumeFileChunk)(nil),             // 46: space.node.v1.VolumeFileChunk
+	(*ListVolumeDirRequest)(nil),        // 47: space.node.v1.ListVolumeDirRequest
+	(*MoveRequest)(nil),                 // 48: space.node.v1.MoveRequest
+	(*SessionSpec)(nil),                 // 49: space.node.v1.SessionSpec
+	(*StartSessionRequest)(nil),         // 50: space.node.v1.StartSessionRequest
+	(*End)(nil),                         // 51: space.node.v1.End
+	(*SessionInfo)(nil),                 // 52: space.node.v1.SessionInfo
+	(*SessionRequest)(nil),              // 53: space.node.v1.SessionRequest
+	(*SessionsResponse)(nil),            // 54: space.node.v1.SessionsResponse
+	(*AttachRequest)(nil),               // 55: space.node.v1.AttachRequest
+	(*Dropped)(nil),                     // 56: space.node.v1.Dropped
+	(*Chunk)(nil),                       // 57: space.node.v1.Chunk
+	(*AttachResponse)(nil),              // 58: space.node.v1.AttachResponse
+	(*StdinRequest)(nil),                // 59: space.node.v1.StdinRequest
+	(*SignalRequest)(nil),               // 60: space.node.v1.SignalRequest
+	(*ResizeRequest)(nil),               // 61: space.node.v1.ResizeRequest
+	(*DataChunk)(nil),                   // 62: space.node.v1.DataChunk
+	(*ReceiveVolumeRequest)(nil),        // 63: space.node.v1.ReceiveVolumeRequest
+	(*ReceiveImageRequest)(nil),         // 64: space.node.v1.ReceiveImageRequest
+	(*TemplateBuildRequest)(nil),        // 65: space.node.v1.TemplateBuildRequest
+	(*StageTemplateArchiveRequest)(nil), // 66: space.node.v1.StageTemplateArchiveRequest
+	(*TemplateBuildEvent)(nil),          // 67: space.node.v1.TemplateBuildEvent
+	(*TemplateBuilt)(nil),               // 68: space.node.v1.TemplateBuilt
+	nil,                                 // 69: space.node.v1.InfoResponse.PoolsEntry
+	nil,                                 // 70: space.node.v1.TemplateSpec.EnvEntry
+	nil,                                 // 71: space.node.v1.Identity.EnvEntry
+	nil,                                 // 72: space.node.v1.Identity.InfoEntry
+	nil,                                 // 73: space.node.v1.CreateSpec.EnvEntry
+	nil,                                 // 74: space.node.v1.ExecRequest.EnvEntry
+	nil,                                 // 75: space.node.v1.SessionSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 76: google.protobuf.Timestamp
+	(*filesystempb.EntryInfo)(nil),      // 77: filesystem.EntryInfo
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
-	66,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
-	67,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
+	69,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
+	70,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
 	10,  // 2: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
-	68,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
-	69,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
+	71,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
+	72,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
 	8,   // 5: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
 	9,   // 6: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
-	70,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
+	73,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
 	11,  // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
 	13,  // 9: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
 	12,  // 10: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
@@ -4629,149 +4866,155 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	11,  // 18: space.node.v1.RestoreSpec.network:type_name -> space.node.v1.Policy
 	12,  // 19: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
 	11,  // 20: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
-	8,   // 21: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
-	16,  // 22: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
-	11,  // 23: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	73,  // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
-	32,  // 25: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
-	71,  // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	74,  // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	74,  // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	74,  // 29: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
-	72,  // 30: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
-	46,  // 31: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
-	46,  // 32: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	73,  // 33: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	73,  // 34: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	48,  // 35: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
-	49,  // 36: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
-	53,  // 37: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
-	54,  // 38: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
-	48,  // 39: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
-	65,  // 40: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
-	8,   // 41: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
-	32,  // 42: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
-	6,   // 43: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
-	14,  // 44: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
-	17,  // 45: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
-	19,  // 46: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
-	2,   // 47: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
-	2,   // 48: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
-	21,  // 49: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
-	23,  // 50: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
-	1,   // 51: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
-	2,   // 52: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
-	2,   // 53: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
-	2,   // 54: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
-	24,  // 55: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
-	25,  // 56: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
-	26,  // 57: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
-	2,   // 58: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
-	2,   // 59: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
-	24,  // 60: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
-	2,   // 61: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
-	27,  // 62: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
-	28,  // 63: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
-	2,   // 64: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
-	3,   // 65: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
-	1,   // 66: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
-	3,   // 67: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
-	3,   // 68: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
-	3,   // 69: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
-	3,   // 70: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
-	42,  // 71: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
-	44,  // 72: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
-	1,   // 73: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
-	3,   // 74: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
-	31,  // 75: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
-	3,   // 76: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
-	1,   // 77: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
-	34,  // 78: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
-	36,  // 79: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
-	38,  // 80: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
-	36,  // 81: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
-	40,  // 82: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
-	36,  // 83: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
-	36,  // 84: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
-	45,  // 85: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
-	47,  // 86: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
-	50,  // 87: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
-	2,   // 88: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
-	52,  // 89: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
-	56,  // 90: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
-	50,  // 91: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
-	57,  // 92: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
-	58,  // 93: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	3,   // 94: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
-	60,  // 95: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
-	3,   // 96: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
-	61,  // 97: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
-	62,  // 98: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
-	3,   // 99: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
-	63,  // 100: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
-	7,   // 101: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	15,  // 102: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	18,  // 103: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	20,  // 104: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,   // 105: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,   // 106: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	22,  // 107: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,   // 108: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,   // 109: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,   // 110: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,   // 111: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,   // 112: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,   // 113: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,   // 114: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,   // 115: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,   // 116: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,   // 117: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,   // 118: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,   // 119: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,   // 120: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,   // 121: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	29,  // 122: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	30,  // 123: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,   // 124: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,   // 125: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,   // 126: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,   // 127: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,   // 128: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	43,  // 129: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	41,  // 130: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	4,   // 131: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,   // 132: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,   // 133: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	32,  // 134: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	33,  // 135: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	35,  // 136: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	37,  // 137: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,   // 138: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	39,  // 139: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	41,  // 140: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,   // 141: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	39,  // 142: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	39,  // 143: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	49,  // 144: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	49,  // 145: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	51,  // 146: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	55,  // 147: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,   // 148: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,   // 149: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,   // 150: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,   // 151: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	59,  // 152: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,   // 153: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	59,  // 154: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,   // 155: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	64,  // 156: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
-	1,   // 157: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
-	3,   // 158: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
-	101, // [101:159] is the sub-list for method output_type
-	43,  // [43:101] is the sub-list for method input_type
-	43,  // [43:43] is the sub-list for extension type_name
-	43,  // [43:43] is the sub-list for extension extendee
-	0,   // [0:43] is the sub-list for field type_name
+	76,  // 21: space.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	76,  // 22: space.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	76,  // 23: space.node.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	31,  // 24: space.node.v1.MetricsResponse.samples:type_name -> space.node.v1.MetricSample
+	8,   // 25: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
+	16,  // 26: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
+	11,  // 27: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
+	76,  // 28: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	35,  // 29: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
+	74,  // 30: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
+	77,  // 31: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	77,  // 32: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	77,  // 33: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
+	75,  // 34: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
+	49,  // 35: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
+	49,  // 36: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
+	76,  // 37: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	76,  // 38: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	51,  // 39: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
+	52,  // 40: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
+	56,  // 41: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
+	57,  // 42: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
+	51,  // 43: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
+	68,  // 44: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
+	8,   // 45: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
+	35,  // 46: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
+	6,   // 47: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
+	14,  // 48: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
+	17,  // 49: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
+	19,  // 50: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
+	2,   // 51: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
+	2,   // 52: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
+	21,  // 53: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
+	23,  // 54: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
+	1,   // 55: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
+	2,   // 56: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
+	2,   // 57: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
+	2,   // 58: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
+	24,  // 59: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
+	25,  // 60: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
+	26,  // 61: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
+	2,   // 62: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
+	2,   // 63: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
+	24,  // 64: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
+	2,   // 65: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
+	27,  // 66: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
+	28,  // 67: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
+	2,   // 68: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
+	30,  // 69: space.node.v1.NodeService.Metrics:input_type -> space.node.v1.MetricsRequest
+	3,   // 70: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
+	1,   // 71: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
+	3,   // 72: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
+	3,   // 73: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
+	3,   // 74: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
+	3,   // 75: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
+	45,  // 76: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
+	47,  // 77: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
+	1,   // 78: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
+	3,   // 79: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
+	34,  // 80: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
+	3,   // 81: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
+	1,   // 82: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
+	37,  // 83: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
+	39,  // 84: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
+	41,  // 85: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
+	39,  // 86: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
+	43,  // 87: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
+	39,  // 88: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
+	39,  // 89: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
+	48,  // 90: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
+	50,  // 91: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
+	53,  // 92: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
+	2,   // 93: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
+	55,  // 94: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
+	59,  // 95: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
+	53,  // 96: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
+	60,  // 97: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
+	61,  // 98: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
+	3,   // 99: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	63,  // 100: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,   // 101: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	64,  // 102: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	65,  // 103: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
+	3,   // 104: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
+	66,  // 105: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
+	7,   // 106: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	15,  // 107: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	18,  // 108: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	20,  // 109: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 110: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 111: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	22,  // 112: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,   // 113: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,   // 114: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,   // 115: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,   // 116: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,   // 117: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,   // 118: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,   // 119: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,   // 120: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,   // 121: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,   // 122: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,   // 123: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 124: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 125: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 126: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	29,  // 127: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	32,  // 128: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
+	33,  // 129: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 130: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 131: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 132: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 133: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 134: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	46,  // 135: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	44,  // 136: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	4,   // 137: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 138: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 139: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	35,  // 140: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	36,  // 141: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	38,  // 142: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	40,  // 143: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 144: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	42,  // 145: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	44,  // 146: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 147: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	42,  // 148: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	42,  // 149: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	52,  // 150: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	52,  // 151: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	54,  // 152: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	58,  // 153: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 154: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 155: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 156: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 157: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	62,  // 158: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 159: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	62,  // 160: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 161: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	67,  // 162: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 163: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 164: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	106, // [106:165] is the sub-list for method output_type
+	47,  // [47:106] is the sub-list for method input_type
+	47,  // [47:47] is the sub-list for extension type_name
+	47,  // [47:47] is the sub-list for extension extendee
+	0,   // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_space_node_v1_node_proto_init() }
@@ -4779,12 +5022,12 @@ func file_space_node_v1_node_proto_init() {
 	if File_space_node_v1_node_proto != nil {
 		return
 	}
-	file_space_node_v1_node_proto_msgTypes[55].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[58].OneofWrappers = []any{
 		(*AttachResponse_Dropped)(nil),
 		(*AttachResponse_Chunk)(nil),
 		(*AttachResponse_End)(nil),
 	}
-	file_space_node_v1_node_proto_msgTypes[64].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[67].OneofWrappers = []any{
 		(*TemplateBuildEvent_Log)(nil),
 		(*TemplateBuildEvent_Built)(nil),
 	}
@@ -4794,7 +5037,7 @@ func file_space_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   73,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -87,6 +87,8 @@ const (
 	NodeServiceSetNetworkProcedure = "/space.node.v1.NodeService/SetNetwork"
 	// NodeServiceStatsProcedure is the fully-qualified name of the NodeService's Stats RPC.
 	NodeServiceStatsProcedure = "/space.node.v1.NodeService/Stats"
+	// NodeServiceMetricsProcedure is the fully-qualified name of the NodeService's Metrics RPC.
+	NodeServiceMetricsProcedure = "/space.node.v1.NodeService/Metrics"
 	// NodeServiceImageProcedure is the fully-qualified name of the NodeService's Image RPC.
 	NodeServiceImageProcedure = "/space.node.v1.NodeService/Image"
 	// NodeServiceImagesProcedure is the fully-qualified name of the NodeService's Images RPC.
@@ -198,6 +200,7 @@ type NodeServiceClient interface {
 	Rekey(context.Context, *connect.Request[nodev1.RekeyRequest]) (*connect.Response[nodev1.Empty], error)
 	SetNetwork(context.Context, *connect.Request[nodev1.SetNetworkRequest]) (*connect.Response[nodev1.Empty], error)
 	Stats(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.SandboxStats], error)
+	Metrics(context.Context, *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error)
 	Image(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.ImageInfo], error)
 	Images(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error)
 	DeleteImage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
@@ -400,6 +403,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			httpClient,
 			baseURL+NodeServiceStatsProcedure,
 			connect.WithSchema(nodeServiceMethods.ByName("Stats")),
+			connect.WithClientOptions(opts...),
+		),
+		metrics: connect.NewClient[nodev1.MetricsRequest, nodev1.MetricsResponse](
+			httpClient,
+			baseURL+NodeServiceMetricsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Metrics")),
 			connect.WithClientOptions(opts...),
 		),
 		image: connect.NewClient[nodev1.NameRequest, nodev1.ImageInfo](
@@ -645,6 +654,7 @@ type nodeServiceClient struct {
 	rekey                *connect.Client[nodev1.RekeyRequest, nodev1.Empty]
 	setNetwork           *connect.Client[nodev1.SetNetworkRequest, nodev1.Empty]
 	stats                *connect.Client[nodev1.SandboxRequest, nodev1.SandboxStats]
+	metrics              *connect.Client[nodev1.MetricsRequest, nodev1.MetricsResponse]
 	image                *connect.Client[nodev1.NameRequest, nodev1.ImageInfo]
 	images               *connect.Client[nodev1.Empty, nodev1.NamesResponse]
 	deleteImage          *connect.Client[nodev1.NameRequest, nodev1.Empty]
@@ -791,6 +801,11 @@ func (c *nodeServiceClient) SetNetwork(ctx context.Context, req *connect.Request
 // Stats calls space.node.v1.NodeService.Stats.
 func (c *nodeServiceClient) Stats(ctx context.Context, req *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.SandboxStats], error) {
 	return c.stats.CallUnary(ctx, req)
+}
+
+// Metrics calls space.node.v1.NodeService.Metrics.
+func (c *nodeServiceClient) Metrics(ctx context.Context, req *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error) {
+	return c.metrics.CallUnary(ctx, req)
 }
 
 // Image calls space.node.v1.NodeService.Image.
@@ -998,6 +1013,7 @@ type NodeServiceHandler interface {
 	Rekey(context.Context, *connect.Request[nodev1.RekeyRequest]) (*connect.Response[nodev1.Empty], error)
 	SetNetwork(context.Context, *connect.Request[nodev1.SetNetworkRequest]) (*connect.Response[nodev1.Empty], error)
 	Stats(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.SandboxStats], error)
+	Metrics(context.Context, *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error)
 	Image(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.ImageInfo], error)
 	Images(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error)
 	DeleteImage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
@@ -1196,6 +1212,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		NodeServiceStatsProcedure,
 		svc.Stats,
 		connect.WithSchema(nodeServiceMethods.ByName("Stats")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceMetricsHandler := connect.NewUnaryHandler(
+		NodeServiceMetricsProcedure,
+		svc.Metrics,
+		connect.WithSchema(nodeServiceMethods.ByName("Metrics")),
 		connect.WithHandlerOptions(opts...),
 	)
 	nodeServiceImageHandler := connect.NewUnaryHandler(
@@ -1460,6 +1482,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceSetNetworkHandler.ServeHTTP(w, r)
 		case NodeServiceStatsProcedure:
 			nodeServiceStatsHandler.ServeHTTP(w, r)
+		case NodeServiceMetricsProcedure:
+			nodeServiceMetricsHandler.ServeHTTP(w, r)
 		case NodeServiceImageProcedure:
 			nodeServiceImageHandler.ServeHTTP(w, r)
 		case NodeServiceImagesProcedure:
@@ -1627,6 +1651,10 @@ func (UnimplementedNodeServiceHandler) SetNetwork(context.Context, *connect.Requ
 
 func (UnimplementedNodeServiceHandler) Stats(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.SandboxStats], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Stats is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Metrics(context.Context, *connect.Request[nodev1.MetricsRequest]) (*connect.Response[nodev1.MetricsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Metrics is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) Image(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.ImageInfo], error) {
