@@ -330,9 +330,17 @@ var networkFilesystems = map[int64]string{
 
 // onNetworkFilesystem names the network filesystem dir is on, or "".
 func onNetworkFilesystem(dir string) (string, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
+	magic, err := filesystemMagic(dir)
+	if err != nil {
 		return "", fmt.Errorf("statfs %s: %w", dir, err)
 	}
-	return networkFilesystems[int64(st.Type)], nil
+	return networkFilesystems[magic], nil
+}
+
+// filesystemMagic is statfs's f_type; a variable so that tests can stand
+// in for an NFS or FUSE mount, which they cannot make.
+var filesystemMagic = func(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	err := syscall.Statfs(dir, &st)
+	return int64(st.Type), err
 }
