@@ -335,14 +335,24 @@ func writeFileDurably(dst string, src io.Reader, u *userAccount, md map[string]s
 		}
 		return newHTTPError(http.StatusBadRequest, "read upload body for %s: %w", dst, err)
 	}
-	mdErr := replaceMetadata(f, md)
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("fsync %s: %w", dst, err)
+	}
+	// Metadata only once the data is synced: gVisor may hold written pages
+	// until fsync while xattrs reach the host at once, and a watcher reading
+	// the entry in between was seen to get the new metadata on a file of
+	// size 0. A changed set is synced in turn.
+	changed, mdErr := replaceMetadata(f, md)
 	if mdErr != nil && !errors.Is(mdErr, errXattrUnsupported) {
 		_ = f.Close()
 		return mdErr // ENOSPC or EDQUOT becomes 507
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("fsync %s: %w", dst, err)
+	if changed {
+		if err := f.Sync(); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("fsync metadata of %s: %w", dst, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", dst, err)

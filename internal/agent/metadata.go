@@ -101,19 +101,19 @@ func nonPrintableASCII(s string) int {
 // replaceMetadata makes md the whole metadata set of the open file f:
 // pairs of an earlier upload that md lacks are removed, because a truncating
 // overwrite keeps the inode and with it the old xattrs. Attributes outside
-// user.e2b. are left alone. It returns errXattrUnsupported (wrapped) on a
-// filesystem without xattrs; with an empty md that is no failure, as there
-// is nothing to keep.
-func replaceMetadata(f *os.File, md map[string]string) error {
+// user.e2b. are left alone. It reports whether it changed anything, and
+// returns errXattrUnsupported (wrapped) on a filesystem without xattrs;
+// with an empty md that is no failure, as there is nothing to keep.
+func replaceMetadata(f *os.File, md map[string]string) (changed bool, err error) {
 	names, err := flistxattr(f)
 	if err != nil {
 		if isXattrUnsupported(err) {
 			if len(md) == 0 {
-				return nil
+				return false, nil
 			}
-			return fmt.Errorf("keep metadata of %s: %w", f.Name(), errXattrUnsupported)
+			return false, fmt.Errorf("keep metadata of %s: %w", f.Name(), errXattrUnsupported)
 		}
-		return fmt.Errorf("list xattrs of %s: %w", f.Name(), err)
+		return false, fmt.Errorf("list xattrs of %s: %w", f.Name(), err)
 	}
 	for _, name := range names {
 		key, ok := strings.CutPrefix(name, metadataXattrPrefix)
@@ -124,18 +124,20 @@ func replaceMetadata(f *os.File, md map[string]string) error {
 			continue
 		}
 		if err := unix.Fremovexattr(int(f.Fd()), name); err != nil && !errors.Is(err, unix.ENODATA) {
-			return fmt.Errorf("remove metadata %q of %s: %w", key, f.Name(), err)
+			return true, fmt.Errorf("remove metadata %q of %s: %w", key, f.Name(), err)
 		}
+		changed = true
 	}
 	for _, k := range slices.Sorted(maps.Keys(md)) {
+		changed = true
 		if err := unix.Fsetxattr(int(f.Fd()), metadataXattrPrefix+k, []byte(md[k]), 0); err != nil {
 			if isXattrUnsupported(err) {
-				return fmt.Errorf("keep metadata of %s: %w", f.Name(), errXattrUnsupported)
+				return changed, fmt.Errorf("keep metadata of %s: %w", f.Name(), errXattrUnsupported)
 			}
-			return fmt.Errorf("set metadata %q of %s: %w", k, f.Name(), err)
+			return changed, fmt.Errorf("set metadata %q of %s: %w", k, f.Name(), err)
 		}
 	}
-	return nil
+	return changed, nil
 }
 
 // readMetadata returns the metadata of path (following a final symlink,
