@@ -3,23 +3,9 @@
 // (e2b ≥ 2.45), against a live space server.
 import { describe, test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { TEMPLATE } from './suite.mjs'
+import { TEMPLATE, eventually } from './suite.mjs'
 
 export const ENVD_VERSION = '0.6.4'
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
-
-export async function eventually(fn, what) {
-  const deadline = Date.now() + 10_000
-  for (;;) {
-    try {
-      return await fn()
-    } catch (err) {
-      if (Date.now() > deadline) throw new Error(`${what}: ${err.message}`, { cause: err })
-      await sleep(100)
-    }
-  }
-}
 
 // xattrs reads a file's xattrs from inside the sandbox, as any process
 // there (getfattr, a build tool) would see them.

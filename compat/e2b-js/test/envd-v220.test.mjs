@@ -6,8 +6,8 @@ import { describe, test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import * as old from 'e2b-v220'
 import * as current from 'e2b-v251'
-import { TEMPLATE } from '../lib/suite.mjs'
-import { ENVD_VERSION, eventually, xattrs } from '../lib/envd.mjs'
+import { TEMPLATE, eventually } from '../lib/suite.mjs'
+import { ENVD_VERSION, xattrs } from '../lib/envd.mjs'
 
 describe(`e2b@2.20 against envd ${ENVD_VERSION}`, { concurrency: 1 }, () => {
   let sbx, same
