@@ -136,6 +136,21 @@ export function defineEnvdSuite(label, sdk) {
       }
     })
 
+    test('file metadata survives pause and connect, and a fork', async () => {
+      await sbx.files.write('/home/user/kept/tagged.txt', 'kept', { metadata: { keep: 'yes' } })
+      assert.equal(await sbx.pause(), true)
+      const again = await Sandbox.connect(sbx.sandboxId)
+      assert.deepEqual((await again.files.getInfo('/home/user/kept/tagged.txt')).metadata, { keep: 'yes' })
+      if (typeof again.fork !== 'function') return // e2b < 2.35
+      const [f] = await again.fork({ count: 1, timeoutMs: 120_000 })
+      assert.ok(!(f instanceof Error), String(f))
+      try {
+        assert.deepEqual((await f.files.getInfo('/home/user/kept/tagged.txt')).metadata, { keep: 'yes' })
+      } finally {
+        await f.kill()
+      }
+    })
+
     test('watchDir with allowNetworkMounts on a local directory', async () => {
       const events = []
       const handle = await sbx.files.watchDir('/home/user', (e) => events.push(e), { allowNetworkMounts: true, recursive: true })
