@@ -14,8 +14,8 @@ import (
 // TestE2BEnvd06PythonShapes replays what the Python SDK sends for the envd
 // 0.6 surface, through the proxy into a real sandbox: a multipart write
 // with X-Metadata-* headers (the Python guessed part type included), the
-// metadata in the write answer and in Stat and ListDir over Connect JSON,
-// the polled watcher of the sync SDK with includeEntry, and a write
+// metadata in the write answer, in Stat and ListDir over Connect JSON and
+// in the native listing, the polled watcher of the sync SDK with includeEntry, and a write
 // without metadata (Python 2.21), which clears the set and answers exactly
 // WriteInfo's three keys.
 func TestE2BEnvd06PythonShapes(t *testing.T) {
@@ -81,6 +81,13 @@ func TestE2BEnvd06PythonShapes(t *testing.T) {
 	resp.json(t, &list)
 	if resp.status != http.StatusOK || len(list.Entries) != 1 || !maps.Equal(list.Entries[0].Metadata, want) {
 		t.Fatalf("ListDir: %d %s", resp.status, resp.body)
+	}
+
+	// The native API lists the same metadata (ListDir and ListDirPage both
+	// go through the agent's paged /list).
+	native, err := env.client.ListDir(testContext(t), sb.SandboxID, "/tmp/py06", 1)
+	if err != nil || len(native.Entries) != 1 || !maps.Equal(native.Entries[0].Metadata, want) {
+		t.Fatalf("native listing: %+v, %v", native, err)
 	}
 
 	// The sync SDK polls; an event of the write carries the entry and,
