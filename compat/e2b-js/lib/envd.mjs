@@ -15,13 +15,13 @@ export async function xattrs(sbx, path) {
   return JSON.parse(r.stdout)
 }
 
-export function defineEnvdSuite(label, sdk) {
+export function defineEnvdSuite(label, sdk, { template = TEMPLATE } = {}) {
   const { Sandbox, FileType, FilesystemEventType } = sdk
 
   describe(`${label}: envd ${ENVD_VERSION}`, { concurrency: 1 }, () => {
     let sbx
     before(async () => {
-      sbx = await Sandbox.create(TEMPLATE, { timeoutMs: 300_000 })
+      sbx = await Sandbox.create(template, { timeoutMs: 300_000 })
     })
     after(async () => {
       await sbx?.kill().catch(() => {})
