@@ -17,7 +17,8 @@ import (
 // entryInfo describes path without following a final symlink. A symlink is
 // reported with the type of its target (FILE for a dangling link) and
 // symlink_target set: Python SDK 2.21 drops entries of unknown type, so
-// FILE_TYPE_SYMLINK is never sent.
+// FILE_TYPE_SYMLINK is never sent. Metadata (metadata.go) is the file's
+// own, or a symlink's target's.
 func (a *Agent) entryInfo(path string) (*filesystempb.EntryInfo, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -35,6 +36,7 @@ func (a *Agent) entryInfoFrom(path string, fi fs.FileInfo) *filesystempb.EntryIn
 		Mode:         uint32(fi.Mode().Perm()),
 		Permissions:  fi.Mode().String(),
 		ModifiedTime: timestamppb.New(fi.ModTime()),
+		Metadata:     readMetadata(path),
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		info.Owner = a.users.userName(st.Uid)

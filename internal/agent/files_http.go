@@ -17,11 +17,21 @@ import (
 )
 
 // fileWriteInfo is one element of the POST /files response. Python SDK 2.21
-// passes the keys as keyword arguments, so it must hold exactly these three.
+// passes the keys as keyword arguments and knows only name, type and path,
+// so metadata is present only when the file has some, which only a client
+// that sent X-Metadata-* headers (e2b ≥ 2.45, envd ≥ 0.6.2) can cause.
 type fileWriteInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// writtenFile answers for dst once written, with the metadata read back
+// from the file, so the answer never claims pairs a filesystem without
+// xattrs could not keep.
+func writtenFile(dst string) fileWriteInfo {
+	return fileWriteInfo{Name: filepath.Base(dst), Type: "file", Path: dst, Metadata: readMetadata(dst)}
 }
 
 // httpError carries the status an /files failure should produce.
@@ -157,12 +167,19 @@ func (a *Agent) handleFileUpload(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, newHTTPError(http.StatusBadRequest, "invalid content type: %w", err))
 		return
 	}
+	// Checked before any byte is written, so a refused set leaves no file.
+	md, err := metadataFromHeaders(r.Header)
+	if err != nil {
+		writeHTTPError(w, &httpError{status: http.StatusBadRequest, err: err})
+		return
+	}
+	up := upload{agent: a, user: u, metadata: md}
 	var written []fileWriteInfo
 	switch mediaType {
 	case "multipart/form-data":
-		written, err = a.uploadMultipart(r, u)
+		written, err = up.multipart(r)
 	case "application/octet-stream":
-		written, err = a.uploadRaw(r, u)
+		written, err = up.raw(r)
 	default:
 		err = newHTTPError(http.StatusBadRequest, "unsupported content type %q", mediaType)
 	}
@@ -178,9 +195,18 @@ func (a *Agent) handleFileUpload(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(written)
 }
 
-// uploadRaw writes an application/octet-stream body (optionally gzip
-// encoded) to the path query parameter.
-func (a *Agent) uploadRaw(r *http.Request, u *userAccount) ([]fileWriteInfo, error) {
+// upload is one POST /files request: who writes, and the metadata every
+// file it writes gets (replacing what an overwritten file had).
+type upload struct {
+	agent    *Agent
+	user     *userAccount
+	metadata map[string]string
+}
+
+// raw writes an application/octet-stream body (optionally gzip encoded) to
+// the path query parameter.
+func (up upload) raw(r *http.Request) ([]fileWriteInfo, error) {
+	u := up.user
 	raw := r.URL.Query().Get("path")
 	if raw == "" {
 		return nil, newHTTPError(http.StatusBadRequest, "path query parameter is required for octet-stream uploads")
@@ -202,17 +228,18 @@ func (a *Agent) uploadRaw(r *http.Request, u *userAccount) ([]fileWriteInfo, err
 	default:
 		return nil, newHTTPError(http.StatusBadRequest, "unsupported content encoding %q", enc)
 	}
-	if err := asUser(u, func() error { return writeFileDurably(dst, body, u) }); err != nil {
+	if err := up.write(dst, body); err != nil {
 		return nil, err
 	}
-	return []fileWriteInfo{{Name: filepath.Base(dst), Type: "file", Path: dst}}, nil
+	return []fileWriteInfo{writtenFile(dst)}, nil
 }
 
-// uploadMultipart streams every part named "file" to disk. The destination
-// is the path query parameter for the first part (single-file form) and
-// each part's Content-Disposition filename otherwise; the filename is parsed
+// multipart streams every part named "file" to disk. The destination is
+// the path query parameter for the first part (single-file form) and each
+// part's Content-Disposition filename otherwise; the filename is parsed
 // directly because multipart.Part.FileName strips directories.
-func (a *Agent) uploadMultipart(r *http.Request, u *userAccount) ([]fileWriteInfo, error) {
+func (up upload) multipart(r *http.Request) ([]fileWriteInfo, error) {
+	u := up.user
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return nil, newHTTPError(http.StatusBadRequest, "invalid multipart body: %w", err)
@@ -244,12 +271,12 @@ func (a *Agent) uploadMultipart(r *http.Request, u *userAccount) ([]fileWriteInf
 			_ = part.Close()
 			return nil, &httpError{status: http.StatusBadRequest, err: err}
 		}
-		err = asUser(u, func() error { return writeFileDurably(dst, part, u) })
+		err = up.write(dst, part)
 		_ = part.Close()
 		if err != nil {
 			return nil, err
 		}
-		written = append(written, fileWriteInfo{Name: filepath.Base(dst), Type: "file", Path: dst})
+		written = append(written, writtenFile(dst))
 	}
 }
 
@@ -263,12 +290,27 @@ func partFilename(contentDisposition string) string {
 	return params["filename"]
 }
 
+// write stores one file as the upload's user, with the upload's metadata.
+// On a filesystem without xattrs (procfs, sysfs, some FUSE mounts) the data
+// is kept and the metadata is not, as envd does; the answer, read back from
+// the file, then shows none.
+func (up upload) write(dst string, src io.Reader) error {
+	err := asUser(up.user, func() error { return writeFileDurably(dst, src, up.user, up.metadata) })
+	if errors.Is(err, errXattrUnsupported) {
+		up.agent.log.Warn("file metadata not kept: the filesystem has no extended attributes", "path", dst)
+		return nil
+	}
+	return err
+}
+
 // writeFileDurably streams src into dst (created or truncated, owned by u),
-// creating parent directories. It returns only after the data and the new
-// directory entries are on disk: the file, its parent and every directory it
-// created are fsynced, because the API acknowledges a write only once it is
-// durable.
-func writeFileDurably(dst string, src io.Reader, u *userAccount) error {
+// creating parent directories, and makes md its whole metadata set. It
+// returns only after the data, the metadata and the new directory entries
+// are on disk: the file, its parent and every directory it created are
+// fsynced, because the API acknowledges a write only once it is durable.
+// errXattrUnsupported (wrapped) means all of that holds except the
+// metadata.
+func writeFileDurably(dst string, src io.Reader, u *userAccount, md map[string]string) error {
 	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
 		return newHTTPError(http.StatusBadRequest, "path %s is a directory", dst)
 	}
@@ -297,6 +339,21 @@ func writeFileDurably(dst string, src io.Reader, u *userAccount) error {
 		_ = f.Close()
 		return fmt.Errorf("fsync %s: %w", dst, err)
 	}
+	// Metadata only once the data is synced: gVisor may hold written pages
+	// until fsync while xattrs reach the host at once, and a watcher reading
+	// the entry in between was seen to get the new metadata on a file of
+	// size 0. A changed set is synced in turn.
+	changed, mdErr := replaceMetadata(f, md)
+	if mdErr != nil && !errors.Is(mdErr, errXattrUnsupported) {
+		_ = f.Close()
+		return mdErr // ENOSPC or EDQUOT becomes 507
+	}
+	if changed {
+		if err := f.Sync(); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("fsync metadata of %s: %w", dst, err)
+		}
+	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", dst, err)
 	}
@@ -304,7 +361,10 @@ func writeFileDurably(dst string, src io.Reader, u *userAccount) error {
 	if firstMissing != "" {
 		stop = filepath.Dir(firstMissing)
 	}
-	return syncDirChain(parent, stop)
+	if err := syncDirChain(parent, stop); err != nil {
+		return err
+	}
+	return mdErr
 }
 
 // onlyWriter hides *os.File's ReadFrom so that io.CopyBuffer uses our

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/space-platform/space/internal/agent/envdversion"
 )
 
 // initRequest is the body of POST /init. Absent fields leave the current
@@ -37,6 +39,10 @@ const maxInitBody = 1 << 20
 // branch or restore: the new accessToken takes effect for every request
 // after this one returns.
 func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
+	// Before any check, as envd does: whoever calls /init (the node, on
+	// create and on every resume) learns the running agent's level, also
+	// when the call fails.
+	w.Header().Set(envdversion.Header, envdversion.Version)
 	if !a.settings.tokenMatches(r.Header.Get(accessTokenHeader)) {
 		writeJSONError(w, http.StatusUnauthorized, errBadToken)
 		return

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/space-platform/space/internal/agent/envdversion"
 	"github.com/space-platform/space/internal/agent/gen/filesystempb/filesystempbconnect"
 	"github.com/space-platform/space/internal/agent/gen/processpb/processpbconnect"
 )
@@ -82,7 +83,13 @@ func (a *Agent) routes() *http.ServeMux {
 	mux.Handle(processpbconnect.NewProcessHandler(&processService{agent: a}, opts...))
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(&filesystemService{agent: a}, opts...))
 
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		// The SDKs read only the status; the version header (a space
+		// addition, envd sends it on /init alone) tells an operator or a
+		// probe which agent answers without needing the token.
+		w.Header().Set(envdversion.Header, envdversion.Version)
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("GET /files", a.handleFileDownload)
 	mux.HandleFunc("POST /files", a.handleFileUpload)
 	mux.HandleFunc("GET /list", a.handleList)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,7 +33,14 @@ type dirWatch struct {
 	closeOnce    sync.Once
 }
 
-func (a *Agent) newDirWatch(root string, recursive, includeEntry bool) (*dirWatch, error) {
+// watchRequest is what WatchDirRequest and CreateWatcherRequest share.
+type watchRequest interface {
+	GetRecursive() bool
+	GetIncludeEntry() bool
+	GetAllowNetworkMounts() bool
+}
+
+func (a *Agent) newDirWatch(root string, req watchRequest) (*dirWatch, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, fsError("watch", err)
@@ -40,6 +48,18 @@ func (a *Agent) newDirWatch(root string, recursive, includeEntry bool) (*dirWatc
 	if !fi.IsDir() {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("watch: %s is not a directory", root))
 	}
+	if !req.GetAllowNetworkMounts() {
+		network, err := onNetworkFilesystem(root)
+		if err != nil {
+			return nil, fsError("watch", err)
+		}
+		if network != "" {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+				"cannot watch path on network filesystem: %s is on %s, whose changes made elsewhere are not reported; "+
+					"ask with allowNetworkMounts to watch it anyway", root, network))
+		}
+	}
+	recursive, includeEntry := req.GetRecursive(), req.GetIncludeEntry()
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("create watcher: %w", err))
@@ -154,7 +174,7 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	if err != nil {
 		return err
 	}
-	w, err := s.agent.newDirWatch(root, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
+	w, err := s.agent.newDirWatch(root, req.Msg)
 	if err != nil {
 		return err
 	}
@@ -269,7 +289,7 @@ func (s *filesystemService) CreateWatcher(_ context.Context, req *connect.Reques
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.agent.newDirWatch(root, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
+	w, err := s.agent.newDirWatch(root, req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -294,4 +314,33 @@ func (s *filesystemService) RemoveWatcher(_ context.Context, req *connect.Reques
 	}
 	pw.watch.close()
 	return connect.NewResponse(&filesystempb.RemoveWatcherResponse{}), nil
+}
+
+// Filesystem magic numbers (statfs f_type, linux/magic.h) of the network
+// and user-space filesystems envd refuses to watch unless asked: inotify
+// reports only the changes made through this kernel, so a watch there
+// silently misses what other machines (or the FUSE daemon) change.
+var networkFilesystems = map[int64]string{
+	0x6969:     "NFS",
+	0xff534d42: "CIFS",
+	0x517b:     "SMB",
+	0xfe534d42: "SMB2",
+	0x65735546: "FUSE",
+}
+
+// onNetworkFilesystem names the network filesystem dir is on, or "".
+func onNetworkFilesystem(dir string) (string, error) {
+	magic, err := filesystemMagic(dir)
+	if err != nil {
+		return "", fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return networkFilesystems[magic], nil
+}
+
+// filesystemMagic is statfs's f_type; a variable so that tests can stand
+// in for an NFS or FUSE mount, which they cannot make.
+var filesystemMagic = func(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	err := syscall.Statfs(dir, &st)
+	return int64(st.Type), err
 }

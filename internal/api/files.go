@@ -53,6 +53,7 @@ func entryView(e *filesystempb.EntryInfo) apiv1.FileEntry {
 	return apiv1.FileEntry{
 		Name: e.GetName(), Path: e.GetPath(), Type: kind, Size: e.GetSize(), Mode: e.GetMode(),
 		Owner: e.GetOwner(), Group: e.GetGroup(), ModifiedAt: mod, SymlinkTarget: e.GetSymlinkTarget(),
+		Metadata: e.GetMetadata(),
 	}
 }
 

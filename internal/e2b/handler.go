@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-platform/space/internal/agent/envdversion"
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/nodeapi"
@@ -88,9 +89,9 @@ type Handler struct {
 const (
 	// clientID is the constant E2B returns; the Python SDK requires it.
 	clientID = "6532622b"
-	// envdVersion is the envd feature level space's agent implements
-	// (octet-stream uploads, default user, closeStdin, metrics).
-	envdVersion = "0.5.7"
+	// envdVersion is the envd feature level space's agent implements; see
+	// package envdversion for what the SDKs unlock with it.
+	envdVersion = envdversion.Version
 	// maxJSONBody bounds request bodies; E2B requests are small.
 	maxJSONBody = 1 << 20
 )

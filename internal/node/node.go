@@ -6,6 +6,8 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -83,7 +85,11 @@ type Config struct {
 type Node struct {
 	cfg      Config
 	agentDir string
-	log      *slog.Logger
+	// agentDigest is the sha256 of the installed agent: a pre-booted
+	// template image holds the agent that booted it in memory, and a
+	// restore with another binary under it does not come up.
+	agentDigest string
+	log         *slog.Logger
 
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
@@ -127,40 +133,47 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, sandboxes: map[string]*Sandbox{}}
 	n.agentDir = filepath.Join(cfg.StateDir, "agent")
-	if err := installAgent(cfg.AgentBinary, n.agentDir); err != nil {
+	digest, err := installAgent(cfg.AgentBinary, n.agentDir)
+	if err != nil {
 		return nil, err
 	}
+	n.agentDigest = digest
 	return n, nil
 }
 
 // installAgent copies the agent binary next to the node's state so that a
-// rebuild of the source tree never changes what running sandboxes mount.
-func installAgent(src, dir string) error {
+// rebuild of the source tree never changes what running sandboxes mount,
+// and returns the sha256 (hex) of what it installed.
+func installAgent(src, dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("install agent: %w", err)
+		return "", fmt.Errorf("install agent: %w", err)
 	}
 	in, err := os.Open(src)
 	if err != nil {
-		return fmt.Errorf("install agent: %w", err)
+		return "", fmt.Errorf("install agent: %w", err)
 	}
 	defer in.Close()
 	tmp, err := os.CreateTemp(dir, ".agent-*")
 	if err != nil {
-		return fmt.Errorf("install agent: %w", err)
+		return "", fmt.Errorf("install agent: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, in); err != nil {
+	sum := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(tmp, sum), in); err != nil {
 		tmp.Close()
-		return fmt.Errorf("install agent: %w", err)
+		return "", fmt.Errorf("install agent: %w", err)
 	}
 	if err := tmp.Chmod(0o755); err != nil {
 		tmp.Close()
-		return fmt.Errorf("install agent: %w", err)
+		return "", fmt.Errorf("install agent: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("install agent: %w", err)
+		return "", fmt.Errorf("install agent: %w", err)
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, agentName))
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, agentName)); err != nil {
+		return "", fmt.Errorf("install agent: %w", err)
+	}
+	return hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 // lookup returns the node's handle of a running sandbox.

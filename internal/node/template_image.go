@@ -23,7 +23,13 @@ type TemplateImage struct {
 	Volume     string    `json:"volume"`
 	Token      string    `json:"token"`
 	CreatedAt  time.Time `json:"created_at"`
-	ImageDir   string    `json:"-"`
+	// AgentDigest is the sha256 of the agent binary the image was booted
+	// with (its memory holds that agent). An image of another agent is
+	// booted anew: restored onto a different binary, the agent does not
+	// come up, and it would not be the agent (and envd version) the node
+	// now claims.
+	AgentDigest string `json:"agent_digest,omitempty"`
+	ImageDir    string `json:"-"`
 }
 
 // Resources a template is booted with. A restored sandbox keeps the CPU
@@ -89,6 +95,9 @@ func (n *Node) loadTemplateImage(templateID string) (*TemplateImage, error) {
 	if !imageComplete(dir) || !n.cfg.Volumes.Exists(img.Volume) {
 		return nil, fmt.Errorf("template image %s is incomplete", templateID)
 	}
+	if img.AgentDigest != n.agentDigest {
+		return nil, fmt.Errorf("template image %s was booted with another agent", templateID)
+	}
 	img.ImageDir = dir
 	return &img, nil
 }
@@ -110,7 +119,8 @@ func (n *Node) bootTemplateImage(ctx context.Context, tpl TemplateSpec) (*Templa
 		}
 	}()
 	dir := n.templateImageDir(tpl.ID)
-	img := &TemplateImage{TemplateID: tpl.ID, Volume: templateImageVolume(tpl.ID), Token: token, CreatedAt: time.Now().UTC(), ImageDir: dir}
+	img := &TemplateImage{TemplateID: tpl.ID, Volume: templateImageVolume(tpl.ID), Token: token, CreatedAt: time.Now().UTC(),
+		AgentDigest: n.agentDigest, ImageDir: dir}
 	if err := n.capture(ctx, bootID, img.Volume, dir); err != nil {
 		return nil, fmt.Errorf("capture template %s: %w", tpl.ID, err)
 	}

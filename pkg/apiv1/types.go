@@ -258,6 +258,9 @@ type FileEntry struct {
 	Group         string    `json:"group,omitempty"`
 	ModifiedAt    time.Time `json:"modified_at"`
 	SymlinkTarget string    `json:"symlink_target,omitempty"`
+	// Metadata is the file's user-defined metadata (E2B's file metadata,
+	// kept as user.e2b.* extended attributes); absent when it has none.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // FileList is the JSON body returned for a directory: one page of at most

@@ -22,7 +22,7 @@ import (
 // exactly WriteInfo's keys, a read, and kill (204, then 404 with a body).
 func TestE2BPythonSDKFlow(t *testing.T) {
 	sb := e2bCreate(t, "minimal", map[string]any{"envVars": map[string]string{"GREETING": "hi"}, "metadata": map[string]string{"team": "py"}})
-	if sb.ClientID != "6532622b" || sb.EnvdVersion != "0.5.7" || sb.EnvdAccessToken == "" || sb.Domain != nil || sb.TemplateID != "minimal" {
+	if sb.ClientID != "6532622b" || sb.EnvdVersion != "0.6.4" || sb.EnvdAccessToken == "" || sb.Domain != nil || sb.TemplateID != "minimal" {
 		t.Fatalf("create answered %+v", sb)
 	}
 	h := envdHeaders(sb, "49983")

@@ -10,7 +10,7 @@ export const TEMPLATE = process.env.E2B_TEMPLATE ?? 'base'
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
 // eventually retries fn until it stops throwing (or 10 s pass).
-async function eventually(fn, what) {
+export async function eventually(fn, what) {
   const deadline = Date.now() + 10_000
   for (;;) {
     try {
