@@ -49,6 +49,9 @@ type Volumes interface {
 	List(prefix string) ([]string, error)
 	Exists(name string) bool
 	Rename(src, dst string) error
+	// Create and Usage serve persistent volumes.
+	Create(name string) (string, error)
+	Usage(name string) (int64, error)
 }
 
 // Config wires a node.

@@ -172,10 +172,12 @@ func volumeEntry(p string, fi fs.FileInfo) *filesystempb.EntryInfo {
 	case fi.Mode()&os.ModeSymlink != 0:
 		kind = filesystempb.FileType_FILE_TYPE_SYMLINK
 	}
-	return &filesystempb.EntryInfo{
+	e := &filesystempb.EntryInfo{
 		Name: path.Base(p), Path: p, Type: kind, Size: fi.Size(),
 		Mode: uint32(fi.Mode().Perm()), ModifiedTime: timestamppb.New(fi.ModTime()),
 	}
+	fillOwner(e, fi)
+	return e
 }
 
 // volumeRoot opens a captured volume as an os.Root and turns p, an

@@ -860,6 +860,7 @@ type CreateSpec struct {
 	Env           map[string]string      `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	AccessToken   string                 `protobuf:"bytes,6,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
 	Network       *Policy                `protobuf:"bytes,7,opt,name=network,proto3" json:"network,omitempty"`
+	Mounts        []*VolumeMount         `protobuf:"bytes,8,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -943,6 +944,359 @@ func (x *CreateSpec) GetNetwork() *Policy {
 	return nil
 }
 
+func (x *CreateSpec) GetMounts() []*VolumeMount {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
+type VolumeMount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	ReadOnly      bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeMount) Reset() {
+	*x = VolumeMount{}
+	mi := &file_space_node_v1_node_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeMount) ProtoMessage() {}
+
+func (x *VolumeMount) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
+func (*VolumeMount) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *VolumeMount) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+type CreateVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DiskMb        int64                  `protobuf:"varint,2,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeRequest) Reset() {
+	*x = CreateVolumeRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeRequest) ProtoMessage() {}
+
+func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
+func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CreateVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateVolumeRequest) GetDiskMb() int64 {
+	if x != nil {
+		return x.DiskMb
+	}
+	return 0
+}
+
+type VolumeUsageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeUsageResponse) Reset() {
+	*x = VolumeUsageResponse{}
+	mi := &file_space_node_v1_node_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeUsageResponse) ProtoMessage() {}
+
+func (x *VolumeUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeUsageResponse.ProtoReflect.Descriptor instead.
+func (*VolumeUsageResponse) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *VolumeUsageResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type VolumeEdit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Op            string                 `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
+	Parents       bool                   `protobuf:"varint,4,opt,name=parents,proto3" json:"parents,omitempty"`
+	Uid           *uint32                `protobuf:"varint,5,opt,name=uid,proto3,oneof" json:"uid,omitempty"`
+	Gid           *uint32                `protobuf:"varint,6,opt,name=gid,proto3,oneof" json:"gid,omitempty"`
+	Mode          *uint32                `protobuf:"varint,7,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeEdit) Reset() {
+	*x = VolumeEdit{}
+	mi := &file_space_node_v1_node_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeEdit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeEdit) ProtoMessage() {}
+
+func (x *VolumeEdit) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeEdit.ProtoReflect.Descriptor instead.
+func (*VolumeEdit) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *VolumeEdit) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *VolumeEdit) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeEdit) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *VolumeEdit) GetParents() bool {
+	if x != nil {
+		return x.Parents
+	}
+	return false
+}
+
+func (x *VolumeEdit) GetUid() uint32 {
+	if x != nil && x.Uid != nil {
+		return *x.Uid
+	}
+	return 0
+}
+
+func (x *VolumeEdit) GetGid() uint32 {
+	if x != nil && x.Gid != nil {
+		return *x.Gid
+	}
+	return 0
+}
+
+func (x *VolumeEdit) GetMode() uint32 {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
+	}
+	return 0
+}
+
+type WriteVolumeFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set in the first message only.
+	Edit          *VolumeEdit `protobuf:"bytes,1,opt,name=edit,proto3" json:"edit,omitempty"`
+	Data          []byte      `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteVolumeFileRequest) Reset() {
+	*x = WriteVolumeFileRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteVolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteVolumeFileRequest) ProtoMessage() {}
+
+func (x *WriteVolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteVolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*WriteVolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WriteVolumeFileRequest) GetEdit() *VolumeEdit {
+	if x != nil {
+		return x.Edit
+	}
+	return nil
+}
+
+func (x *WriteVolumeFileRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type VolumeEntryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset after a removal.
+	Entry         *filesystempb.EntryInfo `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeEntryResponse) Reset() {
+	*x = VolumeEntryResponse{}
+	mi := &file_space_node_v1_node_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeEntryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeEntryResponse) ProtoMessage() {}
+
+func (x *VolumeEntryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeEntryResponse.ProtoReflect.Descriptor instead.
+func (*VolumeEntryResponse) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *VolumeEntryResponse) GetEntry() *filesystempb.EntryInfo {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
 type CreateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Spec          *CreateSpec            `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -954,7 +1308,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[14]
+	mi := &file_space_node_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1320,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[14]
+	mi := &file_space_node_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1333,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateRequest) GetSpec() *CreateSpec {
@@ -1011,7 +1365,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[15]
+	mi := &file_space_node_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1377,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[15]
+	mi := &file_space_node_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1390,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 type PoolLimits struct {
@@ -1049,7 +1403,7 @@ type PoolLimits struct {
 
 func (x *PoolLimits) Reset() {
 	*x = PoolLimits{}
-	mi := &file_space_node_v1_node_proto_msgTypes[16]
+	mi := &file_space_node_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1415,7 @@ func (x *PoolLimits) String() string {
 func (*PoolLimits) ProtoMessage() {}
 
 func (x *PoolLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[16]
+	mi := &file_space_node_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1428,7 @@ func (x *PoolLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolLimits.ProtoReflect.Descriptor instead.
 func (*PoolLimits) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PoolLimits) GetLimits() *Limits {
@@ -1103,7 +1457,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[17]
+	mi := &file_space_node_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1469,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[17]
+	mi := &file_space_node_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1482,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClaimRequest) GetTemplateId() string {
@@ -1169,7 +1523,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[18]
+	mi := &file_space_node_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1535,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[18]
+	mi := &file_space_node_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1548,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClaimResponse) GetClaimed() bool {
@@ -1220,7 +1574,7 @@ type BootFromDiskRequest struct {
 
 func (x *BootFromDiskRequest) Reset() {
 	*x = BootFromDiskRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[19]
+	mi := &file_space_node_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1586,7 @@ func (x *BootFromDiskRequest) String() string {
 func (*BootFromDiskRequest) ProtoMessage() {}
 
 func (x *BootFromDiskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[19]
+	mi := &file_space_node_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1599,7 @@ func (x *BootFromDiskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootFromDiskRequest.ProtoReflect.Descriptor instead.
 func (*BootFromDiskRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BootFromDiskRequest) GetSpec() *CreateSpec {
@@ -1263,7 +1617,7 @@ type BootFromDiskResponse struct {
 
 func (x *BootFromDiskResponse) Reset() {
 	*x = BootFromDiskResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[20]
+	mi := &file_space_node_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1629,7 @@ func (x *BootFromDiskResponse) String() string {
 func (*BootFromDiskResponse) ProtoMessage() {}
 
 func (x *BootFromDiskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[20]
+	mi := &file_space_node_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1642,7 @@ func (x *BootFromDiskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootFromDiskResponse.ProtoReflect.Descriptor instead.
 func (*BootFromDiskResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 type AdoptRequest struct {
@@ -1301,7 +1655,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[21]
+	mi := &file_space_node_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1667,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[21]
+	mi := &file_space_node_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1680,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AdoptRequest) GetId() string {
@@ -1352,7 +1706,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[22]
+	mi := &file_space_node_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1718,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[22]
+	mi := &file_space_node_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1731,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AdoptResponse) GetAdopted() bool {
@@ -1396,7 +1750,7 @@ type SweepRequest struct {
 
 func (x *SweepRequest) Reset() {
 	*x = SweepRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[23]
+	mi := &file_space_node_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1762,7 @@ func (x *SweepRequest) String() string {
 func (*SweepRequest) ProtoMessage() {}
 
 func (x *SweepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[23]
+	mi := &file_space_node_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1775,7 @@ func (x *SweepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SweepRequest.ProtoReflect.Descriptor instead.
 func (*SweepRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SweepRequest) GetKeep() []string {
@@ -1442,7 +1796,7 @@ type SuspendRequest struct {
 
 func (x *SuspendRequest) Reset() {
 	*x = SuspendRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[24]
+	mi := &file_space_node_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1808,7 @@ func (x *SuspendRequest) String() string {
 func (*SuspendRequest) ProtoMessage() {}
 
 func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[24]
+	mi := &file_space_node_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1821,7 @@ func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendRequest.ProtoReflect.Descriptor instead.
 func (*SuspendRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SuspendRequest) GetId() string {
@@ -1495,7 +1849,7 @@ type CaptureRequest struct {
 
 func (x *CaptureRequest) Reset() {
 	*x = CaptureRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[25]
+	mi := &file_space_node_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1861,7 @@ func (x *CaptureRequest) String() string {
 func (*CaptureRequest) ProtoMessage() {}
 
 func (x *CaptureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[25]
+	mi := &file_space_node_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1874,7 @@ func (x *CaptureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaptureRequest.ProtoReflect.Descriptor instead.
 func (*CaptureRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CaptureRequest) GetId() string {
@@ -1553,16 +1907,17 @@ type RestoreSpec struct {
 	DiskMb      int64                  `protobuf:"varint,5,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
 	AccessToken string                 `protobuf:"bytes,6,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
 	// Unset keeps the identity.
-	NewIdentity   *Identity `protobuf:"bytes,7,opt,name=new_identity,json=newIdentity,proto3" json:"new_identity,omitempty"`
-	Network       *Policy   `protobuf:"bytes,8,opt,name=network,proto3" json:"network,omitempty"`
-	Rollback      bool      `protobuf:"varint,9,opt,name=rollback,proto3" json:"rollback,omitempty"`
+	NewIdentity   *Identity      `protobuf:"bytes,7,opt,name=new_identity,json=newIdentity,proto3" json:"new_identity,omitempty"`
+	Network       *Policy        `protobuf:"bytes,8,opt,name=network,proto3" json:"network,omitempty"`
+	Rollback      bool           `protobuf:"varint,9,opt,name=rollback,proto3" json:"rollback,omitempty"`
+	Mounts        []*VolumeMount `protobuf:"bytes,10,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RestoreSpec) Reset() {
 	*x = RestoreSpec{}
-	mi := &file_space_node_v1_node_proto_msgTypes[26]
+	mi := &file_space_node_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1929,7 @@ func (x *RestoreSpec) String() string {
 func (*RestoreSpec) ProtoMessage() {}
 
 func (x *RestoreSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[26]
+	mi := &file_space_node_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1942,7 @@ func (x *RestoreSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSpec.ProtoReflect.Descriptor instead.
 func (*RestoreSpec) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RestoreSpec) GetId() string {
@@ -1653,6 +2008,13 @@ func (x *RestoreSpec) GetRollback() bool {
 	return false
 }
 
+func (x *RestoreSpec) GetMounts() []*VolumeMount {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
 type RekeyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1663,7 +2025,7 @@ type RekeyRequest struct {
 
 func (x *RekeyRequest) Reset() {
 	*x = RekeyRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[27]
+	mi := &file_space_node_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +2037,7 @@ func (x *RekeyRequest) String() string {
 func (*RekeyRequest) ProtoMessage() {}
 
 func (x *RekeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[27]
+	mi := &file_space_node_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +2050,7 @@ func (x *RekeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RekeyRequest.ProtoReflect.Descriptor instead.
 func (*RekeyRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RekeyRequest) GetId() string {
@@ -1715,7 +2077,7 @@ type SetNetworkRequest struct {
 
 func (x *SetNetworkRequest) Reset() {
 	*x = SetNetworkRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[28]
+	mi := &file_space_node_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +2089,7 @@ func (x *SetNetworkRequest) String() string {
 func (*SetNetworkRequest) ProtoMessage() {}
 
 func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[28]
+	mi := &file_space_node_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +2102,7 @@ func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetNetworkRequest) GetId() string {
@@ -1769,7 +2131,7 @@ type SandboxStats struct {
 
 func (x *SandboxStats) Reset() {
 	*x = SandboxStats{}
-	mi := &file_space_node_v1_node_proto_msgTypes[29]
+	mi := &file_space_node_v1_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +2143,7 @@ func (x *SandboxStats) String() string {
 func (*SandboxStats) ProtoMessage() {}
 
 func (x *SandboxStats) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[29]
+	mi := &file_space_node_v1_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +2156,7 @@ func (x *SandboxStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxStats.ProtoReflect.Descriptor instead.
 func (*SandboxStats) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SandboxStats) GetCpuNanos() uint64 {
@@ -1828,7 +2190,7 @@ type ImageInfo struct {
 
 func (x *ImageInfo) Reset() {
 	*x = ImageInfo{}
-	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	mi := &file_space_node_v1_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +2202,7 @@ func (x *ImageInfo) String() string {
 func (*ImageInfo) ProtoMessage() {}
 
 func (x *ImageInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	mi := &file_space_node_v1_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +2215,7 @@ func (x *ImageInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageInfo.ProtoReflect.Descriptor instead.
 func (*ImageInfo) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ImageInfo) GetComplete() bool {
@@ -1882,7 +2244,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	mi := &file_space_node_v1_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +2256,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	mi := &file_space_node_v1_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2269,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PoolRequest) GetTemplate() *TemplateSpec {
@@ -1948,7 +2310,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	mi := &file_space_node_v1_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2322,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	mi := &file_space_node_v1_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2335,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PoolStatus) GetSize() int64 {
@@ -2005,7 +2367,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_space_node_v1_node_proto_msgTypes[33]
+	mi := &file_space_node_v1_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2379,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[33]
+	mi := &file_space_node_v1_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2392,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Event) GetType() string {
@@ -2089,7 +2451,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[34]
+	mi := &file_space_node_v1_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2463,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[34]
+	mi := &file_space_node_v1_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2476,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{34}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ExecRequest) GetSandbox() string {
@@ -2171,7 +2533,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_space_node_v1_node_proto_msgTypes[35]
+	mi := &file_space_node_v1_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2545,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[35]
+	mi := &file_space_node_v1_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2558,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{35}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ExecResult) GetStdout() []byte {
@@ -2238,7 +2600,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[36]
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2612,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[36]
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2625,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{36}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FileRequest) GetSandbox() string {
@@ -2298,7 +2660,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[37]
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2672,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[37]
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2685,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{37}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FileChunk) GetSize() int64 {
@@ -2353,7 +2715,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[38]
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2727,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[38]
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2740,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{38}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WriteFileRequest) GetSandbox() string {
@@ -2418,7 +2780,7 @@ type EntryResponse struct {
 
 func (x *EntryResponse) Reset() {
 	*x = EntryResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[39]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2792,7 @@ func (x *EntryResponse) String() string {
 func (*EntryResponse) ProtoMessage() {}
 
 func (x *EntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[39]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2805,7 @@ func (x *EntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryResponse.ProtoReflect.Descriptor instead.
 func (*EntryResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{39}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *EntryResponse) GetEntry() *filesystempb.EntryInfo {
@@ -2467,7 +2829,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[40]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2841,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[40]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2854,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{40}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListRequest) GetSandbox() string {
@@ -2549,7 +2911,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[41]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2923,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[41]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2936,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{41}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListResponse) GetEntry() *filesystempb.EntryInfo {
@@ -2608,7 +2970,7 @@ type VolumeFileRequest struct {
 
 func (x *VolumeFileRequest) Reset() {
 	*x = VolumeFileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2982,7 @@ func (x *VolumeFileRequest) String() string {
 func (*VolumeFileRequest) ProtoMessage() {}
 
 func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2995,7 @@ func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFileRequest.ProtoReflect.Descriptor instead.
 func (*VolumeFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VolumeFileRequest) GetVolume() string {
@@ -2661,7 +3023,7 @@ type VolumeFileChunk struct {
 
 func (x *VolumeFileChunk) Reset() {
 	*x = VolumeFileChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +3035,7 @@ func (x *VolumeFileChunk) String() string {
 func (*VolumeFileChunk) ProtoMessage() {}
 
 func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +3048,7 @@ func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFileChunk.ProtoReflect.Descriptor instead.
 func (*VolumeFileChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *VolumeFileChunk) GetEntry() *filesystempb.EntryInfo {
@@ -2716,7 +3078,7 @@ type ListVolumeDirRequest struct {
 
 func (x *ListVolumeDirRequest) Reset() {
 	*x = ListVolumeDirRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +3090,7 @@ func (x *ListVolumeDirRequest) String() string {
 func (*ListVolumeDirRequest) ProtoMessage() {}
 
 func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +3103,7 @@ func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumeDirRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumeDirRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListVolumeDirRequest) GetVolume() string {
@@ -2791,7 +3153,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +3165,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +3178,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MoveRequest) GetSandbox() string {
@@ -2864,7 +3226,7 @@ type SessionSpec struct {
 
 func (x *SessionSpec) Reset() {
 	*x = SessionSpec{}
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +3238,7 @@ func (x *SessionSpec) String() string {
 func (*SessionSpec) ProtoMessage() {}
 
 func (x *SessionSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +3251,7 @@ func (x *SessionSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSpec.ProtoReflect.Descriptor instead.
 func (*SessionSpec) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SessionSpec) GetCmd() []string {
@@ -2965,7 +3327,7 @@ type StartSessionRequest struct {
 
 func (x *StartSessionRequest) Reset() {
 	*x = StartSessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3339,7 @@ func (x *StartSessionRequest) String() string {
 func (*StartSessionRequest) ProtoMessage() {}
 
 func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3352,7 @@ func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartSessionRequest.ProtoReflect.Descriptor instead.
 func (*StartSessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StartSessionRequest) GetSandbox() string {
@@ -3017,7 +3379,7 @@ type End struct {
 
 func (x *End) Reset() {
 	*x = End{}
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3391,7 @@ func (x *End) String() string {
 func (*End) ProtoMessage() {}
 
 func (x *End) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3404,7 @@ func (x *End) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use End.ProtoReflect.Descriptor instead.
 func (*End) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *End) GetExitCode() int64 {
@@ -3076,7 +3438,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3450,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3463,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SessionInfo) GetId() string {
@@ -3170,7 +3532,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3544,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3557,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SessionRequest) GetSandbox() string {
@@ -3221,7 +3583,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3595,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3608,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SessionsResponse) GetSessions() []*SessionInfo {
@@ -3267,7 +3629,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3641,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3654,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AttachRequest) GetSandbox() string {
@@ -3326,7 +3688,7 @@ type Dropped struct {
 
 func (x *Dropped) Reset() {
 	*x = Dropped{}
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3700,7 @@ func (x *Dropped) String() string {
 func (*Dropped) ProtoMessage() {}
 
 func (x *Dropped) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3713,7 @@ func (x *Dropped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dropped.ProtoReflect.Descriptor instead.
 func (*Dropped) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Dropped) GetRequested() int64 {
@@ -3380,7 +3742,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3754,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3767,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Chunk) GetStream() uint32 {
@@ -3443,7 +3805,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3455,7 +3817,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3468,7 +3830,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AttachResponse) GetEvent() isAttachResponse_Event {
@@ -3538,7 +3900,7 @@ type StdinRequest struct {
 
 func (x *StdinRequest) Reset() {
 	*x = StdinRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3912,7 @@ func (x *StdinRequest) String() string {
 func (*StdinRequest) ProtoMessage() {}
 
 func (x *StdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3925,7 @@ func (x *StdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinRequest.ProtoReflect.Descriptor instead.
 func (*StdinRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *StdinRequest) GetSandbox() string {
@@ -3598,7 +3960,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +3972,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +3985,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SignalRequest) GetSandbox() string {
@@ -3659,7 +4021,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +4033,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +4046,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ResizeRequest) GetSandbox() string {
@@ -3724,7 +4086,7 @@ type DataChunk struct {
 
 func (x *DataChunk) Reset() {
 	*x = DataChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[59]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +4098,7 @@ func (x *DataChunk) String() string {
 func (*DataChunk) ProtoMessage() {}
 
 func (x *DataChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[59]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +4111,7 @@ func (x *DataChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataChunk.ProtoReflect.Descriptor instead.
 func (*DataChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{59}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DataChunk) GetData() []byte {
@@ -3772,7 +4134,7 @@ type ReceiveVolumeRequest struct {
 
 func (x *ReceiveVolumeRequest) Reset() {
 	*x = ReceiveVolumeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[60]
+	mi := &file_space_node_v1_node_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +4146,7 @@ func (x *ReceiveVolumeRequest) String() string {
 func (*ReceiveVolumeRequest) ProtoMessage() {}
 
 func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[60]
+	mi := &file_space_node_v1_node_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +4159,7 @@ func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{60}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReceiveVolumeRequest) GetName() string {
@@ -3839,7 +4201,7 @@ type ReceiveImageRequest struct {
 
 func (x *ReceiveImageRequest) Reset() {
 	*x = ReceiveImageRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[61]
+	mi := &file_space_node_v1_node_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3851,7 +4213,7 @@ func (x *ReceiveImageRequest) String() string {
 func (*ReceiveImageRequest) ProtoMessage() {}
 
 func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[61]
+	mi := &file_space_node_v1_node_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3864,7 +4226,7 @@ func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveImageRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveImageRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{61}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReceiveImageRequest) GetImage() string {
@@ -3893,7 +4255,7 @@ type TemplateBuildRequest struct {
 
 func (x *TemplateBuildRequest) Reset() {
 	*x = TemplateBuildRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	mi := &file_space_node_v1_node_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +4267,7 @@ func (x *TemplateBuildRequest) String() string {
 func (*TemplateBuildRequest) ProtoMessage() {}
 
 func (x *TemplateBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	mi := &file_space_node_v1_node_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4280,7 @@ func (x *TemplateBuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuildRequest.ProtoReflect.Descriptor instead.
 func (*TemplateBuildRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{62}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TemplateBuildRequest) GetName() string {
@@ -3960,7 +4322,7 @@ type StageTemplateArchiveRequest struct {
 
 func (x *StageTemplateArchiveRequest) Reset() {
 	*x = StageTemplateArchiveRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3972,7 +4334,7 @@ func (x *StageTemplateArchiveRequest) String() string {
 func (*StageTemplateArchiveRequest) ProtoMessage() {}
 
 func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3985,7 +4347,7 @@ func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTemplateArchiveRequest.ProtoReflect.Descriptor instead.
 func (*StageTemplateArchiveRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *StageTemplateArchiveRequest) GetLimit() int64 {
@@ -4016,7 +4378,7 @@ type TemplateBuildEvent struct {
 
 func (x *TemplateBuildEvent) Reset() {
 	*x = TemplateBuildEvent{}
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4028,7 +4390,7 @@ func (x *TemplateBuildEvent) String() string {
 func (*TemplateBuildEvent) ProtoMessage() {}
 
 func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4041,7 +4403,7 @@ func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuildEvent.ProtoReflect.Descriptor instead.
 func (*TemplateBuildEvent) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *TemplateBuildEvent) GetEvent() isTemplateBuildEvent_Event {
@@ -4095,7 +4457,7 @@ type TemplateBuilt struct {
 
 func (x *TemplateBuilt) Reset() {
 	*x = TemplateBuilt{}
-	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	mi := &file_space_node_v1_node_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4469,7 @@ func (x *TemplateBuilt) String() string {
 func (*TemplateBuilt) ProtoMessage() {}
 
 func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	mi := &file_space_node_v1_node_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4482,7 @@ func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuilt.ProtoReflect.Descriptor instead.
 func (*TemplateBuilt) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *TemplateBuilt) GetSpec() *TemplateSpec {
@@ -4212,7 +4574,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a7\n" +
 	"\tInfoEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdf\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x03\n" +
 	"\n" +
 	"CreateSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
@@ -4221,10 +4583,37 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\adisk_mb\x18\x04 \x01(\x03R\x06diskMb\x124\n" +
 	"\x03env\x18\x05 \x03(\v2\".space.node.v1.CreateSpec.EnvEntryR\x03env\x12!\n" +
 	"\faccess_token\x18\x06 \x01(\tR\vaccessToken\x12/\n" +
-	"\anetwork\x18\a \x01(\v2\x15.space.node.v1.PolicyR\anetwork\x1a6\n" +
+	"\anetwork\x18\a \x01(\v2\x15.space.node.v1.PolicyR\anetwork\x122\n" +
+	"\x06mounts\x18\b \x03(\v2\x1a.space.node.v1.VolumeMountR\x06mounts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\vVolumeMount\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"B\n" +
+	"\x13CreateVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\adisk_mb\x18\x02 \x01(\x03R\x06diskMb\"+\n" +
+	"\x13VolumeUsageResponse\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"\xc2\x01\n" +
+	"\n" +
+	"VolumeEdit\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x0e\n" +
+	"\x02op\x18\x03 \x01(\tR\x02op\x12\x18\n" +
+	"\aparents\x18\x04 \x01(\bR\aparents\x12\x15\n" +
+	"\x03uid\x18\x05 \x01(\rH\x00R\x03uid\x88\x01\x01\x12\x15\n" +
+	"\x03gid\x18\x06 \x01(\rH\x01R\x03gid\x88\x01\x01\x12\x17\n" +
+	"\x04mode\x18\a \x01(\rH\x02R\x04mode\x88\x01\x01B\x06\n" +
+	"\x04_uidB\x06\n" +
+	"\x04_gidB\a\n" +
+	"\x05_mode\"[\n" +
+	"\x16WriteVolumeFileRequest\x12-\n" +
+	"\x04edit\x18\x01 \x01(\v2\x19.space.node.v1.VolumeEditR\x04edit\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"B\n" +
+	"\x13VolumeEntryResponse\x12+\n" +
+	"\x05entry\x18\x01 \x01(\v2\x15.filesystem.EntryInfoR\x05entry\"\x87\x01\n" +
 	"\rCreateRequest\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.space.node.v1.CreateSpecR\x04spec\x12\x12\n" +
 	"\x04warm\x18\x02 \x01(\bR\x04warm\x123\n" +
@@ -4259,7 +4648,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x0eCaptureRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06volume\x18\x02 \x01(\tR\x06volume\x12\x14\n" +
-	"\x05image\x18\x03 \x01(\tR\x05image\"\xc8\x02\n" +
+	"\x05image\x18\x03 \x01(\tR\x05image\"\xfc\x02\n" +
 	"\vRestoreSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x1f\n" +
@@ -4270,7 +4659,9 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\faccess_token\x18\x06 \x01(\tR\vaccessToken\x12:\n" +
 	"\fnew_identity\x18\a \x01(\v2\x17.space.node.v1.IdentityR\vnewIdentity\x12/\n" +
 	"\anetwork\x18\b \x01(\v2\x15.space.node.v1.PolicyR\anetwork\x12\x1a\n" +
-	"\brollback\x18\t \x01(\bR\brollback\"S\n" +
+	"\brollback\x18\t \x01(\bR\brollback\x122\n" +
+	"\x06mounts\x18\n" +
+	" \x03(\v2\x1a.space.node.v1.VolumeMountR\x06mounts\"S\n" +
 	"\fRekeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
 	"\bidentity\x18\x02 \x01(\v2\x17.space.node.v1.IdentityR\bidentity\"R\n" +
@@ -4451,7 +4842,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\rTemplateBuilt\x12/\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1b.space.node.v1.TemplateSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xb9\x1f\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xff!\n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
@@ -4484,7 +4875,12 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\fVolumeExists\x12\x1a.space.node.v1.NameRequest\x1a\x1b.space.node.v1.BoolResponse\x12@\n" +
 	"\fDeleteVolume\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12T\n" +
 	"\x0eReadVolumeFile\x12 .space.node.v1.VolumeFileRequest\x1a\x1e.space.node.v1.VolumeFileChunk0\x01\x12S\n" +
-	"\rListVolumeDir\x12#.space.node.v1.ListVolumeDirRequest\x1a\x1b.space.node.v1.ListResponse0\x01\x12D\n" +
+	"\rListVolumeDir\x12#.space.node.v1.ListVolumeDirRequest\x1a\x1b.space.node.v1.ListResponse0\x01\x12H\n" +
+	"\fCreateVolume\x12\".space.node.v1.CreateVolumeRequest\x1a\x14.space.node.v1.Empty\x12M\n" +
+	"\vVolumeUsage\x12\x1a.space.node.v1.NameRequest\x1a\".space.node.v1.VolumeUsageResponse\x12^\n" +
+	"\x0fWriteVolumeFile\x12%.space.node.v1.WriteVolumeFileRequest\x1a\".space.node.v1.VolumeEntryResponse(\x01\x12K\n" +
+	"\n" +
+	"EditVolume\x12\x19.space.node.v1.VolumeEdit\x1a\".space.node.v1.VolumeEntryResponse\x12D\n" +
 	"\x0eTemplateImages\x12\x14.space.node.v1.Empty\x1a\x1c.space.node.v1.NamesResponse\x12E\n" +
 	"\x11DropTemplateImage\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12;\n" +
 	"\aSetPool\x12\x1a.space.node.v1.PoolRequest\x1a\x14.space.node.v1.Empty\x12=\n" +
@@ -4529,7 +4925,7 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_space_node_v1_node_proto_goTypes = []any{
 	(*NodeError)(nil),                   // 0: space.node.v1.NodeError
 	(*Empty)(nil),                       // 1: space.node.v1.Empty
@@ -4545,233 +4941,251 @@ var file_space_node_v1_node_proto_goTypes = []any{
 	(*Policy)(nil),                      // 11: space.node.v1.Policy
 	(*Identity)(nil),                    // 12: space.node.v1.Identity
 	(*CreateSpec)(nil),                  // 13: space.node.v1.CreateSpec
-	(*CreateRequest)(nil),               // 14: space.node.v1.CreateRequest
-	(*CreateResponse)(nil),              // 15: space.node.v1.CreateResponse
-	(*PoolLimits)(nil),                  // 16: space.node.v1.PoolLimits
-	(*ClaimRequest)(nil),                // 17: space.node.v1.ClaimRequest
-	(*ClaimResponse)(nil),               // 18: space.node.v1.ClaimResponse
-	(*BootFromDiskRequest)(nil),         // 19: space.node.v1.BootFromDiskRequest
-	(*BootFromDiskResponse)(nil),        // 20: space.node.v1.BootFromDiskResponse
-	(*AdoptRequest)(nil),                // 21: space.node.v1.AdoptRequest
-	(*AdoptResponse)(nil),               // 22: space.node.v1.AdoptResponse
-	(*SweepRequest)(nil),                // 23: space.node.v1.SweepRequest
-	(*SuspendRequest)(nil),              // 24: space.node.v1.SuspendRequest
-	(*CaptureRequest)(nil),              // 25: space.node.v1.CaptureRequest
-	(*RestoreSpec)(nil),                 // 26: space.node.v1.RestoreSpec
-	(*RekeyRequest)(nil),                // 27: space.node.v1.RekeyRequest
-	(*SetNetworkRequest)(nil),           // 28: space.node.v1.SetNetworkRequest
-	(*SandboxStats)(nil),                // 29: space.node.v1.SandboxStats
-	(*ImageInfo)(nil),                   // 30: space.node.v1.ImageInfo
-	(*PoolRequest)(nil),                 // 31: space.node.v1.PoolRequest
-	(*PoolStatus)(nil),                  // 32: space.node.v1.PoolStatus
-	(*Event)(nil),                       // 33: space.node.v1.Event
-	(*ExecRequest)(nil),                 // 34: space.node.v1.ExecRequest
-	(*ExecResult)(nil),                  // 35: space.node.v1.ExecResult
-	(*FileRequest)(nil),                 // 36: space.node.v1.FileRequest
-	(*FileChunk)(nil),                   // 37: space.node.v1.FileChunk
-	(*WriteFileRequest)(nil),            // 38: space.node.v1.WriteFileRequest
-	(*EntryResponse)(nil),               // 39: space.node.v1.EntryResponse
-	(*ListRequest)(nil),                 // 40: space.node.v1.ListRequest
-	(*ListResponse)(nil),                // 41: space.node.v1.ListResponse
-	(*VolumeFileRequest)(nil),           // 42: space.node.v1.VolumeFileRequest
-	(*VolumeFileChunk)(nil),             // 43: space.node.v1.VolumeFileChunk
-	(*ListVolumeDirRequest)(nil),        // 44: space.node.v1.ListVolumeDirRequest
-	(*MoveRequest)(nil),                 // 45: space.node.v1.MoveRequest
-	(*SessionSpec)(nil),                 // 46: space.node.v1.SessionSpec
-	(*StartSessionRequest)(nil),         // 47: space.node.v1.StartSessionRequest
-	(*End)(nil),                         // 48: space.node.v1.End
-	(*SessionInfo)(nil),                 // 49: space.node.v1.SessionInfo
-	(*SessionRequest)(nil),              // 50: space.node.v1.SessionRequest
-	(*SessionsResponse)(nil),            // 51: space.node.v1.SessionsResponse
-	(*AttachRequest)(nil),               // 52: space.node.v1.AttachRequest
-	(*Dropped)(nil),                     // 53: space.node.v1.Dropped
-	(*Chunk)(nil),                       // 54: space.node.v1.Chunk
-	(*AttachResponse)(nil),              // 55: space.node.v1.AttachResponse
-	(*StdinRequest)(nil),                // 56: space.node.v1.StdinRequest
-	(*SignalRequest)(nil),               // 57: space.node.v1.SignalRequest
-	(*ResizeRequest)(nil),               // 58: space.node.v1.ResizeRequest
-	(*DataChunk)(nil),                   // 59: space.node.v1.DataChunk
-	(*ReceiveVolumeRequest)(nil),        // 60: space.node.v1.ReceiveVolumeRequest
-	(*ReceiveImageRequest)(nil),         // 61: space.node.v1.ReceiveImageRequest
-	(*TemplateBuildRequest)(nil),        // 62: space.node.v1.TemplateBuildRequest
-	(*StageTemplateArchiveRequest)(nil), // 63: space.node.v1.StageTemplateArchiveRequest
-	(*TemplateBuildEvent)(nil),          // 64: space.node.v1.TemplateBuildEvent
-	(*TemplateBuilt)(nil),               // 65: space.node.v1.TemplateBuilt
-	nil,                                 // 66: space.node.v1.InfoResponse.PoolsEntry
-	nil,                                 // 67: space.node.v1.TemplateSpec.EnvEntry
-	nil,                                 // 68: space.node.v1.Identity.EnvEntry
-	nil,                                 // 69: space.node.v1.Identity.InfoEntry
-	nil,                                 // 70: space.node.v1.CreateSpec.EnvEntry
-	nil,                                 // 71: space.node.v1.ExecRequest.EnvEntry
-	nil,                                 // 72: space.node.v1.SessionSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
-	(*filesystempb.EntryInfo)(nil),      // 74: filesystem.EntryInfo
+	(*VolumeMount)(nil),                 // 14: space.node.v1.VolumeMount
+	(*CreateVolumeRequest)(nil),         // 15: space.node.v1.CreateVolumeRequest
+	(*VolumeUsageResponse)(nil),         // 16: space.node.v1.VolumeUsageResponse
+	(*VolumeEdit)(nil),                  // 17: space.node.v1.VolumeEdit
+	(*WriteVolumeFileRequest)(nil),      // 18: space.node.v1.WriteVolumeFileRequest
+	(*VolumeEntryResponse)(nil),         // 19: space.node.v1.VolumeEntryResponse
+	(*CreateRequest)(nil),               // 20: space.node.v1.CreateRequest
+	(*CreateResponse)(nil),              // 21: space.node.v1.CreateResponse
+	(*PoolLimits)(nil),                  // 22: space.node.v1.PoolLimits
+	(*ClaimRequest)(nil),                // 23: space.node.v1.ClaimRequest
+	(*ClaimResponse)(nil),               // 24: space.node.v1.ClaimResponse
+	(*BootFromDiskRequest)(nil),         // 25: space.node.v1.BootFromDiskRequest
+	(*BootFromDiskResponse)(nil),        // 26: space.node.v1.BootFromDiskResponse
+	(*AdoptRequest)(nil),                // 27: space.node.v1.AdoptRequest
+	(*AdoptResponse)(nil),               // 28: space.node.v1.AdoptResponse
+	(*SweepRequest)(nil),                // 29: space.node.v1.SweepRequest
+	(*SuspendRequest)(nil),              // 30: space.node.v1.SuspendRequest
+	(*CaptureRequest)(nil),              // 31: space.node.v1.CaptureRequest
+	(*RestoreSpec)(nil),                 // 32: space.node.v1.RestoreSpec
+	(*RekeyRequest)(nil),                // 33: space.node.v1.RekeyRequest
+	(*SetNetworkRequest)(nil),           // 34: space.node.v1.SetNetworkRequest
+	(*SandboxStats)(nil),                // 35: space.node.v1.SandboxStats
+	(*ImageInfo)(nil),                   // 36: space.node.v1.ImageInfo
+	(*PoolRequest)(nil),                 // 37: space.node.v1.PoolRequest
+	(*PoolStatus)(nil),                  // 38: space.node.v1.PoolStatus
+	(*Event)(nil),                       // 39: space.node.v1.Event
+	(*ExecRequest)(nil),                 // 40: space.node.v1.ExecRequest
+	(*ExecResult)(nil),                  // 41: space.node.v1.ExecResult
+	(*FileRequest)(nil),                 // 42: space.node.v1.FileRequest
+	(*FileChunk)(nil),                   // 43: space.node.v1.FileChunk
+	(*WriteFileRequest)(nil),            // 44: space.node.v1.WriteFileRequest
+	(*EntryResponse)(nil),               // 45: space.node.v1.EntryResponse
+	(*ListRequest)(nil),                 // 46: space.node.v1.ListRequest
+	(*ListResponse)(nil),                // 47: space.node.v1.ListResponse
+	(*VolumeFileRequest)(nil),           // 48: space.node.v1.VolumeFileRequest
+	(*VolumeFileChunk)(nil),             // 49: space.node.v1.VolumeFileChunk
+	(*ListVolumeDirRequest)(nil),        // 50: space.node.v1.ListVolumeDirRequest
+	(*MoveRequest)(nil),                 // 51: space.node.v1.MoveRequest
+	(*SessionSpec)(nil),                 // 52: space.node.v1.SessionSpec
+	(*StartSessionRequest)(nil),         // 53: space.node.v1.StartSessionRequest
+	(*End)(nil),                         // 54: space.node.v1.End
+	(*SessionInfo)(nil),                 // 55: space.node.v1.SessionInfo
+	(*SessionRequest)(nil),              // 56: space.node.v1.SessionRequest
+	(*SessionsResponse)(nil),            // 57: space.node.v1.SessionsResponse
+	(*AttachRequest)(nil),               // 58: space.node.v1.AttachRequest
+	(*Dropped)(nil),                     // 59: space.node.v1.Dropped
+	(*Chunk)(nil),                       // 60: space.node.v1.Chunk
+	(*AttachResponse)(nil),              // 61: space.node.v1.AttachResponse
+	(*StdinRequest)(nil),                // 62: space.node.v1.StdinRequest
+	(*SignalRequest)(nil),               // 63: space.node.v1.SignalRequest
+	(*ResizeRequest)(nil),               // 64: space.node.v1.ResizeRequest
+	(*DataChunk)(nil),                   // 65: space.node.v1.DataChunk
+	(*ReceiveVolumeRequest)(nil),        // 66: space.node.v1.ReceiveVolumeRequest
+	(*ReceiveImageRequest)(nil),         // 67: space.node.v1.ReceiveImageRequest
+	(*TemplateBuildRequest)(nil),        // 68: space.node.v1.TemplateBuildRequest
+	(*StageTemplateArchiveRequest)(nil), // 69: space.node.v1.StageTemplateArchiveRequest
+	(*TemplateBuildEvent)(nil),          // 70: space.node.v1.TemplateBuildEvent
+	(*TemplateBuilt)(nil),               // 71: space.node.v1.TemplateBuilt
+	nil,                                 // 72: space.node.v1.InfoResponse.PoolsEntry
+	nil,                                 // 73: space.node.v1.TemplateSpec.EnvEntry
+	nil,                                 // 74: space.node.v1.Identity.EnvEntry
+	nil,                                 // 75: space.node.v1.Identity.InfoEntry
+	nil,                                 // 76: space.node.v1.CreateSpec.EnvEntry
+	nil,                                 // 77: space.node.v1.ExecRequest.EnvEntry
+	nil,                                 // 78: space.node.v1.SessionSpec.EnvEntry
+	(*filesystempb.EntryInfo)(nil),      // 79: filesystem.EntryInfo
+	(*timestamppb.Timestamp)(nil),       // 80: google.protobuf.Timestamp
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
-	66,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
-	67,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
+	72,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
+	73,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
 	10,  // 2: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
-	68,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
-	69,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
+	74,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
+	75,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
 	8,   // 5: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
 	9,   // 6: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
-	70,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
+	76,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
 	11,  // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
-	13,  // 9: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
-	12,  // 10: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
-	9,   // 11: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
-	16,  // 12: space.node.v1.ClaimRequest.limits:type_name -> space.node.v1.PoolLimits
-	12,  // 13: space.node.v1.ClaimRequest.identity:type_name -> space.node.v1.Identity
-	11,  // 14: space.node.v1.ClaimRequest.network:type_name -> space.node.v1.Policy
-	13,  // 15: space.node.v1.BootFromDiskRequest.spec:type_name -> space.node.v1.CreateSpec
-	9,   // 16: space.node.v1.RestoreSpec.limits:type_name -> space.node.v1.Limits
-	12,  // 17: space.node.v1.RestoreSpec.new_identity:type_name -> space.node.v1.Identity
-	11,  // 18: space.node.v1.RestoreSpec.network:type_name -> space.node.v1.Policy
-	12,  // 19: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
-	11,  // 20: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
-	8,   // 21: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
-	16,  // 22: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
-	11,  // 23: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	73,  // 24: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
-	32,  // 25: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
-	71,  // 26: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	74,  // 27: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	74,  // 28: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	74,  // 29: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
-	72,  // 30: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
-	46,  // 31: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
-	46,  // 32: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	73,  // 33: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	73,  // 34: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	48,  // 35: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
-	49,  // 36: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
-	53,  // 37: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
-	54,  // 38: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
-	48,  // 39: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
-	65,  // 40: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
-	8,   // 41: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
-	32,  // 42: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
-	6,   // 43: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
-	14,  // 44: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
-	17,  // 45: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
-	19,  // 46: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
-	2,   // 47: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
-	2,   // 48: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
-	21,  // 49: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
-	23,  // 50: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
-	1,   // 51: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
-	2,   // 52: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
-	2,   // 53: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
-	2,   // 54: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
-	24,  // 55: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
-	25,  // 56: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
-	26,  // 57: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
-	2,   // 58: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
-	2,   // 59: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
-	24,  // 60: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
-	2,   // 61: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
-	27,  // 62: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
-	28,  // 63: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
-	2,   // 64: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
-	3,   // 65: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
-	1,   // 66: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
-	3,   // 67: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
-	3,   // 68: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
-	3,   // 69: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
-	3,   // 70: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
-	42,  // 71: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
-	44,  // 72: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
-	1,   // 73: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
-	3,   // 74: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
-	31,  // 75: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
-	3,   // 76: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
-	1,   // 77: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
-	34,  // 78: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
-	36,  // 79: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
-	38,  // 80: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
-	36,  // 81: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
-	40,  // 82: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
-	36,  // 83: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
-	36,  // 84: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
-	45,  // 85: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
-	47,  // 86: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
-	50,  // 87: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
-	2,   // 88: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
-	52,  // 89: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
-	56,  // 90: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
-	50,  // 91: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
-	57,  // 92: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
-	58,  // 93: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	3,   // 94: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
-	60,  // 95: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
-	3,   // 96: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
-	61,  // 97: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
-	62,  // 98: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
-	3,   // 99: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
-	63,  // 100: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
-	7,   // 101: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	15,  // 102: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	18,  // 103: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	20,  // 104: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,   // 105: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,   // 106: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	22,  // 107: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,   // 108: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,   // 109: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,   // 110: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,   // 111: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,   // 112: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,   // 113: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,   // 114: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,   // 115: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,   // 116: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,   // 117: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,   // 118: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,   // 119: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,   // 120: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,   // 121: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	29,  // 122: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	30,  // 123: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,   // 124: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,   // 125: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,   // 126: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,   // 127: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,   // 128: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	43,  // 129: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	41,  // 130: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	4,   // 131: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,   // 132: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,   // 133: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	32,  // 134: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	33,  // 135: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	35,  // 136: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	37,  // 137: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,   // 138: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	39,  // 139: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	41,  // 140: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,   // 141: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	39,  // 142: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	39,  // 143: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	49,  // 144: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	49,  // 145: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	51,  // 146: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	55,  // 147: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,   // 148: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,   // 149: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,   // 150: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,   // 151: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	59,  // 152: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,   // 153: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	59,  // 154: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,   // 155: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	64,  // 156: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
-	1,   // 157: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
-	3,   // 158: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
-	101, // [101:159] is the sub-list for method output_type
-	43,  // [43:101] is the sub-list for method input_type
-	43,  // [43:43] is the sub-list for extension type_name
-	43,  // [43:43] is the sub-list for extension extendee
-	0,   // [0:43] is the sub-list for field type_name
+	14,  // 9: space.node.v1.CreateSpec.mounts:type_name -> space.node.v1.VolumeMount
+	17,  // 10: space.node.v1.WriteVolumeFileRequest.edit:type_name -> space.node.v1.VolumeEdit
+	79,  // 11: space.node.v1.VolumeEntryResponse.entry:type_name -> filesystem.EntryInfo
+	13,  // 12: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
+	12,  // 13: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
+	9,   // 14: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
+	22,  // 15: space.node.v1.ClaimRequest.limits:type_name -> space.node.v1.PoolLimits
+	12,  // 16: space.node.v1.ClaimRequest.identity:type_name -> space.node.v1.Identity
+	11,  // 17: space.node.v1.ClaimRequest.network:type_name -> space.node.v1.Policy
+	13,  // 18: space.node.v1.BootFromDiskRequest.spec:type_name -> space.node.v1.CreateSpec
+	9,   // 19: space.node.v1.RestoreSpec.limits:type_name -> space.node.v1.Limits
+	12,  // 20: space.node.v1.RestoreSpec.new_identity:type_name -> space.node.v1.Identity
+	11,  // 21: space.node.v1.RestoreSpec.network:type_name -> space.node.v1.Policy
+	14,  // 22: space.node.v1.RestoreSpec.mounts:type_name -> space.node.v1.VolumeMount
+	12,  // 23: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
+	11,  // 24: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
+	8,   // 25: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
+	22,  // 26: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
+	11,  // 27: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
+	80,  // 28: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	38,  // 29: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
+	77,  // 30: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
+	79,  // 31: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	79,  // 32: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	79,  // 33: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
+	78,  // 34: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
+	52,  // 35: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
+	52,  // 36: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
+	80,  // 37: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	80,  // 38: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	54,  // 39: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
+	55,  // 40: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
+	59,  // 41: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
+	60,  // 42: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
+	54,  // 43: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
+	71,  // 44: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
+	8,   // 45: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
+	38,  // 46: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
+	6,   // 47: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
+	20,  // 48: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
+	23,  // 49: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
+	25,  // 50: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
+	2,   // 51: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
+	2,   // 52: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
+	27,  // 53: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
+	29,  // 54: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
+	1,   // 55: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
+	2,   // 56: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
+	2,   // 57: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
+	2,   // 58: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
+	30,  // 59: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
+	31,  // 60: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
+	32,  // 61: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
+	2,   // 62: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
+	2,   // 63: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
+	30,  // 64: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
+	2,   // 65: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
+	33,  // 66: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
+	34,  // 67: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
+	2,   // 68: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
+	3,   // 69: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
+	1,   // 70: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
+	3,   // 71: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
+	3,   // 72: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
+	3,   // 73: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
+	3,   // 74: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
+	48,  // 75: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
+	50,  // 76: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
+	15,  // 77: space.node.v1.NodeService.CreateVolume:input_type -> space.node.v1.CreateVolumeRequest
+	3,   // 78: space.node.v1.NodeService.VolumeUsage:input_type -> space.node.v1.NameRequest
+	18,  // 79: space.node.v1.NodeService.WriteVolumeFile:input_type -> space.node.v1.WriteVolumeFileRequest
+	17,  // 80: space.node.v1.NodeService.EditVolume:input_type -> space.node.v1.VolumeEdit
+	1,   // 81: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
+	3,   // 82: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
+	37,  // 83: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
+	3,   // 84: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
+	1,   // 85: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
+	40,  // 86: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
+	42,  // 87: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
+	44,  // 88: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
+	42,  // 89: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
+	46,  // 90: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
+	42,  // 91: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
+	42,  // 92: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
+	51,  // 93: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
+	53,  // 94: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
+	56,  // 95: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
+	2,   // 96: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
+	58,  // 97: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
+	62,  // 98: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
+	56,  // 99: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
+	63,  // 100: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
+	64,  // 101: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
+	3,   // 102: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	66,  // 103: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,   // 104: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	67,  // 105: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	68,  // 106: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
+	3,   // 107: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
+	69,  // 108: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
+	7,   // 109: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	21,  // 110: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	24,  // 111: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	26,  // 112: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 113: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 114: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	28,  // 115: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,   // 116: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,   // 117: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,   // 118: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,   // 119: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,   // 120: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,   // 121: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,   // 122: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,   // 123: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,   // 124: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,   // 125: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,   // 126: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 127: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 128: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 129: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	35,  // 130: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	36,  // 131: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 132: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 133: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 134: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 135: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 136: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	49,  // 137: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	47,  // 138: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	1,   // 139: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
+	16,  // 140: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
+	19,  // 141: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
+	19,  // 142: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
+	4,   // 143: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 144: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 145: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	38,  // 146: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	39,  // 147: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	41,  // 148: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	43,  // 149: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 150: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	45,  // 151: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	47,  // 152: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 153: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	45,  // 154: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	45,  // 155: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	55,  // 156: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	55,  // 157: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	57,  // 158: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	61,  // 159: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 160: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 161: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 162: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 163: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	65,  // 164: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 165: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	65,  // 166: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 167: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	70,  // 168: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 169: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 170: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	109, // [109:171] is the sub-list for method output_type
+	47,  // [47:109] is the sub-list for method input_type
+	47,  // [47:47] is the sub-list for extension type_name
+	47,  // [47:47] is the sub-list for extension extendee
+	0,   // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_space_node_v1_node_proto_init() }
@@ -4779,12 +5193,13 @@ func file_space_node_v1_node_proto_init() {
 	if File_space_node_v1_node_proto != nil {
 		return
 	}
-	file_space_node_v1_node_proto_msgTypes[55].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[17].OneofWrappers = []any{}
+	file_space_node_v1_node_proto_msgTypes[61].OneofWrappers = []any{
 		(*AttachResponse_Dropped)(nil),
 		(*AttachResponse_Chunk)(nil),
 		(*AttachResponse_End)(nil),
 	}
-	file_space_node_v1_node_proto_msgTypes[64].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[70].OneofWrappers = []any{
 		(*TemplateBuildEvent_Log)(nil),
 		(*TemplateBuildEvent_Built)(nil),
 	}
@@ -4794,7 +5209,7 @@ func file_space_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   73,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
