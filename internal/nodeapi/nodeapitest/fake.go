@@ -43,14 +43,14 @@ type Fake struct {
 
 	id string
 
-	mu             sync.Mutex
-	running        map[string]*fakeSandbox
-	disks          map[string]*tree // root volumes, by sandbox id
-	volumes        map[string]*tree
+	mu      sync.Mutex
+	running map[string]*fakeSandbox
+	disks   map[string]*tree // root volumes, by sandbox id
+	volumes map[string]*tree
 	// volumeLimits are the persistent volumes' size limits (bytes, 0
 	// none); mounts the volume mounts of each sandbox's last start.
-	volumeLimits map[string]int64
-	mounts       map[string][]nodeapi.VolumeMount
+	volumeLimits   map[string]int64
+	mounts         map[string][]nodeapi.VolumeMount
 	images         map[string]*tree
 	templateImages map[string]bool
 	pools          map[string]*fakePool
