@@ -60,6 +60,10 @@ type CreateSandboxRequest struct {
 	// Credentials are the sandbox's credential rules (at most 32); see
 	// CredentialRule. Only admin keys may set them.
 	Credentials []CredentialRule `json:"credentials,omitempty"`
+	// VolumeMounts mount persistent volumes into the sandbox (at most 16).
+	// Not with Snapshot: a sandbox started from a snapshot mounts what its
+	// snapshot's sandbox mounted.
+	VolumeMounts []VolumeMount `json:"volume_mounts,omitempty"`
 }
 
 // Lifecycle is a sandbox's lifetime settings.
@@ -107,6 +111,9 @@ type Sandbox struct {
 	// ports (header E2b-Traffic-Access-Token) when it was created with
 	// network.allow_public_traffic false.
 	TrafficAccessToken string `json:"traffic_access_token,omitempty"`
+	// VolumeMounts are the persistent volumes it mounts (Volume is the
+	// volume's id).
+	VolumeMounts []VolumeMount `json:"volume_mounts,omitempty"`
 	// Node is the node the sandbox runs on; NodeState is "ready" while
 	// the node answers, "unreachable" or "lost" when it does not (the
 	// sandbox's operations then answer 503).
