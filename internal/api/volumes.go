@@ -1,0 +1,196 @@
+package api
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/space-platform/space/internal/agent/gen/filesystempb"
+	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// usageTimeout bounds how long a volume's view waits for its node's usage
+// figure; past it the view goes out without one.
+const usageTimeout = 5 * time.Second
+
+func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateVolumeRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	v, err := s.cp.CreateVolume(r.Context(), scopeOf(r), req)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var used int64
+	writeJSON(w, http.StatusCreated, s.cp.VolumeAPI(v, &used))
+}
+
+func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
+	scope, ok := listScope(w, r)
+	if !ok {
+		return
+	}
+	vols, err := s.cp.Volumes(scope)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := apiv1.VolumeList{Volumes: []apiv1.Volume{}}
+	for _, v := range vols {
+		out.Volumes = append(out.Volumes, s.cp.VolumeAPI(v, nil))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
+	v, ok := s.volume(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), usageTimeout)
+	defer cancel()
+	var used *int64
+	if n, err := s.cp.VolumeUsage(ctx, v); err == nil {
+		used = &n
+	} else {
+		s.log.Warn("volume usage", "volume", v.ID, "err", err)
+	}
+	writeJSON(w, http.StatusOK, s.cp.VolumeAPI(v, used))
+}
+
+func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
+	if err := s.cp.DeleteVolume(r.Context(), scopeOf(r), r.PathValue("id")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// volume is the volume the path names (the scoped check found it).
+func (s *Server) volume(w http.ResponseWriter, r *http.Request) (controlplane.Volume, bool) {
+	v, err := s.cp.ResolveVolume(scopeOf(r), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return v, false
+	}
+	return v, true
+}
+
+// volumeFiles is the volume and its node's store, for the files routes.
+func (s *Server) volumeFiles(w http.ResponseWriter, r *http.Request) (controlplane.Volume, controlplane.VolumeStore, bool) {
+	v, ok := s.volume(w, r)
+	if !ok {
+		return v, nil, false
+	}
+	st, err := s.cp.VolumeStore(v)
+	if err != nil {
+		s.fail(w, err)
+		return v, nil, false
+	}
+	return v, st, true
+}
+
+// readVolumeFiles returns a file's bytes, or a JSON listing for a
+// directory, of a volume: no sandbox needs to run.
+func (s *Server) readVolumeFiles(w http.ResponseWriter, r *http.Request) {
+	p, ok := filePath(w, r)
+	if !ok {
+		return
+	}
+	v, st, ok := s.volumeFiles(w, r)
+	if !ok {
+		return
+	}
+	name := nodeapi.VolumeName(v.ID)
+	body, info, err := st.ReadVolumeFile(r.Context(), name, p)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	defer body.Close()
+	if info.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY {
+		opts, ok := listOptions(w, r)
+		if !ok {
+			return
+		}
+		page, err := st.ListVolumeDir(r.Context(), name, p, opts)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		defer page.Close()
+		s.streamListing(w, info.GetPath(), pageEntries(page))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(info.GetSize(), 10))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, body)
+}
+
+// writeVolumeFile streams the body into a file of a volume, durable
+// before the answer; missing parent directories are made.
+func (s *Server) writeVolumeFile(w http.ResponseWriter, r *http.Request) {
+	p, ok := filePath(w, r)
+	if !ok {
+		return
+	}
+	if r.ContentLength > s.cfg.MaxFileBody {
+		writeError(w, http.StatusRequestEntityTooLarge, "file larger than "+strconv.FormatInt(s.cfg.MaxFileBody, 10)+" bytes")
+		return
+	}
+	v, st, ok := s.volumeFiles(w, r)
+	if !ok {
+		return
+	}
+	e, err := st.WriteVolumeFile(r.Context(), nodeapi.VolumeEdit{Volume: nodeapi.VolumeName(v.ID), Path: p, Parents: true},
+		http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBody))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, entryView(e))
+}
+
+func (s *Server) removeVolumeFile(w http.ResponseWriter, r *http.Request) {
+	p, ok := filePath(w, r)
+	if !ok {
+		return
+	}
+	v, st, ok := s.volumeFiles(w, r)
+	if !ok {
+		return
+	}
+	if _, err := st.EditVolume(r.Context(), nodeapi.VolumeEdit{Volume: nodeapi.VolumeName(v.ID), Path: p, Op: nodeapi.VolumeRemove}); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) mkdirVolume(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.MkdirRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	if req.Path == "" {
+		writeError(w, http.StatusBadRequest, "path is required")
+		return
+	}
+	v, st, ok := s.volumeFiles(w, r)
+	if !ok {
+		return
+	}
+	e, err := st.EditVolume(r.Context(), nodeapi.VolumeEdit{Volume: nodeapi.VolumeName(v.ID), Path: req.Path, Op: nodeapi.VolumeMkdir, Parents: true})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, entryView(e))
+}
