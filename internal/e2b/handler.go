@@ -49,6 +49,7 @@ type ControlPlane interface {
 	ResolveSnapshot(scope project.Scope, ref string) (controlplane.Snapshot, error)
 	DeleteSnapshot(sandboxID, name string) error
 	Running(ctx context.Context, id string) (nodeapi.Sandbox, error)
+	VolumeControl
 }
 
 // Keys checks API keys; *auth.Keys satisfies it.
@@ -132,6 +133,19 @@ func (h *Handler) routes() {
 	authed("PUT /sandboxes/{id}/network", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusBadRequest, "changing a sandbox's network configuration is not supported by space")
 	})
+	authed("POST /volumes", h.createVolume)
+	authed("GET /volumes", h.listVolumes)
+	authed("GET /volumes/{volumeID}", h.getVolume)
+	authed("DELETE /volumes/{volumeID}", h.deleteVolume)
+	// The content routes take the volume's token as well as an API key
+	// and check the volume themselves (volumeContent).
+	open("GET /volumecontent/{volumeID}/dir", h.volumeContent(h.listVolumeDir))
+	open("POST /volumecontent/{volumeID}/dir", h.volumeContent(h.makeVolumeDir))
+	open("GET /volumecontent/{volumeID}/path", h.volumeContent(h.statVolumePath))
+	open("PATCH /volumecontent/{volumeID}/path", h.volumeContent(h.updateVolumePath))
+	open("DELETE /volumecontent/{volumeID}/path", h.volumeContent(h.removeVolumePath))
+	open("GET /volumecontent/{volumeID}/file", h.volumeContent(h.readVolumeFile))
+	open("PUT /volumecontent/{volumeID}/file", h.volumeContent(h.writeVolumeFile))
 	open("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -166,6 +180,14 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 		return func(w http.ResponseWriter, r *http.Request) {
 			if _, err := h.cfg.ControlPlane.ResolveSnapshot(scopeOf(r), snapshotRef(r.PathValue("id"))); err != nil {
 				snapshotNotFound(w, r.PathValue("id"))
+				return
+			}
+			next(w, r)
+		}
+	case path == "/volumes/{volumeID}":
+		return func(w http.ResponseWriter, r *http.Request) {
+			if _, err := h.cfg.ControlPlane.ResolveVolume(scopeOf(r), r.PathValue("volumeID")); err != nil {
+				h.fail(w, err)
 				return
 			}
 			next(w, r)

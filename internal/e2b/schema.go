@@ -52,8 +52,6 @@ func (req *newSandbox) unsupported() string {
 	switch {
 	case !emptyJSON(req.MCP):
 		return "mcp is not supported by space: the MCP gateway (port 50005) is not available; remove the mcp option"
-	case !emptyJSON(req.VolumeMounts):
-		return "volumeMounts is not supported by space: persistent volumes cannot be mounted into E2B sandboxes; remove the volumeMounts option"
 	case !emptyJSON(req.IAM):
 		return "iam is not supported by space: no IAM tokens can be issued to sandboxes; remove the iam option"
 	}
@@ -109,6 +107,11 @@ func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
 		enabled := *req.AutoResume.Enabled
 		out.AutoResume = &enabled
 	}
+	mounts, msg := volumeMounts(req.VolumeMounts)
+	if msg != "" {
+		return out, msg
+	}
+	out.VolumeMounts = mounts
 	policy, msg := req.networkPolicy()
 	out.Network = policy
 	return out, msg
@@ -194,6 +197,8 @@ type listedSandbox struct {
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
+	// VolumeMounts are the volumes it mounts (by name), absent for none.
+	VolumeMounts []sandboxVolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // sandboxDetail is E2B's SandboxDetail (GET /sandboxes/{id}).
@@ -294,7 +299,7 @@ func listedView(s controlplane.Sandbox) listedSandbox {
 		TemplateID: s.TemplateName(), Alias: s.TemplateName(), SandboxID: s.ID, ClientID: clientID,
 		StartedAt: started.UTC().Format(time.RFC3339Nano), EndAt: s.ExpiresAt.UTC().Format(time.RFC3339Nano),
 		CPUCount: s.VCPUs, MemoryMB: s.MemoryMB, DiskSizeMB: s.DiskMB, State: state,
-		EnvdVersion: envdVersion, Metadata: metadata,
+		EnvdVersion: envdVersion, Metadata: metadata, VolumeMounts: mountsView(s),
 	}
 }
 
