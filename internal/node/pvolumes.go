@@ -90,7 +90,11 @@ func (n *Node) WriteVolumeFile(_ context.Context, req nodeapi.VolumeEdit, r io.R
 	if req.Mode != nil {
 		mode = os.FileMode(*req.Mode & 0o7777)
 	}
-	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	// Written beside the file and renamed over it: a write that fails
+	// (the volume full, the client gone) leaves the old file as it was
+	// and nothing half-written that would hold the volume's room.
+	tmp := path.Join(path.Dir(rel), ".space-upload-"+randomHex(8))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return nil, pvolumeError(req.Path, err)
 	}
@@ -102,10 +106,20 @@ func (n *Node) WriteVolumeFile(_ context.Context, req nodeapi.VolumeEdit, r io.R
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = root.Chmod(tmp, mode) // exact, not under the umask
+	}
+	if err == nil {
+		err = root.Rename(tmp, rel)
+	}
 	if err != nil {
+		_ = root.Remove(tmp)
+		// The freed room counts against the qgroup only once the
+		// transaction commits.
+		_ = n.cfg.Volumes.Sync(req.Volume)
 		return nil, pvolumeError(req.Path, err)
 	}
-	if err := chattr(root, rel, req); err != nil {
+	if err := chattr(root, rel, nodeapi.VolumeEdit{UID: req.UID, GID: req.GID, Path: req.Path}); err != nil {
 		return nil, err
 	}
 	return statEntry(root, rel, req.Path)
