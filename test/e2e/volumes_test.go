@@ -294,7 +294,7 @@ func TestVolumeBadInput(t *testing.T) {
 		req  apiv1.CreateVolumeRequest
 		want int
 	}{
-		{apiv1.CreateVolumeRequest{Name: "guarded"}, http.StatusConflict},
+		{apiv1.CreateVolumeRequest{Name: vol.Name}, http.StatusConflict},
 		{apiv1.CreateVolumeRequest{Name: ""}, http.StatusBadRequest},
 		{apiv1.CreateVolumeRequest{Name: "../etc"}, http.StatusBadRequest},
 		{apiv1.CreateVolumeRequest{Name: "UPPER"}, http.StatusBadRequest},
