@@ -98,6 +98,9 @@ func (cp *ControlPlane) CreateVolume(ctx context.Context, scope project.Scope, r
 	if _, err := cp.volumeByName(owner, req.Name); err == nil {
 		return Volume{}, &StateError{ID: req.Name, State: "taken", Want: "create another volume by that name (delete it first)", Kind: "volume name"}
 	}
+	if err := cp.checkVolumeQuota(owner, req.SizeMB); err != nil {
+		return Volume{}, err
+	}
 	nodeID, err := cp.place(cluster.PlaceRequest{DiskMB: req.SizeMB})
 	if err != nil {
 		return Volume{}, err

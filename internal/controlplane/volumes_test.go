@@ -152,3 +152,32 @@ func TestCopiesMountTheSourcesVolumes(t *testing.T) {
 		t.Fatal("a mount of a deleted volume passed")
 	}
 }
+
+// A project's volumes may hold max_volume_mb in all; a create past it is a
+// quota error, and the room is the project's own.
+func TestVolumeQuota(t *testing.T) {
+	tn := newTestNodes("n1")
+	cp := newClusterCP(t, tn, nil)
+	cp.cfg.Quotas = fixedQuotas{q: project.Quota{MaxVolumeMB: 100}}
+	ctx := context.Background()
+	a := project.In("a")
+	if _, err := cp.CreateVolume(ctx, a, apiv1.CreateVolumeRequest{Name: "one", SizeMB: 60}); err != nil {
+		t.Fatal(err)
+	}
+	var qe *QuotaError
+	if _, err := cp.CreateVolume(ctx, a, apiv1.CreateVolumeRequest{Name: "two", SizeMB: 41}); !errors.As(err, &qe) || qe.Project != "a" {
+		t.Fatalf("60 + 41 MiB under a 100 MiB quota: %v, want a quota error", err)
+	}
+	if _, err := cp.CreateVolume(ctx, a, apiv1.CreateVolumeRequest{Name: "two", SizeMB: 40}); err != nil {
+		t.Fatalf("60 + 40 MiB: %v", err)
+	}
+	if _, err := cp.CreateVolume(ctx, project.In("b"), apiv1.CreateVolumeRequest{Name: "one", SizeMB: 100}); err != nil {
+		t.Fatalf("another project's room: %v", err)
+	}
+	if u := cp.Usage("a"); u.VolumeMB != 100 {
+		t.Fatalf("usage of a: %+v", u)
+	}
+	if tn.get("n1").called("createvolume") != 3 {
+		t.Fatal("a refused volume reached the node")
+	}
+}

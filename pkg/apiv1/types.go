@@ -349,6 +349,8 @@ type Quota struct {
 	MaxMemoryMB      int     `json:"max_memory_mb"`
 	MaxSnapshots     int     `json:"max_snapshots"`
 	CreatesPerSecond float64 `json:"creates_per_second"`
+	// MaxVolumeMB bounds the sum of size_mb of the project's volumes.
+	MaxVolumeMB int `json:"max_volume_mb"`
 }
 
 // QuotaSettings is the body of PUT /v1/projects/{name}: a field left out
@@ -358,6 +360,7 @@ type QuotaSettings struct {
 	MaxMemoryMB      *int     `json:"max_memory_mb,omitempty"`
 	MaxSnapshots     *int     `json:"max_snapshots,omitempty"`
 	CreatesPerSecond *float64 `json:"creates_per_second,omitempty"`
+	MaxVolumeMB      *int     `json:"max_volume_mb,omitempty"`
 }
 
 // ProjectUsage is what a project holds now.
@@ -366,6 +369,8 @@ type ProjectUsage struct {
 	MemoryMB  int `json:"memory_mb"`
 	Snapshots int `json:"snapshots"`
 	Keys      int `json:"keys"`
+	// VolumeMB is the sum of size_mb of the project's volumes.
+	VolumeMB int `json:"volume_mb"`
 }
 
 // Project describes a project (tenant): its effective quota, its own
