@@ -203,17 +203,25 @@ func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request, snap, 
 		s.fail(w, err)
 		return
 	}
+	s.serveVolumePath(w, r, p, body, info, func(opts nodeapi.ListOptions) (nodeapi.DirPage, error) {
+		if opts.Depth > 1 {
+			return nil, &nodeapi.AgentError{Status: http.StatusBadRequest, Message: "snapshot listings have depth 1"}
+		}
+		return s.cp.ListSnapshotDir(r.Context(), r.PathValue("id"), snap, p, opts)
+	})
+}
+
+// serveVolumePath answers a read of a path of a volume (a snapshot's
+// filesystem or a persistent volume) that the node opened: a file's bytes,
+// or for a directory the page list gives.
+func (s *Server) serveVolumePath(w http.ResponseWriter, r *http.Request, p string, body io.ReadCloser, info *filesystempb.EntryInfo, list func(nodeapi.ListOptions) (nodeapi.DirPage, error)) {
 	defer body.Close()
 	if info.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY {
 		opts, ok := listOptions(w, r)
 		if !ok {
 			return
 		}
-		if opts.Depth > 1 {
-			writeError(w, http.StatusBadRequest, "snapshot listings have depth 1")
-			return
-		}
-		page, err := s.cp.ListSnapshotDir(r.Context(), r.PathValue("id"), snap, p, opts)
+		page, err := list(opts)
 		if err != nil {
 			s.fail(w, err)
 			return

@@ -2,12 +2,10 @@ package api
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/space-platform/space/internal/agent/gen/filesystempb"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -82,74 +80,61 @@ func (s *Server) volume(w http.ResponseWriter, r *http.Request) (controlplane.Vo
 	return v, true
 }
 
-// volumeFiles is the volume and its node's store, for the files routes.
-func (s *Server) volumeFiles(w http.ResponseWriter, r *http.Request) (controlplane.Volume, controlplane.VolumeStore, bool) {
+// volumeFile reads the path query parameter and finds the volume the path
+// names and its node's store, for the files routes.
+func (s *Server) volumeFile(w http.ResponseWriter, r *http.Request) (string, string, controlplane.VolumeStore, bool) {
+	p, ok := filePath(w, r)
+	if !ok {
+		return "", "", nil, false
+	}
+	st, name, ok := s.volumeStore(w, r)
+	return p, name, st, ok
+}
+
+// volumeStore is the node's store of the volume the path names, and the
+// volume's name there.
+func (s *Server) volumeStore(w http.ResponseWriter, r *http.Request) (controlplane.VolumeStore, string, bool) {
 	v, ok := s.volume(w, r)
 	if !ok {
-		return v, nil, false
+		return nil, "", false
 	}
 	st, err := s.cp.VolumeStore(v)
 	if err != nil {
 		s.fail(w, err)
-		return v, nil, false
+		return nil, "", false
 	}
-	return v, st, true
+	return st, nodeapi.VolumeName(v.ID), true
 }
 
 // readVolumeFiles returns a file's bytes, or a JSON listing for a
 // directory, of a volume: no sandbox needs to run.
 func (s *Server) readVolumeFiles(w http.ResponseWriter, r *http.Request) {
-	p, ok := filePath(w, r)
+	p, name, st, ok := s.volumeFile(w, r)
 	if !ok {
 		return
 	}
-	v, st, ok := s.volumeFiles(w, r)
-	if !ok {
-		return
-	}
-	name := nodeapi.VolumeName(v.ID)
 	body, info, err := st.ReadVolumeFile(r.Context(), name, p)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	defer body.Close()
-	if info.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY {
-		opts, ok := listOptions(w, r)
-		if !ok {
-			return
-		}
-		page, err := st.ListVolumeDir(r.Context(), name, p, opts)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		defer page.Close()
-		s.streamListing(w, info.GetPath(), pageEntries(page))
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(info.GetSize(), 10))
-	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, body)
+	s.serveVolumePath(w, r, info.GetPath(), body, info, func(opts nodeapi.ListOptions) (nodeapi.DirPage, error) {
+		return st.ListVolumeDir(r.Context(), name, p, opts)
+	})
 }
 
 // writeVolumeFile streams the body into a file of a volume, durable
 // before the answer; missing parent directories are made.
 func (s *Server) writeVolumeFile(w http.ResponseWriter, r *http.Request) {
-	p, ok := filePath(w, r)
-	if !ok {
-		return
-	}
 	if r.ContentLength > s.cfg.MaxFileBody {
 		writeError(w, http.StatusRequestEntityTooLarge, "file larger than "+strconv.FormatInt(s.cfg.MaxFileBody, 10)+" bytes")
 		return
 	}
-	v, st, ok := s.volumeFiles(w, r)
+	p, name, st, ok := s.volumeFile(w, r)
 	if !ok {
 		return
 	}
-	e, err := st.WriteVolumeFile(r.Context(), nodeapi.VolumeEdit{Volume: nodeapi.VolumeName(v.ID), Path: p, Parents: true},
+	e, err := st.WriteVolumeFile(r.Context(), nodeapi.VolumeEdit{Volume: name, Path: p, Parents: true},
 		http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBody))
 	if err != nil {
 		s.fail(w, err)
@@ -159,15 +144,11 @@ func (s *Server) writeVolumeFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) removeVolumeFile(w http.ResponseWriter, r *http.Request) {
-	p, ok := filePath(w, r)
+	p, name, st, ok := s.volumeFile(w, r)
 	if !ok {
 		return
 	}
-	v, st, ok := s.volumeFiles(w, r)
-	if !ok {
-		return
-	}
-	if _, err := st.EditVolume(r.Context(), nodeapi.VolumeEdit{Volume: nodeapi.VolumeName(v.ID), Path: p, Op: nodeapi.VolumeRemove}); err != nil {
+	if _, err := st.EditVolume(r.Context(), nodeapi.VolumeEdit{Volume: name, Path: p, Op: nodeapi.VolumeRemove}); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -183,11 +164,11 @@ func (s *Server) mkdirVolume(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "path is required")
 		return
 	}
-	v, st, ok := s.volumeFiles(w, r)
+	st, name, ok := s.volumeStore(w, r)
 	if !ok {
 		return
 	}
-	e, err := st.EditVolume(r.Context(), nodeapi.VolumeEdit{Volume: nodeapi.VolumeName(v.ID), Path: req.Path, Op: nodeapi.VolumeMkdir, Parents: true})
+	e, err := st.EditVolume(r.Context(), nodeapi.VolumeEdit{Volume: name, Path: req.Path, Op: nodeapi.VolumeMkdir, Parents: true})
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -60,14 +59,7 @@ func (c *Client) ReadVolumeFile(ctx context.Context, ref, path string) (io.ReadC
 		return nil, err
 	}
 	resp, err := c.send(req)
-	if err != nil {
-		return nil, err
-	}
-	if isJSON(resp) {
-		resp.Body.Close()
-		return nil, fmt.Errorf("read %s: %w", path, ErrIsDirectory)
-	}
-	return resp.Body, nil
+	return fileBody(resp, err, path)
 }
 
 // ListVolumeDir lists one page of a directory of a volume.
@@ -84,21 +76,7 @@ func (c *Client) ListVolumeDir(ctx context.Context, ref, path string, opts ListD
 // WriteVolumeFile creates or replaces a file of a volume (making its
 // parents); it is durable when WriteVolumeFile returns.
 func (c *Client) WriteVolumeFile(ctx context.Context, ref, path string, content io.Reader) (*apiv1.FileEntry, error) {
-	req, err := c.newRequest(ctx, http.MethodPut, volumePath(ref, "files"), url.Values{"path": {path}}, content)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.send(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var entry apiv1.FileEntry
-	if err := decodeBody(resp, &entry); err != nil {
-		return nil, err
-	}
-	return &entry, nil
+	return c.putFile(ctx, volumePath(ref, "files"), path, content)
 }
 
 // RemoveVolumeFile deletes a file or directory (recursively) of a volume.
