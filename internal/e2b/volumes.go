@@ -164,8 +164,9 @@ func (h *Handler) failVolume(w http.ResponseWriter, err error) {
 
 // volumeContent authenticates a volume content request, by the volume's
 // token or an API key that sees the volume, and hands the handler the
-// volume and its node. An unknown volume, a wrong token and another
-// project's key all get the same 404 (a missing token a 401).
+// volume and its node. A token that is neither the volume's nor an API key
+// gets a 401 whether the volume exists or not; an API key of another
+// project gets the 404 of a missing volume.
 func (h *Handler) volumeContent(next func(http.ResponseWriter, *http.Request, controlplane.Volume, controlplane.VolumeStore)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("volumeID")
@@ -182,9 +183,12 @@ func (h *Handler) volumeContent(next func(http.ResponseWriter, *http.Request, co
 			v, err = h.cfg.ControlPlane.VolumeByToken(id, bearer)
 			if err != nil {
 				// Not the volume's token: perhaps an API key as bearer.
-				if k, kerr := h.cfg.Keys.Check(bearer); kerr == nil {
-					v, err = h.cfg.ControlPlane.ResolveVolume(k.Scope(), id)
+				k, kerr := h.cfg.Keys.Check(bearer)
+				if kerr != nil {
+					writeError(w, http.StatusUnauthorized, "invalid volume token: send the token of this volume (Volume.getInfo returns it) or an API key of its project")
+					return
 				}
+				v, err = h.cfg.ControlPlane.ResolveVolume(k.Scope(), id)
 			}
 		} else if k, kerr := h.cfg.Keys.Check(secret); kerr != nil {
 			writeError(w, http.StatusUnauthorized, "invalid API key")

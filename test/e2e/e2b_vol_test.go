@@ -141,13 +141,14 @@ func TestE2BVolumes(t *testing.T) {
 	if resp := volumeContent(t, http.MethodGet, vol, "/path", q("path", "/a/b/c.txt"), ""); resp.status != 200 {
 		t.Fatalf("stat: %d %s", resp.status, resp.body)
 	}
-	// A wrong token, no token, or another volume's id: nothing.
+	// A wrong token, no token, or the token of another volume: nothing,
+	// and the same answer whether the volume exists or not.
 	wrong := vol
 	wrong.Token = "not-the-token"
-	volumeContent(t, http.MethodGet, wrong, "/file", q("path", "/a/b/c.txt"), "").wantError(t, http.StatusNotFound, "not found")
+	volumeContent(t, http.MethodGet, wrong, "/file", q("path", "/a/b/c.txt"), "").wantError(t, http.StatusUnauthorized, "invalid volume token")
 	other := vol
 	other.VolumeID = "vol-other"
-	volumeContent(t, http.MethodGet, other, "/file", q("path", "/a/b/c.txt"), "").wantError(t, http.StatusNotFound, "not found")
+	volumeContent(t, http.MethodGet, other, "/file", q("path", "/a/b/c.txt"), "").wantError(t, http.StatusUnauthorized, "invalid volume token")
 	e2bRequestAs(t, http.MethodGet, "/volumecontent/"+vol.VolumeID+"/file?path=/a/b/c.txt", nil, nil, "").wantError(t, http.StatusUnauthorized, "token")
 	volumeContent(t, http.MethodGet, vol, "/file", q("path", ""), "").wantError(t, http.StatusBadRequest, "path")
 
@@ -192,5 +193,5 @@ func TestE2BVolumes(t *testing.T) {
 		t.Fatalf("delete volume: %d %s", resp.status, resp.body)
 	}
 	e2bRequest(t, http.MethodDelete, "/volumes/"+vol.VolumeID, nil, nil).wantError(t, http.StatusNotFound, "not found")
-	volumeContent(t, http.MethodGet, vol, "/file", q("path", "/s.txt"), "").wantError(t, http.StatusNotFound, "not found")
+	volumeContent(t, http.MethodGet, vol, "/file", q("path", "/s.txt"), "").wantError(t, http.StatusUnauthorized, "invalid volume token")
 }

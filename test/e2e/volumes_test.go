@@ -346,3 +346,38 @@ func TestVolumeBadInput(t *testing.T) {
 		t.Fatalf("remove of the volume's top: %v, want 400", err)
 	}
 }
+
+// space volume create|ls|rm and sandbox create --volume.
+func TestVolumeCLI(t *testing.T) {
+	requireServer(t)
+	name := fmt.Sprintf("cli-vol-%d", time.Now().UnixNano()%1e9)
+	id, stderr, code := space(t, "", "volume", "create", name, "--size-mb", "32")
+	id = strings.TrimSpace(id)
+	if code != 0 || !strings.HasPrefix(id, "vol-") {
+		t.Fatalf("volume create: %d %q %q", code, id, stderr)
+	}
+	t.Cleanup(func() { _ = env.client.DeleteVolume(context.Background(), id) })
+	sbID, stderr, code := space(t, "", "sandbox", "create", "--template", "minimal", "--wait", "--volume", name+":/mnt/cli")
+	sbID = strings.TrimSpace(sbID)
+	if code != 0 {
+		t.Fatalf("sandbox create --volume: %d %q", code, stderr)
+	}
+	t.Cleanup(func() { _ = env.client.DeleteSandbox(context.Background(), sbID) })
+	execOK(t, sbID, "echo cli > /mnt/cli/f")
+	out, _, code := space(t, "", "volume", "ls")
+	if code != 0 || !strings.Contains(out, name) || !strings.Contains(out, sbID) {
+		t.Fatalf("volume ls: %d %q", code, out)
+	}
+	if _, stderr, code := space(t, "", "volume", "rm", name); code == 0 || !strings.Contains(stderr, "mounted") {
+		t.Fatalf("volume rm of a mounted volume: %d %q", code, stderr)
+	}
+	if _, _, code := space(t, "", "sandbox", "rm", sbID); code != 0 {
+		t.Fatal("sandbox rm failed")
+	}
+	if _, stderr, code := space(t, "", "volume", "rm", name); code != 0 {
+		t.Fatalf("volume rm: %d %q", code, stderr)
+	}
+	if _, _, code := space(t, "", "volume", "create"); code != 2 {
+		t.Fatalf("volume create without a name: exit %d, want 2 (usage)", code)
+	}
+}
