@@ -238,7 +238,8 @@ func TestE2BAPIErrors(t *testing.T) {
 		body, mentions string
 	}{
 		{`{"templateID":"minimal","mcp":{"github":{}}}`, "mcp"},
-		{`{"templateID":"minimal","volumeMounts":[{"name":"v","path":"/data"}]}`, "volumeMounts"},
+		{`{"templateID":"minimal","volumeMounts":[{"name":"v","path":"/proc"}]}`, "/proc"},
+		{`{"templateID":"minimal","volumeMounts":{"name":"v"}}`, "volumeMounts"},
 		{`{"templateID":"minimal","iam":{"tokens":{"a":{}}}}`, "iam"},
 		{`{"templateID":"minimal","network":{"maskRequestHost":"x.example"}}`, "network.maskRequestHost"},
 		{`{"templateID":"minimal","network":{"allowOut":"1.2.3.4"}}`, "network.allowOut"},
