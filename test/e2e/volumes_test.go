@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -379,5 +382,68 @@ func TestVolumeCLI(t *testing.T) {
 	}
 	if _, _, code := space(t, "", "volume", "create"); code != 2 {
 		t.Fatalf("volume create without a name: exit %d, want 2 (usage)", code)
+	}
+}
+
+// A host reboot (server, runtimes and namespaces killed) keeps the
+// volumes and what they hold; the sandbox rebooted from its disk and the
+// suspended one resumed both mount them again.
+func TestVolumeHostRebootRecovery(t *testing.T) {
+	s := newCrashServer(t, false)
+	ctx := testContext(t)
+	vol, err := s.client.CreateVolume(ctx, apiv1.CreateVolumeRequest{Name: "reboot-data", SizeMB: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 2 {
+		sb, err := s.client.CreateSandbox(ctx, mounting(vol.Name, "/mnt/r"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.client.WriteFile(ctx, sb.ID, fmt.Sprintf("/mnt/r/%d", i), strings.NewReader("kept")); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	running, suspended := ids[0], ids[1]
+	if _, err := s.client.Suspend(ctx, suspended); err != nil {
+		t.Fatal(err)
+	}
+	s.kill()
+	for _, id := range ids {
+		loseRuntime(id)
+	}
+	storage.UnmountUnder(filepath.Join(s.dataDir, "netns"))
+	_ = syscall.Unmount(filepath.Join(s.dataDir, "netns"), syscall.MNT_DETACH)
+	time.Sleep(200 * time.Millisecond)
+	s.start()
+
+	if got, err := s.client.WaitSandbox(ctx, running, apiv1.StateRunning, time.Minute); err != nil || got.Recovered == "" {
+		t.Fatalf("running sandbox after reboot: %+v, %v", got, err)
+	}
+	if _, err := s.client.Resume(ctx, suspended); err != nil {
+		t.Fatalf("resume of the suspended sandbox after reboot: %v", err)
+	}
+	for _, id := range ids {
+		res, err := s.client.Exec(ctx, id, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", "cat /mnt/r/0 /mnt/r/1"}})
+		if err != nil || res.Stdout != "keptkept" {
+			t.Fatalf("%s after reboot reads %+v, %v", id, res, err)
+		}
+	}
+	got, err := s.client.GetVolume(ctx, vol.ID)
+	if err != nil || len(got.MountedBy) != 2 {
+		t.Fatalf("volume after reboot: %+v %v", got, err)
+	}
+	for _, id := range ids {
+		if err := s.client.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.client.DeleteVolume(ctx, vol.ID); err != nil {
+		t.Fatal(err)
 	}
 }
