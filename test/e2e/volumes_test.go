@@ -447,3 +447,29 @@ func TestVolumeHostRebootRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A read-only mount reads what the volume holds and refuses writes, while
+// another sandbox writes to the same volume read-write.
+func TestVolumeReadOnlyMount(t *testing.T) {
+	ctx := testContext(t)
+	vol := newVolume(t, env.client, "ro-data", 32)
+	if _, err := env.client.WriteVolumeFile(ctx, vol.ID, "/f", strings.NewReader("shared")); err != nil {
+		t.Fatal(err)
+	}
+	ro := newSandbox(t, apiv1.CreateSandboxRequest{VolumeMounts: []apiv1.VolumeMount{{Volume: vol.Name, Path: "/ro", ReadOnly: true}}})
+	rw := newSandbox(t, mounting(vol.Name, "/rw"))
+	if got := execOK(t, ro.ID, "cat /ro/f"); got != "shared" {
+		t.Fatalf("read-only mount reads %q", got)
+	}
+	res, err := env.client.Exec(ctx, ro.ID, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo x > /ro/g"}})
+	if err != nil || res.ExitCode == 0 || !strings.Contains(res.Stderr, "Read-only") {
+		t.Fatalf("write to a read-only mount: %+v %v", res, err)
+	}
+	execOK(t, rw.ID, "echo later > /rw/g")
+	if got := execOK(t, ro.ID, "cat /ro/g"); got != "later\n" {
+		t.Fatalf("read-only mount reads %q of the other sandbox's write", got)
+	}
+	if !ro.VolumeMounts[0].ReadOnly {
+		t.Fatalf("sandbox view: %+v", ro.VolumeMounts)
+	}
+}
