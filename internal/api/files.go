@@ -151,13 +151,22 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+// mkdirPath reads the body of a mkdir route: its path, which is required.
+func (s *Server) mkdirPath(w http.ResponseWriter, r *http.Request) (string, bool) {
 	var req apiv1.MkdirRequest
 	if !s.readJSON(w, r, &req) {
-		return
+		return "", false
 	}
 	if req.Path == "" {
 		writeError(w, http.StatusBadRequest, "path is required")
+		return "", false
+	}
+	return req.Path, true
+}
+
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.mkdirPath(w, r)
+	if !ok {
 		return
 	}
 	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
@@ -165,7 +174,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	info, err := sb.MakeDir(r.Context(), req.Path, r.URL.Query().Get("user"))
+	info, err := sb.MakeDir(r.Context(), p, r.URL.Query().Get("user"))
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -156,19 +156,15 @@ func (s *Server) removeVolumeFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) mkdirVolume(w http.ResponseWriter, r *http.Request) {
-	var req apiv1.MkdirRequest
-	if !s.readJSON(w, r, &req) {
-		return
-	}
-	if req.Path == "" {
-		writeError(w, http.StatusBadRequest, "path is required")
+	p, ok := s.mkdirPath(w, r)
+	if !ok {
 		return
 	}
 	st, name, ok := s.volumeStore(w, r)
 	if !ok {
 		return
 	}
-	e, err := st.EditVolume(r.Context(), nodeapi.VolumeEdit{Volume: name, Path: req.Path, Op: nodeapi.VolumeMkdir, Parents: true})
+	e, err := st.EditVolume(r.Context(), nodeapi.VolumeEdit{Volume: name, Path: p, Op: nodeapi.VolumeMkdir, Parents: true})
 	if err != nil {
 		s.fail(w, err)
 		return

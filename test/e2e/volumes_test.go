@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -413,14 +410,7 @@ func TestVolumeHostRebootRecovery(t *testing.T) {
 	if _, err := s.client.Suspend(ctx, suspended); err != nil {
 		t.Fatal(err)
 	}
-	s.kill()
-	for _, id := range ids {
-		loseRuntime(id)
-	}
-	storage.UnmountUnder(filepath.Join(s.dataDir, "netns"))
-	_ = syscall.Unmount(filepath.Join(s.dataDir, "netns"), syscall.MNT_DETACH)
-	time.Sleep(200 * time.Millisecond)
-	s.start()
+	s.reboot(ids)
 
 	if got, err := s.client.WaitSandbox(ctx, running, apiv1.StateRunning, time.Minute); err != nil || got.Recovered == "" {
 		t.Fatalf("running sandbox after reboot: %+v, %v", got, err)
