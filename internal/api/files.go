@@ -152,13 +152,22 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+// mkdirPath reads the body of a mkdir route: its path, which is required.
+func (s *Server) mkdirPath(w http.ResponseWriter, r *http.Request) (string, bool) {
 	var req apiv1.MkdirRequest
 	if !s.readJSON(w, r, &req) {
-		return
+		return "", false
 	}
 	if req.Path == "" {
 		writeError(w, http.StatusBadRequest, "path is required")
+		return "", false
+	}
+	return req.Path, true
+}
+
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.mkdirPath(w, r)
+	if !ok {
 		return
 	}
 	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
@@ -166,7 +175,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	info, err := sb.MakeDir(r.Context(), req.Path, r.URL.Query().Get("user"))
+	info, err := sb.MakeDir(r.Context(), p, r.URL.Query().Get("user"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -204,17 +213,25 @@ func (s *Server) readSnapshotFile(w http.ResponseWriter, r *http.Request, snap, 
 		s.fail(w, err)
 		return
 	}
+	s.serveVolumePath(w, r, p, body, info, func(opts nodeapi.ListOptions) (nodeapi.DirPage, error) {
+		if opts.Depth > 1 {
+			return nil, &nodeapi.AgentError{Status: http.StatusBadRequest, Message: "snapshot listings have depth 1"}
+		}
+		return s.cp.ListSnapshotDir(r.Context(), r.PathValue("id"), snap, p, opts)
+	})
+}
+
+// serveVolumePath answers a read of a path of a volume (a snapshot's
+// filesystem or a persistent volume) that the node opened: a file's bytes,
+// or for a directory the page list gives.
+func (s *Server) serveVolumePath(w http.ResponseWriter, r *http.Request, p string, body io.ReadCloser, info *filesystempb.EntryInfo, list func(nodeapi.ListOptions) (nodeapi.DirPage, error)) {
 	defer body.Close()
 	if info.GetType() == filesystempb.FileType_FILE_TYPE_DIRECTORY {
 		opts, ok := listOptions(w, r)
 		if !ok {
 			return
 		}
-		if opts.Depth > 1 {
-			writeError(w, http.StatusBadRequest, "snapshot listings have depth 1")
-			return
-		}
-		page, err := s.cp.ListSnapshotDir(r.Context(), r.PathValue("id"), snap, p, opts)
+		page, err := list(opts)
 		if err != nil {
 			s.fail(w, err)
 			return

@@ -25,7 +25,7 @@ func (s *Server) projectView(name string, keys int) apiv1.Project {
 	u := s.cp.Usage(name)
 	return apiv1.Project{
 		Name: name, Quota: q, Settings: o,
-		Usage: apiv1.ProjectUsage{Sandboxes: u.Sandboxes, MemoryMB: u.MemoryMB, Snapshots: u.Snapshots, Keys: keys},
+		Usage: apiv1.ProjectUsage{Sandboxes: u.Sandboxes, MemoryMB: u.MemoryMB, Snapshots: u.Snapshots, Keys: keys, VolumeMB: u.VolumeMB},
 	}
 }
 

@@ -13,12 +13,12 @@ func TestScopedRefusesUnknownPathParameters(t *testing.T) {
 	for _, pattern := range []string{"GET /v1/sandboxes", "POST /v1/templates", "GET /healthz"} {
 		s.scoped(pattern, noop) // no parameter: nothing to scope
 	}
-	for _, pattern := range []string{"GET /v1/sandboxes/{id}/files", "DELETE /v1/templates/{name}"} {
+	for _, pattern := range []string{"GET /v1/sandboxes/{id}/files", "DELETE /v1/templates/{name}", "PUT /v1/volumes/{id}/files"} {
 		if s.scoped(pattern, noop) == nil {
 			t.Fatalf("%s: nil handler", pattern)
 		}
 	}
-	for _, pattern := range []string{"GET /v1/volumes/{id}", "POST /v1/things/{name}/do"} {
+	for _, pattern := range []string{"GET /v1/widgets/{id}", "POST /v1/things/{name}/do"} {
 		func() {
 			defer func() {
 				if recover() == nil {

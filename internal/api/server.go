@@ -156,6 +156,15 @@ func (s *Server) routes() {
 	authed("DELETE /v1/templates/{name}", s.deleteTemplate)
 	authed("PUT /v1/templates/{name}/pool", s.setPool)
 
+	authed("POST /v1/volumes", s.createVolume)
+	authed("GET /v1/volumes", s.listVolumes)
+	authed("GET /v1/volumes/{id}", s.getVolume)
+	authed("DELETE /v1/volumes/{id}", s.deleteVolume)
+	authed("GET /v1/volumes/{id}/files", s.readVolumeFiles)
+	authed("PUT /v1/volumes/{id}/files", s.writeVolumeFile)
+	authed("DELETE /v1/volumes/{id}/files", s.removeVolumeFile)
+	authed("POST /v1/volumes/{id}/files/mkdir", s.mkdirVolume)
+
 	admin("POST /v1/keys", s.createKey)
 	admin("GET /v1/keys", s.listKeys)
 	admin("DELETE /v1/keys/{id}", s.revokeKey)
@@ -264,6 +273,14 @@ func (s *Server) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc 
 	case strings.HasPrefix(path, "/v1/templates/{name}"):
 		return func(w http.ResponseWriter, r *http.Request) {
 			if _, err := s.cfg.Templates.Get(scopeOf(r), r.PathValue("name")); err != nil {
+				s.fail(w, err)
+				return
+			}
+			next(w, r)
+		}
+	case strings.HasPrefix(path, "/v1/volumes/{id}"):
+		return func(w http.ResponseWriter, r *http.Request) {
+			if _, err := s.cp.ResolveVolume(scopeOf(r), r.PathValue("id")); err != nil {
 				s.fail(w, err)
 				return
 			}

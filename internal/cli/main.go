@@ -44,6 +44,7 @@ func init() {
 		{"shell", "open an interactive shell in a sandbox", runShell},
 		{"cp", "copy files between the local machine and a sandbox", runCp},
 		{"template", "build, list, inspect and remove templates", runTemplate},
+		{"volume", "create, list and remove persistent volumes", runVolume},
 		{"keys", "create, list and revoke API keys (admin key only)", runKeys},
 		{"projects", "list projects and set their quotas (admin key only)", runProjects},
 		{"secrets", "store, list and remove secrets for credential rules (admin key only)", runSecrets},

@@ -91,11 +91,13 @@ space serve); 0 is unlimited. Needs the admin key.`)
 	fs.Var(&memory, "max-memory-mb", "sum of memory_mb of the project's sandboxes")
 	fs.Var(&snapshots, "max-snapshots", "snapshots the project may keep")
 	fs.Var(&rate, "creates-per-second", "sandbox creates a second (branches count one each)")
+	var volumeMB optionalInt
+	fs.Var(&volumeMB, "max-volume-mb", "sum of size_mb of the project's volumes")
 	rest, err := fs.parse(args, true)
 	if err != nil {
 		return err
 	}
-	for name, o := range map[string]*optionalInt{"max-sandboxes": &sandboxes, "max-memory-mb": &memory, "max-snapshots": &snapshots} {
+	for name, o := range map[string]*optionalInt{"max-sandboxes": &sandboxes, "max-memory-mb": &memory, "max-snapshots": &snapshots, "max-volume-mb": &volumeMB} {
 		if o.set && o.value < 0 {
 			return fs.usageErrorf("--%s must be 0 (unlimited) or positive", name)
 		}
@@ -108,7 +110,7 @@ space serve); 0 is unlimited. Needs the admin key.`)
 		return err
 	}
 	p, err := c.SetProjectQuota(ctx, rest[0], apiv1.QuotaSettings{
-		MaxSandboxes: sandboxes.ptr(), MaxMemoryMB: memory.ptr(), MaxSnapshots: snapshots.ptr(), CreatesPerSecond: rate.v,
+		MaxSandboxes: sandboxes.ptr(), MaxMemoryMB: memory.ptr(), MaxSnapshots: snapshots.ptr(), CreatesPerSecond: rate.v, MaxVolumeMB: volumeMB.ptr(),
 	})
 	if err != nil {
 		return err

@@ -42,6 +42,8 @@ starting when the command returns.`)
 	privatePorts := fs.Bool("private-ports", false, "exposed ports need the sandbox's traffic token")
 	var credentials credentialFlags
 	credentials.register(fs)
+	var volumes volumeFlags
+	fs.Var(&volumes, "volume", "mount a persistent volume, `NAME:/path[:ro]` (repeatable)")
 	positional, err := fs.parse(args, true)
 	if err != nil {
 		return err
@@ -59,6 +61,7 @@ starting when the command returns.`)
 		req.Network.AllowPublicTraffic = &public
 	}
 	req.Credentials = credentials.rules
+	req.VolumeMounts = volumes.mounts
 	c, err := connect()
 	if err != nil {
 		return err

@@ -64,12 +64,18 @@ type PlaceRequest struct {
 	// Pooled says the request's limits are those of the template's pool,
 	// so a pooled sandbox can serve it.
 	Pooled bool
+	// Node pins the sandbox to one node (it mounts volumes that live
+	// there); empty: any node.
+	Node string
 }
 
 func (q PlaceRequest) String() string {
 	s := fmt.Sprintf("%d vCPUs / %d MiB of memory / %d MiB of disk", q.VCPUs, q.MemoryMB, q.DiskMB)
 	if q.Template != "" {
 		s += " of template " + q.Template
+	}
+	if q.Node != "" {
+		s += " on node " + q.Node + " (where its volumes live)"
 	}
 	return s
 }
@@ -165,6 +171,9 @@ func (r *Registry) Place(req PlaceRequest) (string, error) {
 			continue
 		}
 		info := n.Info
+		if req.Node != "" && n.ID != req.Node {
+			continue
+		}
 		if req.Template != "" && !slices.Contains(info.Templates, req.Template) && !slices.Contains(info.TemplateImages, req.Template) {
 			continue
 		}

@@ -75,6 +75,8 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 			s.Credentials = slices.Clone(src.Credentials)
 			s.Source = &capture
 			s.Node = src.Node
+			// The same volumes, live: a branch shares them, never a copy.
+			s.Mounts = slices.Clone(src.Mounts)
 		})
 		if err != nil {
 			if len(admitted) == 0 {
@@ -128,6 +130,7 @@ func (cp *ControlPlane) startCopies(rs []*record, src Source, done func()) {
 			return n.ResumeFrom(ctx, nodeapi.RestoreSpec{
 				ID: s.ID, Image: src.Image, FromVolume: src.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
 				AccessToken: src.AccessToken, NewIdentity: cp.identity(s), Network: s.policy(),
+				Mounts: nodeMounts(s.Mounts),
 			})
 		})
 	}

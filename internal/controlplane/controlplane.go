@@ -244,6 +244,9 @@ type Sandbox struct {
 	// Node is the node the sandbox runs on; "" (records of versions with
 	// one node) is serve's one node.
 	Node string `json:"node,omitempty"`
+	// Mounts are the persistent volumes it mounts (volumes.go), fixed
+	// for its life.
+	Mounts []Mount `json:"mounts,omitempty"`
 }
 
 // Lifecycle holds a sandbox's lifetime settings; its wire form is the
@@ -259,7 +262,7 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		SuspendedAt: s.SuspendedAt, DiskOnly: s.DiskOnly, BranchOf: s.BranchOf, Snapshot: s.Snapshot, Recovered: s.Recovered,
 		Network:   s.Traffic.view(s.Network.api()),
 		Lifecycle: s.Lifecycle, TrafficAccessToken: s.TrafficToken(),
-		Credentials: credentialsAPI(s.Credentials),
+		Credentials: credentialsAPI(s.Credentials), VolumeMounts: mountsAPI(s.Mounts),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -50,6 +51,9 @@ func (cp *ControlPlane) Create(scope project.Scope, req apiv1.CreateSandboxReque
 	}
 	if err := cp.checkRequest(scope.Owner(), &req); err != nil {
 		return Sandbox{}, err
+	}
+	if len(req.VolumeMounts) > 0 {
+		return cp.createMounting(scope, req)
 	}
 	tpl, tplName, err := cp.cfg.Templates.Resolve(scope, req.Template)
 	if err != nil {
@@ -105,7 +109,7 @@ func (cp *ControlPlane) startFromTemplate(ctx context.Context, n Node, s Sandbox
 func (cp *ControlPlane) createSpec(s Sandbox, tpl nodeapi.TemplateSpec) nodeapi.CreateSpec {
 	return nodeapi.CreateSpec{
 		ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s),
-		Network: s.policy(),
+		Network: s.policy(), Mounts: nodeMounts(s.Mounts),
 	}
 }
 
@@ -156,9 +160,16 @@ func (cp *ControlPlane) createPooled(owner, nodeID string, n Node, req apiv1.Cre
 // createFromSnapshot starts a new sandbox from a snapshot's memory and
 // filesystem, with an identity of its own.
 func (cp *ControlPlane) createFromSnapshot(scope project.Scope, req apiv1.CreateSandboxRequest) (Sandbox, error) {
+	if len(req.VolumeMounts) > 0 {
+		return Sandbox{}, invalid("volume_mounts cannot be given with snapshot: a sandbox started from a snapshot mounts the volumes its snapshot's sandbox mounted")
+	}
 	snap, release, err := cp.holdSnapshot(func() (Snapshot, error) { return cp.ResolveSnapshot(scope, req.Snapshot) },
 		"a start of a new sandbox from it")
 	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := cp.checkMountsExist(snap.Mounts); err != nil {
+		release()
 		return Sandbox{}, err
 	}
 	if err := cp.checkRequest(scope.Owner(), &req); err != nil {
@@ -180,6 +191,7 @@ func (cp *ControlPlane) createFromSnapshot(scope project.Scope, req apiv1.Create
 		s.Snapshot = src.Snapshot
 		s.Source = &src
 		s.Node = snap.Node
+		s.Mounts = slices.Clone(snap.Mounts)
 	})
 	if err != nil {
 		release()

@@ -228,6 +228,9 @@ func (cp *ControlPlane) beginMove(ctx context.Context, r *record, from string) (
 	default:
 		return nil, nil, fmt.Errorf("it is %s", s.State)
 	}
+	if len(s.Mounts) > 0 {
+		return nil, nil, fmt.Errorf("it mounts volume %s, which lives on this node (volumes do not move); kill it, or drain it after it has stopped", s.Mounts[0].Name)
+	}
 	snaps, release, err := cp.holdForMove(s.ID, from)
 	if err != nil {
 		return nil, nil, err
@@ -704,6 +707,10 @@ func (cp *ControlPlane) drainSnapshots(ctx context.Context, id string) map[strin
 // moveSnapshot moves one snapshot of a sandbox that is gone off node from.
 func (cp *ControlPlane) moveSnapshot(ctx context.Context, snap Snapshot, from string) error {
 	key := snapshotKey(snap.SandboxID, snap.Name)
+	if len(snap.Mounts) > 0 {
+		// A sandbox started from it must mount the volume, which stays here.
+		return fmt.Errorf("its sandbox mounted volume %s, which lives on this node (volumes do not move)", snap.Mounts[0].Name)
+	}
 	cp.snapMu.Lock()
 	if users := cp.snapshotUsers[key]; len(users) > 0 {
 		cp.snapMu.Unlock()

@@ -131,6 +131,14 @@ func (tn *testNodes) Node(id string) (Node, error) {
 func (tn *testNodes) Place(req cluster.PlaceRequest) (string, error) {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
+	if req.Node != "" {
+		// Pinned (its volumes live there), as the registry places it.
+		if tn.state[req.Node] == cluster.Ready {
+			tn.placed = append(tn.placed, req.Node)
+			return req.Node, nil
+		}
+		return "", &cluster.CapacityError{Request: req, Nodes: len(tn.order)}
+	}
 	for range tn.order {
 		id := tn.order[tn.next%len(tn.order)]
 		tn.next++

@@ -15,6 +15,7 @@ type Usage struct {
 	Sandboxes int
 	MemoryMB  int
 	Snapshots int
+	VolumeMB  int
 }
 
 // Usage returns project p's usage.
@@ -23,6 +24,7 @@ func (cp *ControlPlane) Usage(p string) Usage {
 	u := cp.usage(p)
 	cp.mu.Unlock()
 	u.Snapshots = cp.snapshotCount(p)
+	u.VolumeMB = cp.volumeMB(p)
 	return u
 }
 
@@ -93,6 +95,33 @@ func (cp *ControlPlane) snapshotCount(p string) int {
 		if project.Of(s.Project) == project.Of(p) {
 			n++
 		}
+	}
+	return n
+}
+
+// checkVolumeQuota refuses sizeMB more of volumes in project p past its
+// quota. The volumes lock is held, so concurrent creates cannot both take
+// the last room.
+func (cp *ControlPlane) checkVolumeQuota(p string, sizeMB int) error {
+	if cp.cfg.Quotas == nil {
+		return nil
+	}
+	q := cp.cfg.Quotas.Of(p)
+	if used := cp.volumeMB(p); q.MaxVolumeMB > 0 && used+sizeMB > q.MaxVolumeMB {
+		return &QuotaError{Project: project.Of(p), Message: fmt.Sprintf("the project's volumes hold %d MiB of its %d MiB; %d MiB more does not fit", used, q.MaxVolumeMB, sizeMB)}
+	}
+	return nil
+}
+
+// volumeMB sums the sizes of project p's volumes.
+func (cp *ControlPlane) volumeMB(p string) int {
+	vols, err := cp.Volumes(project.In(p))
+	if err != nil {
+		cp.log.Error("count volumes", "err", err)
+	}
+	n := 0
+	for _, v := range vols {
+		n += v.SizeMB
 	}
 	return n
 }

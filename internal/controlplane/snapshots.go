@@ -47,6 +47,9 @@ type Snapshot struct {
 	// Node holds the volume and image (the source sandbox's node; "" as
 	// on sandboxes).
 	Node string `json:"node,omitempty"`
+	// Mounts are the persistent volumes the source mounted: not part of
+	// the snapshot, mounted again (live) by a sandbox started from it.
+	Mounts []Mount `json:"mounts,omitempty"`
 }
 
 // source is what a sandbox started from the snapshot restores from.
@@ -106,7 +109,7 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 		ID: snapID, Name: name, SandboxID: s.ID, CreatedAt: time.Now().UTC(), Rolling: rolling,
 		Volume: path.Join("snapshots", s.ID, snapID), Image: snapshotImage(s.ID, snapID),
 		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken, Project: project.Of(s.Project),
-		Node: s.Node,
+		Node: s.Node, Mounts: s.Mounts,
 	}
 	back := s.State
 	err = cp.step(r, apiv1.StateSnapshotting, back, "", func() error {
@@ -360,7 +363,7 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 		crashpoint.Hit("restore-suspended")
 		spec := nodeapi.RestoreSpec{
 			ID: s.ID, Image: snap.Image, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
-			AccessToken: snap.AccessToken, Rollback: true, Network: s.policy(),
+			AccessToken: snap.AccessToken, Rollback: true, Network: s.policy(), Mounts: nodeMounts(s.Mounts),
 		}
 		if snap.SandboxID != s.ID || snap.AccessToken != s.AccessToken {
 			spec.NewIdentity = cp.identity(s)
@@ -410,6 +413,7 @@ func (cp *ControlPlane) unrestore(ctx context.Context, n Node, r *record, from, 
 	ctx = context.WithoutCancel(ctx)
 	err := n.ResumeFrom(ctx, nodeapi.RestoreSpec{
 		ID: s.ID, Image: image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken, Network: s.policy(),
+		Mounts: nodeMounts(s.Mounts),
 	})
 	if err == nil && from == apiv1.StatePaused {
 		err = n.Pause(ctx, s.ID)

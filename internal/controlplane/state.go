@@ -35,10 +35,16 @@ func canMove(from, to string) bool {
 // StateError is a request that the sandbox's current state does not allow.
 type StateError struct {
 	ID, State, Want string
+	// Kind names what ID is when it is not a sandbox ("volume").
+	Kind string
 }
 
 func (e *StateError) Error() string {
-	return fmt.Sprintf("sandbox %s is %s; cannot %s", e.ID, e.State, e.Want)
+	kind := e.Kind
+	if kind == "" {
+		kind = "sandbox"
+	}
+	return fmt.Sprintf("%s %s is %s; cannot %s", kind, e.ID, e.State, e.Want)
 }
 
 // terminal states end a sandbox's life.

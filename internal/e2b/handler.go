@@ -54,6 +54,7 @@ type ControlPlane interface {
 	ResolveTemplate(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, error)
 	SetEgress(ctx context.Context, id string, req apiv1.NetworkPolicy, headerRules []apiv1.CredentialRule) (controlplane.Sandbox, error)
 	SecretUsers(p, name string) []string
+	VolumeControl
 }
 
 // Keys checks API keys; *auth.Keys satisfies it.
@@ -144,6 +145,19 @@ func (h *Handler) routes() {
 	authed("GET /secrets/{secretID}", h.getSecret)
 	authed("POST /secrets/{secretID}", h.updateSecret)
 	authed("DELETE /secrets/{secretID}", h.deleteSecret)
+	authed("POST /volumes", h.createVolume)
+	authed("GET /volumes", h.listVolumes)
+	authed("GET /volumes/{volumeID}", h.getVolume)
+	authed("DELETE /volumes/{volumeID}", h.deleteVolume)
+	// The content routes take the volume's token as well as an API key
+	// and check the volume themselves (volumeContent).
+	open("GET /volumecontent/{volumeID}/dir", h.volumeContent(h.listVolumeDir))
+	open("POST /volumecontent/{volumeID}/dir", h.volumeContent(h.makeVolumeDir))
+	open("GET /volumecontent/{volumeID}/path", h.volumeContent(h.statVolumePath))
+	open("PATCH /volumecontent/{volumeID}/path", h.volumeContent(h.updateVolumePath))
+	open("DELETE /volumecontent/{volumeID}/path", h.volumeContent(h.removeVolumePath))
+	open("GET /volumecontent/{volumeID}/file", h.volumeContent(h.readVolumeFile))
+	open("PUT /volumecontent/{volumeID}/file", h.volumeContent(h.writeVolumeFile))
 	open("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -185,6 +199,14 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 	case path == "/secrets/{secretID}":
 		// A secret is looked up in the caller's project only (findSecret).
 		return next
+	case path == "/volumes/{volumeID}":
+		return func(w http.ResponseWriter, r *http.Request) {
+			if _, err := h.cfg.ControlPlane.ResolveVolume(scopeOf(r), r.PathValue("volumeID")); err != nil {
+				h.fail(w, err)
+				return
+			}
+			next(w, r)
+		}
 	case strings.Contains(path, "{"):
 		panic("e2b: route " + pattern + " has a path parameter but no project scoping")
 	}

@@ -50,8 +50,6 @@ func emptyJSON(raw json.RawMessage) bool {
 // the message of a 400; "" when there is none.
 func (req *newSandbox) unsupported() string {
 	switch {
-	case !emptyJSON(req.VolumeMounts):
-		return "volumeMounts is not supported by space: persistent volumes cannot be mounted into E2B sandboxes; remove the volumeMounts option"
 	case !emptyJSON(req.IAM):
 		return "iam is not supported by space: no IAM tokens can be issued to sandboxes; remove the iam option"
 	}
@@ -121,6 +119,11 @@ func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
 	if msg := req.pauseMemory(&out); msg != "" {
 		return out, msg
 	}
+	mounts, msg := volumeMounts(req.VolumeMounts)
+	if msg != "" {
+		return out, msg
+	}
+	out.VolumeMounts = mounts
 	policy, msg := req.networkPolicy()
 	out.Network = policy
 	if msg == "" {
@@ -231,6 +234,8 @@ type listedSandbox struct {
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
+	// VolumeMounts are the volumes it mounts (by name), absent for none.
+	VolumeMounts []sandboxVolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // sandboxDetail is E2B's SandboxDetail (GET /sandboxes/{id}).
@@ -334,7 +339,7 @@ func listedView(s controlplane.Sandbox) listedSandbox {
 		TemplateID: s.TemplateName(), Alias: s.TemplateName(), SandboxID: s.ID, ClientID: clientID,
 		StartedAt: started.UTC().Format(time.RFC3339Nano), EndAt: s.ExpiresAt.UTC().Format(time.RFC3339Nano),
 		CPUCount: s.VCPUs, MemoryMB: s.MemoryMB, DiskSizeMB: s.DiskMB, State: state,
-		EnvdVersion: envdVersion, Metadata: metadata,
+		EnvdVersion: envdVersion, Metadata: metadata, VolumeMounts: mountsView(s),
 	}
 }
 

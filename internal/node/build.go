@@ -42,7 +42,7 @@ func (n *Node) StartBuild(ctx context.Context, volume string, limits runtime.Lim
 			n.stopBuild(context.WithoutCancel(ctx), id)
 		}
 	}()
-	sb, err := n.startAgent(ctx, id, volume, limits, policy, agentInit{
+	sb, err := n.startAgent(ctx, id, volume, limits, policy, nil, agentInit{
 		AccessToken: randomHex(32), DefaultUser: "root", DefaultWorkdir: "/",
 		Hostname: "space-build",
 	})

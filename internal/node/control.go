@@ -75,7 +75,10 @@ func (n *Node) Create(ctx context.Context, req nodeapi.CreateRequest) (err error
 	// Pool refills wait while a create someone waits for runs.
 	n.pools.active.enter()
 	defer n.pools.active.leave()
-	if !req.Warm {
+	// The template's booted image was checkpointed without the
+	// sandbox's volume mounts, and a restore must find the mounts its
+	// image was taken with: a sandbox that mounts volumes boots.
+	if !req.Warm || len(spec.Mounts) > 0 {
 		return n.create(ctx, spec)
 	}
 	img, err := n.templateImage(ctx, spec.Template)

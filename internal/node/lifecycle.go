@@ -356,6 +356,10 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 	if !n.cfg.Volumes.Exists(vol) {
 		return fmt.Errorf("restore %s: root volume is missing", spec.ID)
 	}
+	binds, err := n.runtimeMounts(vol, spec.Mounts)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", spec.ID, err)
+	}
 	slot := n.cfg.Namespaces.Slot(spec.ID)
 	if !slot.Exists() {
 		if slot, err = n.cfg.Namespaces.Create(spec.ID); err != nil {
@@ -371,7 +375,8 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 	rs := runtime.Spec{
 		ID: spec.ID, RootfsPath: n.cfg.Volumes.Path(vol), NetNSPath: slot.NetNSPath(),
 		AgentDir: n.agentDir, Args: []string{agentPath}, Hostname: spec.ID, Limits: spec.Limits,
-		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Mounts: binds,
 	}
 	if err := n.cfg.Runtime.Restore(ctx, rs, imageDir); err != nil {
 		_ = n.destroySlot(slot)

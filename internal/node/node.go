@@ -51,6 +51,10 @@ type Volumes interface {
 	List(prefix string) ([]string, error)
 	Exists(name string) bool
 	Rename(src, dst string) error
+	// Create, Usage and Sync serve persistent volumes.
+	Create(name string) (string, error)
+	Usage(name string) (int64, error)
+	Sync(name string) error
 }
 
 // Config wires a node.

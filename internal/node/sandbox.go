@@ -83,7 +83,7 @@ func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 	}
 	entropy := make([]byte, 64)
 	_, _ = rand.Read(entropy)
-	sb, err := n.startAgent(ctx, spec.ID, volumeName(spec.ID), spec.Limits, spec.Network, agentInit{
+	sb, err := n.startAgent(ctx, spec.ID, volumeName(spec.ID), spec.Limits, spec.Network, spec.Mounts, agentInit{
 		AccessToken:    spec.AccessToken,
 		EnvVars:        env,
 		DefaultUser:    spec.Template.User,
@@ -103,7 +103,11 @@ func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 // network slot under policy, the runtime on volume with the agent as its
 // first process (holding a boot token only), then the agent's init with in
 // (stamped with the time now). The sandbox it returns is not registered.
-func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime.Limits, policy network.Policy, in agentInit) (*Sandbox, error) {
+func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime.Limits, policy network.Policy, mounts []nodeapi.VolumeMount, in agentInit) (*Sandbox, error) {
+	binds, err := n.runtimeMounts(volume, mounts)
+	if err != nil {
+		return nil, err
+	}
 	slot, err := n.cfg.Namespaces.Create(id)
 	if err != nil {
 		return nil, err
@@ -124,6 +128,7 @@ func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime
 		},
 		Hostname: in.Hostname,
 		Limits:   limits,
+		Mounts:   binds,
 	}
 	if err := n.cfg.Runtime.Start(ctx, rs); err != nil {
 		return nil, err

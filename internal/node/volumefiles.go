@@ -38,18 +38,18 @@ func (n *Node) ReadVolumeFile(_ context.Context, volume, p string) (io.ReadClose
 	// until someone writes to it.
 	fi, err := root.Stat(rel)
 	if err != nil {
-		return nil, nil, volumeLookupError(p, err)
+		return nil, nil, volumeLookupError(volume, p, err)
 	}
 	entry := volumeEntry(path.Clean(p), fi)
 	switch {
 	case fi.IsDir():
 		return http.NoBody, entry, nil
 	case !fi.Mode().IsRegular():
-		return nil, nil, &AgentError{Status: http.StatusBadRequest, Message: p + " in the snapshot is not a regular file"}
+		return nil, nil, &AgentError{Status: http.StatusBadRequest, Message: p + " in the " + volumeKind(volume) + " is not a regular file"}
 	}
 	f, err := root.Open(rel)
 	if err != nil {
-		return nil, nil, volumeLookupError(p, err)
+		return nil, nil, volumeLookupError(volume, p, err)
 	}
 	return f, entry, nil
 }
@@ -80,10 +80,10 @@ func (n *Node) ListVolumeDir(ctx context.Context, volume, p string, opts ListOpt
 	defer root.Close()
 	dir, err := root.OpenRoot(rel)
 	if err != nil {
-		return nil, volumeLookupError(p, err)
+		return nil, volumeLookupError(volume, p, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	page := &volumePage{entries: make(chan *filesystempb.EntryInfo), cancel: cancel, dir: dir, path: p, log: n.log}
+	page := &volumePage{entries: make(chan *filesystempb.EntryInfo), cancel: cancel, dir: dir, path: p, kind: volumeKind(volume), log: n.log}
 	go page.walk(ctx, depth, limit, after)
 	first, err := page.Next()
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -102,6 +102,7 @@ type volumePage struct {
 	cancel  context.CancelFunc
 	dir     *os.Root
 	path    string
+	kind    string // "snapshot" or "volume", for messages
 	log     *slog.Logger
 	// Set by walk before it closes entries.
 	next string
@@ -138,12 +139,12 @@ func (pg *volumePage) Next() (*filesystempb.EntryInfo, error) {
 	}
 	if pg.err != nil {
 		if errors.Is(pg.err, context.Canceled) || errors.Is(pg.err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("list %s in snapshot: %w", pg.path, pg.err)
+			return nil, fmt.Errorf("list %s in %s: %w", pg.path, pg.kind, pg.err)
 		}
 		// dirlist's errors name entries by their place in the volume;
 		// the log keeps them, the answer says only what failed.
-		pg.log.Warn("list snapshot directory", "path", pg.path, "err", pg.err)
-		return nil, fmt.Errorf("list %s in snapshot: reading the directory failed", pg.path)
+		pg.log.Warn("list directory of a "+pg.kind, "path", pg.path, "err", pg.err)
+		return nil, fmt.Errorf("list %s in %s: reading the directory failed", pg.path, pg.kind)
 	}
 	return nil, io.EOF
 }
@@ -172,10 +173,12 @@ func volumeEntry(p string, fi fs.FileInfo) *filesystempb.EntryInfo {
 	case fi.Mode()&os.ModeSymlink != 0:
 		kind = filesystempb.FileType_FILE_TYPE_SYMLINK
 	}
-	return &filesystempb.EntryInfo{
+	e := &filesystempb.EntryInfo{
 		Name: path.Base(p), Path: p, Type: kind, Size: fi.Size(),
 		Mode: uint32(fi.Mode().Perm()), ModifiedTime: timestamppb.New(fi.ModTime()),
 	}
+	fillOwner(e, fi)
+	return e
 }
 
 // volumeRoot opens a captured volume as an os.Root and turns p, an
@@ -188,13 +191,13 @@ func (n *Node) volumeRoot(volume, p string) (*os.Root, string, error) {
 		return nil, "", &AgentError{Status: http.StatusBadRequest, Message: "paths in a snapshot must be absolute: " + p}
 	}
 	if !n.cfg.Volumes.Exists(volume) {
-		return nil, "", &AgentError{Status: http.StatusNotFound, Message: "snapshot filesystem is gone"}
+		return nil, "", &AgentError{Status: http.StatusNotFound, Message: volumeKind(volume) + " filesystem is gone"}
 	}
 	root, err := os.OpenRoot(n.cfg.Volumes.Path(volume))
 	if err != nil {
 		// The volume's host path stays in the node's log, not the answer.
 		n.log.Error("open snapshot volume", "volume", volume, "err", err)
-		return nil, "", errors.New("cannot open the snapshot's filesystem")
+		return nil, "", errors.New("cannot open the " + volumeKind(volume) + "'s filesystem")
 	}
 	// Clean drops ".." above "/": the volume's root is the sandbox's.
 	rel := strings.TrimPrefix(path.Clean(p), "/")
@@ -206,7 +209,7 @@ func (n *Node) volumeRoot(volume, p string) (*os.Root, string, error) {
 
 // volumeLookupError describes a failed lookup inside a volume by the
 // sandbox's path p only: the *PathError's own path would be a host path.
-func volumeLookupError(p string, err error) error {
+func volumeLookupError(volume, p string, err error) error {
 	status := http.StatusBadRequest
 	if errors.Is(err, fs.ErrNotExist) {
 		status = http.StatusNotFound
@@ -216,5 +219,14 @@ func volumeLookupError(p string, err error) error {
 	if errors.As(err, &pe) {
 		msg = pe.Err.Error()
 	}
-	return &AgentError{Status: status, Message: fmt.Sprintf("%s in snapshot: %s", p, msg)}
+	return &AgentError{Status: status, Message: fmt.Sprintf("%s in %s: %s", p, volumeKind(volume), msg)}
+}
+
+// volumeKind names what a volume is to a client: a persistent volume, or
+// a snapshot's filesystem.
+func volumeKind(volume string) string {
+	if strings.HasPrefix(volume, "persistent/") {
+		return "volume"
+	}
+	return "snapshot"
 }

@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -188,6 +189,120 @@ type Transfer interface {
 	// image (ErrExists) and leaves nothing behind when it fails.
 	ReceiveImage(ctx context.Context, image string, r io.Reader) error
 }
+
+// PersistentVolumes makes and edits a node's persistent volumes: volumes
+// that outlive sandboxes, mounted into them (CreateSpec.Mounts) and read
+// without one through ReadVolumeFile and ListVolumeDir. Their names are
+// ValidName names the control plane picks (VolumeName). A node that keeps
+// no persistent volumes does not implement it.
+type PersistentVolumes interface {
+	// CreateVolume makes an empty writable volume that holds at most
+	// diskMB MiB (0: no limit). It never replaces one (ErrExists).
+	CreateVolume(ctx context.Context, name string, diskMB int) error
+	// VolumeUsage reports the bytes a persistent volume holds.
+	VolumeUsage(ctx context.Context, name string) (int64, error)
+	// WriteVolumeFile writes a regular file of a persistent volume from r
+	// (replacing one that is there) and returns its entry. path is
+	// absolute, resolved inside the volume as ReadVolumeFile resolves it;
+	// Parents creates missing directories on the way.
+	WriteVolumeFile(ctx context.Context, req VolumeEdit, r io.Reader) (*filesystempb.EntryInfo, error)
+	// EditVolume makes a directory, removes a path (recursively) or
+	// changes a path's owner and mode, and returns the entry (nil after a
+	// removal). Errors are *AgentError as for ReadVolumeFile.
+	EditVolume(ctx context.Context, req VolumeEdit) (*filesystempb.EntryInfo, error)
+}
+
+// Operations of EditVolume.
+const (
+	VolumeMkdir  = "mkdir"
+	VolumeRemove = "remove"
+	VolumeChattr = "chattr"
+	VolumeStat   = "stat"
+)
+
+// VolumeEdit is one change to a persistent volume's files.
+type VolumeEdit struct {
+	Volume string `json:"volume"`
+	Path   string `json:"path"`
+	// Op is one of the Volume* operations (ignored by WriteVolumeFile).
+	Op string `json:"op,omitempty"`
+	// Parents creates missing parent directories (and makes mkdir of an
+	// existing directory succeed).
+	Parents bool `json:"parents,omitempty"`
+	// UID, GID and Mode are set on the entry when not nil.
+	UID  *uint32 `json:"uid,omitempty"`
+	GID  *uint32 `json:"gid,omitempty"`
+	Mode *uint32 `json:"mode,omitempty"`
+}
+
+// MaxMounts bounds the persistent volumes one sandbox mounts.
+const MaxMounts = 16
+
+// CheckMounts refuses mounts a sandbox cannot have: more than MaxMounts,
+// a volume that is not a persistent one, a mount point that is not a
+// clean absolute path, that is the root, that covers or lies inside what
+// the sandbox's own machinery needs (/proc, /dev, /sys, the agent's
+// directories), that covers a system directory (/etc, /usr, ...), or that
+// two mounts share.
+func CheckMounts(mounts []VolumeMount) error {
+	if len(mounts) > MaxMounts {
+		return fmt.Errorf("at most %d volume mounts, got %d", MaxMounts, len(mounts))
+	}
+	seen := map[string]bool{}
+	for _, m := range mounts {
+		if err := ValidName(m.Volume); err != nil || !strings.HasPrefix(m.Volume, "persistent/") {
+			return fmt.Errorf("volume %q is not a persistent volume", m.Volume)
+		}
+		if err := CheckMountPath(m.Path); err != nil {
+			return err
+		}
+		if seen[m.Path] {
+			return fmt.Errorf("two volumes are mounted at %s", m.Path)
+		}
+		seen[m.Path] = true
+	}
+	for a := range seen {
+		for b := range seen {
+			if a != b && strings.HasPrefix(b, a+"/") {
+				return fmt.Errorf("volume mount %s lies inside volume mount %s", b, a)
+			}
+		}
+	}
+	return nil
+}
+
+// Mount points a volume may neither cover nor lie inside, and system
+// directories it may not cover (it may lie inside them: /usr/local/data).
+var (
+	reservedMountTrees = []string{"/proc", "/dev", "/sys", "/.space", "/run/space"}
+	systemDirs         = []string{"/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/run", "/sbin", "/usr", "/var"}
+)
+
+// CheckMountPath refuses a mount point CheckMounts would.
+func CheckMountPath(p string) error {
+	switch {
+	case p == "" || len(p) > 1024 || strings.ContainsRune(p, 0):
+		return fmt.Errorf("volume mount path %.64q must be an absolute path of 1 to 1024 bytes", p)
+	case !strings.HasPrefix(p, "/") || path.Clean(p) != p:
+		return fmt.Errorf("volume mount path %.64q must be a clean absolute path (no .., no trailing /)", p)
+	case p == "/":
+		return errors.New("a volume cannot be mounted over the sandbox's root")
+	}
+	for _, r := range reservedMountTrees {
+		if p == r || strings.HasPrefix(p, r+"/") || strings.HasPrefix(r, p+"/") {
+			return fmt.Errorf("a volume cannot be mounted at %s: it would cover %s, which the sandbox needs", p, r)
+		}
+	}
+	for _, d := range systemDirs {
+		if p == d || strings.HasPrefix(d, p+"/") {
+			return fmt.Errorf("a volume cannot be mounted at %s: it would cover the system directory %s", p, d)
+		}
+	}
+	return nil
+}
+
+// VolumeName is the node's name of the persistent volume with id.
+func VolumeName(id string) string { return "persistent/" + id }
 
 // Templates builds and deletes a node's templates, for a control plane
 // that builds a template once (on one node, in a build sandbox there) and
@@ -365,6 +480,17 @@ type CreateSpec struct {
 	AccessToken string            `json:"access_token"`
 	// Network is the sandbox's egress policy.
 	Network network.Policy `json:"network"`
+	// Mounts are the persistent volumes the sandbox mounts.
+	Mounts []VolumeMount `json:"mounts,omitempty"`
+}
+
+// VolumeMount is a persistent volume (a volume the node made with
+// CreateVolume) bind-mounted into a sandbox at Path. The mount is live:
+// every sandbox mounting the volume sees the others' writes.
+type VolumeMount struct {
+	Volume   string `json:"volume"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
 // CreateRequest is a create: cold, or (Warm) from the template's booted
@@ -425,6 +551,9 @@ type RestoreSpec struct {
 	// Rollback drops the sessions the node follows: the restored image
 	// holds other processes (a restore in place to an earlier snapshot).
 	Rollback bool `json:"rollback,omitempty"`
+	// Mounts are the persistent volumes the restored sandbox mounts: those
+	// the checkpointed one mounted, at the same paths.
+	Mounts []VolumeMount `json:"mounts,omitempty"`
 }
 
 // How the nodes sample their sandboxes' resource use: one sample per

@@ -134,7 +134,7 @@ func fromIdentity(id *pb.Identity) nodeapi.Identity {
 }
 
 func toCreateSpec(s nodeapi.CreateSpec) *pb.CreateSpec {
-	return &pb.CreateSpec{Id: s.ID, Template: toTemplate(s.Template), Limits: toLimits(s.Limits), DiskMb: int64(s.DiskMB), Env: s.Env, AccessToken: s.AccessToken, Network: toPolicy(s.Network)}
+	return &pb.CreateSpec{Id: s.ID, Template: toTemplate(s.Template), Limits: toLimits(s.Limits), DiskMb: int64(s.DiskMB), Env: s.Env, AccessToken: s.AccessToken, Network: toPolicy(s.Network), Mounts: toMounts(s.Mounts)}
 }
 
 func fromCreateSpec(s *pb.CreateSpec) (nodeapi.CreateSpec, error) {
@@ -142,7 +142,7 @@ func fromCreateSpec(s *pb.CreateSpec) (nodeapi.CreateSpec, error) {
 	if err != nil {
 		return nodeapi.CreateSpec{}, err
 	}
-	return nodeapi.CreateSpec{ID: s.GetId(), Template: fromTemplate(s.GetTemplate()), Limits: fromLimits(s.GetLimits()), DiskMB: int(s.GetDiskMb()), Env: emptyMap(s.GetEnv()), AccessToken: s.GetAccessToken(), Network: pol}, nil
+	return nodeapi.CreateSpec{ID: s.GetId(), Template: fromTemplate(s.GetTemplate()), Limits: fromLimits(s.GetLimits()), DiskMB: int(s.GetDiskMb()), Env: emptyMap(s.GetEnv()), AccessToken: s.GetAccessToken(), Network: pol, Mounts: fromMounts(s.GetMounts())}, nil
 }
 
 func toPoolLimits(l nodeapi.PoolLimits) *pb.PoolLimits {
@@ -154,7 +154,7 @@ func fromPoolLimits(l *pb.PoolLimits) nodeapi.PoolLimits {
 }
 
 func toRestoreSpec(s nodeapi.RestoreSpec) *pb.RestoreSpec {
-	out := &pb.RestoreSpec{Id: s.ID, Image: s.Image, FromVolume: s.FromVolume, Limits: toLimits(s.Limits), DiskMb: int64(s.DiskMB), AccessToken: s.AccessToken, Network: toPolicy(s.Network), Rollback: s.Rollback}
+	out := &pb.RestoreSpec{Id: s.ID, Image: s.Image, FromVolume: s.FromVolume, Limits: toLimits(s.Limits), DiskMb: int64(s.DiskMB), AccessToken: s.AccessToken, Network: toPolicy(s.Network), Rollback: s.Rollback, Mounts: toMounts(s.Mounts)}
 	if s.NewIdentity != nil {
 		out.NewIdentity = toIdentity(*s.NewIdentity)
 	}
@@ -166,7 +166,7 @@ func fromRestoreSpec(s *pb.RestoreSpec) (nodeapi.RestoreSpec, error) {
 	if err != nil {
 		return nodeapi.RestoreSpec{}, err
 	}
-	out := nodeapi.RestoreSpec{ID: s.GetId(), Image: s.GetImage(), FromVolume: s.GetFromVolume(), Limits: fromLimits(s.GetLimits()), DiskMB: int(s.GetDiskMb()), AccessToken: s.GetAccessToken(), Network: pol, Rollback: s.GetRollback()}
+	out := nodeapi.RestoreSpec{ID: s.GetId(), Image: s.GetImage(), FromVolume: s.GetFromVolume(), Limits: fromLimits(s.GetLimits()), DiskMB: int(s.GetDiskMb()), AccessToken: s.GetAccessToken(), Network: pol, Rollback: s.GetRollback(), Mounts: fromMounts(s.GetMounts())}
 	if s.NewIdentity != nil {
 		id := fromIdentity(s.NewIdentity)
 		out.NewIdentity = &id
@@ -267,4 +267,28 @@ func fromMetricSample(m *pb.MetricSample) nodeapi.MetricSample {
 		Time: m.GetTime().AsTime(), CPUCount: int(m.GetCpuCount()), CPUUsedPct: m.GetCpuUsedPct(),
 		MemUsed: m.GetMemUsed(), MemTotal: m.GetMemTotal(), MemCache: m.GetMemCache(), DiskUsed: m.GetDiskUsed(), DiskTotal: m.GetDiskTotal(),
 	}
+}
+
+func toMounts(ms []nodeapi.VolumeMount) []*pb.VolumeMount {
+	var out []*pb.VolumeMount
+	for _, m := range ms {
+		out = append(out, &pb.VolumeMount{Volume: m.Volume, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
+	return out
+}
+
+func fromMounts(ms []*pb.VolumeMount) []nodeapi.VolumeMount {
+	var out []nodeapi.VolumeMount
+	for _, m := range ms {
+		out = append(out, nodeapi.VolumeMount{Volume: m.GetVolume(), Path: m.GetPath(), ReadOnly: m.GetReadOnly()})
+	}
+	return out
+}
+
+func toVolumeEdit(e nodeapi.VolumeEdit) *pb.VolumeEdit {
+	return &pb.VolumeEdit{Volume: e.Volume, Path: e.Path, Op: e.Op, Parents: e.Parents, Uid: e.UID, Gid: e.GID, Mode: e.Mode}
+}
+
+func fromVolumeEdit(e *pb.VolumeEdit) nodeapi.VolumeEdit {
+	return nodeapi.VolumeEdit{Volume: e.GetVolume(), Path: e.GetPath(), Op: e.GetOp(), Parents: e.GetParents(), UID: e.Uid, GID: e.Gid, Mode: e.Mode}
 }

@@ -419,7 +419,8 @@ func TestConversionsRoundTrip(t *testing.T) {
 	}
 	limits := runtime.Limits{VCPUs: 2, MemoryMB: 512, Pids: 100}
 	tmpl := nodeapi.TemplateSpec{ID: "t", RootfsVolume: "templates/t", Env: map[string]string{"A": "1"}, User: "u", Workdir: "/w", Start: "start", Ready: "ready", MCPGateway: "/usr/local/bin/mcp-gateway"}
-	spec := nodeapi.CreateSpec{ID: "id", Template: tmpl, Limits: limits, DiskMB: 10, Env: map[string]string{"B": "2"}, AccessToken: "tok", Network: policy}
+	mounts := []nodeapi.VolumeMount{{Volume: "persistent/vol-a", Path: "/mnt/a"}, {Volume: "persistent/vol-b", Path: "/b", ReadOnly: true}}
+	spec := nodeapi.CreateSpec{ID: "id", Template: tmpl, Limits: limits, DiskMB: 10, Env: map[string]string{"B": "2"}, AccessToken: "tok", Network: policy, Mounts: mounts}
 	id := nodeapi.Identity{AccessToken: "new", Env: map[string]string{"C": "3"}, Info: map[string]string{"sandbox_id": "x"}}
 	now := time.Now().Round(0)
 
@@ -453,12 +454,15 @@ func TestConversionsRoundTrip(t *testing.T) {
 	check("create spec", gotSpec, spec)
 	check("template", fromTemplate(toTemplate(tmpl)), tmpl)
 	check("identity", fromIdentity(toIdentity(id)), id)
-	restore := nodeapi.RestoreSpec{ID: "id", Image: "img", FromVolume: "vol", Limits: limits, DiskMB: 5, AccessToken: "tok", NewIdentity: &id, Network: policy, Rollback: true}
+	restore := nodeapi.RestoreSpec{ID: "id", Image: "img", FromVolume: "vol", Limits: limits, DiskMB: 5, AccessToken: "tok", NewIdentity: &id, Network: policy, Rollback: true, Mounts: mounts}
 	gotRestore, err := fromRestoreSpec(toRestoreSpec(restore))
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("restore spec", gotRestore, restore)
+	mode, uid := uint32(0o750), uint32(1000)
+	edit := nodeapi.VolumeEdit{Volume: "persistent/v", Path: "/p", Op: nodeapi.VolumeMkdir, Parents: true, UID: &uid, GID: &uid, Mode: &mode}
+	check("volume edit", fromVolumeEdit(toVolumeEdit(edit)), edit)
 	pl := nodeapi.PoolLimits{Limits: limits, DiskMB: 3}
 	check("pool limits", fromPoolLimits(toPoolLimits(pl)), pl)
 	info := nodeapi.Info{ID: "n", VCPUs: 1, MemoryMB: 2, DiskMB: 3, Sandboxes: 4, DiskFreeMB: 5, MemoryFreeMB: 6, VCPUsCommitted: 7, MemoryCommittedMB: 8, Templates: []string{"t", "u"}, TemplateImages: []string{"t"}, Pools: map[string]nodeapi.PoolStatus{"t": {Size: 2, Ready: 1}}}

@@ -29,7 +29,7 @@ type Override = apiv1.QuotaSettings
 
 // ValidateOverride rejects negative limits.
 func ValidateOverride(o Override) error {
-	for name, v := range map[string]*int{"max_sandboxes": o.MaxSandboxes, "max_memory_mb": o.MaxMemoryMB, "max_snapshots": o.MaxSnapshots} {
+	for name, v := range map[string]*int{"max_sandboxes": o.MaxSandboxes, "max_memory_mb": o.MaxMemoryMB, "max_snapshots": o.MaxSnapshots, "max_volume_mb": o.MaxVolumeMB} {
 		if v != nil && *v < 0 {
 			return fmt.Errorf("%s must be 0 (unlimited) or positive, got %d", name, *v)
 		}
@@ -53,6 +53,9 @@ func over(o Override, d Quota) Quota {
 	}
 	if o.CreatesPerSecond != nil {
 		d.CreatesPerSecond = *o.CreatesPerSecond
+	}
+	if o.MaxVolumeMB != nil {
+		d.MaxVolumeMB = *o.MaxVolumeMB
 	}
 	return d
 }

@@ -25,6 +25,18 @@ type Spec struct {
 	Env      []string
 	Hostname string
 	Limits   Limits
+	// Mounts are host directories (persistent volumes) bind-mounted into
+	// the sandbox, in order.
+	Mounts []Mount
+}
+
+// Mount is one host directory bound into a sandbox.
+type Mount struct {
+	// Source is the host directory, Destination the absolute path inside
+	// the sandbox.
+	Source      string
+	Destination string
+	ReadOnly    bool
 }
 
 // AgentMountPoint is where the agent directory appears inside a sandbox.

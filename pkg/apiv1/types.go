@@ -63,6 +63,10 @@ type CreateSandboxRequest struct {
 	// Credentials are the sandbox's credential rules (at most 32); see
 	// CredentialRule. Only admin keys may set them.
 	Credentials []CredentialRule `json:"credentials,omitempty"`
+	// VolumeMounts mount persistent volumes into the sandbox (at most 16).
+	// Not with Snapshot: a sandbox started from a snapshot mounts what its
+	// snapshot's sandbox mounted.
+	VolumeMounts []VolumeMount `json:"volume_mounts,omitempty"`
 }
 
 // SuspendRequest is the optional body of POST /v1/sandboxes/{id}/suspend.
@@ -125,6 +129,9 @@ type Sandbox struct {
 	// ports (header E2b-Traffic-Access-Token) when it was created with
 	// network.allow_public_traffic false.
 	TrafficAccessToken string `json:"traffic_access_token,omitempty"`
+	// VolumeMounts are the persistent volumes it mounts (Volume is the
+	// volume's id).
+	VolumeMounts []VolumeMount `json:"volume_mounts,omitempty"`
 	// Node is the node the sandbox runs on; NodeState is "ready" while
 	// the node answers, "unreachable" or "lost" when it does not (the
 	// sandbox's operations then answer 503).
@@ -363,6 +370,8 @@ type Quota struct {
 	MaxMemoryMB      int     `json:"max_memory_mb"`
 	MaxSnapshots     int     `json:"max_snapshots"`
 	CreatesPerSecond float64 `json:"creates_per_second"`
+	// MaxVolumeMB bounds the sum of size_mb of the project's volumes.
+	MaxVolumeMB int `json:"max_volume_mb"`
 }
 
 // QuotaSettings is the body of PUT /v1/projects/{name}: a field left out
@@ -372,6 +381,7 @@ type QuotaSettings struct {
 	MaxMemoryMB      *int     `json:"max_memory_mb,omitempty"`
 	MaxSnapshots     *int     `json:"max_snapshots,omitempty"`
 	CreatesPerSecond *float64 `json:"creates_per_second,omitempty"`
+	MaxVolumeMB      *int     `json:"max_volume_mb,omitempty"`
 }
 
 // ProjectUsage is what a project holds now.
@@ -380,6 +390,8 @@ type ProjectUsage struct {
 	MemoryMB  int `json:"memory_mb"`
 	Snapshots int `json:"snapshots"`
 	Keys      int `json:"keys"`
+	// VolumeMB is the sum of size_mb of the project's volumes.
+	VolumeMB int `json:"volume_mb"`
 }
 
 // Project describes a project (tenant): its effective quota, its own

@@ -35,6 +35,11 @@ func (c *Client) ReadFileFromSnapshot(ctx context.Context, id, path, snapshot st
 
 func (c *Client) readFile(ctx context.Context, id, path string, extra url.Values) (io.ReadCloser, error) {
 	resp, err := c.getFiles(ctx, id, path, 0, extra)
+	return fileBody(resp, err, path)
+}
+
+// fileBody is the body of a files read, or ErrIsDirectory for a listing.
+func fileBody(resp *http.Response, err error, path string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +201,13 @@ func isJSON(resp *http.Response) bool {
 // content, creating missing parent directories. The file is durable when
 // WriteFile returns.
 func (c *Client) WriteFile(ctx context.Context, id, path string, content io.Reader) (*apiv1.FileEntry, error) {
-	req, err := c.newRequest(ctx, http.MethodPut, sandboxPath(id, "files"), url.Values{"path": {path}}, content)
+	return c.putFile(ctx, sandboxPath(id, "files"), path, content)
+}
+
+// putFile streams content to the files route at route (a sandbox's or a
+// volume's) for path.
+func (c *Client) putFile(ctx context.Context, route, path string, content io.Reader) (*apiv1.FileEntry, error) {
+	req, err := c.newRequest(ctx, http.MethodPut, route, url.Values{"path": {path}}, content)
 	if err != nil {
 		return nil, err
 	}

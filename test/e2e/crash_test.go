@@ -300,6 +300,21 @@ func loseRuntime(id string) {
 	}
 }
 
+// reboot is a host reboot as the server sees it: the server, the runtimes
+// of ids and every namespace die, and the server starts again.
+func (s *crashServer) reboot(ids []string) {
+	s.kill()
+	for _, id := range ids {
+		loseRuntime(id)
+	}
+	// As after a reboot, the namespace files stay as plain files without
+	// their mounts, and the directory is no mount of itself any more.
+	storage.UnmountUnder(filepath.Join(s.dataDir, "netns"))
+	_ = syscall.Unmount(filepath.Join(s.dataDir, "netns"), syscall.MNT_DETACH)
+	time.Sleep(200 * time.Millisecond)
+	s.start()
+}
+
 func execOK2(t *testing.T, c *client.Client, id string) {
 	t.Helper()
 	res, err := c.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: []string{"true"}})
@@ -337,17 +352,7 @@ func TestHostRebootRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// "Reboot": the server, every sandbox process and every namespace die.
-	s.kill()
-	for _, id := range ids {
-		loseRuntime(id)
-	}
-	// As after a reboot, the namespace files stay as plain files without
-	// their mounts, and the directory is no mount of itself any more.
-	storage.UnmountUnder(filepath.Join(s.dataDir, "netns"))
-	_ = syscall.Unmount(filepath.Join(s.dataDir, "netns"), syscall.MNT_DETACH)
-	time.Sleep(200 * time.Millisecond)
-	s.start()
+	s.reboot(ids)
 
 	got, err := s.client.GetSandbox(ctx, suspended)
 	if err != nil || got.State != apiv1.StateSuspended {

@@ -238,7 +238,8 @@ func TestE2BAPIErrors(t *testing.T) {
 		body, mentions string
 	}{
 		{`{"templateID":"minimal","mcp":{"github":{}}}`, "mcp"},
-		{`{"templateID":"minimal","volumeMounts":[{"name":"v","path":"/data"}]}`, "volumeMounts"},
+		{`{"templateID":"minimal","volumeMounts":[{"name":"v","path":"/proc"}]}`, "/proc"},
+		{`{"templateID":"minimal","volumeMounts":{"name":"v"}}`, "volumeMounts"},
 		{`{"templateID":"minimal","iam":{"tokens":{"a":{}}}}`, "iam"},
 		{`{"templateID":"minimal","network":{"maskRequestHost":"x example"}}`, "network.mask_request_host"},
 		{`{"templateID":"minimal","network":{"egressProxy":{"address":"p.example:1080"}}}`, "network.egressProxy"},

@@ -95,10 +95,11 @@ func raw(t *testing.T, base, key, method, path, body string) rawResponse {
 // ids that exist nowhere, so that the two answers can be compared.
 type ids struct {
 	sandbox, snapshot, snapshotID, session, template, templateID, key, secret, project string
+	volume, volumeName                                                                 string
 }
 
 func (i ids) replaceIn(s string) string {
-	for _, v := range []string{i.sandbox, i.snapshotID, i.session, i.templateID, i.template, i.key, i.secret, i.project} {
+	for _, v := range []string{i.sandbox, i.snapshotID, i.session, i.templateID, i.template, i.key, i.secret, i.project, i.volume, i.volumeName} {
 		if v != "" {
 			s = strings.ReplaceAll(s, v, "<ID>")
 		}
@@ -193,7 +194,21 @@ func nativeRouteCases() map[string]routeCase {
 		"POST /v1/nodes/{id}/uncordon":                  {path: fixed("/v1/nodes/local/uncordon"), want: http.StatusForbidden},
 		"POST /v1/nodes/{id}/drain":                     {path: fixed("/v1/nodes/local/drain"), want: http.StatusForbidden},
 		"DELETE /v1/nodes/{id}":                         {path: fixed("/v1/nodes/local?force=true"), want: http.StatusForbidden},
+
+		"POST /v1/volumes":                  {path: fixed("/v1/volumes"), body: fixed(`{"name":"Not A Name"}`), want: http.StatusBadRequest},
+		"GET /v1/volumes":                   {path: fixed("/v1/volumes"), want: 200, absent: func(i ids) []string { return []string{i.volume, i.volumeName} }},
+		"GET /v1/volumes/{id}":              {path: vol(""), want: nf},
+		"DELETE /v1/volumes/{id}":           {path: vol(""), want: nf},
+		"GET /v1/volumes/{id}/files":        {path: vol("/files?path=/mark"), want: nf},
+		"PUT /v1/volumes/{id}/files":        {path: vol("/files?path=/mark"), body: fixed("pwned"), want: nf},
+		"DELETE /v1/volumes/{id}/files":     {path: vol("/files?path=/mark"), want: nf},
+		"POST /v1/volumes/{id}/files/mkdir": {path: vol("/files/mkdir"), body: fixed(`{"path":"/evil"}`), want: nf},
 	}
+}
+
+// vol is a path of a volume's native routes.
+func vol(suffix string) func(ids) string {
+	return func(i ids) string { return "/v1/volumes/" + i.volume + suffix }
 }
 
 // e2bRouteCases covers every route of e2b.Routes.
@@ -231,7 +246,24 @@ func e2bRouteCases() map[string]routeCase {
 		"POST /secrets/{secretID}":   {path: func(i ids) string { return "/secrets/" + i.secret }, body: fixed(`{"value":"b"}`), want: http.StatusForbidden},
 		"DELETE /secrets/{secretID}": {path: func(i ids) string { return "/secrets/" + i.secret }, want: http.StatusForbidden},
 		"GET /health":                {path: fixed("/health"), want: 200},
+
+		"POST /volumes":                         {path: fixed("/volumes"), body: fixed(`{"name":""}`), want: http.StatusBadRequest},
+		"GET /volumes":                          {path: fixed("/volumes"), want: 200, absent: func(i ids) []string { return []string{i.volume, i.volumeName} }},
+		"GET /volumes/{volumeID}":               {path: func(i ids) string { return "/volumes/" + i.volume }, want: nf},
+		"DELETE /volumes/{volumeID}":            {path: func(i ids) string { return "/volumes/" + i.volume }, want: nf},
+		"GET /volumecontent/{volumeID}/dir":     {path: content("/dir?path=/"), want: nf},
+		"POST /volumecontent/{volumeID}/dir":    {path: content("/dir?path=/evil"), want: nf},
+		"GET /volumecontent/{volumeID}/path":    {path: content("/path?path=/mark"), want: nf},
+		"PATCH /volumecontent/{volumeID}/path":  {path: content("/path?path=/mark"), body: fixed(`{"mode":511}`), want: nf},
+		"DELETE /volumecontent/{volumeID}/path": {path: content("/path?path=/mark"), want: nf},
+		"GET /volumecontent/{volumeID}/file":    {path: content("/file?path=/mark"), want: nf},
+		"PUT /volumecontent/{volumeID}/file":    {path: content("/file?path=/mark"), body: fixed("pwned"), want: nf},
 	}
+}
+
+// content is a path of E2B's volume content routes.
+func content(suffix string) func(ids) string {
+	return func(i ids) string { return "/volumecontent/" + i.volume + suffix }
 }
 
 // walkRoutes sends every route to base with key, aimed at target's objects
@@ -385,10 +417,20 @@ func TestProjectsCannotReachEachOther(t *testing.T) {
 		raw(t, env.srv.URL, env.srv.AdminKey, "DELETE", "/v1/secrets/"+secretName+"?project="+a.project, "")
 	})
 
+	avol, err := a1.CreateVolume(ctx, apiv1.CreateVolumeRequest{Name: "tenant-vol", SizeMB: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.client.DeleteVolume(context.Background(), avol.ID) })
+	if _, err := a1.WriteVolumeFile(ctx, avol.ID, "/mark", strings.NewReader("project A")); err != nil {
+		t.Fatal(err)
+	}
+
 	target := ids{sandbox: sb.ID, snapshot: "snap-a", snapshotID: snap.ID, session: sess.ID, template: "tenant-tpl", templateID: tpl.ID,
-		key: a.keys[0].ID, secret: secretName, project: a.project}
+		key: a.keys[0].ID, secret: secretName, project: a.project, volume: avol.ID, volumeName: avol.Name}
 	missing := ids{sandbox: "zz0missing0sandbox00", snapshot: "snap-a", snapshotID: "zz0missing0snapshot0", session: "zz0missing0session00",
-		template: "tenant-tpl-missing", templateID: strings.Repeat("0", len(tpl.ID)), key: "key_000000000000", secret: "TENANT_NO_SECRET", project: "ten-missing"}
+		template: "tenant-tpl-missing", templateID: strings.Repeat("0", len(tpl.ID)), key: "key_000000000000", secret: "TENANT_NO_SECRET", project: "ten-missing",
+		volume: "vol-" + strings.Repeat("0", len(avol.ID)-4), volumeName: "tenant-vol-missing"}
 	before := readState(t, a1, sb.ID, sess.ID, "tenant-tpl", a.project)
 
 	for i, key := range b.secretKeys {
@@ -435,6 +477,17 @@ func TestProjectsCannotReachEachOther(t *testing.T) {
 				raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"snapshot":"`+ref(target)+`"}`),
 				raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"snapshot":"`+ref(missing)+`"}`))
 		}
+		for _, ref := range []func(ids) string{
+			func(i ids) string { return i.volume },
+			func(i ids) string { return i.volumeName },
+		} {
+			same("create mounting A's volume "+ref(target),
+				raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"volume_mounts":[{"volume":"`+ref(target)+`","path":"/mnt/a"}]}`),
+				raw(t, env.srv.URL, key, "POST", "/v1/sandboxes", `{"volume_mounts":[{"volume":"`+ref(missing)+`","path":"/mnt/a"}]}`))
+			same("E2B create mounting A's volume "+ref(target),
+				raw(t, env.srv.E2BURL(), key, "POST", "/v2/sandboxes", `{"templateID":"minimal","volumeMounts":[{"name":"`+ref(target)+`","path":"/mnt/a"}]}`),
+				raw(t, env.srv.E2BURL(), key, "POST", "/v2/sandboxes", `{"templateID":"minimal","volumeMounts":[{"name":"`+ref(missing)+`","path":"/mnt/a"}]}`))
+		}
 		same("A's template by id",
 			raw(t, env.srv.URL, key, "GET", "/v1/templates/"+target.templateID, ""),
 			raw(t, env.srv.URL, key, "GET", "/v1/templates/"+missing.templateID, ""))
@@ -449,6 +502,14 @@ func TestProjectsCannotReachEachOther(t *testing.T) {
 		}
 	})
 
+	if rc, err := a1.ReadVolumeFile(ctx, avol.ID, "/mark"); err != nil {
+		t.Fatalf("project A's volume after project B's attempts: %v", err)
+	} else if data, _ := io.ReadAll(rc); string(data) != "project A" {
+		rc.Close()
+		t.Fatalf("project A's volume file after project B's attempts: %q", data)
+	} else {
+		rc.Close()
+	}
 	after := readState(t, a1, sb.ID, sess.ID, "tenant-tpl", a.project)
 	if before.String() != after.String() || after.sandbox.State != apiv1.StateRunning || after.mark != "project A" || after.session != apiv1.SessionRunning {
 		t.Fatalf("project B's attempts changed project A:\nbefore %s\nafter  %s", before, after)

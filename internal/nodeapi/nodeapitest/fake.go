@@ -43,10 +43,14 @@ type Fake struct {
 
 	id string
 
-	mu             sync.Mutex
-	running        map[string]*fakeSandbox
-	disks          map[string]*tree // root volumes, by sandbox id
-	volumes        map[string]*tree
+	mu      sync.Mutex
+	running map[string]*fakeSandbox
+	disks   map[string]*tree // root volumes, by sandbox id
+	volumes map[string]*tree
+	// volumeLimits are the persistent volumes' size limits (bytes, 0
+	// none); mounts the volume mounts of each sandbox's last start.
+	volumeLimits   map[string]int64
+	mounts         map[string][]nodeapi.VolumeMount
 	images         map[string]*tree
 	templateImages map[string]bool
 	pools          map[string]*fakePool
@@ -230,6 +234,9 @@ func (f *Fake) Create(ctx context.Context, req nodeapi.CreateRequest) error {
 		if req.Identity.AccessToken != "" {
 			token = req.Identity.AccessToken
 		}
+	}
+	if err := f.mountLocked(req.Spec.ID, req.Spec.Mounts); err != nil {
+		return err
 	}
 	_, err := f.startLocked(req.Spec.ID, token, newTree())
 	return err
@@ -436,6 +443,9 @@ func (f *Fake) ResumeFrom(ctx context.Context, spec nodeapi.RestoreSpec) error {
 	token := spec.AccessToken
 	if spec.NewIdentity != nil {
 		token = spec.NewIdentity.AccessToken
+	}
+	if err := f.mountLocked(spec.ID, spec.Mounts); err != nil {
+		return err
 	}
 	_, err := f.startLocked(spec.ID, token, fs)
 	return err

@@ -66,6 +66,7 @@ func Run(t *testing.T, setup func(t *testing.T) Harness) {
 		{"CaptureRestoreNewIdentity", testCaptureRestore},
 		{"ImagesVolumes", testImagesVolumes},
 		{"VolumeFiles", testVolumeFiles},
+		{"PersistentVolumes", testPersistentVolumes},
 		{"Transfer", testTransfer},
 		{"InvalidNames", testInvalidNames},
 		{"UnknownSandbox", testUnknownSandbox},

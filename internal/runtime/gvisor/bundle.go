@@ -70,6 +70,13 @@ func ociSpec(spec runtime.Spec) *specs.Spec {
 			Options: []string{"rbind", "ro"},
 		})
 	}
+	for _, m := range spec.Mounts {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
 	return &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{

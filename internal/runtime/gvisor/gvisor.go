@@ -82,13 +82,17 @@ func (r *Runtime) ConsoleLog(id string) string {
 // sends root filesystem writes through the gofer to the host volume, so they
 // are durable and not held in sandbox memory. --allow-suid lets sudo work
 // inside the sandbox (the E2B convention); it elevates only within gVisor's
-// kernel.
+// kernel. --file-access-mounts=shared (runsc's default, spelled out because
+// volumes depend on it) makes the sentry revalidate its cache of bind-mounted
+// volumes against the host, so a write one sandbox makes to a shared volume
+// is seen by every other sandbox mounting it.
 func (r *Runtime) globalFlags() []string {
 	flags := []string{
 		"--root", r.cfg.rootDir(),
 		"--platform", r.cfg.Platform,
 		"--network", "sandbox",
 		"--overlay2", "none",
+		"--file-access-mounts", "shared",
 		"--cpu-num-from-quota",
 		"--host-uds", "none",
 		"--allow-suid",

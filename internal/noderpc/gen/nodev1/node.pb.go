@@ -868,6 +868,7 @@ type CreateSpec struct {
 	Env           map[string]string      `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	AccessToken   string                 `protobuf:"bytes,6,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
 	Network       *Policy                `protobuf:"bytes,7,opt,name=network,proto3" json:"network,omitempty"`
+	Mounts        []*VolumeMount         `protobuf:"bytes,8,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -951,6 +952,359 @@ func (x *CreateSpec) GetNetwork() *Policy {
 	return nil
 }
 
+func (x *CreateSpec) GetMounts() []*VolumeMount {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
+type VolumeMount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	ReadOnly      bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeMount) Reset() {
+	*x = VolumeMount{}
+	mi := &file_space_node_v1_node_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeMount) ProtoMessage() {}
+
+func (x *VolumeMount) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
+func (*VolumeMount) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *VolumeMount) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+type CreateVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DiskMb        int64                  `protobuf:"varint,2,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeRequest) Reset() {
+	*x = CreateVolumeRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeRequest) ProtoMessage() {}
+
+func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
+func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CreateVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateVolumeRequest) GetDiskMb() int64 {
+	if x != nil {
+		return x.DiskMb
+	}
+	return 0
+}
+
+type VolumeUsageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeUsageResponse) Reset() {
+	*x = VolumeUsageResponse{}
+	mi := &file_space_node_v1_node_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeUsageResponse) ProtoMessage() {}
+
+func (x *VolumeUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeUsageResponse.ProtoReflect.Descriptor instead.
+func (*VolumeUsageResponse) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *VolumeUsageResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type VolumeEdit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Op            string                 `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
+	Parents       bool                   `protobuf:"varint,4,opt,name=parents,proto3" json:"parents,omitempty"`
+	Uid           *uint32                `protobuf:"varint,5,opt,name=uid,proto3,oneof" json:"uid,omitempty"`
+	Gid           *uint32                `protobuf:"varint,6,opt,name=gid,proto3,oneof" json:"gid,omitempty"`
+	Mode          *uint32                `protobuf:"varint,7,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeEdit) Reset() {
+	*x = VolumeEdit{}
+	mi := &file_space_node_v1_node_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeEdit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeEdit) ProtoMessage() {}
+
+func (x *VolumeEdit) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeEdit.ProtoReflect.Descriptor instead.
+func (*VolumeEdit) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *VolumeEdit) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *VolumeEdit) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeEdit) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *VolumeEdit) GetParents() bool {
+	if x != nil {
+		return x.Parents
+	}
+	return false
+}
+
+func (x *VolumeEdit) GetUid() uint32 {
+	if x != nil && x.Uid != nil {
+		return *x.Uid
+	}
+	return 0
+}
+
+func (x *VolumeEdit) GetGid() uint32 {
+	if x != nil && x.Gid != nil {
+		return *x.Gid
+	}
+	return 0
+}
+
+func (x *VolumeEdit) GetMode() uint32 {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
+	}
+	return 0
+}
+
+type WriteVolumeFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set in the first message only.
+	Edit          *VolumeEdit `protobuf:"bytes,1,opt,name=edit,proto3" json:"edit,omitempty"`
+	Data          []byte      `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteVolumeFileRequest) Reset() {
+	*x = WriteVolumeFileRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteVolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteVolumeFileRequest) ProtoMessage() {}
+
+func (x *WriteVolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteVolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*WriteVolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WriteVolumeFileRequest) GetEdit() *VolumeEdit {
+	if x != nil {
+		return x.Edit
+	}
+	return nil
+}
+
+func (x *WriteVolumeFileRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type VolumeEntryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset after a removal.
+	Entry         *filesystempb.EntryInfo `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeEntryResponse) Reset() {
+	*x = VolumeEntryResponse{}
+	mi := &file_space_node_v1_node_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeEntryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeEntryResponse) ProtoMessage() {}
+
+func (x *VolumeEntryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeEntryResponse.ProtoReflect.Descriptor instead.
+func (*VolumeEntryResponse) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *VolumeEntryResponse) GetEntry() *filesystempb.EntryInfo {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
 type CreateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Spec          *CreateSpec            `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -962,7 +1316,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[14]
+	mi := &file_space_node_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1328,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[14]
+	mi := &file_space_node_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1341,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateRequest) GetSpec() *CreateSpec {
@@ -1019,7 +1373,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[15]
+	mi := &file_space_node_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1385,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[15]
+	mi := &file_space_node_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1398,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 type PoolLimits struct {
@@ -1057,7 +1411,7 @@ type PoolLimits struct {
 
 func (x *PoolLimits) Reset() {
 	*x = PoolLimits{}
-	mi := &file_space_node_v1_node_proto_msgTypes[16]
+	mi := &file_space_node_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1423,7 @@ func (x *PoolLimits) String() string {
 func (*PoolLimits) ProtoMessage() {}
 
 func (x *PoolLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[16]
+	mi := &file_space_node_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1436,7 @@ func (x *PoolLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolLimits.ProtoReflect.Descriptor instead.
 func (*PoolLimits) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PoolLimits) GetLimits() *Limits {
@@ -1111,7 +1465,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[17]
+	mi := &file_space_node_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1477,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[17]
+	mi := &file_space_node_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1490,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClaimRequest) GetTemplateId() string {
@@ -1177,7 +1531,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[18]
+	mi := &file_space_node_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1543,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[18]
+	mi := &file_space_node_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1556,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClaimResponse) GetClaimed() bool {
@@ -1228,7 +1582,7 @@ type BootFromDiskRequest struct {
 
 func (x *BootFromDiskRequest) Reset() {
 	*x = BootFromDiskRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[19]
+	mi := &file_space_node_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1594,7 @@ func (x *BootFromDiskRequest) String() string {
 func (*BootFromDiskRequest) ProtoMessage() {}
 
 func (x *BootFromDiskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[19]
+	mi := &file_space_node_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1607,7 @@ func (x *BootFromDiskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootFromDiskRequest.ProtoReflect.Descriptor instead.
 func (*BootFromDiskRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BootFromDiskRequest) GetSpec() *CreateSpec {
@@ -1271,7 +1625,7 @@ type BootFromDiskResponse struct {
 
 func (x *BootFromDiskResponse) Reset() {
 	*x = BootFromDiskResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[20]
+	mi := &file_space_node_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1637,7 @@ func (x *BootFromDiskResponse) String() string {
 func (*BootFromDiskResponse) ProtoMessage() {}
 
 func (x *BootFromDiskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[20]
+	mi := &file_space_node_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1650,7 @@ func (x *BootFromDiskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootFromDiskResponse.ProtoReflect.Descriptor instead.
 func (*BootFromDiskResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 type AdoptRequest struct {
@@ -1309,7 +1663,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[21]
+	mi := &file_space_node_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1675,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[21]
+	mi := &file_space_node_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1688,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AdoptRequest) GetId() string {
@@ -1360,7 +1714,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[22]
+	mi := &file_space_node_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1726,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[22]
+	mi := &file_space_node_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1739,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AdoptResponse) GetAdopted() bool {
@@ -1404,7 +1758,7 @@ type SweepRequest struct {
 
 func (x *SweepRequest) Reset() {
 	*x = SweepRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[23]
+	mi := &file_space_node_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1770,7 @@ func (x *SweepRequest) String() string {
 func (*SweepRequest) ProtoMessage() {}
 
 func (x *SweepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[23]
+	mi := &file_space_node_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1783,7 @@ func (x *SweepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SweepRequest.ProtoReflect.Descriptor instead.
 func (*SweepRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SweepRequest) GetKeep() []string {
@@ -1450,7 +1804,7 @@ type SuspendRequest struct {
 
 func (x *SuspendRequest) Reset() {
 	*x = SuspendRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[24]
+	mi := &file_space_node_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1816,7 @@ func (x *SuspendRequest) String() string {
 func (*SuspendRequest) ProtoMessage() {}
 
 func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[24]
+	mi := &file_space_node_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1829,7 @@ func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendRequest.ProtoReflect.Descriptor instead.
 func (*SuspendRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SuspendRequest) GetId() string {
@@ -1503,7 +1857,7 @@ type CaptureRequest struct {
 
 func (x *CaptureRequest) Reset() {
 	*x = CaptureRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[25]
+	mi := &file_space_node_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1869,7 @@ func (x *CaptureRequest) String() string {
 func (*CaptureRequest) ProtoMessage() {}
 
 func (x *CaptureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[25]
+	mi := &file_space_node_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1882,7 @@ func (x *CaptureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaptureRequest.ProtoReflect.Descriptor instead.
 func (*CaptureRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CaptureRequest) GetId() string {
@@ -1561,16 +1915,17 @@ type RestoreSpec struct {
 	DiskMb      int64                  `protobuf:"varint,5,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
 	AccessToken string                 `protobuf:"bytes,6,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
 	// Unset keeps the identity.
-	NewIdentity   *Identity `protobuf:"bytes,7,opt,name=new_identity,json=newIdentity,proto3" json:"new_identity,omitempty"`
-	Network       *Policy   `protobuf:"bytes,8,opt,name=network,proto3" json:"network,omitempty"`
-	Rollback      bool      `protobuf:"varint,9,opt,name=rollback,proto3" json:"rollback,omitempty"`
+	NewIdentity   *Identity      `protobuf:"bytes,7,opt,name=new_identity,json=newIdentity,proto3" json:"new_identity,omitempty"`
+	Network       *Policy        `protobuf:"bytes,8,opt,name=network,proto3" json:"network,omitempty"`
+	Rollback      bool           `protobuf:"varint,9,opt,name=rollback,proto3" json:"rollback,omitempty"`
+	Mounts        []*VolumeMount `protobuf:"bytes,10,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RestoreSpec) Reset() {
 	*x = RestoreSpec{}
-	mi := &file_space_node_v1_node_proto_msgTypes[26]
+	mi := &file_space_node_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1937,7 @@ func (x *RestoreSpec) String() string {
 func (*RestoreSpec) ProtoMessage() {}
 
 func (x *RestoreSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[26]
+	mi := &file_space_node_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1950,7 @@ func (x *RestoreSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSpec.ProtoReflect.Descriptor instead.
 func (*RestoreSpec) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RestoreSpec) GetId() string {
@@ -1661,6 +2016,13 @@ func (x *RestoreSpec) GetRollback() bool {
 	return false
 }
 
+func (x *RestoreSpec) GetMounts() []*VolumeMount {
+	if x != nil {
+		return x.Mounts
+	}
+	return nil
+}
+
 type RekeyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1671,7 +2033,7 @@ type RekeyRequest struct {
 
 func (x *RekeyRequest) Reset() {
 	*x = RekeyRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[27]
+	mi := &file_space_node_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +2045,7 @@ func (x *RekeyRequest) String() string {
 func (*RekeyRequest) ProtoMessage() {}
 
 func (x *RekeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[27]
+	mi := &file_space_node_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +2058,7 @@ func (x *RekeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RekeyRequest.ProtoReflect.Descriptor instead.
 func (*RekeyRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RekeyRequest) GetId() string {
@@ -1723,7 +2085,7 @@ type SetNetworkRequest struct {
 
 func (x *SetNetworkRequest) Reset() {
 	*x = SetNetworkRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[28]
+	mi := &file_space_node_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +2097,7 @@ func (x *SetNetworkRequest) String() string {
 func (*SetNetworkRequest) ProtoMessage() {}
 
 func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[28]
+	mi := &file_space_node_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +2110,7 @@ func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetNetworkRequest) GetId() string {
@@ -1777,7 +2139,7 @@ type SandboxStats struct {
 
 func (x *SandboxStats) Reset() {
 	*x = SandboxStats{}
-	mi := &file_space_node_v1_node_proto_msgTypes[29]
+	mi := &file_space_node_v1_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2151,7 @@ func (x *SandboxStats) String() string {
 func (*SandboxStats) ProtoMessage() {}
 
 func (x *SandboxStats) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[29]
+	mi := &file_space_node_v1_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2164,7 @@ func (x *SandboxStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxStats.ProtoReflect.Descriptor instead.
 func (*SandboxStats) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SandboxStats) GetCpuNanos() uint64 {
@@ -1838,7 +2200,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	mi := &file_space_node_v1_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2212,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	mi := &file_space_node_v1_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2225,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MetricsRequest) GetId() string {
@@ -1904,7 +2266,7 @@ type MetricSample struct {
 
 func (x *MetricSample) Reset() {
 	*x = MetricSample{}
-	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	mi := &file_space_node_v1_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2278,7 @@ func (x *MetricSample) String() string {
 func (*MetricSample) ProtoMessage() {}
 
 func (x *MetricSample) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	mi := &file_space_node_v1_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2291,7 @@ func (x *MetricSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricSample.ProtoReflect.Descriptor instead.
 func (*MetricSample) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MetricSample) GetTime() *timestamppb.Timestamp {
@@ -1997,7 +2359,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	mi := &file_space_node_v1_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2371,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	mi := &file_space_node_v1_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2384,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MetricsResponse) GetSamples() []*MetricSample {
@@ -2042,7 +2404,7 @@ type ImageInfo struct {
 
 func (x *ImageInfo) Reset() {
 	*x = ImageInfo{}
-	mi := &file_space_node_v1_node_proto_msgTypes[33]
+	mi := &file_space_node_v1_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2416,7 @@ func (x *ImageInfo) String() string {
 func (*ImageInfo) ProtoMessage() {}
 
 func (x *ImageInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[33]
+	mi := &file_space_node_v1_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2429,7 @@ func (x *ImageInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageInfo.ProtoReflect.Descriptor instead.
 func (*ImageInfo) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ImageInfo) GetComplete() bool {
@@ -2096,7 +2458,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[34]
+	mi := &file_space_node_v1_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2470,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[34]
+	mi := &file_space_node_v1_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2483,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{34}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PoolRequest) GetTemplate() *TemplateSpec {
@@ -2162,7 +2524,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_space_node_v1_node_proto_msgTypes[35]
+	mi := &file_space_node_v1_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2536,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[35]
+	mi := &file_space_node_v1_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2549,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{35}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PoolStatus) GetSize() int64 {
@@ -2219,7 +2581,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_space_node_v1_node_proto_msgTypes[36]
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2593,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[36]
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2606,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{36}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Event) GetType() string {
@@ -2303,7 +2665,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[37]
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2677,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[37]
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2690,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{37}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ExecRequest) GetSandbox() string {
@@ -2385,7 +2747,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_space_node_v1_node_proto_msgTypes[38]
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2759,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[38]
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2772,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{38}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ExecResult) GetStdout() []byte {
@@ -2452,7 +2814,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[39]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2826,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[39]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2839,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{39}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FileRequest) GetSandbox() string {
@@ -2512,7 +2874,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[40]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2886,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[40]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2899,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{40}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FileChunk) GetSize() int64 {
@@ -2567,7 +2929,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[41]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2941,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[41]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2954,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{41}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WriteFileRequest) GetSandbox() string {
@@ -2632,7 +2994,7 @@ type EntryResponse struct {
 
 func (x *EntryResponse) Reset() {
 	*x = EntryResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +3006,7 @@ func (x *EntryResponse) String() string {
 func (*EntryResponse) ProtoMessage() {}
 
 func (x *EntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +3019,7 @@ func (x *EntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryResponse.ProtoReflect.Descriptor instead.
 func (*EntryResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *EntryResponse) GetEntry() *filesystempb.EntryInfo {
@@ -2681,7 +3043,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +3055,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +3068,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListRequest) GetSandbox() string {
@@ -2763,7 +3125,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +3137,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +3150,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListResponse) GetEntry() *filesystempb.EntryInfo {
@@ -2822,7 +3184,7 @@ type VolumeFileRequest struct {
 
 func (x *VolumeFileRequest) Reset() {
 	*x = VolumeFileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +3196,7 @@ func (x *VolumeFileRequest) String() string {
 func (*VolumeFileRequest) ProtoMessage() {}
 
 func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +3209,7 @@ func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFileRequest.ProtoReflect.Descriptor instead.
 func (*VolumeFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VolumeFileRequest) GetVolume() string {
@@ -2875,7 +3237,7 @@ type VolumeFileChunk struct {
 
 func (x *VolumeFileChunk) Reset() {
 	*x = VolumeFileChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2887,7 +3249,7 @@ func (x *VolumeFileChunk) String() string {
 func (*VolumeFileChunk) ProtoMessage() {}
 
 func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2900,7 +3262,7 @@ func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFileChunk.ProtoReflect.Descriptor instead.
 func (*VolumeFileChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VolumeFileChunk) GetEntry() *filesystempb.EntryInfo {
@@ -2930,7 +3292,7 @@ type ListVolumeDirRequest struct {
 
 func (x *ListVolumeDirRequest) Reset() {
 	*x = ListVolumeDirRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3304,7 @@ func (x *ListVolumeDirRequest) String() string {
 func (*ListVolumeDirRequest) ProtoMessage() {}
 
 func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3317,7 @@ func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumeDirRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumeDirRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListVolumeDirRequest) GetVolume() string {
@@ -3005,7 +3367,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3379,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3392,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MoveRequest) GetSandbox() string {
@@ -3078,7 +3440,7 @@ type SessionSpec struct {
 
 func (x *SessionSpec) Reset() {
 	*x = SessionSpec{}
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3090,7 +3452,7 @@ func (x *SessionSpec) String() string {
 func (*SessionSpec) ProtoMessage() {}
 
 func (x *SessionSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3103,7 +3465,7 @@ func (x *SessionSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSpec.ProtoReflect.Descriptor instead.
 func (*SessionSpec) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SessionSpec) GetCmd() []string {
@@ -3179,7 +3541,7 @@ type StartSessionRequest struct {
 
 func (x *StartSessionRequest) Reset() {
 	*x = StartSessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3553,7 @@ func (x *StartSessionRequest) String() string {
 func (*StartSessionRequest) ProtoMessage() {}
 
 func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3566,7 @@ func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartSessionRequest.ProtoReflect.Descriptor instead.
 func (*StartSessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StartSessionRequest) GetSandbox() string {
@@ -3231,7 +3593,7 @@ type End struct {
 
 func (x *End) Reset() {
 	*x = End{}
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3243,7 +3605,7 @@ func (x *End) String() string {
 func (*End) ProtoMessage() {}
 
 func (x *End) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3256,7 +3618,7 @@ func (x *End) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use End.ProtoReflect.Descriptor instead.
 func (*End) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *End) GetExitCode() int64 {
@@ -3290,7 +3652,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3664,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3677,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SessionInfo) GetId() string {
@@ -3384,7 +3746,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3758,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3771,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SessionRequest) GetSandbox() string {
@@ -3435,7 +3797,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +3809,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +3822,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SessionsResponse) GetSessions() []*SessionInfo {
@@ -3481,7 +3843,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3855,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3868,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AttachRequest) GetSandbox() string {
@@ -3540,7 +3902,7 @@ type Dropped struct {
 
 func (x *Dropped) Reset() {
 	*x = Dropped{}
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +3914,7 @@ func (x *Dropped) String() string {
 func (*Dropped) ProtoMessage() {}
 
 func (x *Dropped) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +3927,7 @@ func (x *Dropped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dropped.ProtoReflect.Descriptor instead.
 func (*Dropped) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Dropped) GetRequested() int64 {
@@ -3594,7 +3956,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3606,7 +3968,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3619,7 +3981,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Chunk) GetStream() uint32 {
@@ -3657,7 +4019,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3669,7 +4031,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3682,7 +4044,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AttachResponse) GetEvent() isAttachResponse_Event {
@@ -3752,7 +4114,7 @@ type StdinRequest struct {
 
 func (x *StdinRequest) Reset() {
 	*x = StdinRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[59]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +4126,7 @@ func (x *StdinRequest) String() string {
 func (*StdinRequest) ProtoMessage() {}
 
 func (x *StdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[59]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +4139,7 @@ func (x *StdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinRequest.ProtoReflect.Descriptor instead.
 func (*StdinRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{59}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *StdinRequest) GetSandbox() string {
@@ -3812,7 +4174,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[60]
+	mi := &file_space_node_v1_node_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +4186,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[60]
+	mi := &file_space_node_v1_node_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +4199,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{60}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SignalRequest) GetSandbox() string {
@@ -3873,7 +4235,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[61]
+	mi := &file_space_node_v1_node_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +4247,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[61]
+	mi := &file_space_node_v1_node_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +4260,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{61}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ResizeRequest) GetSandbox() string {
@@ -3938,7 +4300,7 @@ type DataChunk struct {
 
 func (x *DataChunk) Reset() {
 	*x = DataChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	mi := &file_space_node_v1_node_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3950,7 +4312,7 @@ func (x *DataChunk) String() string {
 func (*DataChunk) ProtoMessage() {}
 
 func (x *DataChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	mi := &file_space_node_v1_node_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3963,7 +4325,7 @@ func (x *DataChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataChunk.ProtoReflect.Descriptor instead.
 func (*DataChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{62}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DataChunk) GetData() []byte {
@@ -3986,7 +4348,7 @@ type ReceiveVolumeRequest struct {
 
 func (x *ReceiveVolumeRequest) Reset() {
 	*x = ReceiveVolumeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4360,7 @@ func (x *ReceiveVolumeRequest) String() string {
 func (*ReceiveVolumeRequest) ProtoMessage() {}
 
 func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4373,7 @@ func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReceiveVolumeRequest) GetName() string {
@@ -4053,7 +4415,7 @@ type ReceiveImageRequest struct {
 
 func (x *ReceiveImageRequest) Reset() {
 	*x = ReceiveImageRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4065,7 +4427,7 @@ func (x *ReceiveImageRequest) String() string {
 func (*ReceiveImageRequest) ProtoMessage() {}
 
 func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4078,7 +4440,7 @@ func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveImageRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveImageRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ReceiveImageRequest) GetImage() string {
@@ -4107,7 +4469,7 @@ type TemplateBuildRequest struct {
 
 func (x *TemplateBuildRequest) Reset() {
 	*x = TemplateBuildRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	mi := &file_space_node_v1_node_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4481,7 @@ func (x *TemplateBuildRequest) String() string {
 func (*TemplateBuildRequest) ProtoMessage() {}
 
 func (x *TemplateBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	mi := &file_space_node_v1_node_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4494,7 @@ func (x *TemplateBuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuildRequest.ProtoReflect.Descriptor instead.
 func (*TemplateBuildRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *TemplateBuildRequest) GetName() string {
@@ -4174,7 +4536,7 @@ type StageTemplateArchiveRequest struct {
 
 func (x *StageTemplateArchiveRequest) Reset() {
 	*x = StageTemplateArchiveRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[66]
+	mi := &file_space_node_v1_node_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4186,7 +4548,7 @@ func (x *StageTemplateArchiveRequest) String() string {
 func (*StageTemplateArchiveRequest) ProtoMessage() {}
 
 func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[66]
+	mi := &file_space_node_v1_node_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4199,7 +4561,7 @@ func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTemplateArchiveRequest.ProtoReflect.Descriptor instead.
 func (*StageTemplateArchiveRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{66}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StageTemplateArchiveRequest) GetLimit() int64 {
@@ -4230,7 +4592,7 @@ type TemplateBuildEvent struct {
 
 func (x *TemplateBuildEvent) Reset() {
 	*x = TemplateBuildEvent{}
-	mi := &file_space_node_v1_node_proto_msgTypes[67]
+	mi := &file_space_node_v1_node_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4242,7 +4604,7 @@ func (x *TemplateBuildEvent) String() string {
 func (*TemplateBuildEvent) ProtoMessage() {}
 
 func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[67]
+	mi := &file_space_node_v1_node_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4255,7 +4617,7 @@ func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuildEvent.ProtoReflect.Descriptor instead.
 func (*TemplateBuildEvent) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{67}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TemplateBuildEvent) GetEvent() isTemplateBuildEvent_Event {
@@ -4309,7 +4671,7 @@ type TemplateBuilt struct {
 
 func (x *TemplateBuilt) Reset() {
 	*x = TemplateBuilt{}
-	mi := &file_space_node_v1_node_proto_msgTypes[68]
+	mi := &file_space_node_v1_node_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4321,7 +4683,7 @@ func (x *TemplateBuilt) String() string {
 func (*TemplateBuilt) ProtoMessage() {}
 
 func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[68]
+	mi := &file_space_node_v1_node_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4334,7 +4696,7 @@ func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuilt.ProtoReflect.Descriptor instead.
 func (*TemplateBuilt) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{68}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TemplateBuilt) GetSpec() *TemplateSpec {
@@ -4428,7 +4790,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a7\n" +
 	"\tInfoEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdf\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x03\n" +
 	"\n" +
 	"CreateSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
@@ -4437,10 +4799,37 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\adisk_mb\x18\x04 \x01(\x03R\x06diskMb\x124\n" +
 	"\x03env\x18\x05 \x03(\v2\".space.node.v1.CreateSpec.EnvEntryR\x03env\x12!\n" +
 	"\faccess_token\x18\x06 \x01(\tR\vaccessToken\x12/\n" +
-	"\anetwork\x18\a \x01(\v2\x15.space.node.v1.PolicyR\anetwork\x1a6\n" +
+	"\anetwork\x18\a \x01(\v2\x15.space.node.v1.PolicyR\anetwork\x122\n" +
+	"\x06mounts\x18\b \x03(\v2\x1a.space.node.v1.VolumeMountR\x06mounts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\vVolumeMount\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"B\n" +
+	"\x13CreateVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\adisk_mb\x18\x02 \x01(\x03R\x06diskMb\"+\n" +
+	"\x13VolumeUsageResponse\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"\xc2\x01\n" +
+	"\n" +
+	"VolumeEdit\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x0e\n" +
+	"\x02op\x18\x03 \x01(\tR\x02op\x12\x18\n" +
+	"\aparents\x18\x04 \x01(\bR\aparents\x12\x15\n" +
+	"\x03uid\x18\x05 \x01(\rH\x00R\x03uid\x88\x01\x01\x12\x15\n" +
+	"\x03gid\x18\x06 \x01(\rH\x01R\x03gid\x88\x01\x01\x12\x17\n" +
+	"\x04mode\x18\a \x01(\rH\x02R\x04mode\x88\x01\x01B\x06\n" +
+	"\x04_uidB\x06\n" +
+	"\x04_gidB\a\n" +
+	"\x05_mode\"[\n" +
+	"\x16WriteVolumeFileRequest\x12-\n" +
+	"\x04edit\x18\x01 \x01(\v2\x19.space.node.v1.VolumeEditR\x04edit\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"B\n" +
+	"\x13VolumeEntryResponse\x12+\n" +
+	"\x05entry\x18\x01 \x01(\v2\x15.filesystem.EntryInfoR\x05entry\"\x87\x01\n" +
 	"\rCreateRequest\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.space.node.v1.CreateSpecR\x04spec\x12\x12\n" +
 	"\x04warm\x18\x02 \x01(\bR\x04warm\x123\n" +
@@ -4475,7 +4864,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x0eCaptureRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06volume\x18\x02 \x01(\tR\x06volume\x12\x14\n" +
-	"\x05image\x18\x03 \x01(\tR\x05image\"\xc8\x02\n" +
+	"\x05image\x18\x03 \x01(\tR\x05image\"\xfc\x02\n" +
 	"\vRestoreSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x1f\n" +
@@ -4486,7 +4875,9 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\faccess_token\x18\x06 \x01(\tR\vaccessToken\x12:\n" +
 	"\fnew_identity\x18\a \x01(\v2\x17.space.node.v1.IdentityR\vnewIdentity\x12/\n" +
 	"\anetwork\x18\b \x01(\v2\x15.space.node.v1.PolicyR\anetwork\x12\x1a\n" +
-	"\brollback\x18\t \x01(\bR\brollback\"S\n" +
+	"\brollback\x18\t \x01(\bR\brollback\x122\n" +
+	"\x06mounts\x18\n" +
+	" \x03(\v2\x1a.space.node.v1.VolumeMountR\x06mounts\"S\n" +
 	"\fRekeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
 	"\bidentity\x18\x02 \x01(\v2\x17.space.node.v1.IdentityR\bidentity\"R\n" +
@@ -4684,7 +5075,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\rTemplateBuilt\x12/\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1b.space.node.v1.TemplateSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\x83 \n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xc9\"\n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
@@ -4718,7 +5109,12 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\fVolumeExists\x12\x1a.space.node.v1.NameRequest\x1a\x1b.space.node.v1.BoolResponse\x12@\n" +
 	"\fDeleteVolume\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12T\n" +
 	"\x0eReadVolumeFile\x12 .space.node.v1.VolumeFileRequest\x1a\x1e.space.node.v1.VolumeFileChunk0\x01\x12S\n" +
-	"\rListVolumeDir\x12#.space.node.v1.ListVolumeDirRequest\x1a\x1b.space.node.v1.ListResponse0\x01\x12D\n" +
+	"\rListVolumeDir\x12#.space.node.v1.ListVolumeDirRequest\x1a\x1b.space.node.v1.ListResponse0\x01\x12H\n" +
+	"\fCreateVolume\x12\".space.node.v1.CreateVolumeRequest\x1a\x14.space.node.v1.Empty\x12M\n" +
+	"\vVolumeUsage\x12\x1a.space.node.v1.NameRequest\x1a\".space.node.v1.VolumeUsageResponse\x12^\n" +
+	"\x0fWriteVolumeFile\x12%.space.node.v1.WriteVolumeFileRequest\x1a\".space.node.v1.VolumeEntryResponse(\x01\x12K\n" +
+	"\n" +
+	"EditVolume\x12\x19.space.node.v1.VolumeEdit\x1a\".space.node.v1.VolumeEntryResponse\x12D\n" +
 	"\x0eTemplateImages\x12\x14.space.node.v1.Empty\x1a\x1c.space.node.v1.NamesResponse\x12E\n" +
 	"\x11DropTemplateImage\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12;\n" +
 	"\aSetPool\x12\x1a.space.node.v1.PoolRequest\x1a\x14.space.node.v1.Empty\x12=\n" +
@@ -4763,7 +5159,7 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_space_node_v1_node_proto_goTypes = []any{
 	(*NodeError)(nil),                   // 0: space.node.v1.NodeError
 	(*Empty)(nil),                       // 1: space.node.v1.Empty
@@ -4779,242 +5175,260 @@ var file_space_node_v1_node_proto_goTypes = []any{
 	(*Policy)(nil),                      // 11: space.node.v1.Policy
 	(*Identity)(nil),                    // 12: space.node.v1.Identity
 	(*CreateSpec)(nil),                  // 13: space.node.v1.CreateSpec
-	(*CreateRequest)(nil),               // 14: space.node.v1.CreateRequest
-	(*CreateResponse)(nil),              // 15: space.node.v1.CreateResponse
-	(*PoolLimits)(nil),                  // 16: space.node.v1.PoolLimits
-	(*ClaimRequest)(nil),                // 17: space.node.v1.ClaimRequest
-	(*ClaimResponse)(nil),               // 18: space.node.v1.ClaimResponse
-	(*BootFromDiskRequest)(nil),         // 19: space.node.v1.BootFromDiskRequest
-	(*BootFromDiskResponse)(nil),        // 20: space.node.v1.BootFromDiskResponse
-	(*AdoptRequest)(nil),                // 21: space.node.v1.AdoptRequest
-	(*AdoptResponse)(nil),               // 22: space.node.v1.AdoptResponse
-	(*SweepRequest)(nil),                // 23: space.node.v1.SweepRequest
-	(*SuspendRequest)(nil),              // 24: space.node.v1.SuspendRequest
-	(*CaptureRequest)(nil),              // 25: space.node.v1.CaptureRequest
-	(*RestoreSpec)(nil),                 // 26: space.node.v1.RestoreSpec
-	(*RekeyRequest)(nil),                // 27: space.node.v1.RekeyRequest
-	(*SetNetworkRequest)(nil),           // 28: space.node.v1.SetNetworkRequest
-	(*SandboxStats)(nil),                // 29: space.node.v1.SandboxStats
-	(*MetricsRequest)(nil),              // 30: space.node.v1.MetricsRequest
-	(*MetricSample)(nil),                // 31: space.node.v1.MetricSample
-	(*MetricsResponse)(nil),             // 32: space.node.v1.MetricsResponse
-	(*ImageInfo)(nil),                   // 33: space.node.v1.ImageInfo
-	(*PoolRequest)(nil),                 // 34: space.node.v1.PoolRequest
-	(*PoolStatus)(nil),                  // 35: space.node.v1.PoolStatus
-	(*Event)(nil),                       // 36: space.node.v1.Event
-	(*ExecRequest)(nil),                 // 37: space.node.v1.ExecRequest
-	(*ExecResult)(nil),                  // 38: space.node.v1.ExecResult
-	(*FileRequest)(nil),                 // 39: space.node.v1.FileRequest
-	(*FileChunk)(nil),                   // 40: space.node.v1.FileChunk
-	(*WriteFileRequest)(nil),            // 41: space.node.v1.WriteFileRequest
-	(*EntryResponse)(nil),               // 42: space.node.v1.EntryResponse
-	(*ListRequest)(nil),                 // 43: space.node.v1.ListRequest
-	(*ListResponse)(nil),                // 44: space.node.v1.ListResponse
-	(*VolumeFileRequest)(nil),           // 45: space.node.v1.VolumeFileRequest
-	(*VolumeFileChunk)(nil),             // 46: space.node.v1.VolumeFileChunk
-	(*ListVolumeDirRequest)(nil),        // 47: space.node.v1.ListVolumeDirRequest
-	(*MoveRequest)(nil),                 // 48: space.node.v1.MoveRequest
-	(*SessionSpec)(nil),                 // 49: space.node.v1.SessionSpec
-	(*StartSessionRequest)(nil),         // 50: space.node.v1.StartSessionRequest
-	(*End)(nil),                         // 51: space.node.v1.End
-	(*SessionInfo)(nil),                 // 52: space.node.v1.SessionInfo
-	(*SessionRequest)(nil),              // 53: space.node.v1.SessionRequest
-	(*SessionsResponse)(nil),            // 54: space.node.v1.SessionsResponse
-	(*AttachRequest)(nil),               // 55: space.node.v1.AttachRequest
-	(*Dropped)(nil),                     // 56: space.node.v1.Dropped
-	(*Chunk)(nil),                       // 57: space.node.v1.Chunk
-	(*AttachResponse)(nil),              // 58: space.node.v1.AttachResponse
-	(*StdinRequest)(nil),                // 59: space.node.v1.StdinRequest
-	(*SignalRequest)(nil),               // 60: space.node.v1.SignalRequest
-	(*ResizeRequest)(nil),               // 61: space.node.v1.ResizeRequest
-	(*DataChunk)(nil),                   // 62: space.node.v1.DataChunk
-	(*ReceiveVolumeRequest)(nil),        // 63: space.node.v1.ReceiveVolumeRequest
-	(*ReceiveImageRequest)(nil),         // 64: space.node.v1.ReceiveImageRequest
-	(*TemplateBuildRequest)(nil),        // 65: space.node.v1.TemplateBuildRequest
-	(*StageTemplateArchiveRequest)(nil), // 66: space.node.v1.StageTemplateArchiveRequest
-	(*TemplateBuildEvent)(nil),          // 67: space.node.v1.TemplateBuildEvent
-	(*TemplateBuilt)(nil),               // 68: space.node.v1.TemplateBuilt
-	nil,                                 // 69: space.node.v1.InfoResponse.PoolsEntry
-	nil,                                 // 70: space.node.v1.TemplateSpec.EnvEntry
-	nil,                                 // 71: space.node.v1.Identity.EnvEntry
-	nil,                                 // 72: space.node.v1.Identity.InfoEntry
-	nil,                                 // 73: space.node.v1.CreateSpec.EnvEntry
-	nil,                                 // 74: space.node.v1.ExecRequest.EnvEntry
-	nil,                                 // 75: space.node.v1.SessionSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 76: google.protobuf.Timestamp
-	(*filesystempb.EntryInfo)(nil),      // 77: filesystem.EntryInfo
+	(*VolumeMount)(nil),                 // 14: space.node.v1.VolumeMount
+	(*CreateVolumeRequest)(nil),         // 15: space.node.v1.CreateVolumeRequest
+	(*VolumeUsageResponse)(nil),         // 16: space.node.v1.VolumeUsageResponse
+	(*VolumeEdit)(nil),                  // 17: space.node.v1.VolumeEdit
+	(*WriteVolumeFileRequest)(nil),      // 18: space.node.v1.WriteVolumeFileRequest
+	(*VolumeEntryResponse)(nil),         // 19: space.node.v1.VolumeEntryResponse
+	(*CreateRequest)(nil),               // 20: space.node.v1.CreateRequest
+	(*CreateResponse)(nil),              // 21: space.node.v1.CreateResponse
+	(*PoolLimits)(nil),                  // 22: space.node.v1.PoolLimits
+	(*ClaimRequest)(nil),                // 23: space.node.v1.ClaimRequest
+	(*ClaimResponse)(nil),               // 24: space.node.v1.ClaimResponse
+	(*BootFromDiskRequest)(nil),         // 25: space.node.v1.BootFromDiskRequest
+	(*BootFromDiskResponse)(nil),        // 26: space.node.v1.BootFromDiskResponse
+	(*AdoptRequest)(nil),                // 27: space.node.v1.AdoptRequest
+	(*AdoptResponse)(nil),               // 28: space.node.v1.AdoptResponse
+	(*SweepRequest)(nil),                // 29: space.node.v1.SweepRequest
+	(*SuspendRequest)(nil),              // 30: space.node.v1.SuspendRequest
+	(*CaptureRequest)(nil),              // 31: space.node.v1.CaptureRequest
+	(*RestoreSpec)(nil),                 // 32: space.node.v1.RestoreSpec
+	(*RekeyRequest)(nil),                // 33: space.node.v1.RekeyRequest
+	(*SetNetworkRequest)(nil),           // 34: space.node.v1.SetNetworkRequest
+	(*SandboxStats)(nil),                // 35: space.node.v1.SandboxStats
+	(*MetricsRequest)(nil),              // 36: space.node.v1.MetricsRequest
+	(*MetricSample)(nil),                // 37: space.node.v1.MetricSample
+	(*MetricsResponse)(nil),             // 38: space.node.v1.MetricsResponse
+	(*ImageInfo)(nil),                   // 39: space.node.v1.ImageInfo
+	(*PoolRequest)(nil),                 // 40: space.node.v1.PoolRequest
+	(*PoolStatus)(nil),                  // 41: space.node.v1.PoolStatus
+	(*Event)(nil),                       // 42: space.node.v1.Event
+	(*ExecRequest)(nil),                 // 43: space.node.v1.ExecRequest
+	(*ExecResult)(nil),                  // 44: space.node.v1.ExecResult
+	(*FileRequest)(nil),                 // 45: space.node.v1.FileRequest
+	(*FileChunk)(nil),                   // 46: space.node.v1.FileChunk
+	(*WriteFileRequest)(nil),            // 47: space.node.v1.WriteFileRequest
+	(*EntryResponse)(nil),               // 48: space.node.v1.EntryResponse
+	(*ListRequest)(nil),                 // 49: space.node.v1.ListRequest
+	(*ListResponse)(nil),                // 50: space.node.v1.ListResponse
+	(*VolumeFileRequest)(nil),           // 51: space.node.v1.VolumeFileRequest
+	(*VolumeFileChunk)(nil),             // 52: space.node.v1.VolumeFileChunk
+	(*ListVolumeDirRequest)(nil),        // 53: space.node.v1.ListVolumeDirRequest
+	(*MoveRequest)(nil),                 // 54: space.node.v1.MoveRequest
+	(*SessionSpec)(nil),                 // 55: space.node.v1.SessionSpec
+	(*StartSessionRequest)(nil),         // 56: space.node.v1.StartSessionRequest
+	(*End)(nil),                         // 57: space.node.v1.End
+	(*SessionInfo)(nil),                 // 58: space.node.v1.SessionInfo
+	(*SessionRequest)(nil),              // 59: space.node.v1.SessionRequest
+	(*SessionsResponse)(nil),            // 60: space.node.v1.SessionsResponse
+	(*AttachRequest)(nil),               // 61: space.node.v1.AttachRequest
+	(*Dropped)(nil),                     // 62: space.node.v1.Dropped
+	(*Chunk)(nil),                       // 63: space.node.v1.Chunk
+	(*AttachResponse)(nil),              // 64: space.node.v1.AttachResponse
+	(*StdinRequest)(nil),                // 65: space.node.v1.StdinRequest
+	(*SignalRequest)(nil),               // 66: space.node.v1.SignalRequest
+	(*ResizeRequest)(nil),               // 67: space.node.v1.ResizeRequest
+	(*DataChunk)(nil),                   // 68: space.node.v1.DataChunk
+	(*ReceiveVolumeRequest)(nil),        // 69: space.node.v1.ReceiveVolumeRequest
+	(*ReceiveImageRequest)(nil),         // 70: space.node.v1.ReceiveImageRequest
+	(*TemplateBuildRequest)(nil),        // 71: space.node.v1.TemplateBuildRequest
+	(*StageTemplateArchiveRequest)(nil), // 72: space.node.v1.StageTemplateArchiveRequest
+	(*TemplateBuildEvent)(nil),          // 73: space.node.v1.TemplateBuildEvent
+	(*TemplateBuilt)(nil),               // 74: space.node.v1.TemplateBuilt
+	nil,                                 // 75: space.node.v1.InfoResponse.PoolsEntry
+	nil,                                 // 76: space.node.v1.TemplateSpec.EnvEntry
+	nil,                                 // 77: space.node.v1.Identity.EnvEntry
+	nil,                                 // 78: space.node.v1.Identity.InfoEntry
+	nil,                                 // 79: space.node.v1.CreateSpec.EnvEntry
+	nil,                                 // 80: space.node.v1.ExecRequest.EnvEntry
+	nil,                                 // 81: space.node.v1.SessionSpec.EnvEntry
+	(*filesystempb.EntryInfo)(nil),      // 82: filesystem.EntryInfo
+	(*timestamppb.Timestamp)(nil),       // 83: google.protobuf.Timestamp
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
-	69,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
-	70,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
+	75,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
+	76,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
 	10,  // 2: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
-	71,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
-	72,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
+	77,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
+	78,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
 	8,   // 5: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
 	9,   // 6: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
-	73,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
+	79,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
 	11,  // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
-	13,  // 9: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
-	12,  // 10: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
-	9,   // 11: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
-	16,  // 12: space.node.v1.ClaimRequest.limits:type_name -> space.node.v1.PoolLimits
-	12,  // 13: space.node.v1.ClaimRequest.identity:type_name -> space.node.v1.Identity
-	11,  // 14: space.node.v1.ClaimRequest.network:type_name -> space.node.v1.Policy
-	13,  // 15: space.node.v1.BootFromDiskRequest.spec:type_name -> space.node.v1.CreateSpec
-	9,   // 16: space.node.v1.RestoreSpec.limits:type_name -> space.node.v1.Limits
-	12,  // 17: space.node.v1.RestoreSpec.new_identity:type_name -> space.node.v1.Identity
-	11,  // 18: space.node.v1.RestoreSpec.network:type_name -> space.node.v1.Policy
-	12,  // 19: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
-	11,  // 20: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
-	76,  // 21: space.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	76,  // 22: space.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
-	76,  // 23: space.node.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
-	31,  // 24: space.node.v1.MetricsResponse.samples:type_name -> space.node.v1.MetricSample
-	8,   // 25: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
-	16,  // 26: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
-	11,  // 27: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	76,  // 28: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
-	35,  // 29: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
-	74,  // 30: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	77,  // 31: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	77,  // 32: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	77,  // 33: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
-	75,  // 34: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
-	49,  // 35: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
-	49,  // 36: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	76,  // 37: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	76,  // 38: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	51,  // 39: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
-	52,  // 40: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
-	56,  // 41: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
-	57,  // 42: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
-	51,  // 43: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
-	68,  // 44: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
-	8,   // 45: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
-	35,  // 46: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
-	6,   // 47: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
-	14,  // 48: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
-	17,  // 49: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
-	19,  // 50: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
-	2,   // 51: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
-	2,   // 52: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
-	21,  // 53: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
-	23,  // 54: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
-	1,   // 55: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
-	2,   // 56: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
-	2,   // 57: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
-	2,   // 58: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
-	24,  // 59: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
-	25,  // 60: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
-	26,  // 61: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
-	2,   // 62: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
-	2,   // 63: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
-	24,  // 64: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
-	2,   // 65: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
-	27,  // 66: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
-	28,  // 67: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
-	2,   // 68: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
-	30,  // 69: space.node.v1.NodeService.Metrics:input_type -> space.node.v1.MetricsRequest
-	3,   // 70: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
-	1,   // 71: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
-	3,   // 72: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
-	3,   // 73: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
-	3,   // 74: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
-	3,   // 75: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
-	45,  // 76: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
-	47,  // 77: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
-	1,   // 78: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
-	3,   // 79: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
-	34,  // 80: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
-	3,   // 81: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
-	1,   // 82: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
-	37,  // 83: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
-	39,  // 84: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
-	41,  // 85: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
-	39,  // 86: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
-	43,  // 87: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
-	39,  // 88: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
-	39,  // 89: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
-	48,  // 90: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
-	50,  // 91: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
-	53,  // 92: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
-	2,   // 93: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
-	55,  // 94: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
-	59,  // 95: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
-	53,  // 96: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
-	60,  // 97: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
-	61,  // 98: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	3,   // 99: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
-	63,  // 100: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
-	3,   // 101: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
-	64,  // 102: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
-	65,  // 103: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
-	3,   // 104: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
-	66,  // 105: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
-	7,   // 106: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	15,  // 107: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	18,  // 108: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	20,  // 109: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,   // 110: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,   // 111: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	22,  // 112: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,   // 113: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,   // 114: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,   // 115: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,   // 116: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,   // 117: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,   // 118: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,   // 119: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,   // 120: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,   // 121: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,   // 122: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,   // 123: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,   // 124: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,   // 125: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,   // 126: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	29,  // 127: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	32,  // 128: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
-	33,  // 129: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,   // 130: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,   // 131: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,   // 132: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,   // 133: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,   // 134: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	46,  // 135: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	44,  // 136: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	4,   // 137: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,   // 138: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,   // 139: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	35,  // 140: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	36,  // 141: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	38,  // 142: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	40,  // 143: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,   // 144: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	42,  // 145: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	44,  // 146: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,   // 147: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	42,  // 148: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	42,  // 149: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	52,  // 150: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	52,  // 151: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	54,  // 152: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	58,  // 153: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,   // 154: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,   // 155: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,   // 156: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,   // 157: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	62,  // 158: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,   // 159: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	62,  // 160: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,   // 161: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	67,  // 162: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
-	1,   // 163: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
-	3,   // 164: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
-	106, // [106:165] is the sub-list for method output_type
-	47,  // [47:106] is the sub-list for method input_type
-	47,  // [47:47] is the sub-list for extension type_name
-	47,  // [47:47] is the sub-list for extension extendee
-	0,   // [0:47] is the sub-list for field type_name
+	14,  // 9: space.node.v1.CreateSpec.mounts:type_name -> space.node.v1.VolumeMount
+	17,  // 10: space.node.v1.WriteVolumeFileRequest.edit:type_name -> space.node.v1.VolumeEdit
+	82,  // 11: space.node.v1.VolumeEntryResponse.entry:type_name -> filesystem.EntryInfo
+	13,  // 12: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
+	12,  // 13: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
+	9,   // 14: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
+	22,  // 15: space.node.v1.ClaimRequest.limits:type_name -> space.node.v1.PoolLimits
+	12,  // 16: space.node.v1.ClaimRequest.identity:type_name -> space.node.v1.Identity
+	11,  // 17: space.node.v1.ClaimRequest.network:type_name -> space.node.v1.Policy
+	13,  // 18: space.node.v1.BootFromDiskRequest.spec:type_name -> space.node.v1.CreateSpec
+	9,   // 19: space.node.v1.RestoreSpec.limits:type_name -> space.node.v1.Limits
+	12,  // 20: space.node.v1.RestoreSpec.new_identity:type_name -> space.node.v1.Identity
+	11,  // 21: space.node.v1.RestoreSpec.network:type_name -> space.node.v1.Policy
+	14,  // 22: space.node.v1.RestoreSpec.mounts:type_name -> space.node.v1.VolumeMount
+	12,  // 23: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
+	11,  // 24: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
+	83,  // 25: space.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	83,  // 26: space.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	83,  // 27: space.node.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	37,  // 28: space.node.v1.MetricsResponse.samples:type_name -> space.node.v1.MetricSample
+	8,   // 29: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
+	22,  // 30: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
+	11,  // 31: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
+	83,  // 32: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	41,  // 33: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
+	80,  // 34: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
+	82,  // 35: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	82,  // 36: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	82,  // 37: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
+	81,  // 38: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
+	55,  // 39: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
+	55,  // 40: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
+	83,  // 41: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	83,  // 42: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	57,  // 43: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
+	58,  // 44: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
+	62,  // 45: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
+	63,  // 46: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
+	57,  // 47: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
+	74,  // 48: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
+	8,   // 49: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
+	41,  // 50: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
+	6,   // 51: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
+	20,  // 52: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
+	23,  // 53: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
+	25,  // 54: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
+	2,   // 55: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
+	2,   // 56: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
+	27,  // 57: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
+	29,  // 58: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
+	1,   // 59: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
+	2,   // 60: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
+	2,   // 61: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
+	2,   // 62: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
+	30,  // 63: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
+	31,  // 64: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
+	32,  // 65: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
+	2,   // 66: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
+	2,   // 67: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
+	30,  // 68: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
+	2,   // 69: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
+	33,  // 70: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
+	34,  // 71: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
+	2,   // 72: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
+	36,  // 73: space.node.v1.NodeService.Metrics:input_type -> space.node.v1.MetricsRequest
+	3,   // 74: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
+	1,   // 75: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
+	3,   // 76: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
+	3,   // 77: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
+	3,   // 78: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
+	3,   // 79: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
+	51,  // 80: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
+	53,  // 81: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
+	15,  // 82: space.node.v1.NodeService.CreateVolume:input_type -> space.node.v1.CreateVolumeRequest
+	3,   // 83: space.node.v1.NodeService.VolumeUsage:input_type -> space.node.v1.NameRequest
+	18,  // 84: space.node.v1.NodeService.WriteVolumeFile:input_type -> space.node.v1.WriteVolumeFileRequest
+	17,  // 85: space.node.v1.NodeService.EditVolume:input_type -> space.node.v1.VolumeEdit
+	1,   // 86: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
+	3,   // 87: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
+	40,  // 88: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
+	3,   // 89: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
+	1,   // 90: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
+	43,  // 91: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
+	45,  // 92: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
+	47,  // 93: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
+	45,  // 94: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
+	49,  // 95: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
+	45,  // 96: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
+	45,  // 97: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
+	54,  // 98: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
+	56,  // 99: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
+	59,  // 100: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
+	2,   // 101: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
+	61,  // 102: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
+	65,  // 103: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
+	59,  // 104: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
+	66,  // 105: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
+	67,  // 106: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
+	3,   // 107: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	69,  // 108: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,   // 109: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	70,  // 110: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	71,  // 111: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
+	3,   // 112: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
+	72,  // 113: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
+	7,   // 114: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	21,  // 115: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	24,  // 116: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	26,  // 117: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 118: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 119: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	28,  // 120: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,   // 121: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,   // 122: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,   // 123: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,   // 124: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,   // 125: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,   // 126: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,   // 127: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,   // 128: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,   // 129: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,   // 130: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,   // 131: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 132: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 133: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 134: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	35,  // 135: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	38,  // 136: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
+	39,  // 137: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 138: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 139: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 140: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 141: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 142: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	52,  // 143: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	50,  // 144: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	1,   // 145: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
+	16,  // 146: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
+	19,  // 147: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
+	19,  // 148: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
+	4,   // 149: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 150: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 151: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	41,  // 152: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	42,  // 153: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	44,  // 154: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	46,  // 155: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 156: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	48,  // 157: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	50,  // 158: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 159: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	48,  // 160: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	48,  // 161: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	58,  // 162: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	58,  // 163: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	60,  // 164: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	64,  // 165: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 166: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 167: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 168: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 169: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	68,  // 170: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 171: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	68,  // 172: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 173: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	73,  // 174: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 175: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 176: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	114, // [114:177] is the sub-list for method output_type
+	51,  // [51:114] is the sub-list for method input_type
+	51,  // [51:51] is the sub-list for extension type_name
+	51,  // [51:51] is the sub-list for extension extendee
+	0,   // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_space_node_v1_node_proto_init() }
@@ -5022,12 +5436,13 @@ func file_space_node_v1_node_proto_init() {
 	if File_space_node_v1_node_proto != nil {
 		return
 	}
-	file_space_node_v1_node_proto_msgTypes[58].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[17].OneofWrappers = []any{}
+	file_space_node_v1_node_proto_msgTypes[64].OneofWrappers = []any{
 		(*AttachResponse_Dropped)(nil),
 		(*AttachResponse_Chunk)(nil),
 		(*AttachResponse_End)(nil),
 	}
-	file_space_node_v1_node_proto_msgTypes[67].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[73].OneofWrappers = []any{
 		(*TemplateBuildEvent_Log)(nil),
 		(*TemplateBuildEvent_Built)(nil),
 	}
@@ -5037,7 +5452,7 @@ func file_space_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   76,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -109,6 +109,16 @@ const (
 	// NodeServiceListVolumeDirProcedure is the fully-qualified name of the NodeService's ListVolumeDir
 	// RPC.
 	NodeServiceListVolumeDirProcedure = "/space.node.v1.NodeService/ListVolumeDir"
+	// NodeServiceCreateVolumeProcedure is the fully-qualified name of the NodeService's CreateVolume
+	// RPC.
+	NodeServiceCreateVolumeProcedure = "/space.node.v1.NodeService/CreateVolume"
+	// NodeServiceVolumeUsageProcedure is the fully-qualified name of the NodeService's VolumeUsage RPC.
+	NodeServiceVolumeUsageProcedure = "/space.node.v1.NodeService/VolumeUsage"
+	// NodeServiceWriteVolumeFileProcedure is the fully-qualified name of the NodeService's
+	// WriteVolumeFile RPC.
+	NodeServiceWriteVolumeFileProcedure = "/space.node.v1.NodeService/WriteVolumeFile"
+	// NodeServiceEditVolumeProcedure is the fully-qualified name of the NodeService's EditVolume RPC.
+	NodeServiceEditVolumeProcedure = "/space.node.v1.NodeService/EditVolume"
 	// NodeServiceTemplateImagesProcedure is the fully-qualified name of the NodeService's
 	// TemplateImages RPC.
 	NodeServiceTemplateImagesProcedure = "/space.node.v1.NodeService/TemplateImages"
@@ -213,6 +223,12 @@ type NodeServiceClient interface {
 	// ListVolumeDir: as List, the entries of one page, then a message with
 	// only next_cursor (and done set).
 	ListVolumeDir(context.Context, *connect.Request[nodev1.ListVolumeDirRequest]) (*connect.ServerStreamForClient[nodev1.ListResponse], error)
+	// Persistent volumes (nodeapi.PersistentVolumes).
+	CreateVolume(context.Context, *connect.Request[nodev1.CreateVolumeRequest]) (*connect.Response[nodev1.Empty], error)
+	VolumeUsage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.VolumeUsageResponse], error)
+	// WriteVolumeFile: the first message carries the edit, then data.
+	WriteVolumeFile(context.Context) *connect.ClientStreamForClient[nodev1.WriteVolumeFileRequest, nodev1.VolumeEntryResponse]
+	EditVolume(context.Context, *connect.Request[nodev1.VolumeEdit]) (*connect.Response[nodev1.VolumeEntryResponse], error)
 	TemplateImages(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error)
 	DropTemplateImage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
 	SetPool(context.Context, *connect.Request[nodev1.PoolRequest]) (*connect.Response[nodev1.Empty], error)
@@ -459,6 +475,30 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("ListVolumeDir")),
 			connect.WithClientOptions(opts...),
 		),
+		createVolume: connect.NewClient[nodev1.CreateVolumeRequest, nodev1.Empty](
+			httpClient,
+			baseURL+NodeServiceCreateVolumeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("CreateVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		volumeUsage: connect.NewClient[nodev1.NameRequest, nodev1.VolumeUsageResponse](
+			httpClient,
+			baseURL+NodeServiceVolumeUsageProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("VolumeUsage")),
+			connect.WithClientOptions(opts...),
+		),
+		writeVolumeFile: connect.NewClient[nodev1.WriteVolumeFileRequest, nodev1.VolumeEntryResponse](
+			httpClient,
+			baseURL+NodeServiceWriteVolumeFileProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("WriteVolumeFile")),
+			connect.WithClientOptions(opts...),
+		),
+		editVolume: connect.NewClient[nodev1.VolumeEdit, nodev1.VolumeEntryResponse](
+			httpClient,
+			baseURL+NodeServiceEditVolumeProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("EditVolume")),
+			connect.WithClientOptions(opts...),
+		),
 		templateImages: connect.NewClient[nodev1.Empty, nodev1.NamesResponse](
 			httpClient,
 			baseURL+NodeServiceTemplateImagesProcedure,
@@ -663,6 +703,10 @@ type nodeServiceClient struct {
 	deleteVolume         *connect.Client[nodev1.NameRequest, nodev1.Empty]
 	readVolumeFile       *connect.Client[nodev1.VolumeFileRequest, nodev1.VolumeFileChunk]
 	listVolumeDir        *connect.Client[nodev1.ListVolumeDirRequest, nodev1.ListResponse]
+	createVolume         *connect.Client[nodev1.CreateVolumeRequest, nodev1.Empty]
+	volumeUsage          *connect.Client[nodev1.NameRequest, nodev1.VolumeUsageResponse]
+	writeVolumeFile      *connect.Client[nodev1.WriteVolumeFileRequest, nodev1.VolumeEntryResponse]
+	editVolume           *connect.Client[nodev1.VolumeEdit, nodev1.VolumeEntryResponse]
 	templateImages       *connect.Client[nodev1.Empty, nodev1.NamesResponse]
 	dropTemplateImage    *connect.Client[nodev1.NameRequest, nodev1.Empty]
 	setPool              *connect.Client[nodev1.PoolRequest, nodev1.Empty]
@@ -848,6 +892,26 @@ func (c *nodeServiceClient) ListVolumeDir(ctx context.Context, req *connect.Requ
 	return c.listVolumeDir.CallServerStream(ctx, req)
 }
 
+// CreateVolume calls space.node.v1.NodeService.CreateVolume.
+func (c *nodeServiceClient) CreateVolume(ctx context.Context, req *connect.Request[nodev1.CreateVolumeRequest]) (*connect.Response[nodev1.Empty], error) {
+	return c.createVolume.CallUnary(ctx, req)
+}
+
+// VolumeUsage calls space.node.v1.NodeService.VolumeUsage.
+func (c *nodeServiceClient) VolumeUsage(ctx context.Context, req *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.VolumeUsageResponse], error) {
+	return c.volumeUsage.CallUnary(ctx, req)
+}
+
+// WriteVolumeFile calls space.node.v1.NodeService.WriteVolumeFile.
+func (c *nodeServiceClient) WriteVolumeFile(ctx context.Context) *connect.ClientStreamForClient[nodev1.WriteVolumeFileRequest, nodev1.VolumeEntryResponse] {
+	return c.writeVolumeFile.CallClientStream(ctx)
+}
+
+// EditVolume calls space.node.v1.NodeService.EditVolume.
+func (c *nodeServiceClient) EditVolume(ctx context.Context, req *connect.Request[nodev1.VolumeEdit]) (*connect.Response[nodev1.VolumeEntryResponse], error) {
+	return c.editVolume.CallUnary(ctx, req)
+}
+
 // TemplateImages calls space.node.v1.NodeService.TemplateImages.
 func (c *nodeServiceClient) TemplateImages(ctx context.Context, req *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error) {
 	return c.templateImages.CallUnary(ctx, req)
@@ -1026,6 +1090,12 @@ type NodeServiceHandler interface {
 	// ListVolumeDir: as List, the entries of one page, then a message with
 	// only next_cursor (and done set).
 	ListVolumeDir(context.Context, *connect.Request[nodev1.ListVolumeDirRequest], *connect.ServerStream[nodev1.ListResponse]) error
+	// Persistent volumes (nodeapi.PersistentVolumes).
+	CreateVolume(context.Context, *connect.Request[nodev1.CreateVolumeRequest]) (*connect.Response[nodev1.Empty], error)
+	VolumeUsage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.VolumeUsageResponse], error)
+	// WriteVolumeFile: the first message carries the edit, then data.
+	WriteVolumeFile(context.Context, *connect.ClientStream[nodev1.WriteVolumeFileRequest]) (*connect.Response[nodev1.VolumeEntryResponse], error)
+	EditVolume(context.Context, *connect.Request[nodev1.VolumeEdit]) (*connect.Response[nodev1.VolumeEntryResponse], error)
 	TemplateImages(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error)
 	DropTemplateImage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
 	SetPool(context.Context, *connect.Request[nodev1.PoolRequest]) (*connect.Response[nodev1.Empty], error)
@@ -1268,6 +1338,30 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("ListVolumeDir")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceCreateVolumeHandler := connect.NewUnaryHandler(
+		NodeServiceCreateVolumeProcedure,
+		svc.CreateVolume,
+		connect.WithSchema(nodeServiceMethods.ByName("CreateVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceVolumeUsageHandler := connect.NewUnaryHandler(
+		NodeServiceVolumeUsageProcedure,
+		svc.VolumeUsage,
+		connect.WithSchema(nodeServiceMethods.ByName("VolumeUsage")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceWriteVolumeFileHandler := connect.NewClientStreamHandler(
+		NodeServiceWriteVolumeFileProcedure,
+		svc.WriteVolumeFile,
+		connect.WithSchema(nodeServiceMethods.ByName("WriteVolumeFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceEditVolumeHandler := connect.NewUnaryHandler(
+		NodeServiceEditVolumeProcedure,
+		svc.EditVolume,
+		connect.WithSchema(nodeServiceMethods.ByName("EditVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceTemplateImagesHandler := connect.NewUnaryHandler(
 		NodeServiceTemplateImagesProcedure,
 		svc.TemplateImages,
@@ -1500,6 +1594,14 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceReadVolumeFileHandler.ServeHTTP(w, r)
 		case NodeServiceListVolumeDirProcedure:
 			nodeServiceListVolumeDirHandler.ServeHTTP(w, r)
+		case NodeServiceCreateVolumeProcedure:
+			nodeServiceCreateVolumeHandler.ServeHTTP(w, r)
+		case NodeServiceVolumeUsageProcedure:
+			nodeServiceVolumeUsageHandler.ServeHTTP(w, r)
+		case NodeServiceWriteVolumeFileProcedure:
+			nodeServiceWriteVolumeFileHandler.ServeHTTP(w, r)
+		case NodeServiceEditVolumeProcedure:
+			nodeServiceEditVolumeHandler.ServeHTTP(w, r)
 		case NodeServiceTemplateImagesProcedure:
 			nodeServiceTemplateImagesHandler.ServeHTTP(w, r)
 		case NodeServiceDropTemplateImageProcedure:
@@ -1687,6 +1789,22 @@ func (UnimplementedNodeServiceHandler) ReadVolumeFile(context.Context, *connect.
 
 func (UnimplementedNodeServiceHandler) ListVolumeDir(context.Context, *connect.Request[nodev1.ListVolumeDirRequest], *connect.ServerStream[nodev1.ListResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.ListVolumeDir is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) CreateVolume(context.Context, *connect.Request[nodev1.CreateVolumeRequest]) (*connect.Response[nodev1.Empty], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.CreateVolume is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) VolumeUsage(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.VolumeUsageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.VolumeUsage is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) WriteVolumeFile(context.Context, *connect.ClientStream[nodev1.WriteVolumeFileRequest]) (*connect.Response[nodev1.VolumeEntryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.WriteVolumeFile is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) EditVolume(context.Context, *connect.Request[nodev1.VolumeEdit]) (*connect.Response[nodev1.VolumeEntryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.EditVolume is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) TemplateImages(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error) {
