@@ -49,6 +49,13 @@ type Source struct {
 	// Archive is an uploaded OCI archive from StageUpload, the image of
 	// from: upload. The manager owns it from the call on and removes it.
 	Archive string
+	// Archives are the uploaded file archives the recipe's copy steps
+	// name, by name (E2B's files hash) to their path on the server. They
+	// stay the caller's: the manager only reads them, and hashes their
+	// content (not their name) into the template ID.
+	Archives map[string]string
+	// Registry are the credentials of a from: image:<reference> base.
+	Registry *RegistryAuth
 }
 
 // Template is the catalog record of one built (or building) template
@@ -109,6 +116,8 @@ type Config struct {
 	// steps and files (DefaultBuildTimeout when zero): a step that never
 	// ends must not hold a sandbox for ever.
 	BuildTimeout time.Duration
+	// Registry configures pulls of from: image:<reference> bases.
+	Registry RegistryConfig
 	// Logf receives build events; nil discards them.
 	Logf func(format string, args ...any)
 }
