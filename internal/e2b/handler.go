@@ -67,7 +67,13 @@ type Config struct {
 	// StartTimeout bounds how long create, connect and fork wait for a
 	// sandbox to run before answering.
 	StartTimeout time.Duration
-	Logger       *slog.Logger
+	// Templates builds templates from E2B's build API (templates.go); nil
+	// answers its routes 501.
+	Templates Templates
+	// MaxTemplateFiles bounds one uploaded file archive of a template
+	// build (DefaultMaxTemplateFiles when zero).
+	MaxTemplateFiles int64
+	Logger           *slog.Logger
 }
 
 // Handler is the E2B control-plane API as an http.Handler.
@@ -75,6 +81,8 @@ type Handler struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// uploadKey signs the template file upload links.
+	uploadKey []byte
 }
 
 // Constants E2B's API returns and the SDKs check.
@@ -96,7 +104,7 @@ func New(cfg Config) *Handler {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 3 * time.Minute
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), uploadKey: newUploadKey()}
 	h.routes()
 	return h
 }
@@ -132,6 +140,7 @@ func (h *Handler) routes() {
 	authed("PUT /sandboxes/{id}/network", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusBadRequest, "changing a sandbox's network configuration is not supported by space")
 	})
+	h.templateRoutes(open, authed)
 	open("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -170,6 +179,8 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 			}
 			next(w, r)
 		}
+	case strings.HasPrefix(path, "/templates/{templateID}"), strings.HasPrefix(path, "/v2/templates/{templateID}"):
+		return h.scopedTemplate(next)
 	case strings.Contains(path, "{"):
 		panic("e2b: route " + pattern + " has a path parameter but no project scoping")
 	}

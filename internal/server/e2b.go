@@ -38,7 +38,8 @@ func (s *Server) startCompat(keys *auth.Keys) (err error) {
 		}
 	}()
 	if s.cfg.E2BListen != "" {
-		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Domain: s.cfg.Domain, Logger: s.cfg.Logger})
+		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Domain: s.cfg.Domain, Logger: s.cfg.Logger,
+			Templates: s.e2bTemplates, MaxTemplateFiles: s.cfg.MaxTemplateArchiveBytes})
 		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, api.HidePaths(h, s.hostPaths), nil); err != nil {
 			return err
 		}

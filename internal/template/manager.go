@@ -582,3 +582,26 @@ func (m *Manager) Delete(nameOrID string, inUse func(id string) bool) error {
 	}
 	return nil
 }
+
+// Point files the existing version id under catalogName too (a tag),
+// replacing what the name pointed at; the version's rootfs is shared.
+func (m *Manager) Point(catalogName, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.records[id]; !ok {
+		return fmt.Errorf("template %s: %w", id, ErrNotFound)
+	}
+	return m.setName(catalogName, id)
+}
+
+// Unpoint removes catalogName, keeping the version it pointed at (which
+// other names, its ID and a later Delete of its first name still reach).
+func (m *Manager) Unpoint(catalogName string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.names[catalogName]; !ok {
+		return fmt.Errorf("template %q: %w", catalogName, ErrNotFound)
+	}
+	delete(m.names, catalogName)
+	return m.store.saveNames(m.names)
+}
