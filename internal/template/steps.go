@@ -58,7 +58,10 @@ home=$(awk -F: -v u="$u" '$1==u{print $6; exit}' /etc/passwd)
 func runAsScript(script, user, workdir string) string {
 	q := shellQuote
 	var b strings.Builder
-	fmt.Fprintf(&b, "mkdir -p %[1]s && cd %[1]s || exit 1\n", q(workdir))
+	// The wrapper stops at its first failure; the step's own script runs
+	// in a shell of its own, without -e.
+	b.WriteString("set -e\n")
+	fmt.Fprintf(&b, "mkdir -p %[1]s\ncd %[1]s\n", q(workdir))
 	if user == "root" || user == "0" {
 		fmt.Fprintf(&b, "exec /bin/sh -c %s\n", q(script))
 		return b.String()
@@ -107,7 +110,7 @@ func (p *buildPlan) copyStep(ctx context.Context, sb BuildSandbox, i int, c *Cop
 	q := shellQuote
 	var b strings.Builder
 	b.WriteString("set -e\n")
-	fmt.Fprintf(&b, "tar -x%sf %s.tar -C %s/unpack\n", zflag, q(scratch), q(scratch))
+	fmt.Fprintf(&b, "tar -x%sf %s -C %s\n", zflag, q(scratch+".tar"), q(scratch+"/unpack"))
 	fmt.Fprintf(&b, "src=%s\ndest=%s\n", q(src), q(dest))
 	fmt.Fprintf(&b, "if [ ! -e \"$src\" ] && [ ! -L \"$src\" ]; then echo %s >&2; exit 1; fi\n",
 		q("copy: "+c.Src+" is not among the uploaded files"))

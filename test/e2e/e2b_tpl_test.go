@@ -223,7 +223,7 @@ func TestE2BTemplateBuildAPI(t *testing.T) {
 				{"type": "COPY", "args": []string{"one.txt", "/etc/one.conf", "", ""}, "filesHash": oneHash},
 				{"type": "ENV", "args": []string{"GREETING", "hi there", "OTHER", "x"}},
 				{"type": "RUN", "args": []string{`echo "$GREETING/$(id -un)/$(pwd)" > /srv/built`}},
-				{"type": "RUN", "args": []string{`id -un > /tmp/as-user; echo "$HOME" >> /tmp/as-user`, "user"}},
+				{"type": "RUN", "args": []string{`id -un > "$HOME/as-user"; echo "$HOME" >> "$HOME/as-user"`, "user"}},
 				{"type": "WORKDIR", "args": []string{"app"}},
 				{"type": "USER", "args": []string{"user"}},
 			},
@@ -252,7 +252,7 @@ func TestE2BTemplateBuildAPI(t *testing.T) {
 
 		for _, ref := range []string{tpl, tpl + ":t1"} {
 			sb := newSandboxAs(t, a.clients[0], apiv1.CreateSandboxRequest{Template: ref})
-			got := execAs(t, a.clients[0], sb.ID, `cat /srv/built /tmp/as-user /etc/one.conf /srv/app/a.txt /srv/app/b/c.txt; `+
+			got := execAs(t, a.clients[0], sb.ID, `cat /srv/built /home/user/as-user /etc/one.conf /srv/app/a.txt /srv/app/b/c.txt; `+
 				`stat -c "%u %a" /srv/app/a.txt /etc/one.conf; echo "$GREETING"; id -un; pwd; cat /tmp/started`)
 			want := "hi there/root//srv\nuser\n/home/user\none\nfile a\nfile c\n1000 750\n0 644\nhi there\nuser\n/srv/app\nstarted\n"
 			if got != want {

@@ -53,7 +53,7 @@ for (const [label, sdk] of [['e2b@2.51', v251], ['e2b@2.45', v245]]) {
         .copy('app', 'conf', { user: 'user', mode: 0o750 })
         .setEnvs({ GREETING: 'hi there' })
         .runCmd('echo "$GREETING from $(whoami) in $(pwd)" > built.txt')
-        .runCmd('whoami > /tmp/run-as; echo "$HOME" >> /tmp/run-as', { user: 'user' })
+        .runCmd('whoami > ~/run-as; echo "$HOME" >> ~/run-as', { user: 'user' })
         .setUser('user')
         .setWorkdir('/home/user')
         .setStartCmd('echo started-by-$(whoami) > /tmp/started; sleep infinity', waitForFile('/tmp/started'))
@@ -65,7 +65,7 @@ for (const [label, sdk] of [['e2b@2.51', v251], ['e2b@2.45', v245]]) {
 
       const s = await create(name)
       const r = await s.commands.run(
-        'cat /srv/app/hello.txt /srv/app/built.txt /tmp/run-as; ls -A /srv/app/conf; cat /srv/app/conf/sub/deep.txt;' +
+        'cat /srv/app/hello.txt /srv/app/built.txt /home/user/run-as; ls -A /srv/app/conf; cat /srv/app/conf/sub/deep.txt;' +
           ' stat -c "%U %a" /srv/app/conf/config.json /srv/app/hello.txt; echo "$GREETING"; whoami; pwd; cat /tmp/started',
       )
       assert.equal(
