@@ -3,61 +3,22 @@ package template
 import (
 	"bytes"
 	"context"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/space-platform/space/internal/template/registrytest"
 )
 
-// testRegistry serves an in-process registry on the loopback that wants
-// basic auth user:secret, and pushes the test layers to it as app:1.
+// testRegistry serves a registry on the loopback that wants basic auth
+// user:secret, holding the test layers as team/app:1.
 func testRegistry(t *testing.T) (host string) {
 	t.Helper()
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u, p, ok := r.BasicAuth(); !ok || u != "user" || p != "secret" {
-			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
-			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
-			return
-		}
-		reg.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	host = strings.TrimPrefix(srv.URL, "http://")
+	reg := registrytest.Start(t, "user", "secret")
 	lower, upper := testLayers(t)
-	img := empty.Image
-	for _, data := range [][]byte{lower, upper} {
-		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.AppendLayers(img, l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	img, err := mutate.Config(img, v1.Config{Env: []string{"FROM_IMAGE=yes", "PATH=/usr/bin:/bin"}, User: "1000", WorkingDir: "/home/app"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := name.ParseReference(host + "/team/app:1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img, remote.WithAuth(&authn.Basic{Username: "user", Password: "secret"})); err != nil {
-		t.Fatal(err)
-	}
-	return host
+	reg.Push(t, "team/app:1", [][]byte{lower, upper}, v1.Config{Env: []string{"FROM_IMAGE=yes", "PATH=/usr/bin:/bin"}, User: "1000", WorkingDir: "/home/app"})
+	return reg.Host
 }
 
 func (e *testEnv) withRegistry(t *testing.T, cfg RegistryConfig) {

@@ -10,9 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,15 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/space-platform/space/internal/template/registrytest"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -337,17 +329,6 @@ func (zeros) Read(p []byte) (int, error) {
 // u:p, holding a busybox image at tools/busybox:1.
 func tplRegistry(t *testing.T) string {
 	t.Helper()
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u, p, ok := r.BasicAuth(); !ok || u != "u" || p != "p" {
-			w.Header().Set("WWW-Authenticate", `Basic realm="tpl"`)
-			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"who are you"}]}`, http.StatusUnauthorized)
-			return
-		}
-		reg.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "http://")
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
 		t.Skip("no busybox on the host to make an image of")
@@ -369,22 +350,9 @@ func tplRegistry(t *testing.T) string {
 	tw.WriteHeader(&tar.Header{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(passwd))})
 	tw.Write([]byte(passwd))
 	tw.Close()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if img, err = mutate.Config(img, v1.Config{Env: []string{"PATH=/bin", "IMAGE_ENV=from-the-image"}, WorkingDir: "/"}); err != nil {
-		t.Fatal(err)
-	}
-	ref, _ := name.ParseReference(host + "/tools/busybox:1")
-	if err := remote.Write(ref, img, remote.WithAuth(&authn.Basic{Username: "u", Password: "p"})); err != nil {
-		t.Fatal(err)
-	}
-	return host
+	reg := registrytest.Start(t, "u", "p")
+	reg.Push(t, "tools/busybox:1", [][]byte{buf.Bytes()}, v1.Config{Env: []string{"PATH=/bin", "IMAGE_ENV=from-the-image"}, WorkingDir: "/"})
+	return reg.Host
 }
 
 func TestE2BTemplateFromImage(t *testing.T) {

@@ -80,13 +80,15 @@ for (const [label, sdk] of [['e2b@2.51', v251], ['e2b@2.45', v245]]) {
     })
 
     test('a second build with the same files skips their upload', async () => {
-      const tpl = Template({ fileContextPath: dir }).fromTemplate('base').copy('hello.txt', '/tmp/again.txt')
+      // Content of this run only: the files cache outlives runs.
+      fs.writeFileSync(path.join(dir, 'again.txt'), `${label} ${process.pid} ${Date.now()}\n`)
+      const tpl = Template({ fileContextPath: dir }).fromTemplate('base').copy('again.txt', '/srv/again.txt')
       const first = []
       await Template.build(tpl, `${name}-again`, { onBuildLogs: (e) => first.push(String(e.message)) })
       const second = []
       await Template.build(tpl, `${name}-again`, { onBuildLogs: (e) => second.push(String(e.message)) })
-      assert.ok(first.some((l) => l.startsWith("Uploaded 'hello.txt'")), first.join('\n'))
-      assert.ok(second.some((l) => l.includes("Skipping upload of 'hello.txt'")), second.join('\n'))
+      assert.ok(first.some((l) => l.startsWith("Uploaded 'again.txt'")), first.join('\n'))
+      assert.ok(second.some((l) => l.includes("Skipping upload of 'again.txt'")), second.join('\n'))
     })
 
     test('buildInBackground and getBuildStatus with logs', async () => {
