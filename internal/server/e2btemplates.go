@@ -95,11 +95,34 @@ func (t *e2bTemplates) NewBuild(scope project.Scope, name string, tags []string)
 	b := e2b.TemplateBuild{ID: newUUID(), Name: name, Project: scope.Owner(), Tags: tags, CreatedAt: time.Now().UTC()}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.dropWaiting(b.Project)
 	if err := t.save(b); err != nil {
 		return e2b.TemplateBuild{}, err
 	}
 	t.builds[b.ID] = b
 	return b, nil
+}
+
+// maxWaitingBuilds bounds a project's builds requested but never
+// triggered: past it the oldest goes, so requests alone cannot fill the
+// disk with records.
+const maxWaitingBuilds = 100
+
+// dropWaiting makes room for one more waiting build of proj. Caller
+// holds t.mu.
+func (t *e2bTemplates) dropWaiting(proj string) {
+	var waiting []e2b.TemplateBuild
+	for _, b := range t.builds {
+		if b.Project == proj && b.TemplateID == "" {
+			waiting = append(waiting, b)
+		}
+	}
+	sort.Slice(waiting, func(i, j int) bool { return waiting[i].CreatedAt.Before(waiting[j].CreatedAt) })
+	for len(waiting) >= maxWaitingBuilds {
+		_ = os.Remove(filepath.Join(t.buildDir, waiting[0].ID+".json"))
+		delete(t.builds, waiting[0].ID)
+		waiting = waiting[1:]
+	}
 }
 
 func (t *e2bTemplates) Build(scope project.Scope, buildID string) (e2b.TemplateBuild, error) {

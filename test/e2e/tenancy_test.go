@@ -222,8 +222,8 @@ func e2bRouteCases() map[string]routeCase {
 		"DELETE /templates/{id}":          {path: func(i ids) string { return "/templates/" + i.snapshotID }, want: nf},
 		"PUT /sandboxes/{id}/network":     {path: e("/sandboxes/", "/network"), body: fixed(`{}`), want: nf},
 		"GET /health":                     {path: fixed("/health"), want: 200},
-		// Template builds (e2b_tpl_test.go): B's request builds B's own.
-		"POST /v3/templates":                                  {path: fixed("/v3/templates"), body: func(i ids) string { return `{"name":"` + i.template + `"}` }, want: http.StatusAccepted},
+		// Template builds (e2b_tpl_test.go): B records a build of its own, named apart from A's template that the other routes aim at.
+		"POST /v3/templates":                                  {path: fixed("/v3/templates"), body: fixed(`{"name":"tenancy-b-own"}`), want: http.StatusAccepted},
 		"GET /templates/{templateID}/files/{hash}":            {path: tplPath("/files/" + strings.Repeat("0", 64)), want: nf},
 		"PUT /templates/{templateID}/files/{hash}":            {path: tplPath("/files/" + strings.Repeat("0", 64)), body: fixed("x"), want: http.StatusForbidden},
 		"POST /v2/templates/{templateID}/builds/{buildID}":    {path: func(i ids) string { return "/v2/templates/" + i.template + "/builds/" + i.templateID }, body: fixed(`{"fromTemplate":"minimal"}`), want: nf},
