@@ -303,6 +303,19 @@ func TestE2BTemplateBuildAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("build records and tags survive a restart", func(t *testing.T) {
+		restartServer(t)
+		st, _ := tplWait(t, keyA, tpl, buildID)
+		if st.Status != "ready" {
+			t.Errorf("status after a restart: %+v", st)
+		}
+		resp := raw(t, env.srv.E2BURL(), keyA, http.MethodGet, "/templates/"+tpl+"/tags", "")
+		if resp.status != http.StatusOK || !strings.Contains(string(resp.body), `"tag":"t1"`) || !strings.Contains(string(resp.body), buildID) {
+			t.Errorf("tags after a restart: %d %s", resp.status, resp.body)
+		}
+		e2bURL = env.srv.E2BURL()
+	})
+
 	t.Run("a failing step names its step", func(t *testing.T) {
 		id := tplRequestBuild(t, keyA, tpl+"-fails")
 		resp := raw(t, e2bURL, keyA, http.MethodPost, "/v2/templates/"+tpl+"-fails/builds/"+id,
