@@ -1,10 +1,15 @@
 package e2b
 
 import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/template"
 )
 
@@ -75,6 +80,36 @@ func TestTranslateBuild(t *testing.T) {
 	} {
 		if _, _, _, err := translateBuild(bad); err == nil {
 			t.Errorf("accepted %+v", bad)
+		}
+	}
+}
+
+type oneKey struct{}
+
+func (oneKey) Check(secret string) (auth.Key, error) {
+	if secret != "k" {
+		return auth.Key{}, errors.New("no such key")
+	}
+	return auth.Key{Project: "p"}, nil
+}
+
+// Without a Templates (a cluster's control plane) every build route
+// answers 501 with E2B's error body, never a panic or an empty answer.
+func TestTemplateRoutesWithoutBuilder(t *testing.T) {
+	h := New(Config{Keys: oneKey{}})
+	for _, route := range []string{
+		"POST /v3/templates", "GET /templates/x/files/" + strings.Repeat("a", 64), "PUT /templates/x/files/" + strings.Repeat("a", 64),
+		"POST /v2/templates/x/builds/y", "GET /templates/x/builds/y/status", "GET /templates/x/builds/y/logs",
+		"GET /templates/x/tags", "POST /templates/tags", "DELETE /templates/tags",
+	} {
+		method, path, _ := strings.Cut(route, " ")
+		req := httptest.NewRequest(method, path, strings.NewReader(`{}`))
+		req.Header.Set("X-API-Key", "k")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var body apiError
+		if rec.Code != http.StatusNotImplemented || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Code != 501 || body.Message == "" {
+			t.Errorf("%s: %d %s", route, rec.Code, rec.Body)
 		}
 	}
 }
