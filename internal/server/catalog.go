@@ -265,7 +265,7 @@ func (c catalog) Delete(scope project.Scope, name string) error {
 	// rootfs; then only this project's sandboxes stand in the way.
 	shared := false
 	for other, id := range c.m.Names() {
-		if id == e.t.ID && other != e.canonical {
+		if id == e.t.ID && other != e.canonical && !strings.HasPrefix(other, e.canonical+":") {
 			shared = true
 		}
 	}
@@ -276,7 +276,20 @@ func (c catalog) Delete(scope project.Scope, name string) error {
 		}
 		return c.cp().InUse(id)
 	}
+	// E2B's tags of the name ("<name>:<tag>") go with it, so that the
+	// versions only they held are deleted too; they come back if the
+	// delete is refused.
+	tags := map[string]string{}
+	for other, id := range c.m.Names() {
+		if strings.HasPrefix(other, e.canonical+":") {
+			tags[other] = id
+			_ = c.m.Unpoint(other)
+		}
+	}
 	if err := c.m.Delete(e.canonical, inUse); err != nil {
+		for tag, id := range tags {
+			_ = c.m.Point(tag, id)
+		}
 		return mapTemplateErr(err)
 	}
 	if !shared {

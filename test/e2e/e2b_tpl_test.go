@@ -209,6 +209,9 @@ func TestE2BTemplateBuildAPI(t *testing.T) {
 			"startCmd":     "echo started > /tmp/started; exec sleep 3600",
 			"readyCmd":     "[ -f /tmp/started ]",
 			"steps": []map[string]any{
+				// A value of this run: the steps run for real each time, not
+				// from an earlier run's template of the same content.
+				{"type": "ENV", "args": []string{"RUN_ID", fmt.Sprint(time.Now().UnixNano())}},
 				{"type": "USER", "args": []string{"root"}},
 				{"type": "WORKDIR", "args": []string{"/srv"}},
 				{"type": "COPY", "args": []string{"dir", "app/", "user", "0750"}, "filesHash": hash},
@@ -328,6 +331,26 @@ func TestE2BTemplateBuildAPI(t *testing.T) {
 			t.Errorf("failed build: %+v\n%s", st, strings.Join(lines, "\n"))
 		}
 	})
+
+	t.Run("deleting the template takes its tags", func(t *testing.T) {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			err := a.clients[0].DeleteTemplate(testContext(t), tpl)
+			if err == nil {
+				break
+			}
+			if !isStatus(err, http.StatusConflict) || time.Now().After(deadline) {
+				t.Fatalf("delete %s: %v", tpl, err)
+			}
+			time.Sleep(time.Second) // its sandboxes are still going
+		}
+		if _, err := a.clients[0].CreateSandbox(testContext(t), apiv1.CreateSandboxRequest{Template: tpl + ":t1"}); !isStatus(err, http.StatusNotFound) {
+			t.Errorf("create from a tag of a deleted template: %v", err)
+		}
+		if resp := raw(t, e2bURL, keyA, http.MethodGet, "/templates/"+tpl+"/tags", ""); resp.status != http.StatusOK || string(bytes.TrimSpace(resp.body)) != "[]" {
+			t.Errorf("tags of a deleted template: %d %s", resp.status, resp.body)
+		}
+	})
 }
 
 // zeros reads zero bytes for ever.
@@ -388,7 +411,7 @@ func TestE2BTemplateFromImage(t *testing.T) {
 		t.Errorf("without credentials: %+v", st)
 	}
 	st := trigger(`{"fromImage":"` + image + `","fromImageRegistry":{"type":"registry","username":"u","password":"p"},` +
-		`"steps":[{"type":"RUN","args":["echo \"$IMAGE_ENV\" > /from-image"]}]}`)
+		`"steps":[{"type":"RUN","args":["echo \"$IMAGE_ENV\" > /from-image; echo `+fmt.Sprint(time.Now().UnixNano())+` > /run-id"]}]}`)
 	if st.Status != "ready" {
 		t.Fatalf("build from the image: %+v", st)
 	}

@@ -51,7 +51,9 @@ for (const [label, sdk] of [['e2b@2.51', v251], ['e2b@2.45', v245]]) {
         .setWorkdir('/srv/app')
         .copy('hello.txt', '/srv/app/')
         .copy('app', 'conf', { user: 'user', mode: 0o750 })
-        .setEnvs({ GREETING: 'hi there' })
+        // RUN_ID: the steps run for real each time, not from an earlier
+        // run's template of the same content.
+        .setEnvs({ GREETING: 'hi there', RUN_ID: `${process.pid}-${Date.now()}` })
         .runCmd('echo "$GREETING from $(whoami) in $(pwd)" > built.txt')
         .runCmd('whoami > ~/run-as; echo "$HOME" >> ~/run-as', { user: 'user' })
         .setUser('user')
