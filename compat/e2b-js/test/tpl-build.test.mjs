@@ -81,6 +81,24 @@ for (const [label, sdk] of [['e2b@2.51', v251], ['e2b@2.45', v245]]) {
       assert.equal((await tagged.commands.run('cat /srv/app/hello.txt')).stdout, 'hello from the context\n')
     })
 
+    test('fromDockerfile: the instructions the SDK turns into steps', { skip: label !== 'e2b@2.51' && 'once is enough: the SDK parses the Dockerfile' }, async () => {
+      const dockerfile = [
+        'FROM e2bdev/base',
+        'ENV APP_MODE=docker',
+        'ARG BUILD_ARG=yes',
+        'WORKDIR /app',
+        'COPY hello.txt ./',
+        `RUN echo "built in $(pwd) as $(whoami), $APP_MODE ${Date.now()}" > /app/built.txt`,
+        'USER user',
+        'CMD echo cmd-ran > /home/user/cmd.txt; sleep infinity',
+      ].join('\n')
+      const tpl = Template({ fileContextPath: dir }).fromDockerfile(dockerfile)
+      await Template.build(tpl, `${name}-docker`)
+      const s = await create(`${name}-docker`)
+      const r = await s.commands.run('cat /app/hello.txt /app/built.txt; echo "$APP_MODE $BUILD_ARG"; whoami; pwd; cat ~/cmd.txt')
+      assert.match(r.stdout, /^hello from the context\nbuilt in \/app as root, docker \d+\ndocker yes\nuser\n\/app\ncmd-ran\n$/)
+    })
+
     test('a second build with the same files skips their upload', async () => {
       // Content of this run only: the files cache outlives runs.
       fs.writeFileSync(path.join(dir, 'again.txt'), `${label} ${process.pid} ${Date.now()}\n`)
