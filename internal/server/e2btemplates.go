@@ -32,6 +32,10 @@ type e2bTemplates struct {
 	cat      catalog
 	buildDir string
 	filesDir string
+	// filesBudget bounds a project's uploaded files; past it the least
+	// recently used go (never one younger than filesGrace, which a build
+	// may be about to read).
+	filesBudget int64
 
 	mu     sync.Mutex
 	builds map[string]e2b.TemplateBuild // by build ID
@@ -39,9 +43,19 @@ type e2bTemplates struct {
 
 var _ e2b.Templates = (*e2bTemplates)(nil)
 
-func newE2BTemplates(cat catalog, dataDir string) (*e2bTemplates, error) {
+// filesGrace is how long an uploaded archive is safe from eviction after
+// its upload or last use.
+const filesGrace = time.Hour
+
+// newE2BTemplates opens the build records; maxUpload is the bound of one
+// upload, and a project keeps four times as much (at least 1 GiB).
+func newE2BTemplates(cat catalog, dataDir string, maxUpload int64) (*e2bTemplates, error) {
+	if maxUpload <= 0 {
+		maxUpload = e2b.DefaultMaxTemplateFiles
+	}
 	t := &e2bTemplates{cat: cat, buildDir: filepath.Join(dataDir, "e2b", "builds"),
-		filesDir: filepath.Join(dataDir, "cache", "e2b-files"), builds: map[string]e2b.TemplateBuild{}}
+		filesDir: filepath.Join(dataDir, "cache", "e2b-files"), builds: map[string]e2b.TemplateBuild{},
+		filesBudget: max(4*maxUpload, 1<<30)}
 	if err := os.MkdirAll(t.buildDir, 0o700); err != nil {
 		return nil, fmt.Errorf("e2b template builds: %w", err)
 	}
@@ -142,9 +156,48 @@ func (t *e2bTemplates) filesPath(proj, hash string) string {
 	return filepath.Join(t.filesDir, hex.EncodeToString(sum[:8]), hash)
 }
 
+// HasFiles also marks the archive used, keeping it from eviction.
 func (t *e2bTemplates) HasFiles(scope project.Scope, hash string) bool {
-	_, err := os.Stat(t.filesPath(scope.Owner(), hash))
-	return err == nil
+	p := t.filesPath(scope.Owner(), hash)
+	now := time.Now()
+	return os.Chtimes(p, now, now) == nil
+}
+
+// evict removes the project's least recently used archives (but keep and
+// those used within filesGrace) while the project holds more than the
+// budget.
+func (t *e2bTemplates) evict(dir, keep string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	type file struct {
+		path string
+		size int64
+		used time.Time
+	}
+	var files []file
+	var total int64
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !info.Mode().IsRegular() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		files = append(files, file{filepath.Join(dir, e.Name()), info.Size(), info.ModTime()})
+		total += info.Size()
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].used.Before(files[j].used) })
+	for _, f := range files {
+		if total <= t.filesBudget {
+			return
+		}
+		if f.path == keep || time.Since(f.used) < filesGrace {
+			continue
+		}
+		if os.Remove(f.path) == nil {
+			total -= f.size
+		}
+	}
 }
 
 func (t *e2bTemplates) StageFiles(scope project.Scope, hash string, r io.Reader, limit int64) error {
@@ -171,6 +224,7 @@ func (t *e2bTemplates) StageFiles(scope project.Scope, hash string, r io.Reader,
 	if err := os.Rename(f.Name(), dst); err != nil {
 		return fmt.Errorf("stage files: %w", err)
 	}
+	t.evict(filepath.Dir(dst), dst)
 	return nil
 }
 

@@ -224,7 +224,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	reg := metrics.NewRegistry()
 	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
 	s.cat = cat
-	e2bTpl, err := newE2BTemplates(cat, cfg.DataDir)
+	e2bTpl, err := newE2BTemplates(cat, cfg.DataDir, cfg.MaxTemplateArchiveBytes)
 	if err != nil {
 		return nil, err
 	}
