@@ -3,6 +3,7 @@ package template
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -70,6 +71,24 @@ func TestFromRegistryImage(t *testing.T) {
 	if _, err := e.m.Build(context.Background(), "missing", mustParse(t, "from: image:"+host+"/team/app:nope\n"), Source{Registry: creds}, nil); err == nil || !strings.Contains(err.Error(), "MANIFEST_UNKNOWN") {
 		t.Errorf("missing tag: %v", err)
 	}
+}
+
+// An index (what most registries serve for a tag) resolves to this
+// host's platform.
+func TestFromRegistryIndex(t *testing.T) {
+	e := newTestEnv(t)
+	e.withRegistry(t, RegistryConfig{AllowPrivate: true})
+	reg := registrytest.Start(t, "user", "secret")
+	lower, upper := testLayers(t)
+	ref := reg.PushIndex(t, "team/multi:1", []string{"linux/arm64", "linux/" + runtime.GOARCH, "windows/" + runtime.GOARCH}, [][]byte{lower, upper}, v1.Config{})
+	tpl, err := e.m.Build(context.Background(), "multi", mustParse(t, "from: image:"+ref+"\n"), Source{Registry: &RegistryAuth{Username: "user", Password: "secret"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl.Env["PLATFORM"] != "linux/"+runtime.GOARCH {
+		t.Errorf("picked the image of %q, want linux/%s", tpl.Env["PLATFORM"], runtime.GOARCH)
+	}
+	checkImportedTree(t, e.rootfs(tpl))
 }
 
 func TestImageRefValidation(t *testing.T) {

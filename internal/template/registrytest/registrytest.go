@@ -51,6 +51,19 @@ func Start(t testing.TB, user, password string) *Registry {
 // first) and config as repo:tag and returns its reference.
 func (r *Registry) Push(t testing.TB, repoTag string, layers [][]byte, config v1.Config) string {
 	t.Helper()
+	img := r.image(t, layers, config)
+	ref, err := name.ParseReference(r.Host + "/" + repoTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithAuth(&authn.Basic{Username: r.user, Password: r.password})); err != nil {
+		t.Fatal(err)
+	}
+	return ref.String()
+}
+
+func (r *Registry) image(t testing.TB, layers [][]byte, config v1.Config) v1.Image {
+	t.Helper()
 	img := empty.Image
 	for _, data := range layers {
 		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
@@ -65,11 +78,27 @@ func (r *Registry) Push(t testing.TB, repoTag string, layers [][]byte, config v1
 	if err != nil {
 		t.Fatal(err)
 	}
+	return img
+}
+
+// PushIndex stores a multi-platform index as repoTag: one image per
+// platform ("linux/amd64"), each of the layers and config with the
+// platform added to its env as PLATFORM=<os/arch>.
+func (r *Registry) PushIndex(t testing.TB, repoTag string, platforms []string, layers [][]byte, config v1.Config) string {
+	t.Helper()
+	var idx v1.ImageIndex = empty.Index
+	for _, p := range platforms {
+		osName, arch, _ := strings.Cut(p, "/")
+		cfg := config
+		cfg.Env = append(append([]string(nil), config.Env...), "PLATFORM="+p)
+		img := r.image(t, layers, cfg)
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: osName, Architecture: arch}}})
+	}
 	ref, err := name.ParseReference(r.Host + "/" + repoTag)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(ref, img, remote.WithAuth(&authn.Basic{Username: r.user, Password: r.password})); err != nil {
+	if err := remote.WriteIndex(ref, idx, remote.WithAuth(&authn.Basic{Username: r.user, Password: r.password})); err != nil {
 		t.Fatal(err)
 	}
 	return ref.String()
