@@ -385,8 +385,8 @@ func (h *Handler) triggerBuild(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
-// stepOf finds E2B's step of a failure reason the builder wrote
-// ("steps[N]: ...", "run[N] ..." for the recipe's own lists).
+// stepOfReason finds the ordered step of a failure reason the builder
+// wrote ("steps[N]: ..."); TemplateBuild.Steps maps it to E2B's number.
 var stepOfReason = regexp.MustCompile(`(?:^|: )steps\[(\d+)\]`)
 
 func (h *Handler) buildInfo(r *http.Request, b TemplateBuild, from int) (templateBuildInfo, error) {

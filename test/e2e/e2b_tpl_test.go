@@ -245,6 +245,17 @@ func TestE2BTemplateBuildAPI(t *testing.T) {
 		if strings.Contains(all, env.dataDir) {
 			t.Errorf("logs name the server's data dir:\n%s", all)
 		}
+		// The logs route pages the same lines.
+		resp = raw(t, e2bURL, keyA, http.MethodGet, "/templates/"+tpl+"/builds/"+buildID+"/logs?cursor=1&limit=2", "")
+		var page struct {
+			Logs []struct{ Message, Level string } `json:"logs"`
+		}
+		if resp.status != http.StatusOK || json.Unmarshal(resp.body, &page) != nil || len(page.Logs) != 2 || page.Logs[0].Message != lines[1] || page.Logs[1].Level != "info" {
+			t.Errorf("logs page: %d %s", resp.status, resp.body)
+		}
+		if resp := raw(t, e2bURL, keyA, http.MethodGet, "/templates/"+tpl+"/builds/"+buildID+"/logs?limit=-1", ""); resp.status != http.StatusBadRequest {
+			t.Errorf("logs with a negative limit: %d %s", resp.status, resp.body)
+		}
 
 		for _, ref := range []string{tpl, tpl + ":t1"} {
 			sb := newSandboxAs(t, a.clients[0], apiv1.CreateSandboxRequest{Template: ref})
