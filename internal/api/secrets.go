@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -114,15 +113,13 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 // failSecret maps secret store errors; their messages name secrets, never
 // values.
 func (s *Server) failSecret(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, secrets.ErrInvalid):
-		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, secrets.ErrNotFound):
-		writeError(w, http.StatusNotFound, err.Error())
-	default:
-		s.log.Error("secret store", "err", err)
-		writeError(w, http.StatusInternalServerError, "secret store: "+err.Error())
+	status := secrets.HTTPStatus(err)
+	if status != http.StatusInternalServerError {
+		writeError(w, status, err.Error())
+		return
 	}
+	s.log.Error("secret store", "err", err)
+	writeError(w, status, "secret store: "+err.Error())
 }
 
 // credentialsNeedAdmin refuses credential rules from a non-admin key: a

@@ -33,14 +33,9 @@ func (cp *ControlPlane) checkCredentials(owner string, req *apiv1.CreateSandboxR
 	}
 	envs := map[string]bool{}
 	for i, in := range req.Credentials {
-		r := ruleOf(in)
-		if err := r.Validate(); err != nil {
-			return invalid("credentials[%d]: %v", i, err)
-		}
-		for _, name := range r.Secrets() {
-			if cp.cfg.Secrets == nil || !cp.cfg.Secrets.Exists(secrets.Ref(owner, name)) {
-				return invalid("credentials[%d]: project %s has no secret named %s (store it with POST /v1/secrets or `space secrets set %s`)", i, project.Of(owner), name, name)
-			}
+		r, err := cp.checkRule(owner, i, in)
+		if err != nil {
+			return err
 		}
 		if r.Env != "" {
 			if _, ok := req.Env[r.Env]; ok || envs[r.Env] {
@@ -50,6 +45,63 @@ func (cp *ControlPlane) checkCredentials(owner string, req *apiv1.CreateSandboxR
 		}
 	}
 	return nil
+}
+
+// checkRule validates rule i of a sandbox of project owner, and that the
+// secrets it names exist in that project; it returns the rule normalised.
+func (cp *ControlPlane) checkRule(owner string, i int, in apiv1.CredentialRule) (credentials.Rule, error) {
+	r := ruleOf(in)
+	if err := r.Validate(); err != nil {
+		return r, invalid("credentials[%d]: %v", i, err)
+	}
+	for _, name := range r.Secrets() {
+		if cp.cfg.Secrets == nil || !cp.cfg.Secrets.Exists(secrets.Ref(owner, name)) {
+			return r, invalid("credentials[%d]: project %s has no secret named %s (store it with POST /v1/secrets or `space secrets set %s`)", i, project.Of(owner), name, name)
+		}
+	}
+	return r, nil
+}
+
+// checkHeaderRules validates the header rules that are to replace those of
+// sandbox id.
+func (cp *ControlPlane) checkHeaderRules(id string, in []apiv1.CredentialRule) ([]credentials.Rule, error) {
+	s, err := cp.Get(project.Everything, id)
+	if err != nil {
+		return nil, err
+	}
+	env := 0
+	for _, r := range s.Credentials {
+		if r.Env != "" {
+			env++
+		}
+	}
+	if len(in)+env > maxCredentialRules {
+		return nil, invalid("credentials holds %d rules, at most %d are allowed", len(in)+env, maxCredentialRules)
+	}
+	out := make([]credentials.Rule, 0, len(in))
+	for i, rule := range in {
+		if rule.Env != "" {
+			return nil, invalid("credentials[%d]: env rules are chosen when the sandbox is created (their placeholder is in its environment); a running sandbox takes header rules", i)
+		}
+		r, err := cp.checkRule(s.Project, i, rule)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// replaceHeaderRules keeps the env rules of old and puts header in place
+// of its header rules.
+func replaceHeaderRules(old, header []credentials.Rule) []credentials.Rule {
+	var out []credentials.Rule
+	for _, r := range old {
+		if r.Env != "" {
+			out = append(out, r)
+		}
+	}
+	return append(out, header...)
 }
 
 func ruleOf(in apiv1.CredentialRule) credentials.Rule {

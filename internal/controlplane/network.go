@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -143,12 +144,39 @@ func (p *NetworkPolicy) api() *apiv1.NetworkPolicy {
 // resumes, and a crash in between is repaired by recovery, which applies the
 // stored policy to every adopted sandbox.
 func (cp *ControlPlane) SetNetwork(ctx context.Context, id string, req apiv1.NetworkPolicy) (Sandbox, error) {
+	return cp.setEgress(ctx, id, req, nil)
+}
+
+// SetEgress is SetNetwork that also replaces the sandbox's header
+// credential rules (E2B's network update carries both): the policy and the
+// rules change together, and the gateway judges the next connection by
+// both. Env rules stay as created: their placeholders are in the
+// sandbox's environment.
+func (cp *ControlPlane) SetEgress(ctx context.Context, id string, req apiv1.NetworkPolicy, headerRules []apiv1.CredentialRule) (Sandbox, error) {
+	if headerRules == nil {
+		headerRules = []apiv1.CredentialRule{}
+	}
+	return cp.setEgress(ctx, id, req, headerRules)
+}
+
+// setEgress replaces the policy, and the header rules unless headerRules
+// is nil.
+func (cp *ControlPlane) setEgress(ctx context.Context, id string, req apiv1.NetworkPolicy, headerRules []apiv1.CredentialRule) (Sandbox, error) {
 	p, err := checkNetwork(&req)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	if err := cp.checkTrafficUnchanged(id, req); err != nil {
 		return Sandbox{}, err
+	}
+	var rules []credentials.Rule
+	if headerRules != nil {
+		if rules, err = cp.checkHeaderRules(id, headerRules); err != nil {
+			return Sandbox{}, err
+		}
+		if len(rules) > 0 && p.Offline {
+			return Sandbox{}, invalid("credentials need a network; this policy has network mode %q", apiv1.NetworkModeNone)
+		}
 	}
 	return cp.locked(id, func(r *record) error {
 		s := cp.snapshot(r)
@@ -159,7 +187,12 @@ func (cp *ControlPlane) SetNetwork(ctx context.Context, id string, req apiv1.Net
 		if err != nil {
 			return err
 		}
-		if err := cp.update(r, func(s *Sandbox) { s.Network = p }); err != nil {
+		if err := cp.update(r, func(s *Sandbox) {
+			s.Network = p
+			if headerRules != nil {
+				s.Credentials = replaceHeaderRules(s.Credentials, rules)
+			}
+		}); err != nil {
 			return err
 		}
 		if s.State != apiv1.StateRunning && s.State != apiv1.StatePaused {

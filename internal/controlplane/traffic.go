@@ -1,6 +1,10 @@
 package controlplane
 
 import (
+	"regexp"
+	"strconv"
+	"strings"
+
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -19,6 +23,40 @@ type Traffic struct {
 	// caps them with its own limits again when it applies them.
 	BandwidthMbit  int `json:"bandwidth_mbit,omitempty"`
 	MaxConnections int `json:"max_connections,omitempty"`
+	// MaskHost is the Host header requests to the exposed ports get
+	// ("${PORT}" is the port); empty keeps the client's.
+	MaskHost string `json:"mask_host,omitempty"`
+}
+
+// portVariable in a mask stands for the port a request is for.
+const portVariable = "${PORT}"
+
+// maskHostPattern is what a Host header may hold once ${PORT} is
+// replaced: a name or address and an optional port, nothing that could
+// split the header or the request line.
+var maskHostPattern = regexp.MustCompile(`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:[0-9]{1,5})?$`)
+
+// checkMaskHost validates a mask_request_host.
+func checkMaskHost(mask string) error {
+	if mask == "" {
+		return nil
+	}
+	if len(mask) > 253 {
+		return invalid("network.mask_request_host is longer than 253 characters")
+	}
+	if !maskHostPattern.MatchString(strings.ReplaceAll(mask, portVariable, "1")) {
+		return invalid("network.mask_request_host %q is not a host[:port] (%s stands for the port)", mask, portVariable)
+	}
+	return nil
+}
+
+// RequestHost is the Host header the proxy sends to the sandbox's port:
+// the mask with the port filled in, or "" to keep the client's.
+func (s Sandbox) RequestHost(port int) string {
+	if s.Traffic == nil || s.Traffic.MaskHost == "" {
+		return ""
+	}
+	return strings.ReplaceAll(s.Traffic.MaskHost, portVariable, strconv.Itoa(port))
 }
 
 // checkTraffic validates the traffic settings of a create request: limits
@@ -26,6 +64,9 @@ type Traffic struct {
 func (cp *ControlPlane) checkTraffic(req *apiv1.NetworkPolicy) error {
 	if req == nil {
 		return nil
+	}
+	if err := checkMaskHost(req.MaskRequestHost); err != nil {
+		return err
 	}
 	d := cp.cfg.Defaults
 	for _, l := range []struct {
@@ -58,6 +99,7 @@ func (cp *ControlPlane) trafficOf(req *apiv1.NetworkPolicy) *Traffic {
 		if req.AllowPublicTraffic != nil && !*req.AllowPublicTraffic {
 			t.Token = newToken()
 		}
+		t.MaskHost = req.MaskRequestHost
 	}
 	l := server.Tighter(asked)
 	t.BandwidthMbit, t.MaxConnections = l.BandwidthMbit, l.MaxConnections
@@ -103,6 +145,9 @@ func (t *Traffic) view(p *apiv1.NetworkPolicy) *apiv1.NetworkPolicy {
 	p.AllowPublicTraffic = &public
 	l := t.limits()
 	p.BandwidthMbit, p.MaxConnections = l.BandwidthMbit, l.MaxConnections
+	if t != nil {
+		p.MaskRequestHost = t.MaskHost
+	}
 	return p
 }
 
@@ -120,6 +165,8 @@ func (cp *ControlPlane) checkTrafficUnchanged(id string, req apiv1.NetworkPolicy
 		return invalid("network.allow_public_traffic is chosen when the sandbox is created and cannot be changed")
 	case req.BandwidthMbit != 0 && req.BandwidthMbit != current.BandwidthMbit:
 		return invalid("network.bandwidth_mbit is chosen when the sandbox is created and cannot be changed (it is %d)", current.BandwidthMbit)
+	case req.MaskRequestHost != "" && req.MaskRequestHost != current.MaskRequestHost:
+		return invalid("network.mask_request_host is chosen when the sandbox is created and cannot be changed")
 	case req.MaxConnections != 0 && req.MaxConnections != current.MaxConnections:
 		return invalid("network.max_connections is chosen when the sandbox is created and cannot be changed (it is %d)", current.MaxConnections)
 	}

@@ -287,7 +287,37 @@ func (p *proxy) credentials() (rules []Rule, values map[string]string, err error
 	if len(missing) > 0 {
 		return nil, values, fmt.Errorf("secrets %s used by this sandbox's credential rules cannot be read (deleted?)", strings.Join(missing, ", "))
 	}
-	return rules, values, nil
+	return mostSpecific(rules), values, nil
+}
+
+// mostSpecific keeps, of the header rules that match one host, those of
+// the most specific host pattern: an exact name over any wildcard, a
+// longer wildcard suffix over a shorter one (as E2B's network rules do),
+// so a rule for api.example.com is not mixed with one for *.example.com.
+// Env rules all stay: each only swaps its own placeholder.
+func mostSpecific(matching []Rule) []Rule {
+	best := -1
+	for _, r := range matching {
+		if r.Header != "" {
+			best = max(best, specificity(r.Host))
+		}
+	}
+	var out []Rule
+	for _, r := range matching {
+		if r.Header == "" || specificity(r.Host) == best {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// specificity ranks a host pattern: a wildcard by its suffix's length, an
+// exact name above every wildcard.
+func specificity(pattern string) int {
+	if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
+		return len(suffix)
+	}
+	return 1 << 16 // longer than any name
 }
 
 // connectionHeaders are the hop-by-hop headers of h, including those its

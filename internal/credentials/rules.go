@@ -41,7 +41,7 @@ type Rule struct {
 
 var (
 	secretRef  = regexp.MustCompile(`\$\{([^}]*)\}`)
-	secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,63}$`) // secrets.ValidName
 	envName    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	hostLabel  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
@@ -123,7 +123,7 @@ func References(value string) ([]string, error) {
 	var names []string
 	for _, m := range secretRef.FindAllStringSubmatch(value, -1) {
 		if !secretName.MatchString(m[1]) {
-			return nil, fmt.Errorf("${%s} is not a secret reference (names match [A-Za-z_][A-Za-z0-9_]*)", m[1])
+			return nil, fmt.Errorf("${%s} is not a secret reference (names match [A-Za-z_][A-Za-z0-9_-]*)", m[1])
 		}
 		names = append(names, m[1])
 	}

@@ -32,7 +32,7 @@ func TestRuleValidation(t *testing.T) {
 		"framing header":    {Host: "example.com", Header: "Content-Length", Value: "1"},
 		"bad header name":   {Host: "example.com", Header: "A B", Value: "x"},
 		"newline in value":  {Host: "example.com", Header: "A", Value: "x\r\nEvil: 1"},
-		"bad reference":     {Host: "example.com", Header: "A", Value: "${not-a-name}"},
+		"bad reference":     {Host: "example.com", Header: "A", Value: "${not a name}"},
 		"unterminated":      {Host: "example.com", Header: "A", Value: "Bearer ${TOKEN"},
 		"env without name":  {Host: "example.com", Env: "E"},
 		"bad env":           {Host: "example.com", Env: "1E", Secret: "S"},
@@ -125,5 +125,36 @@ func TestRedactorEscapedForms(t *testing.T) {
 	}
 	if got := newRedactor(nil).String("untouched"); got != "untouched" {
 		t.Errorf("no secrets changed the text: %q", got)
+	}
+}
+
+// Of the header rules matching a host, only the most specific pattern's
+// apply; env rules always do.
+func TestMostSpecificRules(t *testing.T) {
+	exact := Rule{Host: "api.example.com", Header: "A", Value: "exact"}
+	exact2 := Rule{Host: "api.example.com", Header: "B", Value: "exact too"}
+	near := Rule{Host: "*.example.com", Header: "A", Value: "near"}
+	far := Rule{Host: "*.com", Header: "C", Value: "far"}
+	env := Rule{Host: "*.com", Env: "E", Secret: "S", Placeholder: "p"}
+	for _, c := range []struct {
+		in, want []Rule
+	}{
+		{[]Rule{far, near, exact, env, exact2}, []Rule{exact, env, exact2}},
+		{[]Rule{far, env, near}, []Rule{env, near}},
+		{[]Rule{far}, []Rule{far}},
+		{[]Rule{env}, []Rule{env}},
+		{nil, nil},
+	} {
+		got := mostSpecific(c.in)
+		if len(got) != len(c.want) {
+			t.Errorf("mostSpecific(%v) = %v, want %v", c.in, got, c.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Errorf("mostSpecific(%v) = %v, want %v", c.in, got, c.want)
+				break
+			}
+		}
 	}
 }

@@ -49,6 +49,8 @@ type ControlPlane interface {
 	ResolveSnapshot(scope project.Scope, ref string) (controlplane.Snapshot, error)
 	DeleteSnapshot(sandboxID, name string) error
 	Running(ctx context.Context, id string) (nodeapi.Sandbox, error)
+	SetEgress(ctx context.Context, id string, req apiv1.NetworkPolicy, headerRules []apiv1.CredentialRule) (controlplane.Sandbox, error)
+	SecretUsers(p, name string) []string
 }
 
 // Keys checks API keys; *auth.Keys satisfies it.
@@ -60,6 +62,9 @@ type Keys interface {
 type Config struct {
 	ControlPlane ControlPlane
 	Keys         Keys
+	// Secrets is space's secret store, served as E2B's /secrets; nil
+	// answers 503 there.
+	Secrets Secrets
 	// Domain is returned as the sandboxes' `domain`; empty means null, so
 	// SDKs fall back to their own configuration (E2B_SANDBOX_URL or
 	// E2B_DOMAIN). It must never be an E2B domain.
@@ -137,9 +142,12 @@ func (h *Handler) routes() {
 	authed("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	authed("GET /snapshots", h.listSnapshots)
 	authed("DELETE /templates/{id}", h.deleteSnapshot)
-	authed("PUT /sandboxes/{id}/network", func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusBadRequest, "changing a sandbox's network configuration is not supported by space")
-	})
+	authed("PUT /sandboxes/{id}/network", h.updateNetwork)
+	authed("GET /secrets", h.listSecrets)
+	authed("POST /secrets", h.createSecret)
+	authed("GET /secrets/{secretID}", h.getSecret)
+	authed("POST /secrets/{secretID}", h.updateSecret)
+	authed("DELETE /secrets/{secretID}", h.deleteSecret)
 	h.templateRoutes(open, authed)
 	open("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -181,6 +189,9 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 		}
 	case strings.HasPrefix(path, "/templates/{templateID}"), strings.HasPrefix(path, "/v2/templates/{templateID}"):
 		return h.scopedTemplate(next)
+	case path == "/secrets/{secretID}":
+		// A secret is looked up in the caller's project only (findSecret).
+		return next
 	case strings.Contains(path, "{"):
 		panic("e2b: route " + pattern + " has a path parameter but no project scoping")
 	}

@@ -50,6 +50,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
+	if !h.checkRules(w, r, creq.Credentials) {
+		return
+	}
 	sb, err := h.cfg.ControlPlane.Create(scopeOf(r), creq)
 	if errors.Is(err, controlplane.ErrUnknownTemplate) {
 		// E2B starts sandboxes from snapshots by passing the snapshot's

@@ -82,6 +82,17 @@ func (req *newSandbox) unsupported() string {
 					return fmt.Sprintf("network.%s must be a list of addresses, CIDRs or domains", k)
 				}
 				continue
+			case "maskRequestHost":
+				var mask *string
+				if err := json.Unmarshal(v, &mask); err != nil {
+					return "network.maskRequestHost must be a string"
+				}
+				continue
+			case "rules":
+				if _, msg := credentialRules(v); msg != "" {
+					return msg
+				}
+				continue
 			}
 			if emptyJSON(v) {
 				continue
@@ -111,14 +122,21 @@ func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
 	}
 	policy, msg := req.networkPolicy()
 	out.Network = policy
+	if msg == "" {
+		var n e2bNetwork
+		_ = json.Unmarshal(req.Network, &n) // networkPolicy parsed it
+		out.Credentials, msg = credentialRules(n.Rules)
+	}
 	return out, msg
 }
 
 // e2bNetwork is E2B's SandboxNetworkConfig as space serves it.
 type e2bNetwork struct {
-	AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
-	AllowOut           []string `json:"allowOut"`
-	DenyOut            []string `json:"denyOut"`
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+	AllowOut           []string        `json:"allowOut"`
+	DenyOut            []string        `json:"denyOut"`
+	MaskRequestHost    *string         `json:"maskRequestHost"`
+	Rules              json.RawMessage `json:"rules"`
 }
 
 // everywhere is how E2B's egress rules say "all of the internet".
@@ -136,12 +154,30 @@ func (req *newSandbox) networkPolicy() (*apiv1.NetworkPolicy, string) {
 			return nil, "network must be an object: " + err.Error()
 		}
 	}
-	if req.AllowInternetAccess == nil && n.AllowPublicTraffic == nil && len(n.AllowOut) == 0 && len(n.DenyOut) == 0 {
+	mask := ""
+	if n.MaskRequestHost != nil {
+		mask = *n.MaskRequestHost
+	}
+	if n.AllowPublicTraffic == nil && mask == "" {
+		return egressPolicy(req.AllowInternetAccess, n.AllowOut, n.DenyOut)
+	}
+	p, msg := egressPolicy(req.AllowInternetAccess, n.AllowOut, n.DenyOut)
+	if p == nil {
+		p = &apiv1.NetworkPolicy{}
+	}
+	p.AllowPublicTraffic, p.MaskRequestHost = n.AllowPublicTraffic, mask
+	return p, msg
+}
+
+// egressPolicy translates E2B's allow_internet_access, allowOut and
+// denyOut into space's policy (nil when all are absent: the default).
+func egressPolicy(allowInternet *bool, allowOut, denyOut []string) (*apiv1.NetworkPolicy, string) {
+	if allowInternet == nil && len(allowOut) == 0 && len(denyOut) == 0 {
 		return nil, ""
 	}
-	internet := req.AllowInternetAccess == nil || *req.AllowInternetAccess
-	p := &apiv1.NetworkPolicy{AllowPublicTraffic: n.AllowPublicTraffic, Allow: n.AllowOut}
-	for _, d := range n.DenyOut {
+	internet := allowInternet == nil || *allowInternet
+	p := &apiv1.NetworkPolicy{Allow: allowOut}
+	for _, d := range denyOut {
 		if strings.TrimSpace(d) == everywhere {
 			internet = false
 			continue
@@ -208,9 +244,11 @@ type sandboxDetail struct {
 
 // networkDetail is the part of E2B's SandboxNetworkConfig space serves.
 type networkDetail struct {
-	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
-	AllowOut           []string `json:"allowOut,omitempty"`
-	DenyOut            []string `json:"denyOut,omitempty"`
+	AllowPublicTraffic bool                     `json:"allowPublicTraffic"`
+	AllowOut           []string                 `json:"allowOut,omitempty"`
+	DenyOut            []string                 `json:"denyOut,omitempty"`
+	MaskRequestHost    string                   `json:"maskRequestHost,omitempty"`
+	Rules              map[string][]e2bRuleView `json:"rules,omitempty"`
 }
 
 type lifecycleDetail struct {
@@ -303,7 +341,10 @@ func (h *Handler) detailView(s controlplane.Sandbox) sandboxDetail {
 	if s.Lifecycle.OnTimeout == "suspend" {
 		onTimeout = "pause"
 	}
-	network := networkDetail{AllowPublicTraffic: s.TrafficToken() == ""}
+	network := networkDetail{AllowPublicTraffic: s.TrafficToken() == "", Rules: rulesView(s.API().Credentials)}
+	if s.Traffic != nil {
+		network.MaskRequestHost = s.Traffic.MaskHost
+	}
 	internet := true
 	if n := s.Network; n != nil {
 		internet = n.AllowInternet && !n.Offline

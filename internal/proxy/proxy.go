@@ -142,7 +142,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Before Running: a refused request must not resume the sandbox, so
 	// whoever only knows its id (another project's key, anyone) changes
 	// nothing.
+	var mask string
 	if s, err := p.cfg.ControlPlane.Get(project.Everything, t.id); err == nil {
+		mask = s.RequestHost(t.port)
 		if t.port != EnvdPort {
 			if msg := trafficRefusal(s.TrafficToken(), r.Header.Get(headerTrafficToken), t.id); msg != "" {
 				writeError(w, http.StatusForbidden, msg)
@@ -167,7 +169,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	enableFullDuplex(w)
-	p.service(t, r).ServeHTTP(w, r)
+	p.service(t, r, mask).ServeHTTP(w, r)
 }
 
 // carriesAccessToken reports whether an envd request may be one the agent
@@ -354,8 +356,10 @@ func (p *Proxy) envd(sb nodeapi.Sandbox) *httputil.ReverseProxy {
 
 // service forwards to another port inside the sandbox, HTTP/1.1 and
 // WebSocket upgrades alike; a client's HTTP/2 becomes HTTP/1.1 to the
-// service, except gRPC, which needs HTTP/2 end to end (h2c inside).
-func (p *Proxy) service(t target, r *http.Request) *httputil.ReverseProxy {
+// service, except gRPC, which needs HTTP/2 end to end (h2c inside). A
+// non-empty mask is the Host the service gets (the sandbox's
+// mask_request_host); the client's goes in X-Forwarded-Host.
+func (p *Proxy) service(t target, r *http.Request, mask string) *httputil.ReverseProxy {
 	transport := p.ports
 	if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 		transport = p.grpcPorts
@@ -366,6 +370,9 @@ func (p *Proxy) service(t target, r *http.Request) *httputil.ReverseProxy {
 			pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
 			pr.Out.Host = pr.In.Host // services may care for their own Host
 			pr.SetXForwarded()
+			if mask != "" {
+				pr.Out.Host = mask
+			}
 		},
 		Transport:     transport,
 		FlushInterval: -1,

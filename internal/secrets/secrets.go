@@ -55,13 +55,38 @@ var (
 	ErrWrongKey = errors.New("the secrets key does not match the stored secrets")
 )
 
-var namePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+// namePattern allows '-' after the first character: E2B's secret names
+// ("openai-api-key") use it, and it reads unambiguously in `${NAME}`.
+var namePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,63}$`)
+
+// MaxMetadata bounds a secret's metadata: entries, key and value bytes,
+// and bytes in all (E2B's limits).
+const (
+	MaxMetadataEntries  = 32
+	MaxMetadataKeyBytes = 128
+	MaxMetadataValBytes = 1024
+	MaxMetadataBytes    = 8192
+)
+
+// HTTPStatus is what an API answers for an error of the store: 400 for
+// ErrInvalid, 404 for ErrNotFound, 500 for anything else. The errors'
+// messages name secrets, never values.
+func HTTPStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrInvalid):
+		return 400
+	case errors.Is(err, ErrNotFound):
+		return 404
+	}
+	return 500
+}
 
 // ValidName checks a secret name: a letter or underscore, then up to 63
-// letters, digits or underscores, so it reads the same in `${NAME}`.
+// letters, digits, underscores or hyphens, so it reads the same in
+// `${NAME}`.
 func ValidName(name string) error {
 	if !namePattern.MatchString(name) {
-		return fmt.Errorf("%w: name %q must match [A-Za-z_][A-Za-z0-9_]* and be at most 64 characters", ErrInvalid, name)
+		return fmt.Errorf("%w: name %q must match [A-Za-z_][A-Za-z0-9_-]* and be at most 64 characters", ErrInvalid, name)
 	}
 	return nil
 }
@@ -92,15 +117,50 @@ type Info struct {
 	Name      string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// Version counts the values the secret has had (1 for a new one).
+	Version int
+	// Metadata is the caller's description of the secret (never the
+	// value); nil when it has none.
+	Metadata map[string]string
 }
 
-// record is a secret as persisted: only the sealed value.
+// record is a secret as persisted: the sealed value and what describes it.
 type record struct {
 	Name      string    `json:"name"`
 	Nonce     []byte    `json:"nonce"`
 	Sealed    []byte    `json:"sealed"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Version is 0 in records from before versions were counted: 1.
+	Version  int               `json:"version,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+func (r record) info(proj, name string) Info {
+	return Info{Project: proj, Name: name, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Version: max(r.Version, 1), Metadata: r.Metadata}
+}
+
+// CheckMetadata validates a secret's metadata against the Max* limits.
+func CheckMetadata(m map[string]string) error {
+	if len(m) > MaxMetadataEntries {
+		return fmt.Errorf("%w: metadata holds %d entries, at most %d are allowed", ErrInvalid, len(m), MaxMetadataEntries)
+	}
+	total := 0
+	for k, v := range m {
+		switch {
+		case k == "":
+			return fmt.Errorf("%w: metadata keys must not be empty", ErrInvalid)
+		case len(k) > MaxMetadataKeyBytes:
+			return fmt.Errorf("%w: metadata key of %d bytes, at most %d are allowed", ErrInvalid, len(k), MaxMetadataKeyBytes)
+		case len(v) > MaxMetadataValBytes:
+			return fmt.Errorf("%w: metadata value of %q has %d bytes, at most %d are allowed", ErrInvalid, k, len(v), MaxMetadataValBytes)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxMetadataBytes {
+		return fmt.Errorf("%w: metadata holds %d bytes, at most %d are allowed", ErrInvalid, total, MaxMetadataBytes)
+	}
+	return nil
 }
 
 // Store is the encrypted secret store. It is safe for concurrent use.
@@ -177,9 +237,15 @@ func (s *Store) open(r record) ([]byte, error) {
 	return v, nil
 }
 
-// Set stores value under ref (see Ref), replacing any value it had;
-// created says whether the secret is new.
+// Set stores value under ref (see Ref), replacing any value it had and
+// keeping its metadata; created says whether the secret is new.
 func (s *Store) Set(ref string, value []byte) (info Info, created bool, err error) {
+	return s.Put(ref, value, nil)
+}
+
+// Put is Set that also replaces the secret's metadata, unless metadata is
+// nil (then a replaced secret keeps what it had).
+func (s *Store) Put(ref string, value []byte, metadata map[string]string) (info Info, created bool, err error) {
 	proj, name, err := parseRef(ref)
 	if err != nil {
 		return Info{}, false, err
@@ -187,12 +253,16 @@ func (s *Store) Set(ref string, value []byte) (info Info, created bool, err erro
 	if len(value) == 0 || len(value) > MaxValueBytes {
 		return Info{}, false, fmt.Errorf("%w: the value of %s must be 1 to %d bytes, got %d", ErrInvalid, name, MaxValueBytes, len(value))
 	}
+	if err := CheckMetadata(metadata); err != nil {
+		return Info{}, false, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now().UTC()
 	// The reference is the associated data: a record copied to another
 	// project's key does not decrypt.
 	rec := s.seal(ref, value, now)
+	rec.Version, rec.Metadata = 1, metadata
 	var old record
 	switch err := s.st.Get(bucket, ref, &old); {
 	case errors.Is(err, store.ErrNotFound):
@@ -201,11 +271,18 @@ func (s *Store) Set(ref string, value []byte) (info Info, created bool, err erro
 		return Info{}, false, fmt.Errorf("read secret %s: %w", name, err)
 	default:
 		rec.CreatedAt = old.CreatedAt
+		rec.Version = max(old.Version, 1) + 1
+		if metadata == nil {
+			rec.Metadata = old.Metadata
+		}
+	}
+	if len(rec.Metadata) == 0 {
+		rec.Metadata = nil
 	}
 	if err := s.st.Put(bucket, ref, rec); err != nil {
 		return Info{}, false, fmt.Errorf("store secret %s: %w", name, err)
 	}
-	return Info{Project: proj, Name: name, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}, created, nil
+	return rec.info(proj, name), created, nil
 }
 
 // Get returns the value of the secret ref.
@@ -252,7 +329,7 @@ func (s *Store) List() ([]Info, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, Info{Project: proj, Name: name, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt})
+		out = append(out, r.info(proj, name))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Project != out[j].Project {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,7 +103,7 @@ func TestSecretsReplaceListDelete(t *testing.T) {
 
 func TestSecretsRejectBadInput(t *testing.T) {
 	s, _, _ := openTemp(t)
-	for _, name := range []string{"", "1abc", "has-dash", "sp ace", "a$b", strings.Repeat("a", 65), "\x00key-check", checkKey} {
+	for _, name := range []string{"", "1abc", "sp ace", "a$b", strings.Repeat("a", 65), "\x00key-check", checkKey} {
 		if _, _, err := s.Set(name, []byte("v")); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Set(%q): %v, want ErrInvalid", name, err)
 		}
@@ -256,4 +257,38 @@ func openBolt(t *testing.T, path string) store.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// Versions count the values a secret had; metadata is kept when a value
+// is replaced without it, replaced when given, and bounded.
+func TestSecretVersionsAndMetadata(t *testing.T) {
+	s, _, _ := openTemp(t)
+	info, created, err := s.Put("p1/openai-api-key", []byte("v1"), map[string]string{"team": "a"})
+	if err != nil || !created || info.Version != 1 || info.Metadata["team"] != "a" {
+		t.Fatalf("Put: %+v created=%v err=%v", info, created, err)
+	}
+	info, created, err = s.Set("p1/openai-api-key", []byte("v2"))
+	if err != nil || created || info.Version != 2 || info.Metadata["team"] != "a" {
+		t.Fatalf("Set: %+v created=%v err=%v, want version 2 with the metadata kept", info, created, err)
+	}
+	info, _, err = s.Put("p1/openai-api-key", []byte("v3"), map[string]string{"team": "b"})
+	if err != nil || info.Version != 3 || info.Metadata["team"] != "b" {
+		t.Fatalf("Put with metadata: %+v err=%v", info, err)
+	}
+	list, err := s.List()
+	if err != nil || len(list) != 1 || list[0].Version != 3 || list[0].Metadata["team"] != "b" {
+		t.Fatalf("List: %+v err=%v", list, err)
+	}
+	if v, err := s.Get("p1/openai-api-key"); err != nil || string(v) != "v3" {
+		t.Fatalf("Get: %q %v", v, err)
+	}
+	big := map[string]string{}
+	for i := range MaxMetadataEntries + 1 {
+		big[fmt.Sprint(i)] = "x"
+	}
+	for _, m := range []map[string]string{big, {"": "x"}, {"k": strings.Repeat("x", MaxMetadataValBytes+1)}} {
+		if _, _, err := s.Put("p1/other", []byte("v"), m); !errors.Is(err, ErrInvalid) {
+			t.Errorf("metadata of %d entries accepted: %v", len(m), err)
+		}
+	}
 }

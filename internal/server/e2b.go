@@ -12,6 +12,7 @@ import (
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/e2b"
 	"github.com/space-platform/space/internal/proxy"
+	"github.com/space-platform/space/internal/secrets"
 )
 
 // compatServers are the E2B-compatibility listeners: E2B's control-plane
@@ -31,14 +32,18 @@ func (s *Server) ProxyURL() string { return s.compat.proxyURL }
 
 // startCompat opens the E2B API and proxy listeners that are configured
 // (an empty address turns one off). On failure nothing stays open.
-func (s *Server) startCompat(keys *auth.Keys) (err error) {
+func (s *Server) startCompat(keys *auth.Keys, secretStore *secrets.Store) (err error) {
 	defer func() {
 		if err != nil {
 			_ = s.shutdownCompat(context.Background())
 		}
 	}()
 	if s.cfg.E2BListen != "" {
-		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Domain: s.cfg.Domain, Logger: s.cfg.Logger,
+		var sec e2b.Secrets // a nil *secrets.Store must stay a nil interface
+		if secretStore != nil {
+			sec = secretStore
+		}
+		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Secrets: sec, Domain: s.cfg.Domain, Logger: s.cfg.Logger,
 			Templates: s.e2bTemplates, MaxTemplateFiles: s.cfg.MaxTemplateArchiveBytes})
 		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, api.HidePaths(h, s.hostPaths), nil); err != nil {
 			return err

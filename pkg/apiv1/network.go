@@ -44,6 +44,11 @@ type NetworkPolicy struct {
 	// Chosen at create time.
 	BandwidthMbit  int `json:"bandwidth_mbit,omitempty"`
 	MaxConnections int `json:"max_connections,omitempty"`
+	// MaskRequestHost, when set, is the Host header the sandbox proxy
+	// sends to the sandbox's exposed ports instead of the client's
+	// (E2B's maskRequestHost); "${PORT}" in it becomes the port asked
+	// for, e.g. "localhost:${PORT}". Chosen at create time.
+	MaskRequestHost string `json:"mask_request_host,omitempty"`
 }
 
 // UnmarshalJSON accepts the object form and the shorthand string "none".

@@ -273,8 +273,8 @@ func TestSecretsAPI(t *testing.T) {
 			t.Errorf("%s: %v, want %d mentioning %q", what, err, status, inMessage)
 		}
 	}
-	_, _, err = env.client.SetSecret(ctx, "bad-name", "v")
-	requireStatus("bad name", err, http.StatusBadRequest, "bad-name")
+	_, _, err = env.client.SetSecret(ctx, "bad.name", "v")
+	requireStatus("bad name", err, http.StatusBadRequest, "bad.name")
 	_, _, err = env.client.SetSecret(ctx, "EMPTY", "")
 	requireStatus("empty value", err, http.StatusBadRequest, "EMPTY")
 	requireStatus("delete unknown", env.client.DeleteSecret(ctx, "E2E_NO_SUCH"), http.StatusNotFound, "E2E_NO_SUCH")

@@ -50,6 +50,7 @@ func TestE2BJSSDKs(t *testing.T) {
 		"E2B_API_KEY="+env.srv.AdminKey,
 		"E2B_TEMPLATE=base",
 	)
+	cmd.Env = append(cmd.Env, netJSEnv(t)...) // the fake web, for test/net-*.test.mjs
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	began := time.Now()

@@ -221,7 +221,14 @@ func e2bRouteCases() map[string]routeCase {
 		"GET /snapshots":                  {path: fixed("/snapshots"), want: 200, absent: func(i ids) []string { return []string{i.snapshotID} }},
 		"DELETE /templates/{id}":          {path: func(i ids) string { return "/templates/" + i.snapshotID }, want: nf},
 		"PUT /sandboxes/{id}/network":     {path: e("/sandboxes/", "/network"), body: fixed(`{}`), want: nf},
-		"GET /health":                     {path: fixed("/health"), want: 200},
+		// Secrets: reads are confined to the key's project, writes need
+		// an admin key (403 whatever the name).
+		"GET /secrets":               {path: fixed("/secrets"), want: 200, absent: func(i ids) []string { return []string{i.secret} }},
+		"POST /secrets":              {path: fixed("/secrets"), body: func(i ids) string { return `{"name":"` + i.secret + `","value":"b"}` }, want: http.StatusForbidden},
+		"GET /secrets/{secretID}":    {path: func(i ids) string { return "/secrets/" + i.secret }, want: nf},
+		"POST /secrets/{secretID}":   {path: func(i ids) string { return "/secrets/" + i.secret }, body: fixed(`{"value":"b"}`), want: http.StatusForbidden},
+		"DELETE /secrets/{secretID}": {path: func(i ids) string { return "/secrets/" + i.secret }, want: http.StatusForbidden},
+		"GET /health":                {path: fixed("/health"), want: 200},
 		// Template builds (e2b_tpl_test.go): B records a build of its own, named apart from A's template that the other routes aim at.
 		"POST /v3/templates":                                  {path: fixed("/v3/templates"), body: fixed(`{"name":"tenancy-b-own"}`), want: http.StatusAccepted},
 		"GET /templates/{templateID}/files/{hash}":            {path: tplPath("/files/" + strings.Repeat("0", 64)), want: nf},
