@@ -424,7 +424,7 @@ func TestE2BTemplateFromImage(t *testing.T) {
 		t.Errorf("without credentials: %+v", st)
 	}
 	st := trigger(`{"fromImage":"` + image + `","fromImageRegistry":{"type":"registry","username":"u","password":"p"},` +
-		`"steps":[{"type":"RUN","args":["echo \"$IMAGE_ENV\" > /from-image; echo `+fmt.Sprint(time.Now().UnixNano())+` > /run-id"]}]}`)
+		`"steps":[{"type":"RUN","args":["echo \"$IMAGE_ENV\" > /from-image; echo ` + fmt.Sprint(time.Now().UnixNano()) + ` > /run-id"]}]}`)
 	if st.Status != "ready" {
 		t.Fatalf("build from the image: %+v", st)
 	}
