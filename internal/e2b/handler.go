@@ -76,7 +76,13 @@ type Config struct {
 	// StartTimeout bounds how long create, connect and fork wait for a
 	// sandbox to run before answering.
 	StartTimeout time.Duration
-	Logger       *slog.Logger
+	// Templates builds templates from E2B's build API (templates.go); nil
+	// answers its routes 501.
+	Templates Templates
+	// MaxTemplateFiles bounds one uploaded file archive of a template
+	// build (DefaultMaxTemplateFiles when zero).
+	MaxTemplateFiles int64
+	Logger           *slog.Logger
 }
 
 // Handler is the E2B control-plane API as an http.Handler.
@@ -84,6 +90,8 @@ type Handler struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// uploadKey signs the template file upload links.
+	uploadKey []byte
 }
 
 // Constants E2B's API returns and the SDKs check.
@@ -105,7 +113,7 @@ func New(cfg Config) *Handler {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 3 * time.Minute
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), uploadKey: newUploadKey()}
 	h.routes()
 	return h
 }
@@ -158,6 +166,7 @@ func (h *Handler) routes() {
 	open("DELETE /volumecontent/{volumeID}/path", h.volumeContent(h.removeVolumePath))
 	open("GET /volumecontent/{volumeID}/file", h.volumeContent(h.readVolumeFile))
 	open("PUT /volumecontent/{volumeID}/file", h.volumeContent(h.writeVolumeFile))
+	h.templateRoutes(open, authed)
 	open("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -196,6 +205,8 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 			}
 			next(w, r)
 		}
+	case strings.HasPrefix(path, "/templates/{templateID}"), strings.HasPrefix(path, "/v2/templates/{templateID}"):
+		return h.scopedTemplate(next)
 	case path == "/secrets/{secretID}":
 		// A secret is looked up in the caller's project only (findSecret).
 		return next

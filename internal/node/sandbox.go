@@ -170,7 +170,10 @@ func (sb *Sandbox) startTemplateCommand(ctx context.Context, t TemplateSpec) err
 	readyCtx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	for {
-		res, err := sb.Exec(readyCtx, ExecSpec{Cmd: []string{"/bin/sh", "-c", t.Ready}, Timeout: 10 * time.Second})
+		// One check may take as long as the whole wait: E2B's
+		// waitForTimeout is a ready check that sleeps (20 s for a
+		// Dockerfile's CMD).
+		res, err := sb.Exec(readyCtx, ExecSpec{Cmd: []string{"/bin/sh", "-c", t.Ready}, Timeout: readyTimeout})
 		if err == nil && res.ExitCode == 0 {
 			return nil
 		}

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/space-platform/space/internal/api"
@@ -156,21 +157,6 @@ func (c catalog) Submit(scope project.Scope, name string, recipeYAML []byte, bui
 	if err != nil {
 		return apiv1.Template{}, err
 	}
-	if _, builtin := c.m.Names()[name]; builtin {
-		return apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
-	}
-	// A parent template is one this project sees; a project's own is
-	// named by ID, since the manager looks bare names up among the
-	// built-in templates only.
-	if base, err := template.ParseFrom(r.From); err == nil && base.Kind == template.FromTemplate {
-		parent, err := c.lookup(scope, base.Arg)
-		if err != nil {
-			return apiv1.Template{}, fmt.Errorf("%w: from: %v", api.ErrBadRecipe, err)
-		}
-		if parent.owner != "" || parent.canonical != base.Arg {
-			r.From = template.FromTemplate + ":" + parent.t.ID
-		}
-	}
 	// Recipes posted over the API have no directory of their own, so
 	// relative file sources are refused by the manager's validation.
 	src := template.Source{HostPaths: build.Admin}
@@ -180,6 +166,32 @@ func (c catalog) Submit(scope project.Scope, name string, recipeYAML []byte, bui
 				return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrArchiveTooLarge, err)
 			}
 			return apiv1.Template{}, fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
+		}
+	}
+	return c.submit(scope, name, r, src)
+}
+
+// submit builds a parsed recipe as the scope's template name.
+func (c catalog) submit(scope project.Scope, name string, r *template.Recipe, src template.Source) (apiv1.Template, error) {
+	if _, builtin := c.m.Names()[name]; builtin {
+		if src.Archive != "" {
+			_ = os.Remove(src.Archive)
+		}
+		return apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
+	}
+	// A parent template is one this project sees; a project's own is
+	// named by ID, since the manager looks bare names up among the
+	// built-in templates only.
+	if base, err := template.ParseFrom(r.From); err == nil && base.Kind == template.FromTemplate {
+		parent, err := c.lookup(scope, base.Arg)
+		if err != nil {
+			if src.Archive != "" {
+				_ = os.Remove(src.Archive)
+			}
+			return apiv1.Template{}, fmt.Errorf("%w: from: %v", api.ErrBadRecipe, err)
+		}
+		if parent.owner != "" || parent.canonical != base.Arg {
+			r.From = template.FromTemplate + ":" + parent.t.ID
 		}
 	}
 	canonical := scope.Owner() + "/" + name
@@ -208,6 +220,9 @@ func (c catalog) Get(scope project.Scope, name string) (apiv1.Template, error) {
 func (c catalog) List(scope project.Scope) []apiv1.Template {
 	out := []apiv1.Template{}
 	for _, t := range c.m.List() {
+		if strings.Contains(t.Name, ":") {
+			continue // a tag (E2B's name:tag), not a template of its own
+		}
 		owner, short := ownerOf(t.Name)
 		if owner != "" && !scope.Sees(owner) {
 			continue
@@ -250,7 +265,7 @@ func (c catalog) Delete(scope project.Scope, name string) error {
 	// rootfs; then only this project's sandboxes stand in the way.
 	shared := false
 	for other, id := range c.m.Names() {
-		if id == e.t.ID && other != e.canonical {
+		if id == e.t.ID && other != e.canonical && !strings.HasPrefix(other, e.canonical+":") {
 			shared = true
 		}
 	}
@@ -261,7 +276,20 @@ func (c catalog) Delete(scope project.Scope, name string) error {
 		}
 		return c.cp().InUse(id)
 	}
+	// E2B's tags of the name ("<name>:<tag>") go with it, so that the
+	// versions only they held are deleted too; they come back if the
+	// delete is refused.
+	tags := map[string]string{}
+	for other, id := range c.m.Names() {
+		if strings.HasPrefix(other, e.canonical+":") {
+			tags[other] = id
+			_ = c.m.Unpoint(other)
+		}
+	}
 	if err := c.m.Delete(e.canonical, inUse); err != nil {
+		for tag, id := range tags {
+			_ = c.m.Point(tag, id)
+		}
 		return mapTemplateErr(err)
 	}
 	if !shared {

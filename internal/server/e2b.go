@@ -43,7 +43,8 @@ func (s *Server) startCompat(keys *auth.Keys, secretStore *secrets.Store) (err e
 		if secretStore != nil {
 			sec = secretStore
 		}
-		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Secrets: sec, Domain: s.cfg.Domain, Logger: s.cfg.Logger})
+		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Secrets: sec, Domain: s.cfg.Domain, Logger: s.cfg.Logger,
+			Templates: s.e2bTemplates, MaxTemplateFiles: s.cfg.MaxTemplateArchiveBytes})
 		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, api.HidePaths(h, s.hostPaths), nil); err != nil {
 			return err
 		}

@@ -49,8 +49,10 @@ type nodeSideConfig struct {
 	// built in.
 	BuildLimits    runtime.Limits
 	BuildDiskBytes int64
-	Logger         *slog.Logger
-	say            func(string, ...any)
+	// RegistryPrivate lets recipes pull images from private addresses.
+	RegistryPrivate bool
+	Logger          *slog.Logger
+	say             func(string, ...any)
 }
 
 // nodeSide is the node of a process: its volumes, network slots, egress
@@ -150,6 +152,7 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 		DataDir: cfg.DataDir, Volumes: ns.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
 		TrustedCA:      cfg.TrustedCA,
 		BuildDiskBytes: cfg.BuildDiskBytes,
+		Registry:       template.RegistryConfig{AllowPrivate: cfg.RegistryPrivate},
 		Sandboxes:      buildSandboxes{node: ns.node, limits: cfg.BuildLimits},
 	}); err != nil {
 		return nil, err

@@ -24,6 +24,7 @@ import (
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/e2b"
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
@@ -87,6 +88,10 @@ type Config struct {
 	// MaxTemplateArchiveBytes bounds an OCI archive uploaded with a
 	// template recipe (api.DefaultMaxTemplateArchive when zero).
 	MaxTemplateArchiveBytes int64
+	// TemplateRegistryPrivate lets recipes pull images (from:
+	// image:<reference>, E2B's fromImage) from registries on loopback,
+	// private or link-local addresses.
+	TemplateRegistryPrivate bool
 	// ProjectQuota is every project's quota unless set for it through the
 	// API (PUT /v1/projects/{name}); zero fields are unlimited.
 	ProjectQuota project.Quota
@@ -146,6 +151,9 @@ type Server struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	compat    compatServers // E2B API and sandbox proxy (e2b.go)
+	// e2bTemplates serves E2B's template build API; nil on a cluster's
+	// control plane.
+	e2bTemplates e2b.Templates
 }
 
 // quotaCheckInterval is how often the volume pool checks that btrfs still
@@ -202,8 +210,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		BuildLimits: runtime.Limits{
 			VCPUs: cfg.Defaults.VCPUs, MemoryMB: max(cfg.Defaults.MemoryMB, buildMemoryMB), Pids: cfg.Defaults.Pids,
 		},
-		BuildDiskBytes: int64(cfg.Defaults.DiskMB) << 20,
-		Logger:         cfg.Logger, say: say,
+		BuildDiskBytes:  int64(cfg.Defaults.DiskMB) << 20,
+		RegistryPrivate: cfg.TemplateRegistryPrivate,
+		Logger:          cfg.Logger, say: say,
 	})
 	if err != nil {
 		return nil, err
@@ -215,6 +224,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	reg := metrics.NewRegistry()
 	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
 	s.cat = cat
+	e2bTpl, err := newE2BTemplates(cat, cfg.DataDir, cfg.MaxTemplateArchiveBytes)
+	if err != nil {
+		return nil, err
+	}
+	s.e2bTemplates = e2bTpl
 	reg.GaugeFunc("space_pool_ready", "Warm pool sandboxes ready, by template.", "template", func() map[string]float64 {
 		out := map[string]float64{}
 		for _, t := range s.templates.List() {

@@ -38,14 +38,20 @@ type buildPlan struct {
 	// their materialized host copies.
 	files []FileCopy
 
-	parent    *Template // base template (FromTemplate)
-	image     *ociImage // base image (FromOCIArchive, FromOCILayout, FromUpload)
-	imageName string    // how the log names the image
-	busybox   string    // host busybox binary (FromMinimal)
+	parent *Template    // base template (FromTemplate)
+	image  *ociImage    // base image (FromOCIArchive, FromOCILayout, FromUpload)
+	remote *remoteImage // base image to pull (FromImage)
+	// archives are the copy steps' archives on the server, by name.
+	archives  map[string]string
+	imageName string // how the log names the image
+	busybox   string // host busybox binary (FromMinimal)
 
 	env                         map[string]string
 	user, workdir, start, ready string
 	mcpGateway                  string
+	// stepUser and stepWorkdir are the base's defaults, which ordered
+	// steps without their own use.
+	stepUser, stepWorkdir string
 }
 
 // CheckHostPaths refuses a (valid) recipe that names host paths, unless
@@ -100,6 +106,11 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 	if r.MCP != nil {
 		res.MCPGateway = r.MCP.Gateway
 	}
+	steps, err := resolveSteps(r.Steps, src.Archives)
+	if err != nil {
+		return nil, err
+	}
+	res.Steps, p.archives = steps, src.Archives
 
 	switch base.Kind {
 	case FromMinimal:
@@ -129,6 +140,18 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 		p.image, p.imageName = img, img.src.String()
 		res.From = img.digest
 		p.inheritImage()
+	case FromImage:
+		img, err := m.cfg.Registry.resolveRemote(m.ctx, base.Arg, src.Registry)
+		if err != nil {
+			return nil, fmt.Errorf("recipe: from: %w", err)
+		}
+		p.remote, p.imageName = img, img.ref.String()
+		res.From = "image:" + img.digest
+		p.env = envMap(img.config.Env)
+		p.user, p.workdir = img.config.User, img.config.WorkingDir
+		if p.workdir == "" {
+			p.workdir = "/"
+		}
 	case FromUpload:
 		if src.Archive == "" {
 			return nil, errors.New("recipe: from: upload needs an OCI archive uploaded with the recipe")
@@ -178,6 +201,8 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 	}
 	p.id = res.id()
 
+	// Steps without a user or workdir of their own run as the base's.
+	p.stepUser, p.stepWorkdir = p.user, p.workdir
 	maps.Copy(p.env, r.Env)
 	for _, override := range []struct {
 		dst *string
@@ -321,6 +346,7 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 	if len(m.cfg.TrustedCA) > 0 {
 		total++
 	}
+	total += len(r.Steps)
 	n := 0
 	step := func(desc string) {
 		n++
@@ -331,7 +357,7 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 	if err != nil {
 		return 0, err
 	}
-	if len(r.Packages) > 0 || len(r.Run) > 0 || len(p.files) > 0 {
+	if len(r.Packages) > 0 || len(r.Run) > 0 || len(p.files) > 0 || len(r.Steps) > 0 {
 		if err := m.customize(ctx, p, work, rootfs, step, logLine); err != nil {
 			return 0, err
 		}
@@ -404,6 +430,20 @@ func (m *Manager) createBase(ctx context.Context, p *buildPlan, work string, ste
 			return "", err
 		}
 		return rootfs, unpackImage(p.image, rootfs, logLine)
+	case FromImage:
+		step(fmt.Sprintf("pull image %s (%s, %s)", p.imageName, p.remote.digest, humanBytes(p.remote.size)))
+		dir := filepath.Join(m.cfg.DataDir, "cache", "pulls", p.id)
+		defer os.RemoveAll(dir)
+		img, err := p.remote.pull(ctx, dir)
+		if err != nil {
+			return "", err
+		}
+		logLine(fmt.Sprintf("unpack %d layers", len(img.layers)))
+		rootfs, err := vols.Create(work)
+		if err != nil {
+			return "", err
+		}
+		return rootfs, unpackImage(img, rootfs, logLine)
 	}
 	return "", fmt.Errorf("unknown base kind %q", p.base.Kind)
 }
@@ -465,6 +505,16 @@ func (m *Manager) customize(ctx context.Context, p *buildPlan, work, rootfs stri
 		step(fmt.Sprintf("copy %d file entries", len(p.files)))
 		if err := copyFiles(ctx, sb, p.files, p.baseDir, logLine); err != nil {
 			return err
+		}
+	}
+	for i, st := range p.recipe.Steps {
+		if st.Copy != nil {
+			step(fmt.Sprintf("copy %s -> %s", st.Copy.Src, st.Copy.Dest))
+		} else {
+			step("run: " + summarize(st.Run))
+		}
+		if err := p.runOrderedStep(ctx, sb, i, st, logLine); err != nil {
+			return fmt.Errorf("steps[%d]: %w", i, err)
 		}
 	}
 	return nil

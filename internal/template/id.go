@@ -35,6 +35,7 @@ type resolvedRecipe struct {
 	User     string            `json:"user,omitempty"`
 	Workdir  string            `json:"workdir,omitempty"`
 	Files    []resolvedFile    `json:"files,omitempty"`
+	Steps    []resolvedStep    `json:"steps,omitempty"`
 	Start    string            `json:"start,omitempty"`
 	Ready    string            `json:"ready,omitempty"`
 	// MCPGateway is recipe.mcp.gateway; omitted when empty, so the ids
@@ -48,6 +49,45 @@ type resolvedFile struct {
 	Dest   string `json:"dest"`
 	Mode   string `json:"mode,omitempty"`
 	Digest string `json:"digest"`
+}
+
+// resolvedStep is a Step with its archive's name replaced by the digest
+// of its content: a name is the client's claim, the content is what the
+// step copies.
+type resolvedStep struct {
+	Run     string            `json:"run,omitempty"`
+	User    string            `json:"user,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Archive string            `json:"archive,omitempty"`
+	Src     string            `json:"src,omitempty"`
+	Dest    string            `json:"dest,omitempty"`
+	Mode    string            `json:"mode,omitempty"`
+}
+
+// resolveSteps pins the steps' archives to digests of their content.
+func resolveSteps(steps []Step, archives map[string]string) ([]resolvedStep, error) {
+	var out []resolvedStep
+	digests := map[string]string{}
+	for i, st := range steps {
+		rs := resolvedStep{Run: st.Run, User: st.User, Workdir: st.Workdir, Env: st.Env}
+		if c := st.Copy; c != nil {
+			loc, ok := archives[c.Archive]
+			if !ok {
+				return nil, fmt.Errorf("recipe: steps[%d].copy.archive: no uploaded files with hash %s", i, c.Archive)
+			}
+			if _, ok := digests[c.Archive]; !ok {
+				d, err := fileDigest(loc)
+				if err != nil {
+					return nil, fmt.Errorf("recipe: steps[%d].copy.archive: uploaded files %s: %w", i, c.Archive, err)
+				}
+				digests[c.Archive] = d
+			}
+			rs.Archive, rs.Src, rs.Dest, rs.Mode = digests[c.Archive], c.Src, c.Dest, c.Mode
+		}
+		out = append(out, rs)
+	}
+	return out, nil
 }
 
 // id hashes the resolved recipe.

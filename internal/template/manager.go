@@ -49,6 +49,13 @@ type Source struct {
 	// Archive is an uploaded OCI archive from StageUpload, the image of
 	// from: upload. The manager owns it from the call on and removes it.
 	Archive string
+	// Archives are the uploaded file archives the recipe's copy steps
+	// name, by name (E2B's files hash) to their path on the server. They
+	// stay the caller's: the manager only reads them, and hashes their
+	// content (not their name) into the template ID.
+	Archives map[string]string
+	// Registry are the credentials of a from: image:<reference> base.
+	Registry *RegistryAuth
 }
 
 // Template is the catalog record of one built (or building) template
@@ -112,6 +119,8 @@ type Config struct {
 	// steps and files (DefaultBuildTimeout when zero): a step that never
 	// ends must not hold a sandbox for ever.
 	BuildTimeout time.Duration
+	// Registry configures pulls of from: image:<reference> bases.
+	Registry RegistryConfig
 	// Logf receives build events; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -575,4 +584,27 @@ func (m *Manager) Delete(nameOrID string, inUse func(id string) bool) error {
 		delete(m.records, vid)
 	}
 	return nil
+}
+
+// Point files the existing version id under catalogName too (a tag),
+// replacing what the name pointed at; the version's rootfs is shared.
+func (m *Manager) Point(catalogName, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.records[id]; !ok {
+		return fmt.Errorf("template %s: %w", id, ErrNotFound)
+	}
+	return m.setName(catalogName, id)
+}
+
+// Unpoint removes catalogName, keeping the version it pointed at (which
+// other names, its ID and a later Delete of its first name still reach).
+func (m *Manager) Unpoint(catalogName string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.names[catalogName]; !ok {
+		return fmt.Errorf("template %q: %w", catalogName, ErrNotFound)
+	}
+	delete(m.names, catalogName)
+	return m.store.saveNames(m.names)
 }

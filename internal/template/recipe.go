@@ -37,7 +37,8 @@ type Recipe struct {
 	// Name is the template name; the API/CLI may supply it instead.
 	Name string `yaml:"name,omitempty" json:"name,omitempty"`
 	// From is the base: "minimal", "debian:<suite>", "upload" (the OCI
-	// archive uploaded with the recipe), "oci-archive:<tar>",
+	// archive uploaded with the recipe), "image:<reference>" (pulled from
+	// its registry, e.g. image:docker.io/library/alpine:3), "oci-archive:<tar>",
 	// "oci-layout:<dir>" (host paths: admins only) or "template:<name>".
 	From string `yaml:"from" json:"from"`
 	// Packages are apt packages (Debian-based bases only).
@@ -55,6 +56,11 @@ type Recipe struct {
 	// Files are copied into the rootfs after the run steps: built-in
 	// sources, or host paths (admins only).
 	Files []FileCopy `yaml:"files,omitempty" json:"files,omitempty"`
+	// Steps are ordered build steps, carried out in the build sandbox
+	// after Run and Files: commands as a given user in a given directory,
+	// and copies out of archives uploaded with the recipe. They are what
+	// E2B's template builder (Template() in its SDKs) translates into.
+	Steps []Step `yaml:"steps,omitempty" json:"steps,omitempty"`
 	// Start is an optional long-running command started in each sandbox.
 	Start string `yaml:"start,omitempty" json:"start,omitempty"`
 	// Ready is an optional check command; exit status 0 means ready.
@@ -110,6 +116,38 @@ type FileCopy struct {
 	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"`
 }
 
+// Step is one ordered build step: exactly one of Run and Copy.
+type Step struct {
+	// Run is a shell command run with /bin/sh -c.
+	Run string `yaml:"run,omitempty" json:"run,omitempty"`
+	// Copy copies files out of an uploaded archive.
+	Copy *CopyStep `yaml:"copy,omitempty" json:"copy,omitempty"`
+	// User runs the command (a name or uid), or owns the copied files
+	// ("user" or "user:group"); empty: the base's default user.
+	User string `yaml:"user,omitempty" json:"user,omitempty"`
+	// Workdir is the command's directory and the base of a relative copy
+	// destination; empty: the base's default working directory.
+	Workdir string `yaml:"workdir,omitempty" json:"workdir,omitempty"`
+	// Env is added to the environment of the command.
+	Env map[string]string `yaml:"env,omitempty" json:"env,omitempty"`
+}
+
+// CopyStep copies a path out of an archive uploaded with the recipe.
+type CopyStep struct {
+	// Archive names the uploaded (optionally gzipped) tar, a key of
+	// Source.Archives: E2B's files hash, 64 hex digits.
+	Archive string `yaml:"archive" json:"archive"`
+	// Src is the path inside the archive, relative; glob characters end
+	// its static prefix (the archive holds only what the glob matched).
+	// A file is copied to Dest (into it when Dest ends in '/'), a
+	// directory's contents into Dest.
+	Src string `yaml:"src" json:"src"`
+	// Dest is absolute, or relative to the step's workdir.
+	Dest string `yaml:"dest" json:"dest"`
+	// Mode optionally sets the permission bits (octal) of what is copied.
+	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"`
+}
+
 // Kinds of base, the part of From before the colon.
 const (
 	FromMinimal    = "minimal"
@@ -118,6 +156,8 @@ const (
 	FromOCILayout  = "oci-layout"
 	FromTemplate   = "template"
 	FromUpload     = "upload"
+	// FromImage pulls an OCI image from a registry by reference.
+	FromImage = "image"
 )
 
 // Base is a parsed From value.
@@ -132,6 +172,7 @@ var (
 	packagePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]*(:[a-z0-9-]+)?(=[A-Za-z0-9.+~:-]+)?$`)
 	envKeyPattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	userPattern    = regexp.MustCompile(`^([a-z_][a-z0-9_-]*\$?|[0-9]+)(:([a-z_][a-z0-9_-]*|[0-9]+))?$`)
+	archivePattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
 // ValidName reports whether s is usable as a template name: lowercase
@@ -247,20 +288,75 @@ func (r *Recipe) Validate() error {
 			}
 		}
 	}
+	for i, st := range r.Steps {
+		if err := st.validate(); err != nil {
+			return fmt.Errorf("recipe: steps[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// maxStepBytes bounds one step's command; E2B's builder takes commands
+// of a shell line's size, not programs.
+const maxStepBytes = 64 << 10
+
+func (st *Step) validate() error {
+	switch {
+	case st.Run != "" && st.Copy != nil:
+		return errors.New("a step is either run or copy, not both")
+	case st.Copy == nil && strings.TrimSpace(st.Run) == "":
+		return errors.New("empty step: give run or copy")
+	case len(st.Run) > maxStepBytes:
+		return fmt.Errorf("run: command longer than %d bytes", maxStepBytes)
+	case strings.ContainsRune(st.Run, 0):
+		return errors.New("run: command contains a NUL byte")
+	}
+	if st.User != "" && !userPattern.MatchString(st.User) {
+		return fmt.Errorf("user: invalid user %q (want a name, uid or user:group)", st.User)
+	}
+	if st.Workdir != "" && (!path.IsAbs(st.Workdir) || strings.ContainsRune(st.Workdir, 0)) {
+		return fmt.Errorf("workdir: %q is not an absolute path", st.Workdir)
+	}
+	for k := range st.Env {
+		if !envKeyPattern.MatchString(k) {
+			return fmt.Errorf("env: invalid variable name %q", k)
+		}
+	}
+	if c := st.Copy; c != nil {
+		if !archivePattern.MatchString(c.Archive) {
+			return fmt.Errorf("copy.archive: %q is not a files hash (64 hex digits)", c.Archive)
+		}
+		if c.Src == "" || path.IsAbs(c.Src) || strings.ContainsRune(c.Src, 0) {
+			return fmt.Errorf("copy.src: %q must be a relative path", c.Src)
+		}
+		for _, seg := range strings.Split(c.Src, "/") {
+			if seg == ".." {
+				return fmt.Errorf("copy.src: %q leaves the archive", c.Src)
+			}
+		}
+		if c.Dest == "" || strings.ContainsRune(c.Dest, 0) {
+			return errors.New("copy.dest: required")
+		}
+		if c.Mode != "" {
+			if _, err := parseMode(c.Mode); err != nil {
+				return fmt.Errorf("copy.mode: %w", err)
+			}
+		}
+	}
 	return nil
 }
 
 // ParseFrom parses a recipe's from field.
 func ParseFrom(from string) (Base, error) {
 	if from == "" {
-		return Base{}, errors.New("required (minimal, debian:<suite>, upload, oci-archive:<tar>, oci-layout:<dir> or template:<name>)")
+		return Base{}, errors.New("required (minimal, debian:<suite>, upload, image:<reference>, oci-archive:<tar>, oci-layout:<dir> or template:<name>)")
 	}
 	if from == FromMinimal || from == FromUpload {
 		return Base{Kind: from}, nil
 	}
 	kind, arg, ok := strings.Cut(from, ":")
 	if !ok || arg == "" {
-		return Base{}, fmt.Errorf("unknown base %q (want minimal, debian:<suite>, upload, oci-archive:<tar>, oci-layout:<dir> or template:<name>)", from)
+		return Base{}, fmt.Errorf("unknown base %q (want minimal, debian:<suite>, upload, image:<reference>, oci-archive:<tar>, oci-layout:<dir> or template:<name>)", from)
 	}
 	switch kind {
 	case FromDebian:
@@ -271,12 +367,16 @@ func ParseFrom(from string) (Base, error) {
 			return Base{}, fmt.Errorf("Debian suite %q is not offered (one of %s)", arg, strings.Join(allowedSuites(), ", "))
 		}
 	case FromOCIArchive, FromOCILayout:
+	case FromImage:
+		if _, err := parseImageRef(arg); err != nil {
+			return Base{}, err
+		}
 	case FromTemplate:
 		if err := ValidName(arg); err != nil && !idPattern.MatchString(arg) {
 			return Base{}, err
 		}
 	default:
-		return Base{}, fmt.Errorf("unknown base kind %q in %q (want minimal, debian, upload, oci-archive, oci-layout or template)", kind, from)
+		return Base{}, fmt.Errorf("unknown base kind %q in %q (want minimal, debian, upload, image, oci-archive, oci-layout or template)", kind, from)
 	}
 	return Base{Kind: kind, Arg: arg}, nil
 }

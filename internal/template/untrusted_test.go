@@ -50,8 +50,16 @@ workdir: /marker-workdir
 files: [{src: "builtin:code-interpreter-v1/server.py", dest: /marker-dest}]
 start: marker-start
 ready: marker-ready
+steps:
+  - {run: 'echo marker-step', user: markerstep, workdir: /marker-step-dir, env: {MARKER_STEP: marker-step-env}}
+  - {copy: {archive: `+strings.Repeat("ab", 32)+`, src: marker-src, dest: /marker-copy-dest, mode: '0750'}, user: markerowner}
 `)
-	tpl, _ := e.build(t, "", r, "")
+	archive := filepath.Join(t.TempDir(), "files.tar")
+	os.WriteFile(archive, []byte("marker-archive-content"), 0o600)
+	tpl, err := e.m.Build(context.Background(), "", r, Source{Archives: map[string]string{strings.Repeat("ab", 32): archive}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(host) == 0 {
 		t.Fatal("the bootstrap stage ran no host command; the test proves nothing")
 	}
@@ -69,7 +77,7 @@ ready: marker-ready
 		}
 	}
 	scripts := e.boxes.scripts()
-	for _, want := range []string{"marker-package", "marker-run", "/marker-dest"} {
+	for _, want := range []string{"marker-package", "marker-run", "/marker-dest", "marker-step", "/marker-step-dir", "markerowner", "marker-src", "/marker-copy-dest"} {
 		if !strings.Contains(scripts, want) {
 			t.Errorf("the build sandbox was not asked for %s:\n%s", want, scripts)
 		}

@@ -93,6 +93,8 @@ func run(m *testing.M) (int, error) {
 	cfg.VolumeImageBytes = 16 << 30
 	// Small, so that templates_test.go can exceed it cheaply.
 	cfg.MaxTemplateArchiveBytes = e2eMaxArchive
+	// The registries of e2b_tpl_test.go serve on the loopback.
+	cfg.TemplateRegistryPrivate = true
 	cfg.Defaults.Template = "minimal"
 	cfg.Defaults.Retention = time.Hour
 	cfg.Progress = os.Stderr

@@ -258,7 +258,22 @@ func e2bRouteCases() map[string]routeCase {
 		"DELETE /volumecontent/{volumeID}/path": {path: content("/path?path=/mark"), want: nf},
 		"GET /volumecontent/{volumeID}/file":    {path: content("/file?path=/mark"), want: nf},
 		"PUT /volumecontent/{volumeID}/file":    {path: content("/file?path=/mark"), body: fixed("pwned"), want: nf},
+		// Template builds (e2b_tpl_test.go): B records a build of its own, named apart from A's template that the other routes aim at.
+		"POST /v3/templates":                                  {path: fixed("/v3/templates"), body: fixed(`{"name":"tenancy-b-own"}`), want: http.StatusAccepted},
+		"GET /templates/{templateID}/files/{hash}":            {path: tplPath("/files/" + strings.Repeat("0", 64)), want: nf},
+		"PUT /templates/{templateID}/files/{hash}":            {path: tplPath("/files/" + strings.Repeat("0", 64)), body: fixed("x"), want: http.StatusForbidden},
+		"POST /v2/templates/{templateID}/builds/{buildID}":    {path: func(i ids) string { return "/v2/templates/" + i.template + "/builds/" + i.templateID }, body: fixed(`{"fromTemplate":"minimal"}`), want: nf},
+		"GET /templates/{templateID}/builds/{buildID}/status": {path: func(i ids) string { return "/templates/" + i.template + "/builds/" + i.templateID + "/status" }, want: nf},
+		"GET /templates/{templateID}/builds/{buildID}/logs":   {path: func(i ids) string { return "/templates/" + i.template + "/builds/" + i.templateID + "/logs" }, want: nf},
+		"GET /templates/{templateID}/tags":                    {path: tplPath("/tags"), want: nf},
+		"POST /templates/tags":                                {path: fixed("/templates/tags"), body: func(i ids) string { return `{"target":"` + i.template + `:default","tags":["x"]}` }, want: nf},
+		"DELETE /templates/tags":                              {path: fixed("/templates/tags"), body: func(i ids) string { return `{"name":"` + i.template + `","tags":["default"]}` }, want: nf},
 	}
+}
+
+// tplPath is an E2B template route of project A's template.
+func tplPath(suffix string) func(ids) string {
+	return func(i ids) string { return "/templates/" + i.template + suffix }
 }
 
 // content is a path of E2B's volume content routes.
