@@ -36,7 +36,9 @@ func (f *fakeControlPlane) Get(_ project.Scope, id string) (controlplane.Sandbox
 	return s, nil
 }
 
-func (f *fakeControlPlane) List(project.Scope, controlplane.Filter) []controlplane.Sandbox { return nil }
+func (f *fakeControlPlane) List(project.Scope, controlplane.Filter) []controlplane.Sandbox {
+	return nil
+}
 
 // A sandbox the proxy cannot reach (unknown, ended, paused without
 // auto-resume) answers E2B's not-found on every port, byte for byte: the
