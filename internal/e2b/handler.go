@@ -71,6 +71,8 @@ type Config struct {
 	// SDKs fall back to their own configuration (E2B_SANDBOX_URL or
 	// E2B_DOMAIN). It must never be an E2B domain.
 	Domain string
+	// Templates answers template alias lookups; nil finds none.
+	Templates TemplateLookup
 	// StartTimeout bounds how long create, connect and fork wait for a
 	// sandbox to run before answering.
 	StartTimeout time.Duration
@@ -143,6 +145,7 @@ func (h *Handler) routes() {
 	authed("GET /secrets/{secretID}", h.getSecret)
 	authed("POST /secrets/{secretID}", h.updateSecret)
 	authed("DELETE /secrets/{secretID}", h.deleteSecret)
+	authed("GET /templates/aliases/{alias}", h.templateAlias)
 	open("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -183,6 +186,9 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 		}
 	case path == "/secrets/{secretID}":
 		// A secret is looked up in the caller's project only (findSecret).
+	case path == "/templates/aliases/{alias}":
+		// Looked up in the key's scope by the handler: another
+		// project's template is not found.
 		return next
 	case strings.Contains(path, "{"):
 		panic("e2b: route " + pattern + " has a path parameter but no project scoping")

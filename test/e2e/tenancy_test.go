@@ -222,6 +222,7 @@ func e2bRouteCases() map[string]routeCase {
 		"POST /sandboxes/{id}/snapshots":  {path: e("/sandboxes/", "/snapshots"), body: fixed(`{}`), want: nf},
 		"GET /snapshots":                  {path: fixed("/snapshots"), want: 200, absent: func(i ids) []string { return []string{i.snapshotID} }},
 		"DELETE /templates/{id}":          {path: func(i ids) string { return "/templates/" + i.snapshotID }, want: nf},
+		"GET /templates/aliases/{alias}":  {path: func(i ids) string { return "/templates/aliases/" + i.template }, want: nf},
 		"PUT /sandboxes/{id}/network":     {path: e("/sandboxes/", "/network"), body: fixed(`{}`), want: nf},
 		// Secrets: reads are confined to the key's project, writes need
 		// an admin key (403 whatever the name).
