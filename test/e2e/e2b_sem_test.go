@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -361,7 +362,10 @@ func TestE2BSemTemplateAliases(t *testing.T) {
 func BenchmarkE2BCreatePooled(b *testing.B) {
 	requireBenchServer(b)
 	ctx := benchContext(b)
-	const tpl = "base"
+	tpl := "base"
+	if v := os.Getenv("SPACE_BENCH_TEMPLATE"); v != "" {
+		tpl = v
+	}
 	if _, err := env.client.SetTemplatePool(ctx, tpl, 1); err != nil {
 		b.Fatal(err)
 	}
