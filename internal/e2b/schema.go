@@ -119,6 +119,13 @@ func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
 	// so the E2B API always says which it wants.
 	autoResume := req.AutoResume != nil && req.AutoResume.Enabled != nil && *req.AutoResume.Enabled
 	out.AutoResume = &autoResume
+	if !autoResume {
+		// E2B pauses a sandbox on its own only at its timeout. space's
+		// idle suspend is invisible only when traffic undoes it; without
+		// auto-resume it would leave the sandbox paused behind its
+		// owner's back, so it is off.
+		out.IdleSuspendS = -1
+	}
 	if msg := req.pauseMemory(&out); msg != "" {
 		return out, msg
 	}

@@ -72,3 +72,26 @@ func TestTemplateAlias(t *testing.T) {
 		t.Errorf("without a catalog: %d, want 404", w.Code)
 	}
 }
+
+// E2B's create defaults: auto-resume off unless asked for, and then no
+// idle suspend either (nothing would wake the sandbox); with auto-resume
+// the server's idle suspend applies.
+func TestCreateAutoResumeDefault(t *testing.T) {
+	yes, no := true, false
+	for _, c := range []struct {
+		in       *autoResume
+		want     bool
+		wantIdle int
+	}{
+		{nil, false, -1},
+		{&autoResume{}, false, -1},
+		{&autoResume{Enabled: &no}, false, -1},
+		{&autoResume{Enabled: &yes}, true, 0},
+	} {
+		req := newSandbox{TemplateID: "base", AutoResume: c.in}
+		out, msg := req.request()
+		if msg != "" || out.AutoResume == nil || *out.AutoResume != c.want || out.IdleSuspendS != c.wantIdle {
+			t.Errorf("autoResume %+v: auto_resume %v idle_suspend_s %d (%s), want %v %d", c.in, out.AutoResume, out.IdleSuspendS, msg, c.want, c.wantIdle)
+		}
+	}
+}

@@ -86,6 +86,9 @@ func TestE2BSemAutoResume(t *testing.T) {
 	}
 	if got, err := env.client.GetSandbox(testContext(t), sb.SandboxID); err != nil || got.State != apiv1.StateSuspended {
 		t.Fatalf("native state after traffic: %+v, %v", got, err)
+	} else if got.Lifecycle.AutoResume || got.Lifecycle.IdleSuspendS != -1 {
+		// Nothing would wake it from an idle suspend.
+		t.Fatalf("native lifecycle of an E2B sandbox without autoResume: %+v, want auto_resume false, idle_suspend_s -1", got.Lifecycle)
 	}
 
 	if resp := e2bRequest(t, http.MethodPost, "/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":300}`, nil); resp.status != http.StatusCreated {
