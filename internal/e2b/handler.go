@@ -184,11 +184,10 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 			}
 			next(w, r)
 		}
-	case path == "/secrets/{secretID}":
-		// A secret is looked up in the caller's project only (findSecret).
-	case path == "/templates/aliases/{alias}":
-		// Looked up in the key's scope by the handler: another
-		// project's template is not found.
+	case path == "/secrets/{secretID}", path == "/templates/aliases/{alias}":
+		// A secret is looked up in the caller's project only (findSecret),
+		// a template alias in the key's scope (templateAlias): another
+		// project's is not found.
 		return next
 	case strings.Contains(path, "{"):
 		panic("e2b: route " + pattern + " has a path parameter but no project scoping")
