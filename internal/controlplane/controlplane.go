@@ -517,6 +517,18 @@ func (cp *ControlPlane) InUse(templateID string) bool {
 // Wait blocks until the sandbox reaches state, ends in another terminal
 // state (StateError), or ctx ends.
 func (cp *ControlPlane) Wait(ctx context.Context, id, state string) (Sandbox, error) {
+	return cp.waitFor(ctx, id, "wait for "+state, func(s Sandbox) bool { return s.State == state })
+}
+
+// waitWhile blocks while busy(sandbox) holds, until the sandbox ends in a
+// terminal state (StateError), or ctx ends.
+func (cp *ControlPlane) waitWhile(ctx context.Context, id string, busy func(Sandbox) bool) (Sandbox, error) {
+	return cp.waitFor(ctx, id, "wait for its transition to end", func(s Sandbox) bool { return !busy(s) })
+}
+
+// waitFor blocks until done(sandbox) holds; want names the wait in the
+// StateError of a sandbox that ended first.
+func (cp *ControlPlane) waitFor(ctx context.Context, id, want string, done func(Sandbox) bool) (Sandbox, error) {
 	for {
 		if _, err := cp.lookup(id); err != nil {
 			return Sandbox{}, err
@@ -532,11 +544,11 @@ func (cp *ControlPlane) Wait(ctx context.Context, id, state string) (Sandbox, er
 		if !ok {
 			return Sandbox{}, NotFound(id)
 		}
-		if s.State == state {
+		if done(s) {
 			return s, nil
 		}
 		if terminal(s.State) {
-			msg := "wait for " + state
+			msg := want
 			if s.Reason != "" {
 				msg += " (" + s.Reason + ")"
 			}

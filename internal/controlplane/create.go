@@ -509,6 +509,14 @@ func (cp *ControlPlane) Running(ctx context.Context, id string) (nodeapi.Sandbox
 	}
 	cp.touch(id)
 	s := cp.snapshot(r)
+	if settling(s) {
+		// Traffic that arrives mid-transition waits for its end, as it
+		// would have had it come a moment later: a suspend in progress
+		// ends suspended (then resumed below), a resume ends running.
+		if s, err = cp.waitWhile(ctx, id, settling); err != nil {
+			return nil, fmt.Errorf("wait for %s to settle: %w", id, err)
+		}
+	}
 	if s.State == apiv1.StateSuspended && s.Lifecycle.AutoResume {
 		r.lock.Lock()
 		if cp.snapshot(r).State == apiv1.StateSuspended {
@@ -532,6 +540,14 @@ func (cp *ControlPlane) Running(ctx context.Context, id string) (nodeapi.Sandbox
 		return nil, &StateError{ID: id, State: cp.snapshot(r).State, Want: "reach its agent"}
 	}
 	return sb, err
+}
+
+// settling reports whether traffic to s should wait for its transition
+// to end: a resume in progress, or a suspend in progress of a sandbox that
+// auto-resumes (without auto-resume the suspended end is refused anyway,
+// so waiting for it would only delay the refusal).
+func settling(s Sandbox) bool {
+	return s.State == apiv1.StateResuming || s.State == apiv1.StateSuspending && s.Lifecycle.AutoResume
 }
 
 func sortByCreation(s []Sandbox) {

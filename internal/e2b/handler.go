@@ -73,6 +73,8 @@ type Config struct {
 	// SDKs fall back to their own configuration (E2B_SANDBOX_URL or
 	// E2B_DOMAIN). It must never be an E2B domain.
 	Domain string
+	// Aliases answers template alias lookups; nil finds none.
+	Aliases TemplateLookup
 	// StartTimeout bounds how long create, connect and fork wait for a
 	// sandbox to run before answering.
 	StartTimeout time.Duration
@@ -167,6 +169,7 @@ func (h *Handler) routes() {
 	open("GET /volumecontent/{volumeID}/file", h.volumeContent(h.readVolumeFile))
 	open("PUT /volumecontent/{volumeID}/file", h.volumeContent(h.writeVolumeFile))
 	h.templateRoutes(open, authed)
+	authed("GET /templates/aliases/{alias}", h.templateAlias)
 	open("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -207,8 +210,10 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 		}
 	case strings.HasPrefix(path, "/templates/{templateID}"), strings.HasPrefix(path, "/v2/templates/{templateID}"):
 		return h.scopedTemplate(next)
-	case path == "/secrets/{secretID}":
-		// A secret is looked up in the caller's project only (findSecret).
+	case path == "/secrets/{secretID}", path == "/templates/aliases/{alias}":
+		// A secret is looked up in the caller's project only (findSecret),
+		// a template alias in the key's scope (templateAlias): another
+		// project's is not found.
 		return next
 	case path == "/volumes/{volumeID}":
 		return func(w http.ResponseWriter, r *http.Request) {

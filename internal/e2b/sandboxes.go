@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -442,6 +443,10 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	desc, ok := listOrder(w, q)
+	if !ok {
+		return
+	}
 	var startedAfter time.Time
 	if raw := q.Get("startedAfter"); raw != "" {
 		t, err := time.Parse(time.RFC3339, raw)
@@ -466,10 +471,11 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request) {
 		if state == "running" {
 			running++
 		}
-		keys = append(keys, pageKey{s.CreatedAt, s.ID})
+		keys = append(keys, pageKey{startedAt(s), s.ID})
 		items = append(items, listedView(s))
 	}
-	from, to, next, ok := page(w, keys, q.Get("nextToken"), limit)
+	sortPage(keys, items, desc)
+	from, to, next, ok := pageIn(w, keys, q.Get("nextToken"), limit, desc)
 	if !ok {
 		return
 	}
@@ -511,8 +517,9 @@ func unescapeOnce(s string) string {
 	return s
 }
 
-// Paging: items are in creation order; a token names the last item of the
-// previous page, so pages stay right when sandboxes come and go.
+// Paging: items are in the order of their keys (creation or start time,
+// then id); a token names the last item of the previous page, so pages
+// stay right when sandboxes come and go or change state in between.
 const (
 	defaultPageLimit = 100
 	maxPageLimit     = 100
@@ -536,33 +543,95 @@ func pageLimit(w http.ResponseWriter, q url.Values) (int, bool) {
 	return n, true
 }
 
-// page selects keys[from:to] after token; next is the token of the
-// following page, "" when there is none.
+// listOrder reads `order`: E2B lists sandboxes newest first unless asked
+// for asc.
+func listOrder(w http.ResponseWriter, q url.Values) (desc, ok bool) {
+	switch raw := q.Get("order"); raw {
+	case "", "desc":
+		return true, true
+	case "asc":
+		return false, true
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("order must be asc or desc, got %q", raw))
+		return false, false
+	}
+}
+
+// startedAt is the time a listed sandbox shows as startedAt, and sorts by.
+// It never changes once set (a resume keeps it), so pages stay stable.
+func startedAt(s controlplane.Sandbox) time.Time {
+	if s.StartedAt != nil {
+		return *s.StartedAt
+	}
+	return s.CreatedAt
+}
+
+// sortPage sorts keys, and items with them, ascending or descending.
+func sortPage[T any](keys []pageKey, items []T, desc bool) {
+	idx := make([]int, len(keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return keyAfter(keys[idx[b]], keys[idx[a]], desc) })
+	sortedKeys, sortedItems := make([]pageKey, len(keys)), make([]T, len(items))
+	for i, j := range idx {
+		sortedKeys[i], sortedItems[i] = keys[j], items[j]
+	}
+	copy(keys, sortedKeys)
+	copy(items, sortedItems)
+}
+
+// page selects ascending keys[from:to] after token; next is the token of
+// the following page, "" when there is none.
 func page(w http.ResponseWriter, keys []pageKey, token string, limit int) (from, to int, next string, ok bool) {
+	return pageIn(w, keys, token, limit, false)
+}
+
+// pageIn is page over keys sorted ascending or, with desc, descending.
+// A token carries its direction: one issued for the other order is
+// refused rather than read backwards.
+func pageIn(w http.ResponseWriter, keys []pageKey, token string, limit int, desc bool) (from, to int, next string, ok bool) {
+	prefix := ""
+	if desc {
+		prefix = "d"
+	}
 	if token != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(token)
-		nanos, id, cut := strings.Cut(string(raw), "_")
+		body, descToken := strings.CutPrefix(string(raw), "d")
+		if err == nil && descToken != desc {
+			writeError(w, http.StatusBadRequest, "nextToken was issued for the other order; list again from the first page")
+			return 0, 0, "", false
+		}
+		nanos, id, cut := strings.Cut(body, "_")
 		n, perr := strconv.ParseInt(nanos, 10, 64)
-		if err != nil || !cut || perr != nil {
+		if err != nil || !cut || perr != nil || id == "" {
 			writeError(w, http.StatusBadRequest, "nextToken is not a token this server issued")
 			return 0, 0, "", false
 		}
 		after := pageKey{time.Unix(0, n), id}
-		for from < len(keys) && !keyAfter(keys[from], after) {
+		for from < len(keys) && !keyAfter(keys[from], after, desc) {
 			from++
 		}
 	}
 	to = min(from+limit, len(keys))
 	if to < len(keys) {
 		last := keys[to-1]
-		next = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(last.created.UnixNano(), 10) + "_" + last.id))
+		next = base64.RawURLEncoding.EncodeToString([]byte(prefix + strconv.FormatInt(last.created.UnixNano(), 10) + "_" + last.id))
 	}
 	return from, to, next, true
 }
 
-func keyAfter(k, after pageKey) bool {
+// keyAfter reports whether k comes after `after` in the order (ties on
+// time are broken by id, in the same direction).
+func keyAfter(k, after pageKey, desc bool) bool {
 	if k.created.Equal(after.created) {
+		if desc {
+			return k.id < after.id
+		}
 		return k.id > after.id
+	}
+	if desc {
+		return k.created.Before(after.created)
 	}
 	return k.created.After(after.created)
 }

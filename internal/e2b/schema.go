@@ -112,9 +112,17 @@ func (req *newSandbox) request() (apiv1.CreateSandboxRequest, string) {
 		// E2B pauses on timeout; space's durable suspend is its pause.
 		out.OnTimeout = "suspend"
 	}
-	if req.AutoResume != nil && req.AutoResume.Enabled != nil {
-		enabled := *req.AutoResume.Enabled
-		out.AutoResume = &enabled
+	// E2B wakes a paused sandbox on traffic only when asked to
+	// (autoResume.enabled, default false); space's native default is on,
+	// so the E2B API always says which it wants.
+	autoResume := req.AutoResume != nil && req.AutoResume.Enabled != nil && *req.AutoResume.Enabled
+	out.AutoResume = &autoResume
+	if !autoResume {
+		// E2B pauses a sandbox on its own only at its timeout. space's
+		// idle suspend is invisible only when traffic undoes it; without
+		// auto-resume it would leave the sandbox paused behind its
+		// owner's back, so it is off.
+		out.IdleSuspendS = -1
 	}
 	if msg := req.pauseMemory(&out); msg != "" {
 		return out, msg

@@ -181,7 +181,16 @@ func (h *Handler) templateRoutes(open, authed func(string, http.HandlerFunc)) {
 	authed("POST /v2/templates/{templateID}/builds/{buildID}", h.triggerBuild)
 	authed("GET /templates/{templateID}/builds/{buildID}/status", h.buildStatus)
 	authed("GET /templates/{templateID}/builds/{buildID}/logs", h.buildLogs)
-	authed("GET /templates/{templateID}/tags", h.templateTags)
+	// GET /templates/{templateID}/tags, written with a wildcard so that
+	// GET /templates/aliases/{alias} (sem.go) is the more specific of
+	// the two patterns instead of one that ServeMux refuses as ambiguous.
+	authed("GET /templates/{templateID}/{sub}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("sub") != "tags" {
+			writeError(w, http.StatusNotFound, "no such route: "+r.URL.Path)
+			return
+		}
+		h.templateTags(w, r)
+	})
 	authed("POST /templates/tags", h.assignTags)
 	authed("DELETE /templates/tags", h.removeTags)
 }

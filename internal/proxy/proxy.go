@@ -12,7 +12,9 @@
 // created with private traffic take only requests carrying its traffic
 // access token (E2b-Traffic-Access-Token), checked here before the sandbox
 // is touched. Sandboxes suspended with auto-resume on are resumed by the
-// first request that reaches them.
+// first request that reaches them (one arriving during the suspend waits
+// for it to end); any other sandbox that does not run answers E2B's
+// not-found (see unreachable).
 package proxy
 
 import (
@@ -150,7 +152,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(w, http.StatusForbidden, msg)
 				return
 			}
-		} else if s.State == apiv1.StateSuspended && !carriesAccessToken(r, s.AccessToken) {
+		} else if wouldResume(s) && !carriesAccessToken(r, s.AccessToken) {
 			writeError(w, http.StatusUnauthorized, fmt.Sprintf("sandbox %q is suspended; only a request with its access token (%s) resumes it", t.id, headerAccessToken))
 			return
 		}
@@ -170,6 +172,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	enableFullDuplex(w)
 	p.service(t, r, mask).ServeHTTP(w, r)
+}
+
+// wouldResume reports whether a request reaching s resumes it: it is
+// suspended, or being suspended, with auto-resume on.
+func wouldResume(s controlplane.Sandbox) bool {
+	return s.Lifecycle.AutoResume && (s.State == apiv1.StateSuspended || s.State == apiv1.StateSuspending)
 }
 
 // carriesAccessToken reports whether an envd request may be one the agent
@@ -204,24 +212,39 @@ func trafficRefusal(want, token, id string) string {
 	return ""
 }
 
-// unreachable answers a request for a sandbox that is not there or not
-// running. An unknown sandbox is 404, like on the API, except on envd's
-// port: there E2B's proxy answers 502, which the SDKs understand as "the
-// sandbox is not running" (isRunning() → false after kill, Connect →
-// Unavailable), so a 404 would break them.
+// unreachable answers a request for a sandbox that is not there or does
+// not run (unknown, ended, or paused without auto-resume) as E2B's proxy
+// does, on every port: 502 with {sandboxId, message, code}. The SDKs read
+// a 502 from envd as "not running" (isRunning() is false, RPCs fail as
+// Unavailable); connect() through the API resumes a paused sandbox.
 func (p *Proxy) unreachable(w http.ResponseWriter, t target, err error) {
 	var stateErr *controlplane.StateError
 	switch {
-	case errors.Is(err, controlplane.ErrNotFound) && t.port != EnvdPort:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", t.id))
-	case errors.Is(err, controlplane.ErrNotFound):
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %q not found", t.id))
-	case errors.As(err, &stateErr):
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %q is not running: %v", t.id, err))
+	case errors.Is(err, controlplane.ErrNotFound), errors.As(err, &stateErr):
+		p.log.Debug("proxy: sandbox not running", "sandbox", t.id, "port", t.port, "err", err)
+		writeNotFound(w, t.id)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The client gave up while the sandbox was settling or resuming.
+		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("sandbox %q: gave up waiting for it to run: %v", t.id, err))
 	default:
 		p.log.Warn("proxy: sandbox unreachable", "sandbox", t.id, "err", err)
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %q is unreachable: %v", t.id, err))
 	}
+}
+
+// sandboxNotFound is the message of E2B's proxy for a sandbox it cannot
+// route to; SDKs and users match on it.
+const sandboxNotFound = "The sandbox was not found"
+
+// writeNotFound writes E2B's not-found answer of the traffic proxy.
+func writeNotFound(w http.ResponseWriter, id string) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusBadGateway)
+	_ = json.NewEncoder(w).Encode(struct {
+		SandboxID string `json:"sandboxId"`
+		Message   string `json:"message"`
+		Code      int    `json:"code"`
+	}{id, sandboxNotFound, http.StatusBadGateway})
 }
 
 // route decides which sandbox and port a request is for.

@@ -190,7 +190,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	cat.startBuilds(runCtx, nodes, cfg.Logger)
-	if err := s.startCompat(keys, secretStore); err != nil {
+	if err := s.startCompat(keys, secretStore, cat); err != nil {
 		cancel()
 		return nil, err
 	}

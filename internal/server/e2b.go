@@ -32,7 +32,7 @@ func (s *Server) ProxyURL() string { return s.compat.proxyURL }
 
 // startCompat opens the E2B API and proxy listeners that are configured
 // (an empty address turns one off). On failure nothing stays open.
-func (s *Server) startCompat(keys *auth.Keys, secretStore *secrets.Store) (err error) {
+func (s *Server) startCompat(keys *auth.Keys, secretStore *secrets.Store, templates e2b.TemplateLookup) (err error) {
 	defer func() {
 		if err != nil {
 			_ = s.shutdownCompat(context.Background())
@@ -44,7 +44,7 @@ func (s *Server) startCompat(keys *auth.Keys, secretStore *secrets.Store) (err e
 			sec = secretStore
 		}
 		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Secrets: sec, Domain: s.cfg.Domain, Logger: s.cfg.Logger,
-			Templates: s.e2bTemplates, MaxTemplateFiles: s.cfg.MaxTemplateArchiveBytes})
+			Aliases: templates, Templates: s.e2bTemplates, MaxTemplateFiles: s.cfg.MaxTemplateArchiveBytes})
 		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, api.HidePaths(h, s.hostPaths), nil); err != nil {
 			return err
 		}

@@ -273,7 +273,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Nodes:             cluster.NewSingle(localNodeID, localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
 		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths)
-	if err := s.startCompat(keys, secretStore); err != nil {
+	if err := s.startCompat(keys, secretStore, cat); err != nil {
 		cancel()
 		return nil, err
 	}

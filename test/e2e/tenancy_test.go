@@ -237,6 +237,7 @@ func e2bRouteCases() map[string]routeCase {
 		"POST /sandboxes/{id}/snapshots":  {path: e("/sandboxes/", "/snapshots"), body: fixed(`{}`), want: nf},
 		"GET /snapshots":                  {path: fixed("/snapshots"), want: 200, absent: func(i ids) []string { return []string{i.snapshotID} }},
 		"DELETE /templates/{id}":          {path: func(i ids) string { return "/templates/" + i.snapshotID }, want: nf},
+		"GET /templates/aliases/{alias}":  {path: func(i ids) string { return "/templates/aliases/" + i.template }, want: nf},
 		"PUT /sandboxes/{id}/network":     {path: e("/sandboxes/", "/network"), body: fixed(`{}`), want: nf},
 		// Secrets: reads are confined to the key's project, writes need
 		// an admin key (403 whatever the name).
@@ -265,7 +266,7 @@ func e2bRouteCases() map[string]routeCase {
 		"POST /v2/templates/{templateID}/builds/{buildID}":    {path: func(i ids) string { return "/v2/templates/" + i.template + "/builds/" + i.templateID }, body: fixed(`{"fromTemplate":"minimal"}`), want: nf},
 		"GET /templates/{templateID}/builds/{buildID}/status": {path: func(i ids) string { return "/templates/" + i.template + "/builds/" + i.templateID + "/status" }, want: nf},
 		"GET /templates/{templateID}/builds/{buildID}/logs":   {path: func(i ids) string { return "/templates/" + i.template + "/builds/" + i.templateID + "/logs" }, want: nf},
-		"GET /templates/{templateID}/tags":                    {path: tplPath("/tags"), want: nf},
+		"GET /templates/{templateID}/{sub}":                   {path: tplPath("/tags"), want: nf},
 		"POST /templates/tags":                                {path: fixed("/templates/tags"), body: func(i ids) string { return `{"target":"` + i.template + `:default","tags":["x"]}` }, want: nf},
 		"DELETE /templates/tags":                              {path: fixed("/templates/tags"), body: func(i ids) string { return `{"name":"` + i.template + `","tags":["default"]}` }, want: nf},
 	}
