@@ -24,9 +24,12 @@ var buildCodeInterpreterOnce struct {
 	err error
 }
 
-// buildCodeInterpreter builds base and the code-interpreter-v1 template
-// (once per test binary; a no-op when they are already built) and logs
-// how long that took.
+// buildCodeInterpreter builds base, code-interpreter-v1-runtimes and
+// code-interpreter-v1 (once per test binary; a no-op when they are
+// already built) and logs how long that took. The runtimes download their
+// packages in the build sandbox, which the e2e server's fake DNS cannot
+// serve: build them once in the data dir with the host's resolver
+// (docs/e2b.md, "Code interpreter").
 func buildCodeInterpreter(t *testing.T) {
 	t.Helper()
 	buildCodeInterpreterOnce.Do(func() {
@@ -36,9 +39,15 @@ func buildCodeInterpreter(t *testing.T) {
 			return
 		}
 		baseDone := time.Now()
+		if err := buildBuiltin("code-interpreter-v1-runtimes"); err != nil {
+			buildCodeInterpreterOnce.err = err
+			return
+		}
+		runtimesDone := time.Now()
 		buildCodeInterpreterOnce.err = buildBuiltin("code-interpreter-v1")
-		t.Logf("templates: base ready after %s, code-interpreter-v1 after %s more",
-			baseDone.Sub(began).Round(100*time.Millisecond), time.Since(baseDone).Round(100*time.Millisecond))
+		t.Logf("templates: base ready after %s, code-interpreter-v1-runtimes after %s more, code-interpreter-v1 after %s more",
+			baseDone.Sub(began).Round(100*time.Millisecond), runtimesDone.Sub(baseDone).Round(100*time.Millisecond),
+			time.Since(runtimesDone).Round(100*time.Millisecond))
 	})
 	if buildCodeInterpreterOnce.err != nil {
 		t.Fatal(buildCodeInterpreterOnce.err)
