@@ -553,6 +553,11 @@ class Context:
         # Executions here are one at a time anyway.
         msg_id = self.kc.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False)
         errored = False
+        # IRkernel shows a cell's visible value as display_data, not as an
+        # execute_result: for R the last display of an execution is its
+        # main result (held back until the next message shows it is not).
+        last_display = self.lang.name == "r"
+        held = None
         while True:
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.5)
@@ -564,14 +569,21 @@ class Context:
                 continue
             kind = msg["msg_type"]
             content = msg["content"]
+            if held is not None and kind in ("stream", "execute_result", "display_data", "error"):
+                out.put(result_line(held, False))
+                held = None
             if kind == "stream":
                 name = content.get("name")
                 if name in ("stdout", "stderr"):
                     out.put({"type": name, "text": content.get("text", ""), "timestamp": timestamp(msg["header"].get("date"))})
             elif kind == "execute_result":
+                last_display = False
                 out.put(result_line(content.get("data"), True))
             elif kind == "display_data":
-                out.put(result_line(content.get("data"), False))
+                if last_display:
+                    held = content.get("data")
+                else:
+                    out.put(result_line(content.get("data"), False))
             elif kind == "error":
                 if not errored:
                     errored = True
@@ -584,6 +596,8 @@ class Context:
             elif kind == "execute_input":
                 out.put({"type": "number_of_executions", "execution_count": content.get("execution_count")})
             elif kind == "status" and content.get("execution_state") == "idle":
+                if held is not None:
+                    out.put(result_line(held, True))
                 self._drain_reply(msg_id)
                 return
 

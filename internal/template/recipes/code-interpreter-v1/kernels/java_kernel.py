@@ -36,7 +36,10 @@ class JavaKernel(ReplKernel):
     def argv(self):
         # The source launcher compiles the evaluator at start (a second or
         # two), so the template ships source only.
+        # Small heap and caches: a sandbox has 512 MiB by default, shared
+        # by every kernel it runs.
         return ["java", "-Djava.awt.headless=true", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                "-Xms16m", "-Xmx192m", "-XX:MaxMetaspaceSize=128m", "-XX:ReservedCodeCacheSize=48m", "-Xss1m",
                 os.path.join(HERE, "SpaceJShell.java")]
 
     def wrap(self, code, marker):
