@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -448,72 +450,6 @@ func TestE2BCodeInterpreterChartsAndLanguages(t *testing.T) {
 	buildCodeInterpreter(t)
 	sb := e2bCreate(t, "code-interpreter-v1", map[string]any{"envVars": map[string]string{"CI_FROM_CREATE": "created"}})
 
-	t.Run("charts", func(t *testing.T) {
-		cases := []struct {
-			name, code string
-			want       map[string]string // jsonPath (dot separated) -> JSON value
-		}{
-			{"bar", "import matplotlib.pyplot as plt\nplt.figure()\nplt.bar(['A', 'B', 'C'], [100, 200, 300], label='Sold')\n" +
-				"plt.xlabel('Authors')\nplt.ylabel('Books (k)')\nplt.title('Sales')\nplt.show()",
-				map[string]string{"type": `"bar"`, "title": `"Sales"`, "x_label": `"Authors"`, "y_unit": `"k"`,
-					"elements": `[{"group":"Sold","label":"A","value":100},{"group":"Sold","label":"B","value":200},{"group":"Sold","label":"C","value":300}]`}},
-			{"line", "import numpy as np, datetime\nimport matplotlib.pyplot as plt\nplt.figure()\n" +
-				"d = [datetime.datetime(2023, 9, 1) + datetime.timedelta(seconds=i) for i in range(50)]\n" +
-				"plt.plot(d, np.sin(np.linspace(0, 6, 50)), label='sin')\nplt.plot(d, np.cos(np.linspace(0, 6, 50)), label='cos')\n" +
-				"plt.xlabel('Time (s)')\nplt.title('Waves')\nplt.show()",
-				map[string]string{"type": `"line"`, "x_scale": `"datetime"`, "y_scale": `"linear"`, "x_unit": `"s"`,
-					"elements.0.label": `"sin"`, "elements.1.label": `"cos"`, "elements.0.points.0.0": `"2023-09-01T00:00:00"`, "elements.0.points.0.1": `0`}},
-			{"scatter", "import matplotlib.pyplot as plt\nplt.figure()\nplt.scatter([1, 2, 3], [4, 5, 6], label='pts')\nplt.title('S')\nplt.show()",
-				map[string]string{"type": `"scatter"`, "elements": `[{"label":"pts","points":[[1,4],[2,5],[3,6]]}]`}},
-			{"pie", "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.pie([90, 10], labels=['No', 'Yes'], startangle=90)\nplt.title('Pie')\nplt.show()",
-				map[string]string{"type": `"pie"`, "title": `"Pie"`, "elements": `[{"angle":324,"label":"No","radius":1},{"angle":36,"label":"Yes","radius":1}]`}},
-			{"box", "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.set_title('Scores')\n" +
-				"ax.boxplot([[85, 90, 78, 92, 88], [95, 89, 76, 91, 84, 87]], labels=['A', 'B'], patch_artist=True)\nplt.show()",
-				map[string]string{"type": `"box_and_whisker"`, "elements": `[{"first_quartile":85,"label":"A","max":92,"median":88,"min":78,"outliers":[],"third_quartile":90},` +
-					`{"first_quartile":84.75,"label":"B","max":95,"median":88,"min":84,"outliers":[76],"third_quartile":90.5}]`}},
-			{"superchart", "import matplotlib.pyplot as plt\nfig, axs = plt.subplots(1, 2)\nfig.suptitle('Both')\n" +
-				"axs[0].plot([1, 2, 3], [1, 4, 9])\naxs[0].set_title('Line')\naxs[1].scatter([1, 2], [3, 4])\naxs[1].set_title('Dots')\nplt.show()",
-				map[string]string{"type": `"superchart"`, "title": `"Both"`, "elements.0.type": `"line"`, "elements.0.title": `"Line"`,
-					"elements.1.type": `"scatter"`, "elements.1.elements.0.points": `[[1,3],[2,4]]`}},
-		}
-		for _, c := range cases {
-			ex := ciExecute(t, sb, map[string]any{"code": c.code})
-			if len(ex.errors) != 0 || len(ex.results) != 1 {
-				t.Fatalf("%s: %+v", c.name, ex.lines)
-			}
-			r := ex.results[0]
-			if *r.IsMainResult || !strings.HasPrefix(r.PNG, "iVBORw0KGgo") || !strings.HasPrefix(r.Text, "<Figure") {
-				t.Errorf("%s: want a display result with a PNG: text %q, png %.20q", c.name, r.Text, r.PNG)
-			}
-			for path, want := range c.want {
-				var keys []any
-				for _, k := range strings.Split(path, ".") {
-					if n, err := strconv.Atoi(k); err == nil {
-						keys = append(keys, n)
-					} else {
-						keys = append(keys, k)
-					}
-				}
-				if got := jsonText(jsonPath(r.Chart, keys...)); got != want {
-					t.Errorf("%s: chart.%s = %s, want %s\nchart: %s", c.name, path, got, want, jsonText(r.Chart))
-				}
-			}
-		}
-	})
-
-	t.Run("data and images", func(t *testing.T) {
-		ex := ciExecute(t, sb, map[string]any{"code": "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})"})
-		if ex.mainText() == "" || jsonText(ex.results[0].Data) != `{"a":{"0":1,"1":2},"b":{"0":"x","1":"y"}}` || ex.results[0].HTML == "" {
-			t.Fatalf("DataFrame: %+v", ex.lines)
-		}
-		// A PNG displayed by hand (no figure, so no chart).
-		ex = ciExecute(t, sb, map[string]any{"code": "import base64\nfrom IPython.display import Image, display\n" +
-			"display(Image(data=base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==')))"})
-		if len(ex.results) != 1 || !strings.HasPrefix(ex.results[0].PNG, "iVBORw0KGgo") || ex.results[0].Chart != nil {
-			t.Fatalf("image: %+v", ex.lines)
-		}
-	})
-
 	// Each language through its default context (the execute's language),
 	// seeing the sandbox's environment from the create.
 	t.Run("languages", func(t *testing.T) {
@@ -595,6 +531,74 @@ func TestE2BCodeInterpreterChartsAndLanguages(t *testing.T) {
 			if resp := ciRequest(t, sb, http.MethodDelete, "/contexts/"+ctx.ID, nil, false); resp.status != http.StatusOK {
 				t.Errorf("%s remove: %d %s", c.language, resp.status, resp.body)
 			}
+		}
+	})
+
+	// After the languages: figures and DataFrames grow the python kernel,
+	// and each other language's kernel needs its share of the 512 MiB.
+	t.Run("charts", func(t *testing.T) {
+		cases := []struct {
+			name, code string
+			want       map[string]string // jsonPath (dot separated) -> JSON value
+		}{
+			{"bar", "import matplotlib.pyplot as plt\nplt.figure()\nplt.bar(['A', 'B', 'C'], [100, 200, 300], label='Sold')\n" +
+				"plt.xlabel('Authors')\nplt.ylabel('Books (k)')\nplt.title('Sales')\nplt.show()",
+				map[string]string{"type": `"bar"`, "title": `"Sales"`, "x_label": `"Authors"`, "y_unit": `"k"`,
+					"elements": `[{"group":"Sold","label":"A","value":100},{"group":"Sold","label":"B","value":200},{"group":"Sold","label":"C","value":300}]`}},
+			{"line", "import numpy as np, datetime\nimport matplotlib.pyplot as plt\nplt.figure()\n" +
+				"d = [datetime.datetime(2023, 9, 1) + datetime.timedelta(seconds=i) for i in range(50)]\n" +
+				"plt.plot(d, np.sin(np.linspace(0, 6, 50)), label='sin')\nplt.plot(d, np.cos(np.linspace(0, 6, 50)), label='cos')\n" +
+				"plt.xlabel('Time (s)')\nplt.title('Waves')\nplt.show()",
+				map[string]string{"type": `"line"`, "x_scale": `"datetime"`, "y_scale": `"linear"`, "x_unit": `"s"`,
+					"elements.0.label": `"sin"`, "elements.1.label": `"cos"`, "elements.0.points.0.0": `"2023-09-01T00:00:00"`, "elements.0.points.0.1": `0`}},
+			{"scatter", "import matplotlib.pyplot as plt\nplt.figure()\nplt.scatter([1, 2, 3], [4, 5, 6], label='pts')\nplt.title('S')\nplt.show()",
+				map[string]string{"type": `"scatter"`, "elements": `[{"label":"pts","points":[[1,4],[2,5],[3,6]]}]`}},
+			{"pie", "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.pie([90, 10], labels=['No', 'Yes'], startangle=90)\nplt.title('Pie')\nplt.show()",
+				map[string]string{"type": `"pie"`, "title": `"Pie"`, "elements": `[{"angle":324,"label":"No","radius":1},{"angle":36,"label":"Yes","radius":1}]`}},
+			{"box", "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.set_title('Scores')\n" +
+				"ax.boxplot([[85, 90, 78, 92, 88], [95, 89, 76, 91, 84, 87]], labels=['A', 'B'], patch_artist=True)\nplt.show()",
+				map[string]string{"type": `"box_and_whisker"`, "elements": `[{"first_quartile":85,"label":"A","max":92,"median":88,"min":78,"outliers":[],"third_quartile":90},` +
+					`{"first_quartile":84.75,"label":"B","max":95,"median":88,"min":84,"outliers":[76],"third_quartile":90.5}]`}},
+			{"superchart", "import matplotlib.pyplot as plt\nfig, axs = plt.subplots(1, 2)\nfig.suptitle('Both')\n" +
+				"axs[0].plot([1, 2, 3], [1, 4, 9])\naxs[0].set_title('Line')\naxs[1].scatter([1, 2], [3, 4])\naxs[1].set_title('Dots')\nplt.show()",
+				map[string]string{"type": `"superchart"`, "title": `"Both"`, "elements.0.type": `"line"`, "elements.0.title": `"Line"`,
+					"elements.1.type": `"scatter"`, "elements.1.elements.0.points": `[[1,3],[2,4]]`}},
+		}
+		for _, c := range cases {
+			ex := ciExecute(t, sb, map[string]any{"code": c.code})
+			if len(ex.errors) != 0 || len(ex.results) != 1 {
+				t.Fatalf("%s: %+v", c.name, ex.lines)
+			}
+			r := ex.results[0]
+			if *r.IsMainResult || !strings.HasPrefix(r.PNG, "iVBORw0KGgo") || !strings.HasPrefix(r.Text, "<Figure") {
+				t.Errorf("%s: want a display result with a PNG: text %q, png %.20q", c.name, r.Text, r.PNG)
+			}
+			for path, want := range c.want {
+				var keys []any
+				for _, k := range strings.Split(path, ".") {
+					if n, err := strconv.Atoi(k); err == nil {
+						keys = append(keys, n)
+					} else {
+						keys = append(keys, k)
+					}
+				}
+				if got := jsonText(jsonPath(r.Chart, keys...)); got != want {
+					t.Errorf("%s: chart.%s = %s, want %s\nchart: %s", c.name, path, got, want, jsonText(r.Chart))
+				}
+			}
+		}
+	})
+
+	t.Run("data and images", func(t *testing.T) {
+		ex := ciExecute(t, sb, map[string]any{"code": "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})"})
+		if ex.mainText() == "" || jsonText(ex.results[0].Data) != `{"a":{"0":1,"1":2},"b":{"0":"x","1":"y"}}` || ex.results[0].HTML == "" {
+			t.Fatalf("DataFrame: %+v", ex.lines)
+		}
+		// A PNG displayed by hand (no figure, so no chart).
+		ex = ciExecute(t, sb, map[string]any{"code": "import base64\nfrom IPython.display import Image, display\n" +
+			"display(Image(data=base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==')))"})
+		if len(ex.results) != 1 || !strings.HasPrefix(ex.results[0].PNG, "iVBORw0KGgo") || ex.results[0].Chart != nil {
+			t.Fatalf("image: %+v", ex.lines)
 		}
 	})
 
@@ -686,4 +690,97 @@ func TestE2BCodeInterpreterKilledSandbox(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the execution still hangs 15 s after its sandbox was killed")
 	}
+}
+
+// BenchmarkE2BCodeInterpreterRunCode is the code-interpreter SDKs'
+// runCode('1+1') on a pooled code-interpreter-v1 sandbox, through the E2B
+// API and the sandbox proxy as the SDKs go: each iteration takes a sandbox
+// from a pool of one (POST /sandboxes), times its first /execute (the
+// SDK's first runCode: the kernel is warm from the template's pre-booted
+// image, the sandbox's environment still to fetch), then ten more, and
+// deletes it. first-p50-ms and warm-p50-ms are the medians over all
+// iterations; create-p50-ms is the pooled create.
+func BenchmarkE2BCodeInterpreterRunCode(b *testing.B) {
+	requireBenchServer(b)
+	ctx := benchContext(b)
+	for _, name := range []string{"base", "code-interpreter-v1-runtimes", "code-interpreter-v1"} {
+		if err := buildBuiltin(name); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := env.client.SetTemplatePool(ctx, "code-interpreter-v1", 1); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _, _ = env.client.SetTemplatePool(context.Background(), "code-interpreter-v1", 0) })
+	call := func(method, url string, header http.Header, body any) (int, []byte, error) {
+		data, _ := json.Marshal(body)
+		req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(data))
+		if err != nil {
+			return 0, nil, err
+		}
+		req.Header = header.Clone()
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, out, err
+	}
+	api := http.Header{"X-Api-Key": {env.srv.AdminKey}}
+	runCode := func(sb e2bSandbox) (time.Duration, error) {
+		began := time.Now()
+		status, out, err := call(http.MethodPost, env.srv.ProxyURL()+"/execute", ciHeaders(sb, true), map[string]any{"code": "1+1"})
+		took := time.Since(began)
+		if err == nil && (status != http.StatusOK || !bytes.Contains(out, []byte(`"text": "2"`))) {
+			err = fmt.Errorf("execute: %d %s", status, out)
+		}
+		return took, err
+	}
+	var creates, firsts, warms []time.Duration
+	for i := 0; i < b.N; i++ {
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			tpl, err := env.client.GetTemplate(ctx, "code-interpreter-v1")
+			if err == nil && tpl.Pool != nil && tpl.Pool.Ready >= 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("pool did not fill: %+v, %v", tpl, err)
+			}
+		}
+		began := time.Now()
+		status, out, err := call(http.MethodPost, env.srv.E2BURL()+"/sandboxes", api, map[string]any{"templateID": "code-interpreter-v1", "timeout": 120})
+		creates = append(creates, time.Since(began))
+		if err != nil || status != http.StatusCreated {
+			b.Fatalf("create: %d %s %v", status, out, err)
+		}
+		var sb e2bSandbox
+		if err := json.Unmarshal(out, &sb); err != nil {
+			b.Fatal(err)
+		}
+		first, err := runCode(sb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		firsts = append(firsts, first)
+		for j := 0; j < 10; j++ {
+			d, err := runCode(sb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			warms = append(warms, d)
+		}
+		if status, out, err := call(http.MethodDelete, env.srv.E2BURL()+"/sandboxes/"+sb.SandboxID, api, nil); err != nil || status != http.StatusNoContent {
+			b.Fatalf("delete: %d %s %v", status, out, err)
+		}
+	}
+	p50 := func(ds []time.Duration) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(p50(creates), "create-p50-ms")
+	b.ReportMetric(p50(firsts), "first-p50-ms")
+	b.ReportMetric(p50(warms), "warm-p50-ms")
 }

@@ -132,6 +132,8 @@ def result_line(data, is_main):
     extra = {}
     for mime, value in (data or {}).items():
         key = MIME_KEYS.get(mime)
+        if mime.startswith("image/") and mime != "image/svg+xml" and isinstance(value, str):
+            value = value.strip()  # IPython's base64 ends with a newline
         if key is None:
             extra[mime] = value
         else:
@@ -225,21 +227,24 @@ class Language:
     that sets and resets environment variables inside the kernel (None: the
     kernel's environment is fixed at its start, as the JVM's)."""
 
-    def __init__(self, name, kernel, set_env=None, reset_env=None, start_seconds=120.0):
+    def __init__(self, name, kernel, set_env=None, reset_env=None, memory_mib=150):
         self.name = name
         self.kernel = kernel
         self.set_env = set_env
         self.reset_env = reset_env
-        self.start_seconds = start_seconds
+        # About what a fresh kernel of the language takes (measured in a
+        # sandbox, with its wrapper process): a kernel is not started
+        # without that much memory available.
+        self.memory_mib = memory_mib
 
 
 LANGUAGES = {
-    "python": Language("python", "python3", _py_set, _py_reset),
-    "r": Language("r", "space-r", _r_set, _r_reset),
-    "javascript": Language("javascript", "space-deno", _deno_set, _deno_reset),
-    "typescript": Language("typescript", "space-deno", _deno_set, _deno_reset),
-    "bash": Language("bash", "space-bash", _bash_set, _bash_reset),
-    "java": Language("java", "space-java"),
+    "python": Language("python", "python3", _py_set, _py_reset, memory_mib=130),
+    "r": Language("r", "space-r", _r_set, _r_reset, memory_mib=220),
+    "javascript": Language("javascript", "space-deno", _deno_set, _deno_reset, memory_mib=280),
+    "typescript": Language("typescript", "space-deno", _deno_set, _deno_reset, memory_mib=280),
+    "bash": Language("bash", "space-bash", _bash_set, _bash_reset, memory_mib=70),
+    "java": Language("java", "space-java", memory_mib=280),
 }
 # Other names the SDKs and E2B's documentation use for them.
 LANGUAGE_ALIASES = {
@@ -602,6 +607,32 @@ class Context:
                 return
 
 
+def available_mib():
+    """MemAvailable of the sandbox (its memory limit, under gVisor), or
+    None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(language):
+    """Refuses to start a kernel the sandbox has no memory for: past its
+    limit the whole sandbox is killed, every context with it. A 503 with
+    what to do instead."""
+    need = LANGUAGES[language].memory_mib
+    free = available_mib()
+    if free is not None and free < need:
+        raise HTTPError(503, (
+            "not enough memory to start a %s kernel: %d MiB available, about %d MiB needed; "
+            "remove contexts you no longer use (each is a kernel process) or give the sandbox more memory"
+        ) % (language, free, need))
+
+
 class Registry:
     """The contexts by id, and each language's default one."""
 
@@ -615,6 +646,7 @@ class Registry:
         self.default_locks = {name: threading.Lock() for name in LANGUAGES}
 
     def create(self, language, cwd, start_env=None):
+        check_memory(language)
         ctx = Context(language, cwd, start_env)
         try:
             ctx.call(ctx.start)

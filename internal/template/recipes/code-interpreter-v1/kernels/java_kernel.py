@@ -39,7 +39,8 @@ class JavaKernel(ReplKernel):
         # Small heap and caches: a sandbox has 512 MiB by default, shared
         # by every kernel it runs.
         return ["java", "-Djava.awt.headless=true", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                "-Xms16m", "-Xmx192m", "-XX:MaxMetaspaceSize=128m", "-XX:ReservedCodeCacheSize=48m", "-Xss1m",
+                "-Xms8m", "-Xmx96m", "-XX:MaxMetaspaceSize=80m", "-XX:CompressedClassSpaceSize=32m",
+                "-XX:ReservedCodeCacheSize=24m", "-Xss512k", "-XX:MaxDirectMemorySize=16m",
                 os.path.join(HERE, "SpaceJShell.java")]
 
     def wrap(self, code, marker):

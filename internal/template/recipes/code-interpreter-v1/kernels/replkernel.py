@@ -32,6 +32,14 @@ def _default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _marker_prefix_at_end(text, token):
+    """The length of the longest end of text that begins token."""
+    for n in range(min(len(text), len(token) - 1), 0, -1):
+        if token.startswith(text[-n:]):
+            return n
+    return 0
+
+
 class ChildGone(Exception):
     pass
 
@@ -173,10 +181,11 @@ class ReplKernel(Kernel):
                 seen[name] = text[i + len(token):]
                 pending[name] = ""
                 continue
-            # Keep a tail that could be the start of the marker.
-            keep = len(token) - 1
-            self.emit(name, text[:-keep] if len(text) > keep else "", silent)
-            pending[name] = text[-keep:] if len(text) > keep else text
+            # Hold back only a tail that could be the start of the marker,
+            # so that output streams as it comes.
+            keep = _marker_prefix_at_end(text, token)
+            self.emit(name, text[:len(text) - keep], silent)
+            pending[name] = text[len(text) - keep:]
         self.flush(silent)
         return seen["stdout"].split("\n", 1)[0].strip()
 
