@@ -291,6 +291,7 @@ class Context:
         self.language = language
         self.cwd = cwd
         self.start_env = start_env  # the sandbox's environment, when known at the start
+        self.kernel_env = {}
         self.km = None
         self.kc = None
         self.sandbox_env = None  # applied to the kernel once fetched
@@ -364,6 +365,7 @@ class Context:
             env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
         km = KernelManager(kernel_name=self.lang.kernel)
         km.start_kernel(cwd=self.cwd, env=env, extra_arguments=extra)
+        self.kernel_env = env  # what the kernel process started with
         self.km = km
         self._connect()
         if self.start_env:
@@ -436,22 +438,12 @@ class Context:
     # -- executions (context thread) --------------------------------------------
 
     def _silent(self, code):
-        """Runs code without output or history and waits for its reply."""
-        msg_id = self.kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                reply = self.kc.get_shell_msg(timeout=1)
-            except queue.Empty:
-                if not self._alive():
-                    raise KernelGone()
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the kernel did not answer")
-                continue
-            if reply["parent_header"].get("msg_id") == msg_id:
-                if reply["content"].get("status") != "ok":
-                    log.warning("context %s: setup code failed: %s", self.id, reply["content"].get("evalue"))
-                return
+        """Sends code to run without output or history, and does not wait:
+        the kernel runs requests in order, so setup code sent before an
+        execution has run when the execution starts. (Waiting for its
+        reply cost the first runCode of a sandbox a round trip to the
+        kernel.) Its reply is skipped by _drain_reply."""
+        self.kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False)
 
     def _drain_reply(self, msg_id):
         deadline = time.monotonic() + 5
@@ -477,7 +469,12 @@ class Context:
             if lang.set_env and (self.sandbox_env is None or stamp != self.identity):
                 env = fetch_sandbox_env(job.access_token)
                 if env is not None:
-                    self._silent(lang.set_env(env))
+                    # Only what the kernel does not have already: a sandbox
+                    # created without envs usually needs nothing.
+                    base = self.sandbox_env if self.sandbox_env is not None else self.kernel_env
+                    diff = {k: v for k, v in env.items() if base.get(k) != v}
+                    if diff:
+                        self._silent(lang.set_env(diff))
                     self.sandbox_env, self.identity = env, stamp
             env_vars = job.env_vars if lang.set_env else None
             if env_vars:
