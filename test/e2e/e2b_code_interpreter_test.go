@@ -392,6 +392,28 @@ func TestE2BCodeInterpreter(t *testing.T) {
 	})
 }
 
+// ciStream sends an /execute and reads its stream to the end, as far as
+// ctx lets it: nil only for a stream that ended cleanly.
+func ciStream(ctx context.Context, sb e2bSandbox, body map[string]any) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.srv.ProxyURL()+"/execute", bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	req.Header = ciHeaders(sb, true)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
+}
+
 // ciRemoveContexts removes the contexts of a language (its default one
 // too: the next execution in the language makes a new one).
 func ciRemoveContexts(t *testing.T, sb e2bSandbox, language string) {
@@ -616,18 +638,9 @@ func TestE2BCodeInterpreterChartsAndLanguages(t *testing.T) {
 	t.Run("client gone interrupts", func(t *testing.T) {
 		abandon := func(body map[string]any) {
 			t.Helper()
-			data, _ := json.Marshal(body)
 			ctx, cancel := context.WithTimeout(testContext(t), 2*time.Second)
 			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, env.srv.ProxyURL()+"/execute", bytes.NewReader(data))
-			req.Header = ciHeaders(sb, true)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			if err == nil {
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-			if err == nil {
+			if err := ciStream(ctx, sb, body); err == nil {
 				t.Fatalf("the execution %q finished within 2 s", body["code"])
 			}
 		}
@@ -664,16 +677,7 @@ func TestE2BCodeInterpreterKilledSandbox(t *testing.T) {
 	sb := e2bCreate(t, "code-interpreter-v1", nil)
 	done := make(chan error, 1)
 	go func() {
-		data, _ := json.Marshal(map[string]any{"code": "import time\ntime.sleep(120)"})
-		req, _ := http.NewRequestWithContext(testContext(t), http.MethodPost, env.srv.ProxyURL()+"/execute", bytes.NewReader(data))
-		req.Header = ciHeaders(sb, true)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		done <- err
+		done <- ciStream(testContext(t), sb, map[string]any{"code": "import time\ntime.sleep(120)"})
 	}()
 	time.Sleep(2 * time.Second)
 	if resp := e2bRequest(t, http.MethodDelete, "/sandboxes/"+sb.SandboxID, nil, nil); resp.status != http.StatusNoContent {
