@@ -2,7 +2,10 @@
 // unmodified, through port 49999 of the proxy (E2b-Sandbox-Port), on space's
 // code-interpreter-v1 template (the SDK's default template). The server
 // needs it built: `go test ./test/e2e -run TestE2BJSSDKs` builds it; by
-// hand, `space serve --build-templates minimal,base,code-interpreter-v1`.
+// hand, `space serve --build-templates
+// minimal,base,code-interpreter-v1-runtimes,code-interpreter-v1`.
+// Each kernel takes memory from the sandbox's 512 MiB: the tests remove a
+// language's contexts when done with them.
 import { describe, test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 
