@@ -15,6 +15,7 @@ so). A child that exits (an `exit` in a cell) is restarted the same way.
 """
 
 import codecs
+import ctypes
 import os
 import queue
 import signal
@@ -28,8 +29,21 @@ from ipykernel.kernelbase import Kernel
 INTERRUPT_GRACE_SECONDS = 3.0
 
 
-def _default_sigint():
+_PR_SET_PDEATHSIG = 1
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _libc = None
+
+
+def _child_setup():
+    """In the child before exec: SIGINT back to its default, and death
+    with this kernel. jupyter_client stops a kernel with SIGKILL (a
+    context's removal or restart), which leaves no chance to stop the
+    child; without this a JVM would live on, holding its memory."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _marker_prefix_at_end(text, token):
@@ -92,8 +106,9 @@ class ReplKernel(Kernel):
             start_new_session=True,  # its own group: interrupts reach its children
             bufsize=0,
             # ipykernel ignores SIGINT outside handlers, and an ignored
-            # signal stays ignored in children (bash cannot even trap it).
-            preexec_fn=_default_sigint,
+            # signal stays ignored in children (bash cannot even trap it);
+            # and the child must not outlive the kernel.
+            preexec_fn=_child_setup,
         )
         for name, f in (("stdout", self._proc.stdout), ("stderr", self._proc.stderr)):
             threading.Thread(target=self._pump, args=(name, f, self._out), daemon=True).start()
