@@ -511,6 +511,14 @@ func TestE2BCodeInterpreterChartsAndLanguages(t *testing.T) {
 		if resp := ciRequest(t, sb, http.MethodPost, "/execute", map[string]any{"code": "1", "language": "cobol"}, true); resp.status != http.StatusBadRequest {
 			t.Errorf("unknown language: %d %s", resp.status, resp.body)
 		}
+		// Removed contexts leave no process behind (the JVM under the java
+		// kernel, the shell under bash's), or their memory would be lost.
+		ps := ciExecute(t, sb, map[string]any{"code": "import subprocess\nprint(subprocess.run(['ps', '-eo', 'comm='], capture_output=True, text=True).stdout)"})
+		for _, p := range strings.Fields(strings.Join(ps.stdout, "")) {
+			if p == "java" || p == "deno" || p == "R" || p == "bash" {
+				t.Errorf("a %s process outlived its context:\n%s", p, strings.Join(ps.stdout, ""))
+			}
+		}
 	})
 
 	// A context per language, with its cwd and per-execution env_vars.

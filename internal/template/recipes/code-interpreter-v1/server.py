@@ -560,10 +560,16 @@ class Context:
         # main result (held back until the next message shows it is not).
         last_display = self.lang.name == "r"
         held = None
+        # Deno's kernel sometimes publishes a cell's result after its idle
+        # status: once idle and replied, iopub is read a little longer.
+        late = 0.05 if self.lang.kernel == "space-deno" else 0.0
+        idle = False
         while True:
             try:
-                msg = self.kc.get_iopub_msg(timeout=0.5)
+                msg = self.kc.get_iopub_msg(timeout=late if idle else 0.5)
             except queue.Empty:
+                if idle:
+                    break
                 if not self._alive():
                     raise KernelGone()
                 continue
@@ -598,10 +604,12 @@ class Context:
             elif kind == "execute_input":
                 out.put({"type": "number_of_executions", "execution_count": content.get("execution_count")})
             elif kind == "status" and content.get("execution_state") == "idle":
-                if held is not None:
-                    out.put(result_line(held, True))
                 self._drain_reply(msg_id)
-                return
+                idle = True
+                if not late:
+                    break
+        if held is not None:
+            out.put(result_line(held, True))
 
 
 def available_mib():
