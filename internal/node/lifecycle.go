@@ -232,6 +232,7 @@ func (n *Node) releaseRuntime(ctx context.Context, id string) {
 		n.log.Warn("release network slot", "sandbox", id, "err", err)
 	}
 	if sb, err := n.lookup(id); err == nil {
+		sb.closePortConns()
 		sb.Agent.Reset()
 	}
 }

@@ -37,7 +37,9 @@ type Sandbox struct {
 	// suspendImage is the image the sandbox was last suspended into while
 	// it stays suspended; a send of it carries the sessions (journal_export.go).
 	suspendImage string
-	node         *Node
+	// portConns are the open DialPort connections (proxy_support.go).
+	portConns map[*portConn]struct{}
+	node      *Node
 }
 
 // How long a new sandbox's agent and ready check may take.
@@ -239,6 +241,7 @@ func (n *Node) release(ctx context.Context, id string) error {
 	n.uncommit(id)
 	if sb := n.unregister(id); sb != nil {
 		sb.closeSessions("sandbox stopped")
+		sb.closePortConns()
 		sb.Agent.Reset()
 	}
 	var errs []error
