@@ -315,9 +315,9 @@ func (n *Node) stampLegacyImages() error {
 
 // collectAgents removes the stored agents that nothing refers to: not the
 // current one, not the adopted one of older nodes (sandboxes adopted from
-// before the store may still suspend with it), none that an image (a
-// checkpoint's, a template's, torn ones included) records, none that a
-// sandbox's runtime mounts.
+// before the store may still suspend with it), none that a checkpoint
+// image records, none that a sandbox's runtime mounts. Template images of
+// another agent do not count: they are booted anew, never restored.
 func (n *Node) collectAgents() {
 	if n.agents == nil {
 		return
@@ -325,6 +325,7 @@ func (n *Node) collectAgents() {
 	n.agents.mu.Lock()
 	defer n.agents.mu.Unlock()
 	keep := map[string]bool{n.agentDigest: true, n.legacyDigest: true}
+	templates := filepath.Join(n.cfg.ImagesDir, templatesDir)
 	err := filepath.WalkDir(n.cfg.ImagesDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -333,11 +334,16 @@ func (n *Node) collectAgents() {
 			return err
 		}
 		if !d.IsDir() && d.Name() == imageAgentFile {
-			digest, err := readImageAgent(filepath.Dir(p))
+			dir := filepath.Dir(p)
+			digest, err := readImageAgent(dir)
 			if err != nil {
 				return err
 			}
-			keep[digest] = true
+			// A template image of another agent is never restored
+			// (loadTemplateImage boots it anew), so it needs no binary.
+			if filepath.Dir(dir) != templates || digest == n.agentDigest {
+				keep[digest] = true
+			}
 		}
 		return nil
 	})

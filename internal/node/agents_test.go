@@ -158,3 +158,28 @@ func TestImageAgentTakesTheAgentTheImageCarries(t *testing.T) {
 		t.Fatalf("image older than digests on a node that never had an older agent: %s %v %v", d, guessed, err)
 	}
 }
+
+// A template image of an agent other than the current one is booted anew,
+// never restored: it keeps no agent binary alive.
+func TestCollectAgentsIgnoresTemplateImagesOfOtherAgents(t *testing.T) {
+	state := t.TempDir()
+	n := agentNode(t, state)
+	if err := n.setupAgents(writeAgent(t, "v1")); err != nil {
+		t.Fatal(err)
+	}
+	mkImage(t, n, "templates/tpl1", true)
+	if err := n.stampImage(n.templateImageDir("tpl1"), digestOf("v1")); err != nil {
+		t.Fatal(err)
+	}
+	n.collectAgents()
+	if !n.agents.has(digestOf("v1")) {
+		t.Fatal("the current agent was removed")
+	}
+	n = agentNode(t, state)
+	if err := n.setupAgents(writeAgent(t, "v2")); err != nil {
+		t.Fatal(err)
+	}
+	if n.agents.has(digestOf("v1")) {
+		t.Fatal("a stale template image kept its agent")
+	}
+}

@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/internal/agent/envdversion"
+	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
+)
+
+// upgradedAgent builds a second agent whose bytes differ from the one the
+// server runs (its Build string is linked in), as an upgrade of space
+// brings a new agent.
+func upgradedAgent(t *testing.T, build string) string {
+	t.Helper()
+	out := filepath.Join(env.binDir, "space-agent-"+build)
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	cmd := exec.Command("go", "build", "-o", out,
+		"-ldflags", "-X github.com/space-platform/space/internal/agent/envdversion.Build="+build, "./cmd/space-agent")
+	cmd.Dir = env.repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the upgraded agent: %v\n%s", err, b)
+	}
+	return out
+}
+
+// agentBuild asks a sandbox's agent, through the proxy, which build it is.
+func agentBuild(t *testing.T, sb *apiv1.Sandbox) string {
+	t.Helper()
+	h := http.Header{}
+	h.Set("E2b-Sandbox-Id", sb.ID)
+	h.Set("E2b-Sandbox-Port", "49983")
+	h.Set("X-Access-Token", sb.AccessToken)
+	resp := proxyRequest(t, http.MethodGet, "/health", "", nil, h)
+	if resp.status != http.StatusNoContent {
+		t.Fatalf("agent health of %s: %d %s", sb.ID, resp.status, resp.body)
+	}
+	return resp.header.Get(envdversion.BuildHeader)
+}
+
+// storedAgents lists the digests in the node's agent store.
+func storedAgents(t *testing.T, dataDir string) map[string]bool {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dataDir, "node", "agents"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range entries {
+		if e.IsDir() && len(e.Name()) == 64 {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+// An operator upgrades space (a new agent binary) and restarts it: every
+// sandbox suspended before comes back with its memory, a snapshot taken
+// before restores in place and into a new sandbox, a branch suspended
+// before resumes, a sandbox that ran through the restart suspends and
+// resumes again; each keeps the agent its memory holds while new sandboxes
+// get the new one. Once nothing uses the new agent any more (the operator
+// went back), its binary is removed.
+func TestUpgradedAgentRestoresEveryImage(t *testing.T) {
+	requireServer(t)
+	ctx := testContext(t)
+	upgraded := upgradedAgent(t, "upgraded")
+	before := storedAgents(t, env.dataDir)
+
+	type counted struct {
+		sb     *apiv1.Sandbox
+		pid    uint32
+		before int
+	}
+	prepare := func(name string) counted {
+		sb := newSandbox(t, apiv1.CreateSandboxRequest{MemoryMB: 256})
+		pid := startCounter(t, sb.ID)
+		if _, err := env.client.WriteFile(ctx, sb.ID, "/home/user/kept.txt", strings.NewReader(name)); err != nil {
+			t.Fatal(err)
+		}
+		return counted{sb: sb, pid: pid, before: count(t, sb.ID)}
+	}
+	suspended := prepare("suspended")
+	snapped := prepare("snapped")
+	through := prepare("through") // runs through the restart
+	source := prepare("source")
+
+	snapped.before = count(t, snapped.sb.ID) // the snapshot holds at least this
+	if _, err := env.client.CreateSnapshot(ctx, snapped.sb.ID, "before-upgrade"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.WriteFile(ctx, snapped.sb.ID, "/home/user/after.txt", strings.NewReader("after the snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	branches, err := env.client.Branch(ctx, source.sb.ID, 1)
+	if err != nil || len(branches) != 1 {
+		t.Fatalf("branch: %v, %v", branches, err)
+	}
+	branch := counted{sb: &branches[0], pid: source.pid, before: source.before}
+	t.Cleanup(func() { _ = env.client.DeleteSandbox(context.Background(), branch.sb.ID) })
+	if _, err := env.client.WaitSandbox(ctx, branch.sb.ID, apiv1.StateRunning, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []counted{suspended, branch} {
+		if _, err := env.client.Suspend(ctx, c.sb.ID); err != nil {
+			t.Fatalf("suspend %s: %v", c.sb.ID, err)
+		}
+	}
+	oldBuild := agentBuild(t, through.sb)
+
+	original := env.cfg.AgentPath
+	env.cfg.AgentPath = upgraded
+	restartServer(t)
+	t.Cleanup(func() {
+		// Whatever failed, the tests after this one run the original.
+		if env.cfg.AgentPath != original {
+			env.cfg.AgentPath = original
+			restartServer(t)
+		}
+	})
+
+	fresh := newSandbox(t, apiv1.CreateSandboxRequest{})
+	if got := agentBuild(t, fresh); got != "upgraded" {
+		t.Fatalf("a new sandbox runs agent build %q, want the upgraded one", got)
+	}
+	execOK(t, fresh.ID, "true")
+
+	check := func(what string, c counted, wantFile string) {
+		t.Helper()
+		got, err := env.client.GetSandbox(ctx, c.sb.ID)
+		if err != nil || got.State != apiv1.StateRunning {
+			t.Fatalf("%s after the upgrade: %+v, %v", what, got, err)
+		}
+		execOK(t, c.sb.ID, "true")
+		requireCounting(t, c.sb.ID, c.before, c.pid)
+		if b := readAll(t, c.sb.ID, "/home/user/kept.txt"); string(b) != wantFile {
+			t.Fatalf("%s: file holds %q, want %q", what, b, wantFile)
+		}
+		if b := agentBuild(t, got); b != oldBuild {
+			t.Fatalf("%s runs agent build %q, want the one its memory holds (%q)", what, b, oldBuild)
+		}
+	}
+	for _, c := range []struct {
+		what string
+		c    counted
+		file string
+	}{{"suspended sandbox", suspended, "suspended"}, {"suspended branch", branch, "source"}} {
+		if _, err := env.client.Resume(ctx, c.c.sb.ID); err != nil {
+			t.Fatalf("resume the %s after the upgrade: %v", c.what, err)
+		}
+		check(c.what, c.c, c.file)
+	}
+
+	// A sandbox that ran through the restart runs the old agent still;
+	// suspended now, its image holds that agent, and so does its resume.
+	check("sandbox running through the restart", through, "through")
+	if _, err := env.client.Suspend(ctx, through.sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.Resume(ctx, through.sb.ID); err != nil {
+		t.Fatalf("resume after the upgrade of a sandbox adopted across it: %v", err)
+	}
+	check("sandbox suspended after the upgrade", through, "through")
+
+	// The snapshot from before: into a new sandbox, and in place.
+	copied, err := env.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Snapshot: snapped.sb.ID + "/before-upgrade"})
+	if err != nil {
+		t.Fatalf("new sandbox from a snapshot taken before the upgrade: %v", err)
+	}
+	t.Cleanup(func() { _ = env.client.DeleteSandbox(context.Background(), copied.ID) })
+	if _, err := env.client.WaitSandbox(ctx, copied.ID, apiv1.StateRunning, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	check("new sandbox from an older snapshot", counted{sb: copied, pid: snapped.pid, before: snapped.before}, "snapped")
+	if _, err := env.client.Restore(ctx, snapped.sb.ID, "before-upgrade"); err != nil {
+		t.Fatalf("restore in place of a snapshot taken before the upgrade: %v", err)
+	}
+	check("sandbox restored in place", counted{sb: snapped.sb, pid: snapped.pid, before: snapped.before}, "snapped")
+	if out := execOK(t, snapped.sb.ID, "cat /home/user/after.txt 2>/dev/null || echo none"); strings.TrimSpace(out) != "none" {
+		t.Fatalf("restored in place, the file written after the snapshot is still there: %q", out)
+	}
+
+	stored := storedAgents(t, env.dataDir)
+	var upgradedDigest string
+	for d := range stored {
+		if !before[d] {
+			upgradedDigest = d
+		}
+	}
+	if upgradedDigest == "" || len(stored) < 2 {
+		t.Fatalf("agent store after the upgrade: %v (before %v)", stored, before)
+	}
+
+	// Back to the original agent: the upgraded one stays while a sandbox
+	// runs it, and goes with the last one.
+	env.cfg.AgentPath = original
+	restartServer(t)
+	if !storedAgents(t, env.dataDir)[upgradedDigest] {
+		t.Fatal("the upgraded agent was removed while a sandbox runs it")
+	}
+	if got := agentBuild(t, fresh); got != "upgraded" {
+		t.Fatalf("after going back, the sandbox made under the upgrade runs %q", got)
+	}
+	if err := env.client.DeleteSandbox(ctx, fresh.ID); err != nil && !client.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if storedAgents(t, env.dataDir)[upgradedDigest] {
+		t.Fatal("the upgraded agent's binary outlived the last sandbox that ran it")
+	}
+}
