@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -216,5 +217,108 @@ func TestUpgradedAgentRestoresEveryImage(t *testing.T) {
 	}
 	if storedAgents(t, env.dataDir)[upgradedDigest] {
 		t.Fatal("the upgraded agent's binary outlived the last sandbox that ran it")
+	}
+}
+
+// countOn reads the counter of a sandbox of a separate server.
+func countOn(t *testing.T, c *client.Client, id string) int {
+	t.Helper()
+	res, err := c.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", "cat /home/user/count 2>/dev/null || echo 0"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("read the counter of %s: %+v, %v", id, res, err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+	if err != nil {
+		t.Fatalf("counter of %s holds %q", id, res.Stdout)
+	}
+	return n
+}
+
+// requireCountingOn is requireCounting on a separate server.
+func requireCountingOn(t *testing.T, c *client.Client, id string, before int) {
+	t.Helper()
+	after := countOn(t, c, id)
+	if after < before {
+		t.Fatalf("%s: counter went back from %d to %d: the process lost its memory", id, before, after)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for countOn(t, c, id) <= after {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: counter stuck at %d", id, after)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The server is killed and started again with an upgraded agent: the
+// sandbox that ran through the crash is adopted with its old agent (and
+// suspends and resumes with it), the one suspended before resumes with
+// its memory, and new sandboxes run the new agent.
+func TestCrashThenUpgradedAgentKeepsEverySandbox(t *testing.T) {
+	s := newCrashServer(t, false)
+	ctx := testContext(t)
+	upgraded := upgradedAgent(t, "upgraded")
+	start := func() (string, int) {
+		sb, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{MemoryMB: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{Cmd: []string{"/bin/sh", "-c", counterScript}}); err != nil {
+			t.Fatal(err)
+		}
+		for countOn(t, s.client, sb.ID) < 3 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return sb.ID, countOn(t, s.client, sb.ID)
+	}
+	running, runningBefore := start()
+	suspended, suspendedBefore := start()
+	if _, err := s.client.Suspend(ctx, suspended); err != nil {
+		t.Fatal(err)
+	}
+
+	s.kill()
+	s.agent = upgraded
+	s.start()
+
+	if _, err := s.client.WaitSandbox(ctx, running, apiv1.StateRunning, time.Minute); err != nil {
+		t.Fatalf("sandbox running through the crash: %v", err)
+	}
+	requireCountingOn(t, s.client, running, runningBefore)
+	before := countOn(t, s.client, running)
+	if _, err := s.client.Suspend(ctx, running); err != nil {
+		t.Fatalf("suspend, after the upgrade, a sandbox adopted with its old agent: %v", err)
+	}
+	if _, err := s.client.Resume(ctx, running); err != nil {
+		t.Fatalf("resume it: %v", err)
+	}
+	requireCountingOn(t, s.client, running, before)
+
+	if _, err := s.client.Resume(ctx, suspended); err != nil {
+		t.Fatalf("resume, after the crash and the upgrade, a sandbox suspended before: %v", err)
+	}
+	requireCountingOn(t, s.client, suspended, suspendedBefore)
+
+	fresh, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.WaitSandbox(ctx, fresh.ID, apiv1.StateRunning, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	execOK2(t, s.client, fresh.ID)
+	if n := len(storedAgents(t, s.dataDir)); n != 2 {
+		t.Fatalf("agent store holds %d agents, want the old one (running sandboxes use it) and the new one", n)
+	}
+	for _, id := range []string{running, suspended, fresh.ID} {
+		if err := s.client.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(storedAgents(t, s.dataDir)); n != 1 {
+		t.Fatalf("agent store holds %d agents once nothing runs the old one, want the current one only", n)
 	}
 }
