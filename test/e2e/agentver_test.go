@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/agent/envdversion"
+	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -320,5 +323,78 @@ func TestCrashThenUpgradedAgentKeepsEverySandbox(t *testing.T) {
 	}
 	if n := len(storedAgents(t, s.dataDir)); n != 1 {
 		t.Fatalf("agent store holds %d agents once nothing runs the old one, want the current one only", n)
+	}
+}
+
+// A sandbox suspended on a node of the old release moves, over the node
+// RPC, to a node already upgraded: the image brings its agent along, the
+// receiving node stores it by digest and resumes the sandbox with it.
+func TestSuspendedSandboxMovesToAnUpgradedNode(t *testing.T) {
+	requireServer(t)
+	ctx := testContext(t)
+	upgraded := upgradedAgent(t, "upgraded")
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	pid := startCounter(t, sb.ID)
+	before := count(t, sb.ID)
+	rec, err := env.client.Suspend(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := sb.ID + "/suspend"
+	a := overRPC(t, env.srv.Node())
+	bNode, bDir := secondNodeWithAgent(t, "node-up", upgraded)
+	b := overRPC(t, bNode)
+	vol := "sandboxes/" + sb.ID
+	relay(t, "root volume",
+		func(w io.Writer) error { return a.SendVolume(ctx, vol, w) },
+		func(r io.Reader) error {
+			return b.ReceiveVolume(ctx, nodeapi.ReceiveVolumeRequest{Name: vol, Writable: true, DiskMB: rec.DiskMB}, r)
+		})
+	relay(t, "memory image",
+		func(w io.Writer) error { return a.SendImage(ctx, image, w) },
+		func(r io.Reader) error { return b.ReceiveImage(ctx, image, r) })
+	d := env.cfg.Defaults
+	if err := b.ResumeFrom(ctx, nodeapi.RestoreSpec{
+		ID: sb.ID, Image: image, DiskMB: rec.DiskMB, AccessToken: rec.AccessToken,
+		Limits: runtime.Limits{VCPUs: rec.VCPUs, MemoryMB: rec.MemoryMB, Pids: d.Pids},
+	}); err != nil {
+		t.Fatalf("resume on the upgraded node: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = bNode.Destroy(context.Background(), sb.ID)
+		_ = bNode.DeleteImage(context.Background(), image)
+	})
+	data, err := b.Sandbox(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() int {
+		res, err := data.Exec(ctx, nodeapi.ExecSpec{Cmd: []string{"cat", "/home/user/count"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec on the upgraded node: %+v, %v", res, err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+		if err != nil {
+			t.Fatalf("counter holds %q", res.Stdout)
+		}
+		return n
+	}
+	first := read()
+	if first < before {
+		t.Fatalf("counter went back from %d to %d", before, first)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for read() <= first {
+		if time.Now().After(deadline) {
+			t.Fatalf("counter (pid %d) stuck at %d on the upgraded node", pid, first)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var agents []string
+	for d := range storedAgents(t, bDir) {
+		agents = append(agents, d)
+	}
+	if len(agents) != 2 {
+		t.Fatalf("the upgraded node stores agents %v, want its own and the one the image brought", agents)
 	}
 }

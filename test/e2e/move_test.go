@@ -28,6 +28,14 @@ import (
 // directory, and no egress (its sandboxes have no way out).
 func secondNode(t *testing.T, id string) *node.Node {
 	t.Helper()
+	nd, _ := secondNodeWithAgent(t, id, env.cfg.AgentPath)
+	return nd
+}
+
+// secondNodeWithAgent is secondNode running another agent binary (a node
+// already upgraded); it also returns the node's data directory.
+func secondNodeWithAgent(t *testing.T, id, agent string) (*node.Node, string) {
+	t.Helper()
 	dir, err := filepathTemp(t, id)
 	if err != nil {
 		t.Fatal(err)
@@ -48,13 +56,13 @@ func secondNode(t *testing.T, id string) *node.Node {
 	}
 	t.Cleanup(func() { releaseDataDir(dir) })
 	nd, err := node.New(node.Config{
-		Namespaces: slots, Runtime: rt, Volumes: pool, AgentBinary: env.cfg.AgentPath,
+		Namespaces: slots, Runtime: rt, Volumes: pool, AgentBinary: agent,
 		StateDir: filepath.Join(dir, "node"), ImagesDir: filepath.Join(dir, "images"), ID: id,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nd
+	return nd, dir
 }
 
 // filepathTemp is a test directory on the disk the server's data is on
