@@ -398,3 +398,73 @@ func TestSuspendedSandboxMovesToAnUpgradedNode(t *testing.T) {
 		t.Fatalf("the upgraded node stores agents %v, want its own and the one the image brought", agents)
 	}
 }
+
+// A data dir from before the agent store (one agent in node/agent, images
+// that record none) upgraded: the old agent is adopted as the one those
+// images hold, the suspended sandbox resumes with it, and its image now
+// names it.
+func TestImagesFromBeforeAgentDigestsResumeAfterAnUpgrade(t *testing.T) {
+	s := newCrashServer(t, false)
+	ctx := testContext(t)
+	upgraded := upgradedAgent(t, "upgraded")
+	sb, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{MemoryMB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{Cmd: []string{"/bin/sh", "-c", counterScript}}); err != nil {
+		t.Fatal(err)
+	}
+	for countOn(t, s.client, sb.ID) < 3 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := countOn(t, s.client, sb.ID)
+	if _, err := s.client.Suspend(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.kill()
+	// The layout of the release before: the agent in node/agent, no
+	// store, images without their agent.
+	node := filepath.Join(s.dataDir, "node")
+	if err := os.RemoveAll(filepath.Join(node, "agents")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(node, "agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(env.cfg.AgentPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(node, "agent", "space-agent"), old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	image := filepath.Join(s.dataDir, "images", sb.ID, "suspend")
+	for _, f := range []string{"agent-digest", "space-agent"} {
+		if err := os.Remove(filepath.Join(image, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s.agent = upgraded
+	s.start()
+	if _, err := s.client.Resume(ctx, sb.ID); err != nil {
+		t.Fatalf("resume, after the upgrade, an image that records no agent: %v", err)
+	}
+	requireCountingOn(t, s.client, sb.ID, before)
+	legacy, err := os.ReadFile(filepath.Join(node, "agents", "legacy"))
+	if err != nil || !storedAgents(t, s.dataDir)[string(legacy)] {
+		t.Fatalf("the old agent was not adopted: %q, %v", legacy, err)
+	}
+	if _, err := s.client.Suspend(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if named, err := os.ReadFile(filepath.Join(image, "agent-digest")); err != nil || string(named) != string(legacy) {
+		t.Fatalf("suspended again, its image names agent %q (%v), want the adopted one %q", named, err, legacy)
+	}
+	if err := s.client.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}
