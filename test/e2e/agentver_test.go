@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/space-platform/space/internal/agent/envdversion"
 	"github.com/space-platform/space/internal/nodeapi"
-	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -253,6 +251,27 @@ func requireCountingOn(t *testing.T, c *client.Client, id string, before int) {
 	}
 }
 
+// startCountingOn starts a sandbox running the counter on a separate
+// server and returns its id and a count it reached.
+func startCountingOn(t *testing.T, c *client.Client) (string, int) {
+	t.Helper()
+	ctx := testContext(t)
+	sb, err := c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{MemoryMB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{Cmd: []string{"/bin/sh", "-c", counterScript}}); err != nil {
+		t.Fatal(err)
+	}
+	for countOn(t, c, sb.ID) < 3 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return sb.ID, countOn(t, c, sb.ID)
+}
+
 // The server is killed and started again with an upgraded agent: the
 // sandbox that ran through the crash is adopted with its old agent (and
 // suspends and resumes with it), the one suspended before resumes with
@@ -261,24 +280,8 @@ func TestCrashThenUpgradedAgentKeepsEverySandbox(t *testing.T) {
 	s := newCrashServer(t, false)
 	ctx := testContext(t)
 	upgraded := upgradedAgent(t, "upgraded")
-	start := func() (string, int) {
-		sb, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{MemoryMB: 256})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{Cmd: []string{"/bin/sh", "-c", counterScript}}); err != nil {
-			t.Fatal(err)
-		}
-		for countOn(t, s.client, sb.ID) < 3 {
-			time.Sleep(20 * time.Millisecond)
-		}
-		return sb.ID, countOn(t, s.client, sb.ID)
-	}
-	running, runningBefore := start()
-	suspended, suspendedBefore := start()
+	running, runningBefore := startCountingOn(t, s.client)
+	suspended, suspendedBefore := startCountingOn(t, s.client)
 	if _, err := s.client.Suspend(ctx, suspended); err != nil {
 		t.Fatal(err)
 	}
@@ -340,30 +343,12 @@ func TestSuspendedSandboxMovesToAnUpgradedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	image := sb.ID + "/suspend"
 	a := overRPC(t, env.srv.Node())
 	bNode, bDir := secondNodeWithAgent(t, "node-up", upgraded)
 	b := overRPC(t, bNode)
-	vol := "sandboxes/" + sb.ID
-	relay(t, "root volume",
-		func(w io.Writer) error { return a.SendVolume(ctx, vol, w) },
-		func(r io.Reader) error {
-			return b.ReceiveVolume(ctx, nodeapi.ReceiveVolumeRequest{Name: vol, Writable: true, DiskMB: rec.DiskMB}, r)
-		})
-	relay(t, "memory image",
-		func(w io.Writer) error { return a.SendImage(ctx, image, w) },
-		func(r io.Reader) error { return b.ReceiveImage(ctx, image, r) })
-	d := env.cfg.Defaults
-	if err := b.ResumeFrom(ctx, nodeapi.RestoreSpec{
-		ID: sb.ID, Image: image, DiskMB: rec.DiskMB, AccessToken: rec.AccessToken,
-		Limits: runtime.Limits{VCPUs: rec.VCPUs, MemoryMB: rec.MemoryMB, Pids: d.Pids},
-	}); err != nil {
+	if err := moveSuspended(t, ctx, a, bNode, b, rec); err != nil {
 		t.Fatalf("resume on the upgraded node: %v", err)
 	}
-	t.Cleanup(func() {
-		_ = bNode.Destroy(context.Background(), sb.ID)
-		_ = bNode.DeleteImage(context.Background(), image)
-	})
 	data, err := b.Sandbox(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -407,21 +392,8 @@ func TestImagesFromBeforeAgentDigestsResumeAfterAnUpgrade(t *testing.T) {
 	s := newCrashServer(t, false)
 	ctx := testContext(t)
 	upgraded := upgradedAgent(t, "upgraded")
-	sb, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{MemoryMB: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{Cmd: []string{"/bin/sh", "-c", counterScript}}); err != nil {
-		t.Fatal(err)
-	}
-	for countOn(t, s.client, sb.ID) < 3 {
-		time.Sleep(20 * time.Millisecond)
-	}
-	before := countOn(t, s.client, sb.ID)
-	if _, err := s.client.Suspend(ctx, sb.ID); err != nil {
+	id, before := startCountingOn(t, s.client)
+	if _, err := s.client.Suspend(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	s.kill()
@@ -441,7 +413,7 @@ func TestImagesFromBeforeAgentDigestsResumeAfterAnUpgrade(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(node, "agent", "space-agent"), old, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	image := filepath.Join(s.dataDir, "images", sb.ID, "suspend")
+	image := filepath.Join(s.dataDir, "images", id, "suspend")
 	for _, f := range []string{"agent-digest", "space-agent"} {
 		if err := os.Remove(filepath.Join(image, f)); err != nil {
 			t.Fatal(err)
@@ -450,21 +422,21 @@ func TestImagesFromBeforeAgentDigestsResumeAfterAnUpgrade(t *testing.T) {
 
 	s.agent = upgraded
 	s.start()
-	if _, err := s.client.Resume(ctx, sb.ID); err != nil {
+	if _, err := s.client.Resume(ctx, id); err != nil {
 		t.Fatalf("resume, after the upgrade, an image that records no agent: %v", err)
 	}
-	requireCountingOn(t, s.client, sb.ID, before)
+	requireCountingOn(t, s.client, id, before)
 	legacy, err := os.ReadFile(filepath.Join(node, "agents", "legacy"))
 	if err != nil || !storedAgents(t, s.dataDir)[string(legacy)] {
 		t.Fatalf("the old agent was not adopted: %q, %v", legacy, err)
 	}
-	if _, err := s.client.Suspend(ctx, sb.ID); err != nil {
+	if _, err := s.client.Suspend(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	if named, err := os.ReadFile(filepath.Join(image, "agent-digest")); err != nil || string(named) != string(legacy) {
 		t.Fatalf("suspended again, its image names agent %q (%v), want the adopted one %q", named, err, legacy)
 	}
-	if err := s.client.DeleteSandbox(ctx, sb.ID); err != nil {
+	if err := s.client.DeleteSandbox(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 }
