@@ -85,6 +85,7 @@ func TestE2BPythonSDKs(t *testing.T) {
 		"SPACE_API_URL="+env.srv.URL,
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
+	base = append(base, netJSEnv(t)...) // the fake web, for tests/test_features.py
 	for _, name := range envs {
 		t.Run(name, func(t *testing.T) {
 			if len(header) > 0 {
