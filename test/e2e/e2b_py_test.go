@@ -92,6 +92,7 @@ func TestE2BPythonSDKs(t *testing.T) {
 				runPytest(t, venvs[name], dir, append(base, "E2B_SANDBOX_URL="+env.srv.ProxyURL()), header)
 			}
 			if len(host) > 0 {
+				envd, ci := term.tunnelled("49983"), term.tunnelled("49999")
 				// No E2B_SANDBOX_URL: the SDK names hosts itself, and every
 				// request, the API's included, goes through the forward
 				// proxy (the SDKs' `proxy` option), which sends names under
@@ -101,6 +102,12 @@ func TestE2BPythonSDKs(t *testing.T) {
 					"E2B_PY_PROXY="+term.proxyURL,
 					"SSL_CERT_FILE="+term.caFile,
 				), host)
+				// The SDKs really went by host name, envd and the code
+				// interpreter both (a regression to header routing would
+				// pass the suite without this).
+				if term.tunnelled("49983") == envd || term.tunnelled("49999") == ci {
+					t.Fatalf("no TLS tunnel to 49983-*/49999-*.%s during the host-routing run: %v", pyDomain, term.tunnels)
+				}
 			}
 		})
 	}
@@ -161,10 +168,21 @@ func installPySDKs(t *testing.T, dir, name string) string {
 type wildcardTLS struct {
 	proxyURL string // the forward proxy, for the SDKs' proxy option
 	caFile   string // PEM of the CA, for SSL_CERT_FILE
+
+	mu      sync.Mutex
+	tunnels map[string]int // CONNECTs by port prefix of the name ("49999")
 }
 
-func startWildcardTLS(t *testing.T, domain, upstream string) wildcardTLS {
+// tunnelled reports how many CONNECTs named <port>-*.<domain>.
+func (w *wildcardTLS) tunnelled(port string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tunnels[port]
+}
+
+func startWildcardTLS(t *testing.T, domain, upstream string) *wildcardTLS {
 	t.Helper()
+	wt := &wildcardTLS{tunnels: make(map[string]int)}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -245,6 +263,10 @@ func startWildcardTLS(t *testing.T, domain, upstream string) wildcardTLS {
 			http.Error(w, "CONNECT only to names under "+domain, http.StatusForbidden)
 			return
 		}
+		port, _, _ := strings.Cut(host, "-")
+		wt.mu.Lock()
+		wt.tunnels[port]++
+		wt.mu.Unlock()
 		backend, err := net.Dial("tcp", tl.Addr().String())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -279,5 +301,6 @@ func startWildcardTLS(t *testing.T, domain, upstream string) wildcardTLS {
 		terminator.Close()
 		tunnels.Wait()
 	})
-	return wildcardTLS{proxyURL: "http://" + fl.Addr().String(), caFile: caFile}
+	wt.proxyURL, wt.caFile = "http://"+fl.Addr().String(), caFile
+	return wt
 }

@@ -182,3 +182,26 @@ def test_file_metadata(create):
     assert sbx.files.get_info("/home/user/meta2.txt").metadata == {"owner": "py", "kind": "note"}
     sbx.files.write("/home/user/meta2.txt", "overwritten")
     assert not sbx.files.get_info("/home/user/meta2.txt").metadata
+
+
+def test_mcp_without_a_gateway_is_refused_clearly():
+    # The full gateway needs a template whose recipe declares one (the JS
+    # suite builds it: compat/e2b-js/lib/life-mcp.yaml); here, the refusals.
+    with pytest.raises(Exception) as err:
+        Sandbox.create(TEMPLATE, mcp={"exa": {"apiKey": "k"}}, **OPTS)
+    assert "provides no MCP gateway" in str(err.value), err.value
+    with pytest.raises(Exception) as err:
+        Sandbox.create(mcp={"exa": {"apiKey": "k"}}, **OPTS)
+    assert "no built-in mcp-gateway template" in str(err.value), err.value
+
+
+@pytest.mark.skipif("mode" not in __import__("inspect").signature(Sandbox.pause).parameters, reason="pause(mode=...) is newer than this e2b")
+def test_pause_without_memory_sync(create):
+    sbx = create()
+    sbx.files.write("/home/user/disk.txt", "on disk")
+    boot = sbx.commands.run("cat /proc/sys/kernel/random/boot_id").stdout
+    assert sbx.pause(mode="filesystem") is True
+    assert sbx.pause(mode="filesystem") is False  # already paused
+    again = Sandbox.connect(sbx.sandbox_id, **OPTS)
+    assert again.files.read("/home/user/disk.txt") == "on disk"
+    assert again.commands.run("cat /proc/sys/kernel/random/boot_id").stdout != boot
