@@ -11,7 +11,7 @@ import e2b
 import pytest
 from e2b import Sandbox
 
-from helpers import OPTS, TEMPLATE, tag
+from helpers import OPTS, TEMPLATE, eventually, tag
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -174,7 +174,24 @@ def test_volumes(create):
 @pytest.mark.skipif("metadata" not in getattr(e2b.EntryInfo, "__dataclass_fields__", {}), reason="file metadata (envd 0.6) is newer than this e2b")
 def test_file_metadata(create):
     sbx = create()
-    sbx.files.write("/home/user/meta.txt", "m", metadata={"owner": "py", "kind": "note"})
+    sbx.files.make_dir("/home/user/mw")
+    handle = sbx.files.watch_dir("/home/user/mw", include_entry=True)
+    try:
+        sbx.files.write("/home/user/mw/w.txt", "watched", metadata={"seen": "yes"})
+        got = []
+
+        def entry_seen():
+            got.extend(handle.get_new_events())
+            entries = [e.entry for e in got if e.name == "w.txt" and e.entry is not None]
+            assert entries and entries[-1].path == "/home/user/mw/w.txt", got
+            assert entries[-1].metadata == {"seen": "yes"}, entries[-1]
+
+        eventually(entry_seen, "watch event with its entry")
+    finally:
+        handle.stop()
+
+    written = sbx.files.write("/home/user/meta.txt", "m", metadata={"owner": "py", "kind": "note"})
+    assert written.metadata == {"owner": "py", "kind": "note"}
     assert sbx.files.get_info("/home/user/meta.txt").metadata == {"owner": "py", "kind": "note"}
     listed = [e for e in sbx.files.list("/home/user") if e.name == "meta.txt"]
     assert listed[0].metadata == {"owner": "py", "kind": "note"}
@@ -205,3 +222,34 @@ def test_pause_without_memory_sync(create):
     again = Sandbox.connect(sbx.sandbox_id, **OPTS)
     assert again.files.read("/home/user/disk.txt") == "on disk"
     assert again.commands.run("cat /proc/sys/kernel/random/boot_id").stdout != boot
+
+
+@pytest.mark.skipif(not os.environ.get("E2B_SANDBOX_URL"), reason="asks the proxy by headers (E2B_SANDBOX_URL)")
+def test_mask_request_host_and_private_traffic(create):
+    import httpx
+
+    sbx = create(network={"mask_request_host": "localhost:${PORT}", "allow_public_traffic": False})
+    server = "\n".join([
+        "import http.server as h",
+        "class H(h.BaseHTTPRequestHandler):",
+        "    def do_GET(s):",
+        '        b = ("host=%s" % s.headers.get("Host")).encode()',
+        '        s.send_response(200); s.send_header("Content-Length", str(len(b))); s.end_headers(); s.wfile.write(b)',
+        'h.HTTPServer(("0.0.0.0", 8000), H).serve_forever()',
+    ])
+    sbx.files.write("/tmp/host.py", server)
+    sbx.commands.run("python3 /tmp/host.py", background=True)
+    assert sbx.traffic_access_token, "allow_public_traffic false gives a traffic token"
+
+    def ask(headers):
+        return httpx.get(os.environ["E2B_SANDBOX_URL"], headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8000", **headers})
+
+    deadline = time.monotonic() + 20
+    while True:
+        res = ask({"E2b-Traffic-Access-Token": sbx.traffic_access_token})
+        if res.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert res.status_code == 200, res.text
+    assert res.text == "host=localhost:8000"
+    assert ask({}).status_code == 403
