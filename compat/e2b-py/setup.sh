@@ -3,9 +3,9 @@
 #
 #   compat/e2b-py/setup.sh baseline|latest
 #
-# The virtualenv lives at .tools/venv/e2b-py-<name>-<sha256 of <name>.txt,
-# 12 digits>, so a changed lockfile gets a new environment and an unchanged
-# one installs nothing: a stamp written after a complete install marks it
+# The virtualenv lives at .tools/venv/e2b-py-<name>-<sha256 of <name>.txt
+# and the interpreter's version, 12 digits>, so a changed lockfile or
+# Python gets a new environment and an unchanged one installs nothing: a stamp written after a complete install marks it
 # ready (a half-installed one, left by an interrupted run, is rebuilt).
 # Every package, transitive ones included, is installed from PyPI with
 # `pip install --require-hashes --no-deps`: nothing outside the lockfile
@@ -18,7 +18,7 @@ root="$(cd "$here/../.." && pwd)"
 lock="$here/$name.txt"
 [ -f "$lock" ] || { echo "setup.sh: no lockfile $lock" >&2; exit 2; }
 python="${PYTHON:-python3}"
-sum="$(sha256sum "$lock" | cut -c1-12)"
+sum="$( { cat "$lock"; "$python" -VV; } | sha256sum | cut -c1-12)"
 venvs="${SPACE_TOOLS_DIR:-$root/.tools}/venv"
 venv="$venvs/e2b-py-$name-$sum"
 mkdir -p "$venvs"
