@@ -236,7 +236,6 @@ func startWildcardTLS(t *testing.T, domain, upstream string) *wildcardTLS {
 			Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}},
 			NextProtos:   []string{"h2", "http/1.1"},
 		},
-		ErrorLog: nil,
 	}
 	tl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
