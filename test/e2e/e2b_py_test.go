@@ -132,8 +132,10 @@ func runPytest(t *testing.T, venv, dir string, environ, files []string) {
 	}
 }
 
-// pipUnreachable recognises pip's network failures.
-var pipUnreachable = regexp.MustCompile(`NewConnectionError|Temporary failure in name resolution|Name or service not known|Connection refused|Network is unreachable|ConnectTimeoutError|ReadTimeoutError`)
+// pipUnreachable recognises pip's network failures; quiet pip says only
+// "(from versions: none)" when it cannot reach the index (a pin PyPI lacks
+// lists the versions there are, and fails the test).
+var pipUnreachable = regexp.MustCompile(`\(from versions: none\)|NewConnectionError|Temporary failure in name resolution|Name or service not known|Connection refused|Network is unreachable|ConnectTimeoutError|ReadTimeoutError`)
 
 // installPySDKs runs compat/e2b-py/setup.sh, which installs the lockfile
 // of one environment into its virtualenv unless it is there already, and
