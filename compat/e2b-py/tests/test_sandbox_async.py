@@ -139,7 +139,11 @@ async def test_sandbox_timeout_runs_out():
 
 async def test_pause_connect(sbx):
     await sbx.files.write("/home/user/kept.txt", "kept")
-    await sbx.commands.run("echo $$ > /home/user/shell.pid; sleep 600", background=True)
+    sleeper = await sbx.commands.run("echo $$ > /home/user/shell.pid; sleep 600", background=True)
+    # A handle left open re-opens its stream after the pause (the newest
+    # SDK retries), and that traffic resumes the sandbox on space: let go
+    # of it, as a client that pauses does.
+    await sleeper.disconnect()
     await sbx.pause()
     assert (await AsyncSandbox.get_info(sbx.sandbox_id, **OPTS)).state.value == "paused"
     again = await AsyncSandbox.connect(sbx.sandbox_id, **OPTS)
@@ -153,7 +157,8 @@ async def test_pause_connect(sbx):
 async def test_pause_without_memory(sbx):
     await sbx.files.write("/home/user/disk.txt", "on disk")
     boot = (await sbx.commands.run("cat /proc/sys/kernel/random/boot_id")).stdout
-    await sbx.commands.run("sleep 600", background=True)
+    sleeper = await sbx.commands.run("sleep 600", background=True)
+    await sleeper.disconnect()
     await sbx.pause(mode="filesystem")
     again = await AsyncSandbox.connect(sbx.sandbox_id, **OPTS)
     assert await again.files.read("/home/user/disk.txt") == "on disk"
