@@ -26,6 +26,9 @@ fi
 # etcd for internal/kubetest's kube-apiserver; containerd and runc for the
 # one-machine cluster of scripts/kube-up.sh. Without systemd no service starts:
 # each test runs its own process on its own data dir.
+# Python's venv and pip for compat/e2b-py (the E2B Python SDKs' suite);
+# Debian splits them out of python3.
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv python3-pip)
 for pair in etcd:etcd-server containerd:containerd runc:runc; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need_pkgs+=("${pair#*:}")
 done

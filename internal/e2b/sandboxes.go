@@ -262,11 +262,22 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, id string, tim
 				return
 			}
 		}
-		if s, err = h.cfg.ControlPlane.Resume(r.Context(), id); err != nil {
-			h.fail(w, fmt.Errorf("resume sandbox %s: %w", id, err))
-			return
-		}
 		status = http.StatusCreated
+		if s, err = h.cfg.ControlPlane.Resume(r.Context(), id); err != nil {
+			// Someone else resumed it first (the proxy does on traffic,
+			// e.g. an SDK re-opening a command stream after the pause):
+			// connect finds it running, as E2B's does, rather than 409.
+			var se *controlplane.StateError
+			if !errors.As(err, &se) || (se.State != apiv1.StateRunning && se.State != apiv1.StateResuming) {
+				h.fail(w, fmt.Errorf("resume sandbox %s: %w", id, err))
+				return
+			}
+			if s, err = h.waitRunning(r.Context(), id); err != nil {
+				h.fail(w, err)
+				return
+			}
+			status = http.StatusOK
+		}
 	default:
 		if s, err = h.waitRunning(r.Context(), id); err != nil {
 			h.fail(w, err)

@@ -419,7 +419,9 @@ func (h *Handler) writeVolumeFile(w http.ResponseWriter, r *http.Request, v cont
 		h.failVolume(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, entryJSON(e))
+	// 201, as E2B's spec says: the Python SDK's generated client parses
+	// the entry of no other status ("Body of the request is None").
+	writeJSON(w, http.StatusCreated, entryJSON(e))
 }
 
 // entryJSON is a node's entry as E2B's VolumeEntryStat: the node reports

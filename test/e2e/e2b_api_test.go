@@ -1,130 +1,18 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 )
-
-// The Python SDK 2.21 flow of §5.3: create (201, clientID), a command over
-// the proxy with pretty-printed JSON, a multipart write whose answer has
-// exactly WriteInfo's keys, a read, and kill (204, then 404 with a body).
-func TestE2BPythonSDKFlow(t *testing.T) {
-	sb := e2bCreate(t, "minimal", map[string]any{"envVars": map[string]string{"GREETING": "hi"}, "metadata": map[string]string{"team": "py"}})
-	if sb.ClientID != "6532622b" || sb.EnvdVersion != "0.6.4" || sb.EnvdAccessToken == "" || sb.Domain != nil || sb.TemplateID != "minimal" {
-		t.Fatalf("create answered %+v", sb)
-	}
-	h := envdHeaders(sb, "49983")
-
-	status, msgs := connectStream(t, "/process.Process/Start", map[string]any{
-		"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-l", "-c", "echo $GREETING; exit 3"}}, "stdin": false,
-	}, h)
-	if status != http.StatusOK {
-		t.Fatalf("Start: status %d: %v", status, msgs)
-	}
-	stdout, end := processOutput(t, msgs)
-	if stdout != "hi\n" || end["exitCode"] != float64(3) || end["status"] != "exit status 3" {
-		t.Fatalf("Start: stdout %q, end %v", stdout, end)
-	}
-
-	// Python's multipart: part "file", the full path as file name, a
-	// guessed content type.
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	part, _ := mw.CreatePart(textproto.MIMEHeader{
-		"Content-Disposition": {`form-data; name="file"; filename="/tmp/py/hello.txt"`},
-		"Content-Type":        {"text/plain"},
-	})
-	part.Write([]byte("hello world"))
-	mw.Close()
-	resp := proxyRequest(t, http.MethodPost, "/files?path=%2Ftmp%2Fpy%2Fhello.txt", mw.FormDataContentType(), &body, h)
-	if resp.status != http.StatusOK {
-		t.Fatalf("write: %d %s", resp.status, resp.body)
-	}
-	var infos []map[string]any
-	resp.json(t, &infos)
-	if len(infos) != 1 || len(infos[0]) != 3 || infos[0]["name"] != "hello.txt" || infos[0]["type"] != "file" || infos[0]["path"] != "/tmp/py/hello.txt" {
-		t.Fatalf("write answered %s; WriteInfo takes exactly name, type, path", resp.body)
-	}
-	resp = proxyRequest(t, http.MethodGet, "/files?path=%2Ftmp%2Fpy%2Fhello.txt", "", nil, h)
-	if resp.status != http.StatusOK || string(resp.body) != "hello world" {
-		t.Fatalf("read: %d %q", resp.status, resp.body)
-	}
-
-	// getInfo: every key Python's SandboxDetail.from_dict reads.
-	resp = e2bRequest(t, http.MethodGet, "/sandboxes/"+sb.SandboxID, nil, nil)
-	var detail map[string]any
-	resp.json(t, &detail)
-	for _, k := range []string{"templateID", "sandboxID", "clientID", "startedAt", "endAt", "cpuCount", "memoryMB", "diskSizeMB", "state", "envdVersion", "envdAccessToken"} {
-		if _, ok := detail[k]; !ok || resp.status != http.StatusOK {
-			t.Fatalf("getInfo %d lacks %s: %s", resp.status, k, resp.body)
-		}
-	}
-	if detail["state"] != "running" || detail["metadata"].(map[string]any)["team"] != "py" {
-		t.Fatalf("getInfo: %s", resp.body)
-	}
-	for _, k := range []string{"startedAt", "endAt"} {
-		if _, err := time.Parse(time.RFC3339, detail[k].(string)); err != nil {
-			t.Fatalf("%s is not RFC 3339: %v", k, err)
-		}
-	}
-
-	resp = e2bRequest(t, http.MethodDelete, "/sandboxes/"+sb.SandboxID, nil, nil)
-	if resp.status != http.StatusNoContent {
-		t.Fatalf("kill: %d %s", resp.status, resp.body)
-	}
-	e2bRequest(t, http.MethodDelete, "/sandboxes/"+sb.SandboxID, nil, nil).wantError(t, http.StatusNotFound, sb.SandboxID)
-	e2bRequest(t, http.MethodGet, "/sandboxes/"+sb.SandboxID, nil, nil).wantError(t, http.StatusNotFound, sb.SandboxID)
-}
-
-// processOutput checks the event order the SDKs require (start first, one
-// end, then the end-stream envelope) and returns stdout and the end event.
-func processOutput(t *testing.T, msgs []connectMessage) (string, map[string]any) {
-	t.Helper()
-	if len(msgs) < 3 {
-		t.Fatalf("stream too short: %v", msgs)
-	}
-	first, _ := msgs[0].payload["event"].(map[string]any)
-	if _, ok := first["start"]; !ok {
-		t.Fatalf("first event is not start: %v", msgs[0].payload)
-	}
-	last := msgs[len(msgs)-1]
-	if last.flags != 2 || len(last.payload) != 0 {
-		t.Fatalf("stream does not finish with an empty end-stream envelope: %+v", last)
-	}
-	var stdout strings.Builder
-	var end map[string]any
-	for _, m := range msgs[1 : len(msgs)-1] {
-		ev, _ := m.payload["event"].(map[string]any)
-		if end != nil {
-			t.Fatalf("event after end: %v", m.payload)
-		}
-		if data, ok := ev["data"].(map[string]any); ok {
-			if s, ok := data["stdout"].(string); ok {
-				b, _ := base64.StdEncoding.DecodeString(s)
-				stdout.Write(b)
-			}
-		}
-		if e, ok := ev["end"].(map[string]any); ok {
-			end = e
-		}
-	}
-	if end == nil {
-		t.Fatalf("no end event: %v", msgs)
-	}
-	return stdout.String(), end
-}
 
 // Python 2.21's Sandbox.connect() sends envd requests with X-Access-Token
 // only; the proxy finds the sandbox by its token. Host routing reaches the

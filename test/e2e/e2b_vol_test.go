@@ -103,7 +103,7 @@ func TestE2BVolumes(t *testing.T) {
 	}
 	resp = volumeContent(t, http.MethodPut, vol, "/file", q("path", "/a/b/c.txt"), "payload")
 	var e e2bVolumeEntry
-	if resp.status != http.StatusOK {
+	if resp.status != http.StatusCreated {
 		t.Fatalf("write: %d %s", resp.status, resp.body)
 	}
 	resp.json(t, &e)
