@@ -148,7 +148,7 @@ func (h *Handler) routes() {
 	authed("GET /sandboxes/{id}/metrics", h.metrics)
 	authed("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	authed("GET /snapshots", h.listSnapshots)
-	authed("DELETE /templates/{id}", h.deleteSnapshot)
+	authed("DELETE /templates/{id}", h.deleteTemplate)
 	authed("PUT /sandboxes/{id}/network", h.updateNetwork)
 	authed("GET /secrets", h.listSecrets)
 	authed("POST /secrets", h.createSecret)
