@@ -57,6 +57,8 @@ type clusterE2BBuild struct {
 	Started time.Time `json:"started"`
 	State   string    `json:"state,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
+	// Ended is when a replica saw the build end.
+	Ended time.Time `json:"ended,omitzero"`
 }
 
 // startedMark is TemplateID between a build's trigger and its end, when
@@ -346,6 +348,7 @@ func (t *clusterE2BTemplates) settle(id string) (bool, error) {
 		}
 		b.State, b.Reason = state, reason
 	}
+	b.Ended = time.Now().UTC()
 	if err := t.st().Put(e2bBuildsBucket, b.ID, b); err != nil {
 		return false, fmt.Errorf("record build %s: %w", b.ID, err)
 	}
@@ -361,7 +364,10 @@ func (t *clusterE2BTemplates) Status(scope project.Scope, tb e2b.TemplateBuild, 
 		return "", "", nil, err
 	}
 	state := b.State
-	if state == "" {
+	// Every replica's copy of the nodes (registryReadCache old at most)
+	// holds the template registryReadCache after one replica saw it: a
+	// create through any replica then finds it ready.
+	if state == "" || state == template.StateReady && time.Since(b.Ended) < registryReadCache {
 		state = template.StateBuilding
 	}
 	var lines []string

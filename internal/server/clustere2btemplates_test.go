@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/e2b"
@@ -78,8 +79,13 @@ func TestClusterE2BBuildAcrossReplicas(t *testing.T) {
 	tc.cat.builds.running.Wait()
 	tc.heartbeat(t)
 
+	// Ready once every replica's copy of the nodes can hold it.
 	started, _ := r2.Build(p1, b.ID)
 	state, reason, lines, err := r2.Status(p1, started, 0)
+	for deadline := time.Now().Add(10 * time.Second); err == nil && state == template.StateBuilding && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		state, reason, lines, err = r2.Status(p1, started, 0)
+	}
 	if err != nil || state != template.StateReady || len(lines) == 0 {
 		t.Fatalf("status through the other replica: %s %q %v %v", state, reason, lines, err)
 	}
