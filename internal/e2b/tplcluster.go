@@ -1,6 +1,9 @@
 package e2b
 
-import "net/http"
+import (
+	"fmt"
+	"net/http"
+)
 
 // deleteTemplate is E2B's DELETE /templates/{templateID}: a snapshot by
 // its id (the SDK's Sandbox.deleteSnapshot), else a template the caller's
@@ -18,4 +21,22 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// scopedSnapshotOrTemplate confines /templates/{id} to the caller's
+// snapshots and templates: another project's is not found, as a missing
+// one.
+func (h *Handler) scopedSnapshotOrTemplate(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if _, err := h.cfg.ControlPlane.ResolveSnapshot(scopeOf(r), snapshotRef(id)); err == nil {
+			next(w, r)
+			return
+		}
+		if h.cfg.Templates != nil && h.cfg.Templates.Owns(scopeOf(r), id) {
+			next(w, r)
+			return
+		}
+		writeError(w, http.StatusNotFound, fmt.Sprintf("snapshot or template %q not found", id))
+	}
 }

@@ -27,6 +27,15 @@ func TestClusterE2BTemplateFromCode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Replica 2 learns of the key by following the store.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if r := raw(t, c.e2bURLs[1], k.Key, http.MethodGet, "/v2/sandboxes", ""); r.status != http.StatusUnauthorized {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica 2 never took the key of %s", proj)
+			}
+		}
 		return k.Key
 	}
 	keyA, keyB := keyOf("cluster-tpl-a"), keyOf("cluster-tpl-b")
