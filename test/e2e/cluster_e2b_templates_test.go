@@ -127,6 +127,9 @@ func TestClusterE2BTemplateFromCode(t *testing.T) {
 	if r.status != http.StatusCreated || json.Unmarshal(r.body, &sb) != nil || sb.SandboxID == "" {
 		t.Fatalf("create from app:v1: %d %s", r.status, r.body)
 	}
+	if _, err := c.client.WaitSandbox(ctx, sb.SandboxID, apiv1.StateRunning, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	res, err := c.client.Exec(ctx, sb.SandboxID, apiv1.ExecRequest{Cmd: []string{"cat", "/app/one.txt", "/app/sub/two.txt", "/home/user/ran"}})
 	if err != nil || res.ExitCode != 0 || res.Stdout != "one from the client\ntwo\none from the client\ntwo\n" {
 		t.Fatalf("the sandbox's files: %+v, %v", res, err)
