@@ -148,7 +148,7 @@ func (h *Handler) routes() {
 	authed("GET /sandboxes/{id}/metrics", h.metrics)
 	authed("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	authed("GET /snapshots", h.listSnapshots)
-	authed("DELETE /templates/{id}", h.deleteSnapshot)
+	authed("DELETE /templates/{id}", h.deleteTemplate)
 	authed("PUT /sandboxes/{id}/network", h.updateNetwork)
 	authed("GET /secrets", h.listSecrets)
 	authed("POST /secrets", h.createSecret)
@@ -201,13 +201,7 @@ func (h *Handler) scoped(pattern string, next http.HandlerFunc) http.HandlerFunc
 			next(w, r)
 		}
 	case path == "/templates/{id}":
-		return func(w http.ResponseWriter, r *http.Request) {
-			if _, err := h.cfg.ControlPlane.ResolveSnapshot(scopeOf(r), snapshotRef(r.PathValue("id"))); err != nil {
-				snapshotNotFound(w, r.PathValue("id"))
-				return
-			}
-			next(w, r)
-		}
+		return h.scopedSnapshotOrTemplate(next)
 	case strings.HasPrefix(path, "/templates/{templateID}"), strings.HasPrefix(path, "/v2/templates/{templateID}"):
 		return h.scopedTemplate(next)
 	case path == "/secrets/{secretID}", path == "/templates/aliases/{alias}":

@@ -28,9 +28,8 @@ import (
 // built.
 
 // Templates is what the template build API needs of space's catalog; the
-// server implements it for `space serve` (Config.Templates nil answers
-// 501: a cluster's control plane does not build templates from E2B
-// requests yet).
+// server implements it for `space serve` and for a cluster's control
+// plane (Config.Templates nil answers 501).
 type Templates interface {
 	// NewBuild records a build of name (a valid template name) in the
 	// scope's project, to be tagged with tags once triggered.
@@ -60,6 +59,11 @@ type Templates interface {
 	Tags(scope project.Scope, name string) ([]TemplateTag, error)
 	AssignTags(scope project.Scope, target string, tags []string) (buildID string, err error)
 	RemoveTags(scope project.Scope, name string, tags []string) error
+	// Delete deletes the scope's template name (built from code or
+	// natively) with its tags and builds: ErrTemplateNotFound for a name
+	// not the project's own, ErrTemplateInUse while sandboxes or pools
+	// use it.
+	Delete(scope project.Scope, name string) error
 }
 
 // TemplateBuild is one E2B build of a template.
@@ -89,6 +93,7 @@ type TemplateTag struct {
 var (
 	ErrTemplateNotFound = errors.New("template not found")
 	ErrBadTemplate      = errors.New("invalid template build")
+	ErrTemplateInUse    = errors.New("template in use")
 )
 
 // DefaultMaxTemplateFiles bounds one uploaded file archive
@@ -225,6 +230,8 @@ func (h *Handler) templateFail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, ErrBadTemplate):
 		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrTemplateInUse):
+		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, template.ErrArchiveTooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
 	default:

@@ -314,10 +314,11 @@ type Templates interface {
 	// once the template is ready (or the build failed); the built root
 	// volume, Spec.RootfsVolume, is what SendVolume ships to other nodes.
 	BuildTemplate(ctx context.Context, req TemplateBuildRequest, logs io.Writer) (TemplateBuilt, error)
-	// StageTemplateArchive stores an uploaded OCI archive (at most limit
-	// bytes) for the build of a from: upload recipe, and returns the
-	// handle that build names it by (TemplateBuildRequest.Archive). The
-	// build consumes it.
+	// StageTemplateArchive stores an uploaded archive (at most limit
+	// bytes): the OCI archive of a from: upload recipe or the files of a
+	// copy step, and returns the handle that build names it by
+	// (TemplateBuildRequest.Archive or CopyArchives). The build consumes
+	// it.
 	StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (handle string, err error)
 	// DeleteTemplate deletes a template's root volume (and the node's own
 	// record of it, if it built it); a missing one is not an error.
@@ -335,6 +336,14 @@ type TemplateBuildRequest struct {
 	// Archive is the handle of the staged archive a from: upload recipe
 	// builds from; empty for other recipes.
 	Archive string `json:"archive,omitempty"`
+	// CopyArchives maps the files hash each copy step of the recipe
+	// names (E2B's uploaded files) to the handle of its staged archive
+	// (StageTemplateArchive). The build consumes them.
+	CopyArchives map[string]string `json:"copy_archives,omitempty"`
+	// RegistryUsername and RegistryPassword authenticate the pull of a
+	// from: image base; the node never stores them.
+	RegistryUsername string `json:"-"`
+	RegistryPassword string `json:"-"`
 }
 
 // TemplateBuilt is a template a node built.

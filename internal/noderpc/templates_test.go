@@ -71,6 +71,34 @@ func TestBuildTemplateOverRPC(t *testing.T) {
 		t.Fatal("an archive over its limit was staged")
 	}
 
+	// A copy step's files staged over the wire reach the build by their
+	// hash, and the registry credentials reach the node with the request.
+	files, err := c.StageTemplateArchive(ctx, strings.NewReader("the files"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := strings.Repeat("ab", 32)
+	cp, err := c.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{Name: "cp", Recipe: []byte("from: base"),
+		CopyArchives: map[string]string{hash: files}, RegistryUsername: "u", RegistryPassword: "p"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _, err = c.ReadVolumeFile(ctx, cp.Spec.RootfsVolume, "/files/"+hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := io.ReadAll(body); string(data) != "the files" {
+		t.Fatalf("copy files built from %q", data)
+	}
+	body.Close()
+	if got := f.LastTemplateBuild(); got.RegistryUsername != "u" || got.RegistryPassword != "p" {
+		t.Fatalf("registry credentials reached the node as %q/%q", got.RegistryUsername, got.RegistryPassword)
+	}
+	if _, err := c.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{Name: "cp2", Recipe: []byte("from: base"),
+		CopyArchives: map[string]string{hash: files}}, nil); err == nil {
+		t.Fatal("a consumed copy archive built again")
+	}
+
 	if err := c.DeleteTemplate(ctx, want.Spec.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func (c *clusterCatalog) List(scope project.Scope) []apiv1.Template {
 	}
 	built, _ := c.built()
 	for _, b := range built {
-		if scope.Sees(b.Project) {
+		if scope.Sees(b.Project) && !strings.Contains(b.Name, ":") { // a tag is no template of its own
 			out = append(out, c.viewBuilt(scope, b))
 		}
 	}
@@ -251,7 +251,7 @@ func (c *clusterCatalog) Delete(scope project.Scope, name string) error {
 		return err
 	}
 	if ok {
-		return c.deleteBuilt(b)
+		return c.deleteTagged(b)
 	}
 	if _, ok, err := c.lookup(name); err != nil {
 		return err
@@ -262,6 +262,36 @@ func (c *clusterCatalog) Delete(scope project.Scope, name string) error {
 		return errShared(name)
 	}
 	return errBuiltinDelete
+}
+
+// deleteTagged deletes a template built through the cluster and its
+// E2B tags ("<name>:<tag>" records, which would otherwise keep the
+// template's volumes as another name for them); the tags come back if
+// the delete is refused.
+func (c *clusterCatalog) deleteTagged(b clusterBuilt) error {
+	if strings.Contains(b.Name, ":") {
+		return c.deleteBuilt(b)
+	}
+	all, err := c.built()
+	if err != nil {
+		return err
+	}
+	var tags []clusterBuilt
+	for _, o := range all {
+		if o.Project == b.Project && strings.HasPrefix(o.Name, b.Name+":") {
+			tags = append(tags, o)
+			if err := c.st.Delete(clusterTemplatesBucket, o.canonical()); err != nil {
+				return fmt.Errorf("delete tag %s: %w", o.Name, err)
+			}
+		}
+	}
+	if err := c.deleteBuilt(b); err != nil {
+		for _, o := range tags {
+			_ = c.st.Put(clusterTemplatesBucket, o.canonical(), o)
+		}
+		return err
+	}
+	return nil
 }
 
 func (c *clusterCatalog) SetPool(scope project.Scope, name string, size int) (apiv1.Template, error) {

@@ -192,19 +192,36 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 	if err != nil {
 		return apiv1.Template{}, err
 	}
+	_, v, err := c.submitRecipe(scope, name, r, build, buildInputs{})
+	return v, err
+}
+
+// buildInputs are what a build from E2B's API takes beyond a recipe: the
+// copy steps' file archives, by hash (kept in the store, streamed to the
+// node that builds), and the image's registry credentials (passed on in
+// the request, never stored).
+type buildInputs struct {
+	files    func(ctx context.Context, hash string, w io.Writer) error
+	registry *template.RegistryAuth
+}
+
+// submitRecipe records a build of a parsed recipe and starts it on a
+// node; it returns the record it stored.
+func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *template.Recipe, build api.TemplateBuild, in buildInputs) (clusterBuilt, apiv1.Template, error) {
+	var err error
 	if _, builtin := template.Builtin(name); builtin {
-		return apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
 	}
 	from := r.From
 	base, _ := template.ParseFrom(r.From) // validated by ParseRecipe
 	switch {
 	case build.Archive != nil && base.Kind != template.FromUpload:
-		return apiv1.Template{}, fmt.Errorf("%w: from: an archive was uploaded, but the recipe's base is %q; use from: upload", api.ErrBadRecipe, r.From)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: from: an archive was uploaded, but the recipe's base is %q; use from: upload", api.ErrBadRecipe, r.From)
 	case build.Archive == nil && base.Kind == template.FromUpload:
-		return apiv1.Template{}, fmt.Errorf("%w: from: upload needs an OCI archive uploaded with the recipe", api.ErrBadRecipe)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: from: upload needs an OCI archive uploaded with the recipe", api.ErrBadRecipe)
 	}
 	if err := template.CheckHostPaths(r, template.Source{HostPaths: build.Admin}); err != nil {
-		return apiv1.Template{}, fmt.Errorf("%w%.0w", err, api.ErrHostPathsForbidden)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w%.0w", err, api.ErrHostPathsForbidden)
 	}
 	// A parent is a built-in template (on every node) or one the cluster
 	// built, which only the node that built it holds in its template
@@ -215,27 +232,27 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 		parent, ok, err := c.lookupBuilt(scope, base.Arg)
 		switch {
 		case err != nil:
-			return apiv1.Template{}, err
+			return clusterBuilt{}, apiv1.Template{}, err
 		case ok:
 			if parent.State != template.StateReady {
-				return apiv1.Template{}, fmt.Errorf("%w: from: template %s is %s", api.ErrBadRecipe, base.Arg, parent.State)
+				return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: from: template %s is %s", api.ErrBadRecipe, base.Arg, parent.State)
 			}
 			builder, parentID = parent.Node, parent.Spec.ID
 			r.From = template.FromTemplate + ":" + parent.Spec.ID
 		default:
 			t, ok, err := c.lookup(base.Arg)
 			if err != nil {
-				return apiv1.Template{}, err
+				return clusterBuilt{}, apiv1.Template{}, err
 			}
 			if !ok || strings.Contains(base.Arg, "/") {
-				return apiv1.Template{}, fmt.Errorf("%w: from: template %q: %v", api.ErrBadRecipe, base.Arg, template.ErrNotFound)
+				return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: from: template %q: %v", api.ErrBadRecipe, base.Arg, template.ErrNotFound)
 			}
 			parentID = t.spec.ID
 		}
 	}
 	recipe, err := yaml.Marshal(r)
 	if err != nil {
-		return apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
 	}
 
 	rec := clusterBuilt{Project: scope.Owner(), Name: name, State: template.StateBuilding, From: from, CreatedAt: time.Now().UTC()}
@@ -248,25 +265,31 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 		// here. (A build then refused leaves it staged on the node until
 		// the node's next start.)
 		if builder, req.Archive, err = c.stageArchive(ctx, build); err != nil {
-			return apiv1.Template{}, err
+			return clusterBuilt{}, apiv1.Template{}, err
 		}
+	}
+	if in.registry != nil {
+		req.RegistryUsername, req.RegistryPassword = in.registry.Username, in.registry.Password
+	}
+	if req.CopyArchives, builder, err = c.stageCopies(ctx, r, in, builder, parentID); err != nil {
+		return clusterBuilt{}, apiv1.Template{}, err
 	}
 	unlock, err := c.st.Lock(ctx, "template/"+key)
 	if err != nil {
-		return apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
 	}
 	defer unlock()
 	holder := "build-" + sandboxid.New()
 	if took, err := c.st.TryLead(ctx, buildLease(key), holder, buildLeaseTTL); err != nil {
-		return apiv1.Template{}, fmt.Errorf("lease the build of template %s: %w", name, err)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("lease the build of template %s: %w", name, err)
 	} else if !took {
-		return apiv1.Template{}, fmt.Errorf("%w: template %s is still building; wait for it, then build again", api.ErrTemplateInUse, name)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: template %s is still building; wait for it, then build again", api.ErrTemplateInUse, name)
 	}
 	if err := c.st.Put(clusterTemplatesBucket, key, rec); err != nil {
-		return apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
 	}
 	if err := c.st.Put(clusterTemplateLogsBucket, key, []string{}); err != nil {
-		return apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
 	}
 	c.builds.running.Add(1)
 	go func() {
@@ -275,7 +298,7 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 			c.runBuild(ctx, rec, req, builder, parentID)
 		})
 	}()
-	return c.viewBuilt(scope, rec), nil
+	return rec, c.viewBuilt(scope, rec), nil
 }
 
 // leased runs fn holding the lease name, renewed while it runs, and
@@ -360,6 +383,47 @@ func (c *clusterCatalog) stageArchive(ctx context.Context, build api.TemplateBui
 	}
 	return node, handle, nil
 }
+
+// stageCopies streams the archives of the recipe's copy steps to the
+// node that builds (placed here when builder is empty) and returns their
+// handles there.
+func (c *clusterCatalog) stageCopies(ctx context.Context, r *template.Recipe, in buildInputs, builder, parentID string) (map[string]string, string, error) {
+	var handles map[string]string
+	for _, st := range r.Steps {
+		if st.Copy == nil || handles[st.Copy.Archive] != "" {
+			continue
+		}
+		if in.files == nil {
+			return nil, "", fmt.Errorf("%w: steps: copy %s: no uploaded files", api.ErrBadRecipe, st.Copy.Src)
+		}
+		if builder == "" {
+			var err error
+			if builder, err = c.placeBuild(parentID); err != nil {
+				return nil, "", err
+			}
+		}
+		tb, err := c.templatesOf(builder)
+		if err != nil {
+			return nil, "", err
+		}
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(in.files(ctx, st.Copy.Archive, pw)) }()
+		handle, err := tb.StageTemplateArchive(ctx, pr, maxStagedCopy)
+		pr.CloseWithError(errors.New("the node stopped reading"))
+		if err != nil {
+			return nil, "", fmt.Errorf("stage the files of copy %s on node %s: %w", st.Copy.Src, builder, err)
+		}
+		if handles == nil {
+			handles = map[string]string{}
+		}
+		handles[st.Copy.Archive] = handle
+	}
+	return handles, builder, nil
+}
+
+// maxStagedCopy bounds a copy archive a node takes; the control plane
+// bounded it at its upload already.
+const maxStagedCopy = 1 << 40
 
 // placeBuild picks the node to build on: capacity as a build sandbox
 // takes it, holding parentID (when set).

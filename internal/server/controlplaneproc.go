@@ -190,6 +190,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	cat.startBuilds(runCtx, nodes, cfg.Logger)
+	s.e2bTemplates = newClusterE2BTemplates(cat, s.cfg.MaxTemplateArchiveBytes)
 	if err := s.startCompat(keys, secretStore, cat); err != nil {
 		cancel()
 		return nil, err

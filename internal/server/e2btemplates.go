@@ -360,3 +360,22 @@ func (t *e2bTemplates) RemoveTags(scope project.Scope, name string, tags []strin
 	}
 	return nil
 }
+
+func (t *e2bTemplates) Delete(scope project.Scope, name string) error {
+	if _, ok := t.cat.m.Names()[scope.Owner()+"/"+name]; !ok || strings.ContainsAny(name, "/:") {
+		return fmt.Errorf("template %q: %w", name, e2b.ErrTemplateNotFound)
+	}
+	if err := mapE2BDelete(t.cat.Delete(scope, name)); err != nil {
+		return err
+	}
+	// Its builds go with it, as in E2B.
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, b := range t.builds {
+		if b.Project == scope.Owner() && b.Name == name {
+			_ = os.Remove(filepath.Join(t.buildDir, id+".json"))
+			delete(t.builds, id)
+		}
+	}
+	return nil
+}

@@ -63,9 +63,12 @@ type NodeConfig struct {
 	// (0: unlimited).
 	BandwidthMbit, MaxConnections int
 	// BuildTemplates are built-in templates built at start when missing.
-	BuildTemplates     []string
-	MemoryOvercommit   float64
-	SessionOutputLimit int64
+	BuildTemplates []string
+	// TemplateRegistryPrivate lets template builds pull images from
+	// registries on private addresses (Config.TemplateRegistryPrivate).
+	TemplateRegistryPrivate bool
+	MemoryOvercommit        float64
+	SessionOutputLimit      int64
 	// HeartbeatInterval is membership.DefaultInterval when zero.
 	HeartbeatInterval time.Duration
 	Progress          io.Writer
@@ -160,7 +163,8 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	})
 	d := DefaultConfig().Defaults
 	side, err = openNodeSide(ctx, nodeSideConfig{
-		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
+		RegistryPrivate: cfg.TemplateRegistryPrivate,
+		DataDir:         cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
 		SharedNetns: cfg.SharedMounts, VolumeImageBytes: cfg.VolumeImageBytes, ID: cfg.ID,
 		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
 		Limits:    network.Limits{BandwidthMbit: cfg.BandwidthMbit, MaxConnections: cfg.MaxConnections},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,6 +29,22 @@ func (h heldNode) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRe
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)
 	}
 	src := template.Source{HostPaths: req.HostPaths}
+	if req.RegistryUsername != "" || req.RegistryPassword != "" {
+		src.Registry = &template.RegistryAuth{Username: req.RegistryUsername, Password: req.RegistryPassword}
+	}
+	// The copy steps' archives were staged for this build alone (the
+	// control plane keeps them): they go when it ends.
+	for hash, handle := range req.CopyArchives {
+		path, err := h.side.templates.StagedUpload(handle)
+		if err != nil {
+			return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: files %s: %w", req.Name, hash, err)
+		}
+		if src.Archives == nil {
+			src.Archives = map[string]string{}
+		}
+		src.Archives[hash] = path
+		defer os.Remove(path)
+	}
 	if req.Archive != "" {
 		if src.Archive, err = h.side.templates.StagedUpload(req.Archive); err != nil {
 			return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)

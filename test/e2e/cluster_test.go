@@ -85,6 +85,8 @@ type testCluster struct {
 	key  string
 	// proxyURL is the first replica's sandbox proxy.
 	proxyURL string
+	// e2bURLs are the replicas' E2B APIs (clusterSpec.e2b).
+	e2bURLs []string
 }
 
 // Uplink pools of the test's nodes: apart from each other and from
@@ -99,6 +101,8 @@ type clusterSpec struct {
 	// heartbeatTimeout is the replicas' --heartbeat-timeout;
 	// heartbeatInterval, when set, the nodes' --heartbeat-interval.
 	heartbeatTimeout, heartbeatInterval time.Duration
+	// e2b turns each replica's E2B API on (testCluster.e2bURLs).
+	e2b bool
 }
 
 func startCluster(t *testing.T, nodes int) *testCluster {
@@ -133,9 +137,14 @@ func startClusterWith(t *testing.T, spec clusterSpec) *testCluster {
 		}
 		urls = append(urls, "http://"+listen)
 		name := fmt.Sprintf("cp%d", i+1)
+		e2bListen := ""
+		if spec.e2b {
+			e2bListen = freePort(t)
+			c.e2bURLs = append(c.e2bURLs, "http://"+e2bListen)
+		}
 		p := &clusterProc{t: t, name: "control plane " + name, log: filepath.Join(base, name+".log"), args: []string{
 			"control-plane", "--store", pg, "--data-dir", filepath.Join(base, name), "--listen", listen,
-			"--e2b-listen", "", "--proxy-listen", proxyListen, "--cluster-token-file", token,
+			"--e2b-listen", e2bListen, "--proxy-listen", proxyListen, "--cluster-token-file", token,
 			"--heartbeat-timeout", spec.heartbeatTimeout.String(),
 		}}
 		p.start()

@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,6 +58,7 @@ type Fake struct {
 	pools          map[string]*fakePool
 	subs           map[chan nodeapi.Event]struct{}
 	archives       map[string][]byte // staged template archives, by handle
+	lastBuild      nodeapi.TemplateBuildRequest
 	samples        map[string][]nodeapi.MetricSample
 }
 
@@ -1579,6 +1582,9 @@ func (f *Fake) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildReque
 		logs = io.Discard
 	}
 	fmt.Fprintf(logs, "building %s\n", req.Name)
+	f.mu.Lock()
+	f.lastBuild = req
+	f.mu.Unlock()
 	if strings.Contains(string(req.Recipe), FakeRecipeFails) {
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: step 1 failed", req.Name)
 	}
@@ -1592,13 +1598,35 @@ func (f *Fake) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildReque
 			return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: no staged archive %q", req.Name, req.Archive)
 		}
 	}
-	sum := sha256.Sum256(append(append([]byte(nil), req.Recipe...), archive...))
+	// Copy archives are consumed too; each is filed as /files/<hash>.
+	files := map[string][]byte{}
+	for hash, handle := range req.CopyArchives {
+		f.mu.Lock()
+		data, ok := f.archives[handle]
+		delete(f.archives, handle)
+		f.mu.Unlock()
+		if !ok {
+			return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: files %s: no staged archive %q", req.Name, hash, handle)
+		}
+		files[hash] = data
+	}
+	content := append(append([]byte(nil), req.Recipe...), archive...)
+	for _, hash := range slices.Sorted(maps.Keys(files)) {
+		content = append(append(content, hash...), files[hash]...)
+	}
+	sum := sha256.Sum256(content)
 	id := "fake-" + hex.EncodeToString(sum[:8])
 	spec := nodeapi.TemplateSpec{ID: id, RootfsVolume: "templates/" + id}
 	t := newTree()
 	t.nodes["/recipe"] = &fnode{data: append([]byte(nil), req.Recipe...), mtime: time.Now()}
 	if archive != nil {
 		t.nodes["/archive"] = &fnode{data: archive, mtime: time.Now()}
+	}
+	if len(files) > 0 {
+		t.nodes["/files"] = &fnode{dir: true, mtime: time.Now()}
+	}
+	for hash, data := range files {
+		t.nodes["/files/"+hash] = &fnode{data: data, mtime: time.Now()}
 	}
 	f.mu.Lock()
 	if _, ok := f.volumes[spec.RootfsVolume]; !ok {
@@ -1607,6 +1635,14 @@ func (f *Fake) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildReque
 	f.mu.Unlock()
 	fmt.Fprintf(logs, "template %s ready (id %s)\n", req.Name, id)
 	return nodeapi.TemplateBuilt{Spec: spec, SizeBytes: t.size()}, nil
+}
+
+// LastTemplateBuild is the last build request the fake took, so that a
+// test sees what reached the node (registry credentials among it).
+func (f *Fake) LastTemplateBuild() nodeapi.TemplateBuildRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastBuild
 }
 
 // DeleteTemplate deletes the template's root volume.

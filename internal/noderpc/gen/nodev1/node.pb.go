@@ -4458,13 +4458,19 @@ func (x *ReceiveImageRequest) GetData() []byte {
 }
 
 type TemplateBuildRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Recipe        []byte                 `protobuf:"bytes,2,opt,name=recipe,proto3" json:"recipe,omitempty"`
-	HostPaths     bool                   `protobuf:"varint,3,opt,name=host_paths,json=hostPaths,proto3" json:"host_paths,omitempty"`
-	Archive       string                 `protobuf:"bytes,4,opt,name=archive,proto3" json:"archive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Recipe    []byte                 `protobuf:"bytes,2,opt,name=recipe,proto3" json:"recipe,omitempty"`
+	HostPaths bool                   `protobuf:"varint,3,opt,name=host_paths,json=hostPaths,proto3" json:"host_paths,omitempty"`
+	Archive   string                 `protobuf:"bytes,4,opt,name=archive,proto3" json:"archive,omitempty"`
+	// copy_archives maps the recipe's copy steps' files hashes to the
+	// handles of their staged archives (StageTemplateArchive).
+	CopyArchives map[string]string `protobuf:"bytes,5,rep,name=copy_archives,json=copyArchives,proto3" json:"copy_archives,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Registry credentials for a from: image base; never stored.
+	RegistryUsername string `protobuf:"bytes,6,opt,name=registry_username,json=registryUsername,proto3" json:"registry_username,omitempty"`
+	RegistryPassword string `protobuf:"bytes,7,opt,name=registry_password,json=registryPassword,proto3" json:"registry_password,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TemplateBuildRequest) Reset() {
@@ -4521,6 +4527,27 @@ func (x *TemplateBuildRequest) GetHostPaths() bool {
 func (x *TemplateBuildRequest) GetArchive() string {
 	if x != nil {
 		return x.Archive
+	}
+	return ""
+}
+
+func (x *TemplateBuildRequest) GetCopyArchives() map[string]string {
+	if x != nil {
+		return x.CopyArchives
+	}
+	return nil
+}
+
+func (x *TemplateBuildRequest) GetRegistryUsername() string {
+	if x != nil {
+		return x.RegistryUsername
+	}
+	return ""
+}
+
+func (x *TemplateBuildRequest) GetRegistryPassword() string {
+	if x != nil {
+		return x.RegistryPassword
 	}
 	return ""
 }
@@ -5058,13 +5085,19 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"?\n" +
 	"\x13ReceiveImageRequest\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"{\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xf2\x02\n" +
 	"\x14TemplateBuildRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06recipe\x18\x02 \x01(\fR\x06recipe\x12\x1d\n" +
 	"\n" +
 	"host_paths\x18\x03 \x01(\bR\thostPaths\x12\x18\n" +
-	"\aarchive\x18\x04 \x01(\tR\aarchive\"G\n" +
+	"\aarchive\x18\x04 \x01(\tR\aarchive\x12Z\n" +
+	"\rcopy_archives\x18\x05 \x03(\v25.space.node.v1.TemplateBuildRequest.CopyArchivesEntryR\fcopyArchives\x12+\n" +
+	"\x11registry_username\x18\x06 \x01(\tR\x10registryUsername\x12+\n" +
+	"\x11registry_password\x18\a \x01(\tR\x10registryPassword\x1a?\n" +
+	"\x11CopyArchivesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
 	"\x1bStageTemplateArchiveRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"g\n" +
@@ -5159,7 +5192,7 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_space_node_v1_node_proto_goTypes = []any{
 	(*NodeError)(nil),                   // 0: space.node.v1.NodeError
 	(*Empty)(nil),                       // 1: space.node.v1.Empty
@@ -5243,8 +5276,9 @@ var file_space_node_v1_node_proto_goTypes = []any{
 	nil,                                 // 79: space.node.v1.CreateSpec.EnvEntry
 	nil,                                 // 80: space.node.v1.ExecRequest.EnvEntry
 	nil,                                 // 81: space.node.v1.SessionSpec.EnvEntry
-	(*filesystempb.EntryInfo)(nil),      // 82: filesystem.EntryInfo
-	(*timestamppb.Timestamp)(nil),       // 83: google.protobuf.Timestamp
+	nil,                                 // 82: space.node.v1.TemplateBuildRequest.CopyArchivesEntry
+	(*filesystempb.EntryInfo)(nil),      // 83: filesystem.EntryInfo
+	(*timestamppb.Timestamp)(nil),       // 84: google.protobuf.Timestamp
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
 	75,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
@@ -5258,7 +5292,7 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	11,  // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
 	14,  // 9: space.node.v1.CreateSpec.mounts:type_name -> space.node.v1.VolumeMount
 	17,  // 10: space.node.v1.WriteVolumeFileRequest.edit:type_name -> space.node.v1.VolumeEdit
-	82,  // 11: space.node.v1.VolumeEntryResponse.entry:type_name -> filesystem.EntryInfo
+	83,  // 11: space.node.v1.VolumeEntryResponse.entry:type_name -> filesystem.EntryInfo
 	13,  // 12: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
 	12,  // 13: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
 	9,   // 14: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
@@ -5272,163 +5306,164 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	14,  // 22: space.node.v1.RestoreSpec.mounts:type_name -> space.node.v1.VolumeMount
 	12,  // 23: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
 	11,  // 24: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
-	83,  // 25: space.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	83,  // 26: space.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
-	83,  // 27: space.node.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	84,  // 25: space.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	84,  // 26: space.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	84,  // 27: space.node.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
 	37,  // 28: space.node.v1.MetricsResponse.samples:type_name -> space.node.v1.MetricSample
 	8,   // 29: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
 	22,  // 30: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
 	11,  // 31: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	83,  // 32: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	84,  // 32: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
 	41,  // 33: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
 	80,  // 34: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	82,  // 35: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	82,  // 36: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	82,  // 37: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
+	83,  // 35: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	83,  // 36: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	83,  // 37: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
 	81,  // 38: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
 	55,  // 39: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
 	55,  // 40: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	83,  // 41: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	83,  // 42: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	84,  // 41: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	84,  // 42: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
 	57,  // 43: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
 	58,  // 44: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
 	62,  // 45: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
 	63,  // 46: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
 	57,  // 47: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
-	74,  // 48: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
-	8,   // 49: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
-	41,  // 50: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
-	6,   // 51: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
-	20,  // 52: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
-	23,  // 53: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
-	25,  // 54: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
-	2,   // 55: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
-	2,   // 56: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
-	27,  // 57: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
-	29,  // 58: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
-	1,   // 59: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
-	2,   // 60: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
-	2,   // 61: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
-	2,   // 62: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
-	30,  // 63: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
-	31,  // 64: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
-	32,  // 65: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
-	2,   // 66: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
-	2,   // 67: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
-	30,  // 68: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
-	2,   // 69: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
-	33,  // 70: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
-	34,  // 71: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
-	2,   // 72: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
-	36,  // 73: space.node.v1.NodeService.Metrics:input_type -> space.node.v1.MetricsRequest
-	3,   // 74: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
-	1,   // 75: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
-	3,   // 76: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
-	3,   // 77: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
-	3,   // 78: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
-	3,   // 79: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
-	51,  // 80: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
-	53,  // 81: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
-	15,  // 82: space.node.v1.NodeService.CreateVolume:input_type -> space.node.v1.CreateVolumeRequest
-	3,   // 83: space.node.v1.NodeService.VolumeUsage:input_type -> space.node.v1.NameRequest
-	18,  // 84: space.node.v1.NodeService.WriteVolumeFile:input_type -> space.node.v1.WriteVolumeFileRequest
-	17,  // 85: space.node.v1.NodeService.EditVolume:input_type -> space.node.v1.VolumeEdit
-	1,   // 86: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
-	3,   // 87: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
-	40,  // 88: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
-	3,   // 89: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
-	1,   // 90: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
-	43,  // 91: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
-	45,  // 92: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
-	47,  // 93: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
-	45,  // 94: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
-	49,  // 95: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
-	45,  // 96: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
-	45,  // 97: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
-	54,  // 98: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
-	56,  // 99: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
-	59,  // 100: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
-	2,   // 101: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
-	61,  // 102: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
-	65,  // 103: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
-	59,  // 104: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
-	66,  // 105: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
-	67,  // 106: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	3,   // 107: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
-	69,  // 108: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
-	3,   // 109: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
-	70,  // 110: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
-	71,  // 111: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
-	3,   // 112: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
-	72,  // 113: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
-	7,   // 114: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	21,  // 115: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	24,  // 116: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	26,  // 117: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,   // 118: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,   // 119: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	28,  // 120: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,   // 121: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,   // 122: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,   // 123: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,   // 124: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,   // 125: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,   // 126: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,   // 127: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,   // 128: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,   // 129: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,   // 130: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,   // 131: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,   // 132: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,   // 133: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,   // 134: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	35,  // 135: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	38,  // 136: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
-	39,  // 137: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,   // 138: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,   // 139: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,   // 140: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,   // 141: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,   // 142: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	52,  // 143: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	50,  // 144: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	1,   // 145: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
-	16,  // 146: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
-	19,  // 147: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
-	19,  // 148: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
-	4,   // 149: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,   // 150: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,   // 151: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	41,  // 152: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	42,  // 153: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	44,  // 154: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	46,  // 155: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,   // 156: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	48,  // 157: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	50,  // 158: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,   // 159: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	48,  // 160: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	48,  // 161: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	58,  // 162: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	58,  // 163: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	60,  // 164: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	64,  // 165: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,   // 166: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,   // 167: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,   // 168: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,   // 169: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	68,  // 170: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,   // 171: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	68,  // 172: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,   // 173: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	73,  // 174: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
-	1,   // 175: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
-	3,   // 176: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
-	114, // [114:177] is the sub-list for method output_type
-	51,  // [51:114] is the sub-list for method input_type
-	51,  // [51:51] is the sub-list for extension type_name
-	51,  // [51:51] is the sub-list for extension extendee
-	0,   // [0:51] is the sub-list for field type_name
+	82,  // 48: space.node.v1.TemplateBuildRequest.copy_archives:type_name -> space.node.v1.TemplateBuildRequest.CopyArchivesEntry
+	74,  // 49: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
+	8,   // 50: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
+	41,  // 51: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
+	6,   // 52: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
+	20,  // 53: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
+	23,  // 54: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
+	25,  // 55: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
+	2,   // 56: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
+	2,   // 57: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
+	27,  // 58: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
+	29,  // 59: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
+	1,   // 60: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
+	2,   // 61: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
+	2,   // 62: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
+	2,   // 63: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
+	30,  // 64: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
+	31,  // 65: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
+	32,  // 66: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
+	2,   // 67: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
+	2,   // 68: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
+	30,  // 69: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
+	2,   // 70: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
+	33,  // 71: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
+	34,  // 72: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
+	2,   // 73: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
+	36,  // 74: space.node.v1.NodeService.Metrics:input_type -> space.node.v1.MetricsRequest
+	3,   // 75: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
+	1,   // 76: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
+	3,   // 77: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
+	3,   // 78: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
+	3,   // 79: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
+	3,   // 80: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
+	51,  // 81: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
+	53,  // 82: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
+	15,  // 83: space.node.v1.NodeService.CreateVolume:input_type -> space.node.v1.CreateVolumeRequest
+	3,   // 84: space.node.v1.NodeService.VolumeUsage:input_type -> space.node.v1.NameRequest
+	18,  // 85: space.node.v1.NodeService.WriteVolumeFile:input_type -> space.node.v1.WriteVolumeFileRequest
+	17,  // 86: space.node.v1.NodeService.EditVolume:input_type -> space.node.v1.VolumeEdit
+	1,   // 87: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
+	3,   // 88: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
+	40,  // 89: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
+	3,   // 90: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
+	1,   // 91: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
+	43,  // 92: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
+	45,  // 93: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
+	47,  // 94: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
+	45,  // 95: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
+	49,  // 96: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
+	45,  // 97: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
+	45,  // 98: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
+	54,  // 99: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
+	56,  // 100: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
+	59,  // 101: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
+	2,   // 102: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
+	61,  // 103: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
+	65,  // 104: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
+	59,  // 105: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
+	66,  // 106: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
+	67,  // 107: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
+	3,   // 108: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	69,  // 109: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,   // 110: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	70,  // 111: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	71,  // 112: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
+	3,   // 113: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
+	72,  // 114: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
+	7,   // 115: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	21,  // 116: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	24,  // 117: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	26,  // 118: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 119: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 120: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	28,  // 121: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,   // 122: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,   // 123: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,   // 124: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,   // 125: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,   // 126: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,   // 127: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,   // 128: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,   // 129: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,   // 130: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,   // 131: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,   // 132: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 133: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 134: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 135: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	35,  // 136: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	38,  // 137: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
+	39,  // 138: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 139: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 140: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 141: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 142: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 143: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	52,  // 144: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	50,  // 145: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	1,   // 146: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
+	16,  // 147: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
+	19,  // 148: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
+	19,  // 149: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
+	4,   // 150: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 151: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 152: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	41,  // 153: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	42,  // 154: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	44,  // 155: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	46,  // 156: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 157: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	48,  // 158: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	50,  // 159: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 160: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	48,  // 161: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	48,  // 162: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	58,  // 163: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	58,  // 164: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	60,  // 165: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	64,  // 166: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 167: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 168: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 169: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 170: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	68,  // 171: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 172: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	68,  // 173: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 174: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	73,  // 175: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 176: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 177: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	115, // [115:178] is the sub-list for method output_type
+	52,  // [52:115] is the sub-list for method input_type
+	52,  // [52:52] is the sub-list for extension type_name
+	52,  // [52:52] is the sub-list for extension extendee
+	0,   // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_space_node_v1_node_proto_init() }
@@ -5452,7 +5487,7 @@ func file_space_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   82,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
