@@ -165,12 +165,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(headerSandboxID)
 	r.Header.Del(headerSandboxPort)
 	r.Header.Del(headerTrafficToken) // the sandbox's services have no use for it
+	enableFullDuplex(w)
+	body := guardBody(w, r)
+	defer body.finish() // no read of the client's body outlives this handler
 	if t.port == EnvdPort {
-		enableFullDuplex(w)
 		p.envd(sb).ServeHTTP(w, r)
 		return
 	}
-	enableFullDuplex(w)
 	p.service(t, r, mask).ServeHTTP(w, r)
 }
 
