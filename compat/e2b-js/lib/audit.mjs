@@ -203,6 +203,65 @@ export function defineAuditSuite(label, sdk, { git = false, reboot = false, clie
       assert.equal(await sbx.git.remoteGet(clone, 'origin'), `file://${repo}`)
     })
 
+    test('errors a new user meets: missing file, command, process, sandbox', async () => {
+      const { NotFoundError, SandboxNotFoundError, FileNotFoundError } = sdk
+      await assert.rejects(sbx.files.read('/nonexistent/file'), (err) => {
+        assert.ok(err instanceof (FileNotFoundError ?? NotFoundError) || err instanceof NotFoundError, `${err.name}: ${err.message}`)
+        return true
+      })
+      await assert.rejects(sbx.commands.run('definitely-not-a-command'), (err) => {
+        assert.ok(err instanceof CommandExitError, `${err.name}: ${err.message}`)
+        assert.equal(err.exitCode, 127)
+        return true
+      })
+      assert.equal(await sbx.commands.kill(999999), false)
+      assert.equal(await sbx.pty.kill(999999), false)
+      assert.equal(await sbx.files.makeDir('/tmp'), false)
+      await assert.rejects(Sandbox.connect('nosuchsandbox0'), (err) => {
+        assert.ok(err instanceof (SandboxNotFoundError ?? NotFoundError) || err instanceof NotFoundError, `${err.name}: ${err.message}`)
+        return true
+      })
+      await assert.rejects(Sandbox.getInfo('nosuchsandbox0'), (err) => err instanceof NotFoundError || /not found/i.test(err.message))
+      await assert.rejects(Sandbox.setTimeout('nosuchsandbox0', 10_000), (err) => err instanceof NotFoundError || /not found/i.test(err.message))
+    })
+
+    test('relative paths are the user\'s home; list depth; a 12 MiB file round-trips', async () => {
+      await sbx.files.write('rel-audit.txt', 'home')
+      assert.equal((await sbx.commands.run('cat /home/user/rel-audit.txt')).stdout, 'home')
+      assert.equal(await sbx.files.read('rel-audit.txt'), 'home')
+      await sbx.files.makeDir('/tmp/deep/a/b')
+      const one = await sbx.files.list('/tmp/deep')
+      assert.deepEqual(one.map((e) => e.name), ['a'])
+      const two = await sbx.files.list('/tmp/deep', { depth: 2 })
+      assert.deepEqual(two.map((e) => e.path).sort(), ['/tmp/deep/a', '/tmp/deep/a/b'])
+      const big = new Uint8Array(12 << 20)
+      for (let i = 0; i < big.length; i += 4096) big[i] = i % 251
+      await sbx.files.write('/tmp/big.bin', big.buffer)
+      const back = await sbx.files.read('/tmp/big.bin', { format: 'bytes' })
+      assert.equal(back.length, big.length)
+      assert.ok(back.every((b, i) => b === big[i]), 'content')
+      const sum = await sbx.commands.run('stat -c %s /tmp/big.bin')
+      assert.equal(sum.stdout.trim(), String(12 << 20))
+    })
+
+    test('list by template and startedAfter; a killed sandbox is gone from the list', async () => {
+      const mine = async (query) => {
+        const out = []
+        const p = Sandbox.list({ query: { metadata: { audit: tag }, ...query } })
+        while (p.hasNext) out.push(...(await p.nextItems()))
+        return out.map((s) => s.sandboxId)
+      }
+      assert.ok((await mine({ template: TEMPLATE })).includes(sbx.sandboxId))
+      assert.ok(!(await mine({ template: 'minimal' })).includes(sbx.sandboxId))
+      const info = await sbx.getInfo()
+      assert.ok((await mine({ startedAfter: new Date(info.startedAt.getTime() - 1000) })).includes(sbx.sandboxId))
+      assert.ok(!(await mine({ startedAfter: new Date(Date.now() + 60_000) })).includes(sbx.sandboxId))
+      const s = await Sandbox.create(TEMPLATE, { metadata: { audit: tag }, timeoutMs: 60_000 })
+      await s.kill()
+      assert.ok(!(await mine({})).includes(s.sandboxId))
+      assert.equal(await s.isRunning(), false)
+    })
+
     test('fork with count: each its own sandbox with the files', async () => {
       await sbx.files.write('/home/user/forked.txt', 'from parent')
       const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 60_000 })
