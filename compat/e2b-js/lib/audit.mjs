@@ -262,6 +262,22 @@ export function defineAuditSuite(label, sdk, { git = false, reboot = false, clie
       assert.equal(await s.isRunning(), false)
     })
 
+    test('defaults: no template is base; root file operations; a sandbox ends at its timeout', async () => {
+      const s = await Sandbox.create({ metadata: { audit: tag }, timeoutMs: 4_000 })
+      made.push(s)
+      assert.equal((await s.getInfo()).templateId !== undefined, true)
+      assert.equal((await s.commands.run('test -x /bin/bash && echo bash')).stdout, 'bash\n')
+      await s.files.write('/root/secret.txt', 'root only', { user: 'root' })
+      assert.equal(await s.files.read('/root/secret.txt', { user: 'root' }), 'root only')
+      await assert.rejects(s.files.read('/root/secret.txt'), (err) => /permission|denied|not found/i.test(err.message))
+      // 2.45 sends connect a 300 s timeout unless told (E2B then keeps the
+      // sandbox that long); 2.51 sends none.
+      const again = await Sandbox.connect(s.sandboxId, { timeoutMs: 4_000 })
+      assert.equal(await again.isRunning(), true)
+      await eventually(async () => assert.equal(await s.isRunning(), false), 'sandbox past its timeout')
+      await assert.rejects(Sandbox.connect(s.sandboxId), (err) => /not found/i.test(err.message))
+    })
+
     test('fork with count: each its own sandbox with the files', async () => {
       await sbx.files.write('/home/user/forked.txt', 'from parent')
       const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 60_000 })
