@@ -319,7 +319,34 @@ export function defineAuditSuite(label, sdk, { git = false, reboot = false, clie
         await refused({ iam: { tokens: { aws: sdk.Secret.iamToken({ audience: 'sts.amazonaws.com' }) } } }, 'iam')
       }
       await refused({ network: { egressProxy: { address: 'proxy.example.com:1080' } } }, 'egressProxy')
-      if (httpsPorts) await refused({ network: { httpsPorts: [8443] } }, 'httpsPorts')
+      if (httpsPorts) await refused({ network: { httpsPorts: [49983] } }, 'https_ports')
+    })
+
+    test('network.httpsPorts: the proxy speaks TLS to a port whose service serves HTTPS', { skip: !httpsPorts }, async () => {
+      const s = await Sandbox.create(TEMPLATE, { metadata: { audit: tag }, timeoutMs: 120_000, network: { httpsPorts: [8443] } })
+      made.push(s)
+      assert.deepEqual((await s.getInfo()).network?.httpsPorts, [8443])
+      await s.commands.run('cd /tmp && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -days 1 -subj /CN=self 2>/dev/null')
+      const serve = (port) => `cd /tmp && python3 -c "
+import http.server, ssl
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'over tls')
+srv = http.server.HTTPServer(('0.0.0.0', ${port}), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain('c.pem', 'k.pem')
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()"`
+      await s.commands.run(serve(8443), { background: true })
+      await s.commands.run(serve(8444), { background: true })
+      const ask = (port) => fetch(process.env.E2B_SANDBOX_URL, { headers: { 'E2b-Sandbox-Id': s.sandboxId, 'E2b-Sandbox-Port': String(port) } })
+      await eventually(async () => {
+        const res = await ask(8443)
+        assert.equal(res.status, 200)
+        assert.equal(await res.text(), 'over tls')
+      }, 'the HTTPS port through the proxy')
+      // A port not listed is plain HTTP, which the TLS service cannot answer.
+      const plain = await ask(8444)
+      assert.notEqual(plain.status, 200)
     })
 
     test('the E2B client class binds options', { skip: !client }, async () => {
