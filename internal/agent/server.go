@@ -88,6 +88,9 @@ func (a *Agent) routes() *http.ServeMux {
 		// addition, envd sends it on /init alone) tells an operator or a
 		// probe which agent answers without needing the token.
 		w.Header().Set(envdversion.Header, envdversion.Version)
+		if envdversion.Build != "" {
+			w.Header().Set(envdversion.BuildHeader, envdversion.Build)
+		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /files", a.handleFileDownload)

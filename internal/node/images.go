@@ -140,6 +140,7 @@ func (n *Node) DeleteImage(_ context.Context, name string) error {
 			break // not empty, so neither is what holds it
 		}
 	}
+	n.collectAgents()
 	return nil
 }
 

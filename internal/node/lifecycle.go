@@ -88,6 +88,11 @@ func (n *Node) saveImage(ctx context.Context, id, imageDir string) error {
 		_ = os.RemoveAll(partial)
 		return err
 	}
+	// Before the marker: a complete image always names its agent.
+	if err := n.stampImage(partial, n.sandboxAgent(id)); err != nil {
+		_ = os.RemoveAll(partial)
+		return err
+	}
 	if err := markComplete(partial); err != nil {
 		return err
 	}
@@ -232,6 +237,7 @@ func (n *Node) releaseRuntime(ctx context.Context, id string) {
 		n.log.Warn("release network slot", "sandbox", id, "err", err)
 	}
 	if sb, err := n.lookup(id); err == nil {
+		sb.closePortConns()
 		sb.Agent.Reset()
 	}
 }
@@ -356,6 +362,11 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 	if !n.cfg.Volumes.Exists(vol) {
 		return fmt.Errorf("restore %s: root volume is missing", spec.ID)
 	}
+	// The agent the image's memory holds, not the node's current one.
+	agent, guessed, err := n.imageAgent(spec.ID, imageDir)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", spec.ID, err)
+	}
 	binds, err := n.runtimeMounts(vol, spec.Mounts)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", spec.ID, err)
@@ -374,7 +385,7 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 	}
 	rs := runtime.Spec{
 		ID: spec.ID, RootfsPath: n.cfg.Volumes.Path(vol), NetNSPath: slot.NetNSPath(),
-		AgentDir: n.agentDir, Args: []string{agentPath}, Hostname: spec.ID, Limits: spec.Limits,
+		AgentDir: n.agents.mountDir(agent), Args: []string{agentPath}, Hostname: spec.ID, Limits: spec.Limits,
 		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Mounts: binds,
 	}
@@ -393,10 +404,14 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 		sb.Agent.Reset()
 		sb.setSuspendImage("")
 	}
+	sb.setAgent(agent)
 	readyCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
 	defer cancel()
 	if err := sb.Agent.waitHealthy(readyCtx); err != nil {
 		n.releaseRuntime(ctx, spec.ID)
+		if guessed {
+			return fmt.Errorf("restore %s: the image is older than agent digests and was restored with agent %.12s, which may not be the agent it was taken with: %w", spec.ID, agent, err)
+		}
 		return fmt.Errorf("restore %s: %w", spec.ID, err)
 	}
 	if id := spec.NewIdentity; id != nil {

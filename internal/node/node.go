@@ -6,14 +6,10 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 
@@ -62,7 +58,8 @@ type Config struct {
 	Runtime Runtime
 	Volumes Volumes
 	// AgentBinary is the static agent executable; it is copied into
-	// StateDir and mounted read-only into every sandbox.
+	// the agent store under StateDir and mounted read-only into every new
+	// sandbox (a restored one mounts the agent its image was taken with).
 	AgentBinary string
 	StateDir    string
 	// ImagesDir holds template images (images/templates/<id>).
@@ -87,13 +84,18 @@ type Config struct {
 
 // Node is the node service.
 type Node struct {
-	cfg      Config
-	agentDir string
-	// agentDigest is the sha256 of the installed agent: a pre-booted
-	// template image holds the agent that booted it in memory, and a
-	// restore with another binary under it does not come up.
+	cfg Config
+	// agentDir is the store's directory of the configured agent, which
+	// new sandboxes mount; agentDigest is its sha256. A saved image holds
+	// the agent that ran when it was taken, so a restore mounts that one
+	// instead (agents.go).
+	agentDir    string
 	agentDigest string
-	log         *slog.Logger
+	// legacyDigest is the agent of nodes from before the agent store, ""
+	// if this node never was one: what images without a digest hold.
+	legacyDigest string
+	agents       *agentStore
+	log          *slog.Logger
 
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
@@ -136,48 +138,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.New("node: no network namespace directory")
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, sandboxes: map[string]*Sandbox{}}
-	n.agentDir = filepath.Join(cfg.StateDir, "agent")
-	digest, err := installAgent(cfg.AgentBinary, n.agentDir)
-	if err != nil {
+	if err := n.setupAgents(cfg.AgentBinary); err != nil {
 		return nil, err
 	}
-	n.agentDigest = digest
 	return n, nil
-}
-
-// installAgent copies the agent binary next to the node's state so that a
-// rebuild of the source tree never changes what running sandboxes mount,
-// and returns the sha256 (hex) of what it installed.
-func installAgent(src, dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("install agent: %w", err)
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return "", fmt.Errorf("install agent: %w", err)
-	}
-	defer in.Close()
-	tmp, err := os.CreateTemp(dir, ".agent-*")
-	if err != nil {
-		return "", fmt.Errorf("install agent: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	sum := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, sum), in); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("install agent: %w", err)
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("install agent: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("install agent: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, agentName)); err != nil {
-		return "", fmt.Errorf("install agent: %w", err)
-	}
-	return hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 // lookup returns the node's handle of a running sandbox.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/space-platform/space/internal/network"
 )
@@ -30,5 +31,50 @@ func (s *Sandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial sandbox %s port %d: %w", s.ID, port, err)
 	}
-	return conn, nil
+	return s.trackPortConn(conn), nil
+}
+
+// portConn is a DialPort connection, closed by the node when the sandbox
+// stops or suspends.
+type portConn struct {
+	net.Conn
+	sb   *Sandbox
+	once sync.Once
+}
+
+func (c *portConn) Close() error {
+	c.once.Do(func() {
+		c.sb.mu.Lock()
+		delete(c.sb.portConns, c)
+		c.sb.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+func (s *Sandbox) trackPortConn(conn net.Conn) net.Conn {
+	c := &portConn{Conn: conn, sb: s}
+	s.mu.Lock()
+	if s.portConns == nil {
+		s.portConns = make(map[*portConn]struct{})
+	}
+	s.portConns[c] = struct{}{}
+	s.mu.Unlock()
+	return c
+}
+
+// closePortConns closes the connections DialPort made. Once the
+// sandbox's network stack is gone (killed, suspended) a connection into it
+// sees neither data nor a reset: without this, a proxied request in
+// flight (a code-interpreter execution streaming its output) would hang
+// until TCP gives up, minutes later, instead of failing at once.
+func (s *Sandbox) closePortConns() {
+	s.mu.Lock()
+	conns := make([]*portConn, 0, len(s.portConns))
+	for c := range s.portConns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 }

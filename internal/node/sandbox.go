@@ -37,7 +37,24 @@ type Sandbox struct {
 	// suspendImage is the image the sandbox was last suspended into while
 	// it stays suspended; a send of it carries the sessions (journal_export.go).
 	suspendImage string
-	node         *Node
+	// portConns are the open DialPort connections (proxy_support.go).
+	portConns map[*portConn]struct{}
+	// agentDigest is the agent binary the sandbox's runtime mounts (the
+	// one an image of it holds; agents.go).
+	agentDigest string
+	node        *Node
+}
+
+func (sb *Sandbox) setAgent(digest string) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.agentDigest = digest
+}
+
+func (sb *Sandbox) agent() string {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.agentDigest
 }
 
 // How long a new sandbox's agent and ready check may take.
@@ -115,6 +132,9 @@ func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime
 	if err := n.applyNetwork(slot, policy); err != nil {
 		return nil, err
 	}
+	if err := n.agents.record(id, n.agentDigest); err != nil {
+		return nil, fmt.Errorf("record the agent of %s: %w", id, err)
+	}
 	bootToken := randomHex(32)
 	rs := runtime.Spec{
 		ID:         id,
@@ -134,6 +154,7 @@ func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime
 		return nil, err
 	}
 	sb := n.newSandbox(id, bootToken)
+	sb.setAgent(n.agentDigest)
 	startCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
 	defer cancel()
 	if err := sb.Agent.waitHealthy(startCtx); err != nil {
@@ -202,6 +223,16 @@ func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) 
 		return false, nil
 	}
 	sb := n.newSandbox(id, accessToken)
+	// A runtime started before the agent store mounts the old single
+	// agent directory: the adopted agent of older nodes.
+	digest := n.agents.recorded(id)
+	if digest == "" {
+		digest = n.legacyDigest
+	}
+	if digest == "" {
+		digest = n.agentDigest
+	}
+	sb.setAgent(digest)
 	if st.Status == runtime.StatusRunning {
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -239,6 +270,7 @@ func (n *Node) release(ctx context.Context, id string) error {
 	n.uncommit(id)
 	if sb := n.unregister(id); sb != nil {
 		sb.closeSessions("sandbox stopped")
+		sb.closePortConns()
 		sb.Agent.Reset()
 	}
 	var errs []error
@@ -256,6 +288,8 @@ func (n *Node) release(ctx context.Context, id string) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("release %s: %w", id, err)
 	}
+	n.agents.forget(id)
+	n.collectAgents()
 	return nil
 }
 

@@ -160,7 +160,9 @@ func (n *Node) DropTemplateImage(_ context.Context, templateID string) error {
 	l := n.templateLock(templateID)
 	l.Lock()
 	defer l.Unlock()
-	return n.dropTemplateImage(templateID)
+	err := n.dropTemplateImage(templateID)
+	n.collectAgents()
+	return err
 }
 
 func (n *Node) dropTemplateImage(templateID string) error {

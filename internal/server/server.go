@@ -113,7 +113,10 @@ func DefaultConfig() Config {
 		ProxyListen:    "127.0.0.1:3001",
 		Platform:       "systrap",
 		BuildTemplates: []string{"minimal", "base"},
-		PoolSizes:      map[string]int{"base": 2},
+		// code-interpreter-v1 has its pool once it is built (it is not by
+		// default: --build-templates), so that the first runCode of the
+		// code-interpreter SDKs meets a warm kernel.
+		PoolSizes: map[string]int{"base": 2, "code-interpreter-v1": 1},
 		Defaults: controlplane.Defaults{
 			Template: "base", VCPUs: 1, MemoryMB: 512, DiskMB: 4096, Pids: 4096,
 			TimeoutS: 300, Retention: 10 * time.Minute,

@@ -25,8 +25,12 @@ import (
 var bootstrapSuites = map[string]string{"bookworm": "bookworm"}
 
 // bootstrapPackages are in every bootstrap stage: those of the built-in
-// Debian recipes (base, code-interpreter-v1; a test checks), so that they
-// build without downloading packages in the build sandbox. debootstrap
+// Debian recipes (a test checks; code-interpreter-v1-runtimes, which needs
+// far more, downloads its packages in the build sandbox), so that they
+// build without downloading packages in the build sandbox. The Jupyter
+// extras date from when code-interpreter-v1 installed only those; they
+// stay, as the stage's key (and every data dir's cached stage) hangs on
+// the list. debootstrap
 // includes the first ones; its own dependency handling cannot configure
 // the rest (python3-zmq fails), so apt-get installs them into the stage
 // next, still on the host and still without any recipe input.

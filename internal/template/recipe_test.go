@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,7 +78,7 @@ ready: "curl -sf localhost:8080"
 
 func TestBuiltins(t *testing.T) {
 	names := BuiltinNames()
-	if strings.Join(names, ",") != "base,code-interpreter-v1,minimal" {
+	if strings.Join(names, ",") != "base,code-interpreter-v1,code-interpreter-v1-runtimes,minimal" {
 		t.Fatalf("BuiltinNames() = %v", names)
 	}
 	for _, name := range names {
@@ -93,10 +94,16 @@ func TestBuiltins(t *testing.T) {
 	if _, ok := Builtin("nope"); ok {
 		t.Fatal("Builtin(nope) found something")
 	}
+	// The code interpreter is a thin layer (its server and kernel specs)
+	// over the runtimes, so that editing the server rebuilds in seconds.
 	ci, _ := Builtin("code-interpreter-v1")
-	if ci.From != "template:base" || ci.Start == "" || ci.Ready == "" || len(ci.Files) != 1 ||
-		ci.Files[0].Src != "builtin:code-interpreter-v1/server.py" {
+	if ci.From != "template:code-interpreter-v1-runtimes" || ci.Start == "" || ci.Ready == "" || len(ci.Packages) != 0 ||
+		len(ci.Files) != 2 || ci.Files[0].Src != "builtin:code-interpreter-v1" {
 		t.Fatalf("code-interpreter-v1 recipe: %+v", ci)
+	}
+	rt, _ := Builtin("code-interpreter-v1-runtimes")
+	if rt.From != "template:base" || len(rt.Files) != 0 || !slices.Contains(rt.Packages, "python3-matplotlib") {
+		t.Fatalf("code-interpreter-v1-runtimes recipe: %+v", rt)
 	}
 }
 

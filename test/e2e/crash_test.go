@@ -34,13 +34,19 @@ type crashServer struct {
 
 	// store, when set, is the server's --store (a postgres:// URL).
 	store string
+	// agent, when set, is the server's --agent (an upgrade's).
+	agent string
 }
 
 func (s *crashServer) start() {
 	t := s.t
+	agent := env.cfg.AgentPath
+	if s.agent != "" {
+		agent = s.agent
+	}
 	s.cmd = exec.Command(filepath.Join(env.binDir, "space"), "serve",
 		"--data-dir", s.dataDir, "--listen", s.listen, "--build-templates", "minimal",
-		"--runsc", env.cfg.RunscPath, "--agent", env.cfg.AgentPath, "--default-template", "minimal",
+		"--runsc", env.cfg.RunscPath, "--agent", agent, "--default-template", "minimal",
 		"--volume-image-gib", "8", "--pool", "", "--e2b-listen", "", "--proxy-listen", "")
 	if s.store != "" {
 		s.cmd.Args = append(s.cmd.Args, "--store", s.store)

@@ -110,7 +110,14 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	defer env.web.Close()
-	cfg.DNSUpstream = env.web.DNS.String()
+	// The fake web's names, and the package registries' for template
+	// builds (registrydns_test.go).
+	dnsAddr, stopDNS, err := startRegistryDNS(env.web.DNS)
+	if err != nil {
+		return 1, err
+	}
+	defer stopDNS()
+	cfg.DNSUpstream = dnsAddr
 	// Credential injection verifies the fake web's HTTPS servers.
 	cfg.EgressCAFile = filepath.Join(env.binDir, "web-ca.pem")
 	if err := os.WriteFile(cfg.EgressCAFile, env.web.CAPEM, 0o644); err != nil {

@@ -28,6 +28,14 @@ import (
 // directory, and no egress (its sandboxes have no way out).
 func secondNode(t *testing.T, id string) *node.Node {
 	t.Helper()
+	nd, _ := secondNodeWithAgent(t, id, env.cfg.AgentPath)
+	return nd
+}
+
+// secondNodeWithAgent is secondNode running another agent binary (a node
+// already upgraded); it also returns the node's data directory.
+func secondNodeWithAgent(t *testing.T, id, agent string) (*node.Node, string) {
+	t.Helper()
 	dir, err := filepathTemp(t, id)
 	if err != nil {
 		t.Fatal(err)
@@ -48,13 +56,13 @@ func secondNode(t *testing.T, id string) *node.Node {
 	}
 	t.Cleanup(func() { releaseDataDir(dir) })
 	nd, err := node.New(node.Config{
-		Namespaces: slots, Runtime: rt, Volumes: pool, AgentBinary: env.cfg.AgentPath,
+		Namespaces: slots, Runtime: rt, Volumes: pool, AgentBinary: agent,
 		StateDir: filepath.Join(dir, "node"), ImagesDir: filepath.Join(dir, "images"), ID: id,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nd
+	return nd, dir
 }
 
 // filepathTemp is a test directory on the disk the server's data is on
@@ -137,7 +145,6 @@ func TestSuspendedSandboxMovesToAnotherNode(t *testing.T) {
 	if err != nil || rec.State != apiv1.StateSuspended {
 		t.Fatalf("suspend: %+v, %v", rec, err)
 	}
-	image := sb.ID + "/suspend" // as the control plane names it
 	// What the session printed before the move, from node A's journal.
 	a := overRPC(t, env.srv.Node())
 	before := journalOf(t, ctx, a, sb.ID, sess.ID)
@@ -147,26 +154,9 @@ func TestSuspendedSandboxMovesToAnotherNode(t *testing.T) {
 
 	bNode := secondNode(t, "node-b")
 	b := overRPC(t, bNode)
-	vol := "sandboxes/" + sb.ID
-	relay(t, "root volume",
-		func(w io.Writer) error { return a.SendVolume(ctx, vol, w) },
-		func(r io.Reader) error {
-			return b.ReceiveVolume(ctx, nodeapi.ReceiveVolumeRequest{Name: vol, Writable: true, DiskMB: rec.DiskMB}, r)
-		})
-	relay(t, "memory image",
-		func(w io.Writer) error { return a.SendImage(ctx, image, w) },
-		func(r io.Reader) error { return b.ReceiveImage(ctx, image, r) })
-	d := env.cfg.Defaults
-	if err := b.ResumeFrom(ctx, nodeapi.RestoreSpec{
-		ID: sb.ID, Image: image, DiskMB: rec.DiskMB, AccessToken: rec.AccessToken,
-		Limits: runtime.Limits{VCPUs: rec.VCPUs, MemoryMB: rec.MemoryMB, Pids: d.Pids},
-	}); err != nil {
+	if err := moveSuspended(t, ctx, a, bNode, b, rec); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = bNode.Destroy(context.Background(), sb.ID)
-		_ = bNode.DeleteImage(context.Background(), image)
-	})
 
 	data, err := b.Sandbox(ctx, sb.ID)
 	if err != nil {
@@ -221,6 +211,32 @@ func TestSuspendedSandboxMovesToAnotherNode(t *testing.T) {
 			t.Fatalf("line %d is %q: the counter did not go on from where it was", i, line)
 		}
 	}
+}
+
+// moveSuspended moves a suspended sandbox's root volume and suspend image
+// from node a to node b (bNode, over b) as a drain does, and resumes it
+// there; the test's end removes it from b.
+func moveSuspended(t *testing.T, ctx context.Context, a nodeapi.Node, bNode *node.Node, b nodeapi.Node, rec *apiv1.Sandbox) error {
+	t.Helper()
+	image := rec.ID + "/suspend" // as the control plane names it
+	vol := "sandboxes/" + rec.ID
+	relay(t, "root volume",
+		func(w io.Writer) error { return a.SendVolume(ctx, vol, w) },
+		func(r io.Reader) error {
+			return b.ReceiveVolume(ctx, nodeapi.ReceiveVolumeRequest{Name: vol, Writable: true, DiskMB: rec.DiskMB}, r)
+		})
+	relay(t, "memory image",
+		func(w io.Writer) error { return a.SendImage(ctx, image, w) },
+		func(r io.Reader) error { return b.ReceiveImage(ctx, image, r) })
+	t.Cleanup(func() {
+		_ = bNode.Destroy(context.Background(), rec.ID)
+		_ = bNode.DeleteImage(context.Background(), image)
+	})
+	d := env.cfg.Defaults
+	return b.ResumeFrom(ctx, nodeapi.RestoreSpec{
+		ID: rec.ID, Image: image, DiskMB: rec.DiskMB, AccessToken: rec.AccessToken,
+		Limits: runtime.Limits{VCPUs: rec.VCPUs, MemoryMB: rec.MemoryMB, Pids: d.Pids},
+	})
 }
 
 var errFound = errors.New("found")

@@ -25,3 +25,14 @@ const Version = "0.6.4"
 
 // Header carries Version on the agent's answers, named as envd names it.
 const Header = "X-Envd-Version"
+
+// Build names the agent's build when the linker sets it (-ldflags "-X
+// github.com/space-platform/space/internal/agent/envdversion.Build=..."):
+// a sandbox restored from an image keeps the agent it was taken with, so
+// after an upgrade two builds answer side by side, and BuildHeader on
+// /health tells which one a sandbox runs.
+var Build string
+
+// BuildHeader carries Build on the agent's /health answers (a space
+// addition; envd has none).
+const BuildHeader = "X-Space-Agent-Build"

@@ -1032,6 +1032,12 @@ func (s *fakeSandbox) DialPort(ctx context.Context, port int) (net.Conn, error) 
 	}
 	client, server := net.Pipe()
 	go serve(server)
+	// Like a node's, the connection ends when the sandbox stops.
+	go func() {
+		<-s.done
+		client.Close()
+		server.Close()
+	}()
 	return client, nil
 }
 

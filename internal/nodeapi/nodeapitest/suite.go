@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -1015,6 +1016,19 @@ func testDialPort(t *testing.T, h Harness) {
 	buf := make([]byte, 5)
 	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "ping\n" {
 		t.Fatalf("echo: %q, %v", buf, err)
+	}
+
+	// The connection ends with the sandbox: a proxied request in flight
+	// fails at once rather than hang on a network stack that is gone.
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := h.Node.Destroy(ctx, sb.ID()); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	began := time.Now()
+	if n, err := conn.Read(buf); err == nil {
+		t.Fatalf("read %q from a destroyed sandbox's port", buf[:n])
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connection to a destroyed sandbox's port stays open (%s)", time.Since(began).Round(time.Millisecond))
 	}
 }
 

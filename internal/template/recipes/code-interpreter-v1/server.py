@@ -10,10 +10,19 @@ code-interpreter SDKs talk to it on port 49999; see docs/e2b.md):
   POST   /contexts/{id}/restart  restart its kernel (state is lost)
   DELETE /contexts/{id}          shut its kernel down
 
-A context is one Jupyter python3 kernel (ipykernel) driven with
-jupyter_client; its state lasts from one execution to the next. One default
-python context exists from the start. Only the standard library and
-jupyter_client are used (Debian packages, no pip).
+A context is one Jupyter kernel driven with jupyter_client; its state
+lasts from one execution to the next. Languages (LANGUAGES below): python
+(ipykernel, with E2B's chart and data formats from space_display.py), r
+(IRkernel), javascript and typescript (Deno's kernel), bash and java (the
+template's own kernels, kernels/). Each language has a default context,
+made at its first execution without a context; the python one exists from
+the start. Only the standard library and jupyter_client are used here
+(Debian packages, no pip).
+
+A client that goes away during an execution (the SDK's timeoutMs, an
+abort) interrupts it: the kernel gets SIGINT, and if it has not finished
+INTERRUPT_GRACE_SECONDS later it is killed (the next execution starts a
+new one), so an abandoned execution never blocks the next.
 
 Each /execute streams one JSON object per line: stdout, stderr, result,
 error, number_of_executions, keepalive (while nothing else comes) and
@@ -33,7 +42,11 @@ import json
 import logging
 import os
 import queue
+import re
+import select
+import shlex
 import signal
+import socket
 import sys
 import threading
 import time
@@ -57,7 +70,15 @@ IDENTITY_FILE = "/run/space/identity.json"
 # The agent's /envs includes its own environment (HOME=/root and the like);
 # the kernel keeps the identity of the user it runs as.
 IDENTITY_KEYS = ("HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD")
+# What each kernel keeps of its own environment rather than take the
+# agent's: matplotlib's backend is the inline one in kernels (the template
+# sets Agg for scripts).
+KERNEL_KEYS = ("MPLBACKEND",)
+HERE = os.path.dirname(os.path.abspath(__file__))
 KEEPALIVE_SECONDS = 5.0
+# How often a waiting /execute checks that its client is still there.
+CLIENT_POLL_SECONDS = 0.25
+INTERRUPT_GRACE_SECONDS = 5.0
 HEADERS_DELAY_SECONDS = 1.0
 KERNEL_READY_SECONDS = 120.0
 MAX_BODY_BYTES = 64 << 20
@@ -86,6 +107,10 @@ class HTTPError(Exception):
         self.message = message
 
 
+class ClientGone(Exception):
+    """The client of an /execute closed its connection."""
+
+
 class KernelGone(Exception):
     """The kernel process ended while it was being used."""
 
@@ -107,6 +132,8 @@ def result_line(data, is_main):
     extra = {}
     for mime, value in (data or {}).items():
         key = MIME_KEYS.get(mime)
+        if mime.startswith("image/") and mime != "image/svg+xml" and isinstance(value, str):
+            value = value.strip()  # IPython's base64 ends with a newline
         if key is None:
             extra[mime] = value
         else:
@@ -140,7 +167,7 @@ def fetch_sandbox_env(access_token):
         return None
     if not isinstance(envs, dict):
         return None
-    return {str(k): str(v) for k, v in envs.items() if k not in IDENTITY_KEYS}
+    return {str(k): str(v) for k, v in envs.items() if k not in IDENTITY_KEYS and k not in KERNEL_KEYS}
 
 
 def identity_stamp():
@@ -151,18 +178,100 @@ def identity_stamp():
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def set_env_code(env):
+def _py_set(env):
     return "__import__('os').environ.update(%r)" % (dict(env),)
 
 
-def reset_env_code(keys, base):
+def _py_reset(restore, remove):
+    return "(lambda e: (e.update(%r), [e.pop(k, None) for k in %r]))(__import__('os').environ)" % (restore, remove)
+
+
+def _r_args(env):
+    return ", ".join("%s = %s" % (json.dumps(k), json.dumps(v)) for k, v in env.items())
+
+
+def _r_set(env):
+    return "invisible(Sys.setenv(%s))" % _r_args(env)
+
+
+def _r_reset(restore, remove):
+    parts = []
+    if restore:
+        parts.append("Sys.setenv(%s)" % _r_args(restore))
+    if remove:
+        parts.append("Sys.unsetenv(c(%s))" % ", ".join(json.dumps(k) for k in remove))
+    return "invisible(list(%s))" % ", ".join(parts)
+
+
+def _deno_set(env):
+    return "".join("Deno.env.set(%s, %s);" % (json.dumps(k), json.dumps(v)) for k, v in env.items())
+
+
+def _deno_reset(restore, remove):
+    return _deno_set(restore) + "".join("Deno.env.delete(%s);" % json.dumps(k) for k in remove)
+
+
+_SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _bash_set(env):
+    return "\n".join("export %s=%s" % (k, shlex.quote(v)) for k, v in env.items() if _SHELL_NAME.match(k))
+
+
+def _bash_reset(restore, remove):
+    return "\n".join([_bash_set(restore)] + ["unset %s" % k for k in remove if _SHELL_NAME.match(k)])
+
+
+class Language:
+    """How a language's contexts are run: the kernel spec, and the code
+    that sets and resets environment variables inside the kernel (None: the
+    kernel's environment is fixed at its start, as the JVM's)."""
+
+    def __init__(self, name, kernel, set_env=None, reset_env=None, memory_mib=150):
+        self.name = name
+        self.kernel = kernel
+        self.set_env = set_env
+        self.reset_env = reset_env
+        # About what a fresh kernel of the language takes (measured in a
+        # sandbox, with its wrapper process): a kernel is not started
+        # without that much memory available.
+        self.memory_mib = memory_mib
+
+
+LANGUAGES = {
+    "python": Language("python", "python3", _py_set, _py_reset, memory_mib=130),
+    "r": Language("r", "space-r", _r_set, _r_reset, memory_mib=220),
+    "javascript": Language("javascript", "space-deno", _deno_set, _deno_reset, memory_mib=280),
+    "typescript": Language("typescript", "space-deno", _deno_set, _deno_reset, memory_mib=280),
+    "bash": Language("bash", "space-bash", _bash_set, _bash_reset, memory_mib=70),
+    "java": Language("java", "space-java", memory_mib=280),
+}
+# Other names the SDKs and E2B's documentation use for them.
+LANGUAGE_ALIASES = {
+    "py": "python", "python3": "python",
+    "js": "javascript", "node": "javascript", "nodejs": "javascript",
+    "ts": "typescript", "deno": "typescript",
+    "sh": "bash", "shell": "bash",
+}
+
+
+def env_reset(language, keys, base):
     """Code putting keys back to their base values (or removing them)."""
     restore = {k: base[k] for k in keys if k in base}
     remove = [k for k in keys if k not in base]
-    return "(lambda e: (e.update(%r), [e.pop(k, None) for k in %r]))(__import__('os').environ)" % (
-        restore,
-        remove,
-    )
+    return language.reset_env(restore, remove)
+
+
+class Job:
+    """One /execute request, as the context's thread runs it."""
+
+    def __init__(self, code, env_vars, access_token):
+        self.code = code
+        self.env_vars = env_vars
+        self.access_token = access_token
+        self.out = queue.Queue()
+        self.abandoned = threading.Event()
+        self.done = threading.Event()
 
 
 class Context:
@@ -176,15 +285,19 @@ class Context:
 
     END = object()
 
-    def __init__(self, language, cwd):
+    def __init__(self, language, cwd, start_env=None):
         self.id = str(uuid.uuid4())
+        self.lang = LANGUAGES[language]
         self.language = language
         self.cwd = cwd
+        self.start_env = start_env  # the sandbox's environment, when known at the start
+        self.kernel_env = {}
         self.km = None
         self.kc = None
         self.sandbox_env = None  # applied to the kernel once fetched
         self.identity = None  # identity_stamp() when sandbox_env was fetched
         self.busy = False
+        self.running = None  # the Job being executed
         self.cancelled = None  # error name to report when the kernel is killed under an execution
         self._jobs = queue.Queue()
         self._closed = False
@@ -238,15 +351,25 @@ class Context:
 
     def start(self):
         env = dict(os.environ)
+        if self.start_env:
+            env.update(self.start_env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        km = KernelManager(kernel_name="python3")
-        km.start_kernel(
-            cwd=self.cwd,
-            env=env,
-            extra_arguments=["--HistoryManager.hist_file=:memory:"],
-        )
+        extra = []
+        if self.lang.kernel == "python3":
+            extra = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.extensions=space_display"]
+            # space_display and charts live next to this file; the
+            # extension drops this again, so the user's subprocesses do not
+            # inherit it.
+            env["PYTHONPATH"] = HERE
+            env["SPACE_DISPLAY_PATH"] = HERE
+            env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+        km = KernelManager(kernel_name=self.lang.kernel)
+        km.start_kernel(cwd=self.cwd, env=env, extra_arguments=extra)
+        self.kernel_env = env  # what the kernel process started with
         self.km = km
         self._connect()
+        if self.start_env:
+            self.sandbox_env, self.identity = self.start_env, identity_stamp()
 
     def _connect(self):
         kc = self.km.client()
@@ -315,22 +438,12 @@ class Context:
     # -- executions (context thread) --------------------------------------------
 
     def _silent(self, code):
-        """Runs code without output or history and waits for its reply."""
-        msg_id = self.kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                reply = self.kc.get_shell_msg(timeout=1)
-            except queue.Empty:
-                if not self._alive():
-                    raise KernelGone()
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the kernel did not answer")
-                continue
-            if reply["parent_header"].get("msg_id") == msg_id:
-                if reply["content"].get("status") != "ok":
-                    log.warning("context %s: setup code failed: %s", self.id, reply["content"].get("evalue"))
-                return
+        """Sends code to run without output or history, and does not wait:
+        the kernel runs requests in order, so setup code sent before an
+        execution has run when the execution starts. (Waiting for its
+        reply cost the first runCode of a sandbox a round trip to the
+        kernel.) Its reply is skipped by _drain_reply."""
+        self.kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False)
 
     def _drain_reply(self, msg_id):
         deadline = time.monotonic() + 5
@@ -342,34 +455,86 @@ class Context:
             if reply["parent_header"].get("msg_id") == msg_id:
                 return
 
-    def execute(self, code, env_vars, access_token, out):
-        """Runs code, putting output lines (dicts) on out, then END."""
+    def execute(self, job):
+        """Runs job's code, putting output lines (dicts) on job.out, then END."""
+        if job.abandoned.is_set():  # its client left while it was queued
+            job.out.put(Context.END)
+            return
         self.busy = True
+        self.running = job
+        lang = self.lang
         try:
             self._ensure_alive()
             stamp = identity_stamp()
-            if self.sandbox_env is None or stamp != self.identity:
-                env = fetch_sandbox_env(access_token)
+            if lang.set_env and (self.sandbox_env is None or stamp != self.identity):
+                env = fetch_sandbox_env(job.access_token)
                 if env is not None:
-                    self._silent(set_env_code(env))
+                    # Only what the kernel does not have already: a sandbox
+                    # created without envs usually needs nothing.
+                    base = self.sandbox_env if self.sandbox_env is not None else self.kernel_env
+                    diff = {k: v for k, v in env.items() if base.get(k) != v}
+                    if diff:
+                        self._silent(lang.set_env(diff))
                     self.sandbox_env, self.identity = env, stamp
+            env_vars = job.env_vars if lang.set_env else None
             if env_vars:
-                self._silent(set_env_code(env_vars))
+                self._silent(lang.set_env(env_vars))
             try:
-                self._run(code, out)
+                self._run(job.code, job.out)
             finally:
                 if env_vars and self._alive():
-                    self._silent(reset_env_code(list(env_vars), self.sandbox_env or {}))
+                    self._silent(env_reset(lang, list(env_vars), self.sandbox_env or {}))
         except KernelGone:
-            out.put(self._gone_error())
+            job.out.put(self._gone_error())
         except Exception as e:  # noqa: BLE001 - reported to the client
             log.exception("context %s: execution failed", self.id)
-            out.put({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": ""})
+            job.out.put({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": ""})
         finally:
+            self.running = None
             self.busy = False
-            out.put(Context.END)
+            job.done.set()
+            job.out.put(Context.END)
+
+    def abandon(self, job):
+        """The client of job went away (any thread): a queued job is
+        skipped; a running one is interrupted, and its kernel killed if it
+        does not stop within INTERRUPT_GRACE_SECONDS, so that the next
+        execution runs."""
+        job.abandoned.set()
+        if self.running is not job:
+            return
+        log.info("context %s: client gone; interrupting the execution", self.id)
+        self.interrupt()
+
+        def watchdog():
+            if not job.done.wait(INTERRUPT_GRACE_SECONDS) and self.running is job:
+                log.warning("context %s: the kernel ignored the interrupt; killing it", self.id)
+                self.kill_kernel("ExecutionInterrupted")
+
+        threading.Thread(target=watchdog, daemon=True).start()
+
+    def interrupt(self):
+        """SIGINT to the kernel (any thread): jupyter's interrupt for
+        kernels of interrupt_mode signal, which all of the template's are."""
+        proc = getattr(getattr(self.km, "provisioner", None), "process", None) if self.km else None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            pgid = os.getpgid(proc.pid)
+            if pgid != os.getpgrp():
+                os.killpg(pgid, signal.SIGINT)
+                return
+        except OSError:
+            pass
+        try:
+            os.kill(proc.pid, signal.SIGINT)
+        except OSError:
+            pass
 
     def _gone_error(self):
+        if self.cancelled == "ExecutionInterrupted":
+            return {"type": "error", "name": self.cancelled, "traceback": "",
+                    "value": "the execution's client went away and the kernel did not stop on an interrupt; it was killed, and the next execution starts a new one"}
         if self.cancelled:
             return {"type": "error", "name": self.cancelled, "value": "Context was restarted", "traceback": ""}
         code = None
@@ -384,12 +549,27 @@ class Context:
         }
 
     def _run(self, code, out):
-        msg_id = self.kc.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=True)
+        # stop_on_error=False: after an error (an interrupt's
+        # KeyboardInterrupt too) ipykernel would otherwise abort requests
+        # that arrive in the next moments, such as the client's next one.
+        # Executions here are one at a time anyway.
+        msg_id = self.kc.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False)
         errored = False
+        # IRkernel shows a cell's visible value as display_data, not as an
+        # execute_result: for R the last display of an execution is its
+        # main result (held back until the next message shows it is not).
+        last_display = self.lang.name == "r"
+        held = None
+        # Deno's kernel sometimes publishes a cell's result after its idle
+        # status: once idle and replied, iopub is read a little longer.
+        late = 0.05 if self.lang.kernel == "space-deno" else 0.0
+        idle = False
         while True:
             try:
-                msg = self.kc.get_iopub_msg(timeout=0.5)
+                msg = self.kc.get_iopub_msg(timeout=late if idle else 0.5)
             except queue.Empty:
+                if idle:
+                    break
                 if not self._alive():
                     raise KernelGone()
                 continue
@@ -397,14 +577,21 @@ class Context:
                 continue
             kind = msg["msg_type"]
             content = msg["content"]
+            if held is not None and kind in ("stream", "execute_result", "display_data", "error"):
+                out.put(result_line(held, False))
+                held = None
             if kind == "stream":
                 name = content.get("name")
                 if name in ("stdout", "stderr"):
                     out.put({"type": name, "text": content.get("text", ""), "timestamp": timestamp(msg["header"].get("date"))})
             elif kind == "execute_result":
+                last_display = False
                 out.put(result_line(content.get("data"), True))
             elif kind == "display_data":
-                out.put(result_line(content.get("data"), False))
+                if last_display:
+                    held = content.get("data")
+                else:
+                    out.put(result_line(content.get("data"), False))
             elif kind == "error":
                 if not errored:
                     errored = True
@@ -418,20 +605,54 @@ class Context:
                 out.put({"type": "number_of_executions", "execution_count": content.get("execution_count")})
             elif kind == "status" and content.get("execution_state") == "idle":
                 self._drain_reply(msg_id)
-                return
+                idle = True
+                if not late:
+                    break
+        if held is not None:
+            out.put(result_line(held, True))
+
+
+def available_mib():
+    """MemAvailable of the sandbox (its memory limit, under gVisor), or
+    None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(language):
+    """Refuses to start a kernel the sandbox has no memory for: past its
+    limit the whole sandbox is killed, every context with it. A 503 with
+    what to do instead."""
+    need = LANGUAGES[language].memory_mib
+    free = available_mib()
+    if free is not None and free < need:
+        raise HTTPError(503, (
+            "not enough memory to start a %s kernel: %d MiB available, about %d MiB needed; "
+            "remove contexts you no longer use (each is a kernel process) or give the sandbox more memory"
+        ) % (language, free, need))
 
 
 class Registry:
-    """The contexts by id, and which one is the default."""
+    """The contexts by id, and each language's default one."""
 
     def __init__(self, cwd):
         self.cwd = cwd
         self.lock = threading.Lock()
         self.contexts = {}
-        self.default_id = None
+        self.default_ids = {}  # language -> context id
+        # One creation of a language's default at a time (a JVM takes
+        # seconds to start; two racing requests must not make two).
+        self.default_locks = {name: threading.Lock() for name in LANGUAGES}
 
-    def create(self, language, cwd):
-        ctx = Context(language, cwd)
+    def create(self, language, cwd, start_env=None):
+        check_memory(language)
+        ctx = Context(language, cwd, start_env)
         try:
             ctx.call(ctx.start)
         except Exception:
@@ -447,23 +668,16 @@ class Registry:
         with self.lock:
             return self.contexts.get(context_id)
 
-    def default(self):
-        with self.lock:
-            ctx = self.contexts.get(self.default_id)
-        if ctx is not None:
+    def default(self, language="python", start_env=None):
+        with self.default_locks[language]:
+            with self.lock:
+                ctx = self.contexts.get(self.default_ids.get(language))
+            if ctx is not None:
+                return ctx
+            ctx = self.create(language, self.cwd, start_env)
+            with self.lock:
+                self.default_ids[language] = ctx.id
             return ctx
-        ctx = self.create("python", self.cwd)
-        with self.lock:
-            if self.default_id in self.contexts:  # another request made one first
-                other = self.contexts[self.default_id]
-                self.contexts.pop(ctx.id, None)
-            else:
-                self.default_id, other = ctx.id, None
-        if other is not None:
-            ctx.call(ctx.shutdown)
-            ctx.stop_thread()
-            return other
-        return ctx
 
     def remove(self, context_id):
         with self.lock:
@@ -476,14 +690,34 @@ class Registry:
 
 
 def normalize_language(language):
+    """The LANGUAGES key of a request's language (python when absent)."""
     if language is None or language == "":
         return "python"
     if not isinstance(language, str):
         raise HTTPError(400, "language must be a string")
     lang = language.strip().lower()
-    if lang in ("python", "python3", "py"):
-        return "python"
-    raise HTTPError(400, "language %r is not supported by this template (only python)" % language)
+    lang = LANGUAGE_ALIASES.get(lang, lang)
+    if lang not in LANGUAGES:
+        raise HTTPError(400, "language %r is not supported by this template (one of %s)" % (
+            language, ", ".join(sorted(LANGUAGES))))
+    return lang
+
+
+def check_cwd(cwd):
+    """A context's working directory: an existing directory the kernel's
+    user may enter (else 400, never a kernel that fails to start)."""
+    if not isinstance(cwd, str) or not cwd:
+        raise HTTPError(400, "cwd must be a non-empty string")
+    if "\x00" in cwd or len(cwd) > 4096:
+        raise HTTPError(400, "cwd is not a valid path")
+    if not os.path.isabs(cwd):
+        raise HTTPError(400, "cwd must be an absolute path")
+    cwd = os.path.normpath(cwd)
+    if not os.path.isdir(cwd):
+        raise HTTPError(400, "cwd %s is not an existing directory" % cwd)
+    if not os.access(cwd, os.R_OK | os.X_OK):
+        raise HTTPError(400, "cwd %s is not accessible to the kernel's user" % cwd)
+    return cwd
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -592,12 +826,13 @@ class Handler(BaseHTTPRequestHandler):
     def create_context(self):
         body = self._json_body()
         language = normalize_language(body.get("language"))
-        cwd = body.get("cwd") or "/home/user"
-        if not isinstance(cwd, str) or not os.path.isabs(cwd):
-            raise HTTPError(400, "cwd must be an absolute path")
-        if not os.path.isdir(cwd):
-            raise HTTPError(400, "cwd %s is not an existing directory" % cwd)
-        ctx = self.registry.create(language, cwd)
+        cwd = body.get("cwd")
+        cwd = self.registry.cwd if cwd is None or cwd == "" else check_cwd(cwd)
+        # The kernel starts with the sandbox's environment when the agent
+        # gives it now (the SDKs send no access token here; a secured
+        # sandbox's is then applied at the first execution instead).
+        env = fetch_sandbox_env(self.headers.get("X-Access-Token"))
+        ctx = self.registry.create(language, cwd, env)
         self._send(200, ctx.describe())
 
     def restart_context(self, context_id):
@@ -632,16 +867,50 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(env_vars, dict):
             raise HTTPError(400, "env_vars must be an object")
         env_vars = {str(k): "" if v is None else str(v) for k, v in env_vars.items()}
+        token = self.headers.get("X-Access-Token")
         if context_id:
+            if not isinstance(context_id, str):
+                raise HTTPError(400, "context_id must be a string")
             ctx = self._context(context_id)
         else:
-            normalize_language(language)
-            ctx = self.registry.default()
-        token = self.headers.get("X-Access-Token")
+            lang = normalize_language(language)
+            ctx = self.registry.default(lang, fetch_sandbox_env(token) if lang != "python" else None)
 
-        out = queue.Queue()
-        ctx.submit(lambda: ctx.execute(code, env_vars, token, out))
+        job = Job(code, env_vars, token)
+        ctx.submit(lambda: ctx.execute(job))
+        try:
+            self._stream_job(ctx, job)
+        except (BrokenPipeError, ConnectionResetError, ClientGone):
+            ctx.abandon(job)
+            self.close_connection = True
 
+    def _client_gone(self):
+        """Whether the client closed its end: the socket reads as EOF.
+        (It sends nothing more after its request; data would be a
+        pipelined request, which keeps it alive.)"""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _next(self, job, timeout):
+        """The job's next output item within timeout, or None; raises
+        ClientGone as soon as the client has left."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                return job.out.get(timeout=min(left, CLIENT_POLL_SECONDS))
+            except queue.Empty:
+                if self._client_gone():
+                    raise ClientGone()
+
+    def _stream_job(self, ctx, job):
         # The status line goes out with the first output line (the
         # execution's number, once the kernel has taken the code), or after
         # HEADERS_DELAY_SECONDS while the kernel is busy. Answering at once
@@ -649,10 +918,7 @@ class Handler(BaseHTTPRequestHandler):
         # may still be reading the request body to EOF when the headers
         # come back, and Go's server then discards and closes that body,
         # which fails the proxied request (about 1 execution in 100).
-        try:
-            item = out.get(timeout=HEADERS_DELAY_SECONDS)
-        except queue.Empty:
-            item = None
+        item = self._next(job, HEADERS_DELAY_SECONDS)
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.send_header("Transfer-Encoding", "chunked")
@@ -661,9 +927,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         while True:
             if item is None:
-                try:
-                    item = out.get(timeout=KEEPALIVE_SECONDS)
-                except queue.Empty:
+                item = self._next(job, KEEPALIVE_SECONDS)
+                if item is None:
                     item = {"type": "keepalive"}
             if item is Context.END:
                 self._chunk({"type": "end_of_execution"})
