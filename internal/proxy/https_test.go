@@ -42,7 +42,9 @@ func (c httpsControlPlane) Get(_ project.Scope, id string) (controlplane.Sandbox
 	return controlplane.Sandbox{ID: id, State: apiv1.StateRunning, Traffic: &controlplane.Traffic{HTTPSPorts: c.ports}}, nil
 }
 
-func (c httpsControlPlane) List(project.Scope, controlplane.Filter) []controlplane.Sandbox { return nil }
+func (c httpsControlPlane) List(project.Scope, controlplane.Filter) []controlplane.Sandbox {
+	return nil
+}
 
 // A port the sandbox declared HTTPS (E2B's httpsPorts) is reached over
 // TLS, its self-signed certificate accepted; any other port stays plain

@@ -179,7 +179,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(headerSandboxPort)
 	r.Header.Del(headerTrafficToken) // the sandbox's services have no use for it
 	enableFullDuplex(w)
-	body := guardBody(w, r)
+	body, w := guardBody(w, r)
 	defer body.finish() // no read of the client's body outlives this handler
 	if t.port == EnvdPort {
 		p.envd(sb).ServeHTTP(w, r)
