@@ -110,6 +110,36 @@ func (cp *ControlPlane) resumeFromDisk(ctx context.Context, r *record, n Node) e
 		return n.BootFromDisk(ctx, cp.createSpec(s, tpl))
 	}, func(s *Sandbox) {
 		s.ExpiresAt = time.Now().UTC().Add(time.Duration(s.TimeoutS) * time.Second)
-		s.DiskOnly = false
+		// A memory image left by a suspend that kept memory describes the
+		// past once the disk booted (ResumeFromDisk).
+		s.DiskOnly, s.Image = false, ""
+	})
+}
+
+// ResumeFromDisk resumes a suspended sandbox by booting its disk afresh,
+// whether or not its suspend kept memory (E2B's connect with onResume
+// 'reboot', the way out of a memory image that wedges the guest): a new
+// boot, the template's start command, the files as the suspend left them,
+// no processes. A frozen sandbox still holds its memory in its runtime and
+// is simply thawed.
+func (cp *ControlPlane) ResumeFromDisk(ctx context.Context, id string) (Sandbox, error) {
+	return cp.locked(id, func(r *record) error {
+		s := cp.snapshot(r)
+		if s.State != apiv1.StateSuspended {
+			return cp.resume(ctx, r)
+		}
+		n, err := cp.nodeOf(s)
+		if err != nil {
+			return err
+		}
+		if err := cp.resumeFromDisk(ctx, r, n); err != nil {
+			return err
+		}
+		if s.Image != "" {
+			if err := cp.removeImage(ctx, n, s.Image); err != nil {
+				cp.log.Warn("remove memory image a reboot left unused", "sandbox", id, "err", err)
+			}
+		}
+		return nil
 	})
 }

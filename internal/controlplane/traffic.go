@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,46 @@ type Traffic struct {
 	// MaskHost is the Host header requests to the exposed ports get
 	// ("${PORT}" is the port); empty keeps the client's.
 	MaskHost string `json:"mask_host,omitempty"`
+	// HTTPSPorts are the ports the proxy reaches over TLS, sorted.
+	HTTPSPorts []int `json:"https_ports,omitempty"`
+}
+
+// maxHTTPSPorts bounds https_ports; a sandbox serves a handful of ports.
+const maxHTTPSPorts = 64
+
+// agentPort is the port the agent (envd) is addressed on; it speaks plain
+// HTTP over the node's channel and cannot be made an HTTPS port.
+const agentPort = 49983
+
+// checkHTTPSPorts validates https_ports.
+func checkHTTPSPorts(ports []int) error {
+	if len(ports) > maxHTTPSPorts {
+		return invalid("network.https_ports lists %d ports, at most %d", len(ports), maxHTTPSPorts)
+	}
+	for _, p := range ports {
+		switch {
+		case p < 1 || p > 65535:
+			return invalid("network.https_ports: %d is not a port (1-65535)", p)
+		case p == agentPort:
+			return invalid("network.https_ports: %d is envd's port and cannot be listed", p)
+		}
+	}
+	return nil
+}
+
+// sortedPorts is ports sorted without repeats (nil when empty).
+func sortedPorts(ports []int) []int {
+	if len(ports) == 0 {
+		return nil
+	}
+	out := append([]int(nil), ports...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// ServesHTTPS reports whether the proxy reaches port over TLS.
+func (s Sandbox) ServesHTTPS(port int) bool {
+	return s.Traffic != nil && slices.Contains(s.Traffic.HTTPSPorts, port)
 }
 
 // portVariable in a mask stands for the port a request is for.
@@ -68,6 +109,9 @@ func (cp *ControlPlane) checkTraffic(req *apiv1.NetworkPolicy) error {
 	if err := checkMaskHost(req.MaskRequestHost); err != nil {
 		return err
 	}
+	if err := checkHTTPSPorts(req.HTTPSPorts); err != nil {
+		return err
+	}
 	d := cp.cfg.Defaults
 	for _, l := range []struct {
 		name            string
@@ -100,6 +144,7 @@ func (cp *ControlPlane) trafficOf(req *apiv1.NetworkPolicy) *Traffic {
 			t.Token = newToken()
 		}
 		t.MaskHost = req.MaskRequestHost
+		t.HTTPSPorts = sortedPorts(req.HTTPSPorts)
 	}
 	l := server.Tighter(asked)
 	t.BandwidthMbit, t.MaxConnections = l.BandwidthMbit, l.MaxConnections
@@ -147,6 +192,7 @@ func (t *Traffic) view(p *apiv1.NetworkPolicy) *apiv1.NetworkPolicy {
 	p.BandwidthMbit, p.MaxConnections = l.BandwidthMbit, l.MaxConnections
 	if t != nil {
 		p.MaskRequestHost = t.MaskHost
+		p.HTTPSPorts = t.HTTPSPorts
 	}
 	return p
 }
@@ -167,6 +213,8 @@ func (cp *ControlPlane) checkTrafficUnchanged(id string, req apiv1.NetworkPolicy
 		return invalid("network.bandwidth_mbit is chosen when the sandbox is created and cannot be changed (it is %d)", current.BandwidthMbit)
 	case req.MaskRequestHost != "" && req.MaskRequestHost != current.MaskRequestHost:
 		return invalid("network.mask_request_host is chosen when the sandbox is created and cannot be changed")
+	case req.HTTPSPorts != nil && !slices.Equal(sortedPorts(req.HTTPSPorts), current.HTTPSPorts):
+		return invalid("network.https_ports are chosen when the sandbox is created and cannot be changed")
 	case req.MaxConnections != 0 && req.MaxConnections != current.MaxConnections:
 		return invalid("network.max_connections is chosen when the sandbox is created and cannot be changed (it is %d)", current.MaxConnections)
 	}

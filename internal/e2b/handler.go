@@ -45,6 +45,9 @@ type ControlPlane interface {
 	Suspend(ctx context.Context, id string) (controlplane.Sandbox, error)
 	SuspendWith(ctx context.Context, id string, opts controlplane.SuspendOptions) (controlplane.Sandbox, error)
 	Resume(ctx context.Context, id string) (controlplane.Sandbox, error)
+	// ResumeFromDisk resumes by booting the disk afresh, memory image or
+	// not (connect's memory: false).
+	ResumeFromDisk(ctx context.Context, id string) (controlplane.Sandbox, error)
 	Branch(ctx context.Context, id string, count, timeoutS int) ([]controlplane.Sandbox, error)
 	CreateSnapshot(ctx context.Context, id, name string) (controlplane.Snapshot, error)
 	Snapshots(sandboxID string) ([]controlplane.Snapshot, error)

@@ -225,24 +225,29 @@ func (h *Handler) resumeDeprecated(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not paused", id))
 		return
 	}
-	h.connect(w, r, id, body.Timeout)
+	h.connect(w, r, id, body.Timeout, false)
 }
 
 func (h *Handler) connectV1(w http.ResponseWriter, r *http.Request) { h.connectRoute(w, r) }
 func (h *Handler) connectV2(w http.ResponseWriter, r *http.Request) { h.connectRoute(w, r) }
 
 func (h *Handler) connectRoute(w http.ResponseWriter, r *http.Request) {
-	var body timeoutBody
+	var body struct {
+		Timeout *int `json:"timeout"`
+		// Memory false is the SDKs' onResume: 'reboot'.
+		Memory *bool `json:"memory"`
+	}
 	if _, ok := readJSON(w, r, &body); !ok {
 		return
 	}
-	h.connect(w, r, r.PathValue("id"), body.Timeout)
+	h.connect(w, r, r.PathValue("id"), body.Timeout, body.Memory != nil && !*body.Memory)
 }
 
 // connect answers 200 with a running sandbox, or resumes a paused one and
-// answers 201. A timeout given moves the sandbox's end later (never
-// earlier, as E2B does).
-func (h *Handler) connect(w http.ResponseWriter, r *http.Request, id string, timeoutS *int) {
+// answers 201; with reboot the resume boots the disk afresh, ignoring any
+// memory image (a running sandbox is left as it is, as on E2B). A timeout
+// given moves the sandbox's end later (never earlier, as E2B does).
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request, id string, timeoutS *int, reboot bool) {
 	if timeoutS != nil && *timeoutS < 0 {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("timeout must be a positive number of seconds, got %d", *timeoutS))
 		return
@@ -262,8 +267,12 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, id string, tim
 				return
 			}
 		}
+		resume := h.cfg.ControlPlane.Resume
+		if reboot {
+			resume = h.cfg.ControlPlane.ResumeFromDisk
+		}
 		status = http.StatusCreated
-		if s, err = h.cfg.ControlPlane.Resume(r.Context(), id); err != nil {
+		if s, err = resume(r.Context(), id); err != nil {
 			// Someone else resumed it first (the proxy does on traffic,
 			// e.g. an SDK re-opening a command stream after the pause):
 			// connect finds it running, as E2B's does, rather than 409.

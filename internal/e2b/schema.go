@@ -84,6 +84,12 @@ func (req *newSandbox) unsupported() string {
 					return "network.maskRequestHost must be a string"
 				}
 				continue
+			case "httpsPorts":
+				var ports []int
+				if err := json.Unmarshal(v, &ports); err != nil {
+					return "network.httpsPorts must be a list of port numbers"
+				}
+				continue
 			case "rules":
 				if _, msg := credentialRules(v); msg != "" {
 					return msg
@@ -148,6 +154,7 @@ type e2bNetwork struct {
 	AllowOut           []string        `json:"allowOut"`
 	DenyOut            []string        `json:"denyOut"`
 	MaskRequestHost    *string         `json:"maskRequestHost"`
+	HTTPSPorts         []int           `json:"httpsPorts"`
 	Rules              json.RawMessage `json:"rules"`
 }
 
@@ -170,14 +177,14 @@ func (req *newSandbox) networkPolicy() (*apiv1.NetworkPolicy, string) {
 	if n.MaskRequestHost != nil {
 		mask = *n.MaskRequestHost
 	}
-	if n.AllowPublicTraffic == nil && mask == "" {
+	if n.AllowPublicTraffic == nil && mask == "" && len(n.HTTPSPorts) == 0 {
 		return egressPolicy(req.AllowInternetAccess, n.AllowOut, n.DenyOut)
 	}
 	p, msg := egressPolicy(req.AllowInternetAccess, n.AllowOut, n.DenyOut)
 	if p == nil {
 		p = &apiv1.NetworkPolicy{}
 	}
-	p.AllowPublicTraffic, p.MaskRequestHost = n.AllowPublicTraffic, mask
+	p.AllowPublicTraffic, p.MaskRequestHost, p.HTTPSPorts = n.AllowPublicTraffic, mask, n.HTTPSPorts
 	return p, msg
 }
 
@@ -262,6 +269,7 @@ type networkDetail struct {
 	AllowOut           []string                 `json:"allowOut,omitempty"`
 	DenyOut            []string                 `json:"denyOut,omitempty"`
 	MaskRequestHost    string                   `json:"maskRequestHost,omitempty"`
+	HTTPSPorts         []int                    `json:"httpsPorts,omitempty"`
 	Rules              map[string][]e2bRuleView `json:"rules,omitempty"`
 }
 
@@ -358,7 +366,7 @@ func (h *Handler) detailView(s controlplane.Sandbox) sandboxDetail {
 	}
 	network := networkDetail{AllowPublicTraffic: s.TrafficToken() == "", Rules: rulesView(s.API().Credentials)}
 	if s.Traffic != nil {
-		network.MaskRequestHost = s.Traffic.MaskHost
+		network.MaskRequestHost, network.HTTPSPorts = s.Traffic.MaskHost, s.Traffic.HTTPSPorts
 	}
 	internet := true
 	if n := s.Network; n != nil {

@@ -21,6 +21,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -89,6 +90,11 @@ type Proxy struct {
 	// grpcPorts carries gRPC (HTTP/2 with trailers, end to end) to a
 	// sandbox service speaking HTTP/2 without TLS.
 	grpcPorts *http.Transport
+	// tlsPorts carries traffic to ports whose services serve HTTPS
+	// themselves. Their certificates are not verified: they are the
+	// sandbox's own, often self-signed, and the hop runs over the node's
+	// channel to that very sandbox, which the dial already pins.
+	tlsPorts *http.Transport
 }
 
 // New builds a proxy.
@@ -111,6 +117,11 @@ func New(cfg Config) *Proxy {
 	p.grpcPorts = &http.Transport{DialContext: p.dialSandboxPort, DisableKeepAlives: true}
 	p.grpcPorts.Protocols = new(http.Protocols)
 	p.grpcPorts.Protocols.SetUnencryptedHTTP2(true)
+	p.tlsPorts = &http.Transport{
+		DialContext:       p.dialSandboxPort,
+		DisableKeepAlives: true,
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, // see tlsPorts
+	}
 	return p
 }
 
@@ -118,6 +129,7 @@ func New(cfg Config) *Proxy {
 func (p *Proxy) Close() {
 	p.ports.CloseIdleConnections()
 	p.grpcPorts.CloseIdleConnections()
+	p.tlsPorts.CloseIdleConnections()
 }
 
 // target is where one request goes.
@@ -145,8 +157,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// whoever only knows its id (another project's key, anyone) changes
 	// nothing.
 	var mask string
+	var https bool
 	if s, err := p.cfg.ControlPlane.Get(project.Everything, t.id); err == nil {
-		mask = s.RequestHost(t.port)
+		mask, https = s.RequestHost(t.port), s.ServesHTTPS(t.port)
 		if t.port != EnvdPort {
 			if msg := trafficRefusal(s.TrafficToken(), r.Header.Get(headerTrafficToken), t.id); msg != "" {
 				writeError(w, http.StatusForbidden, msg)
@@ -165,13 +178,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(headerSandboxID)
 	r.Header.Del(headerSandboxPort)
 	r.Header.Del(headerTrafficToken) // the sandbox's services have no use for it
+	enableFullDuplex(w)
+	body, w := guardBody(w, r)
+	defer body.finish() // no read of the client's body outlives this handler
 	if t.port == EnvdPort {
-		enableFullDuplex(w)
 		p.envd(sb).ServeHTTP(w, r)
 		return
 	}
-	enableFullDuplex(w)
-	p.service(t, r, mask).ServeHTTP(w, r)
+	p.service(t, r, mask, https).ServeHTTP(w, r)
 }
 
 // wouldResume reports whether a request reaching s resumes it: it is
@@ -381,15 +395,19 @@ func (p *Proxy) envd(sb nodeapi.Sandbox) *httputil.ReverseProxy {
 // WebSocket upgrades alike; a client's HTTP/2 becomes HTTP/1.1 to the
 // service, except gRPC, which needs HTTP/2 end to end (h2c inside). A
 // non-empty mask is the Host the service gets (the sandbox's
-// mask_request_host); the client's goes in X-Forwarded-Host.
-func (p *Proxy) service(t target, r *http.Request, mask string) *httputil.ReverseProxy {
-	transport := p.ports
-	if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+// mask_request_host); the client's goes in X-Forwarded-Host. A port the
+// sandbox declared HTTPS (https_ports) is reached over TLS.
+func (p *Proxy) service(t target, r *http.Request, mask string, https bool) *httputil.ReverseProxy {
+	transport, scheme := p.ports, "http"
+	switch {
+	case https:
+		transport, scheme = p.tlsPorts, "https"
+	case r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc"):
 		transport = p.grpcPorts
 	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Scheme = scheme
 			pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
 			pr.Out.Host = pr.In.Host // services may care for their own Host
 			pr.SetXForwarded()

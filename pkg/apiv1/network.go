@@ -49,6 +49,11 @@ type NetworkPolicy struct {
 	// (E2B's maskRequestHost); "${PORT}" in it becomes the port asked
 	// for, e.g. "localhost:${PORT}". Chosen at create time.
 	MaskRequestHost string `json:"mask_request_host,omitempty"`
+	// HTTPSPorts are the sandbox's ports whose services serve HTTPS
+	// themselves (E2B's httpsPorts): the proxy reaches them over TLS,
+	// without verifying their certificate (self-signed ones work); the
+	// agent's port 49983 cannot be listed. Chosen at create time.
+	HTTPSPorts []int `json:"https_ports,omitempty"`
 }
 
 // UnmarshalJSON accepts the object form and the shorthand string "none".
