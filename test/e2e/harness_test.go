@@ -101,6 +101,7 @@ func run(m *testing.M) (int, error) {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Named per process, in the first free range: another e2e run on the
 	// machine must not lose its fake web to this one.
+	removeStaleWebs()
 	for _, subnet := range []string{"192.88.99.0/24", "192.52.193.0/24", "192.175.49.0/24"} {
 		if env.web, err = nettest.StartWeb(fmt.Sprintf("e%d", os.Getpid()%100000), netip.MustParsePrefix(subnet)); err == nil {
 			break
@@ -299,4 +300,44 @@ func collect(t *testing.T, id, sid string) (string, int) {
 			out.Write(ev.Data)
 		}
 	}
+}
+
+// removeStaleWebs tears down the fake webs of e2e runs that were killed
+// before their cleanup (named e<pid>, as below): each holds one of the
+// three ranges, and three of them would fail every later run at start.
+func removeStaleWebs() {
+	names, err := nettest.WebNames()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return
+	}
+	for _, name := range names {
+		pid, err := strconv.Atoi(strings.TrimPrefix(name, "e"))
+		if err != nil || !strings.HasPrefix(name, "e") {
+			continue
+		}
+		if !e2eProcessAlive(pid) {
+			nettest.RemoveWeb(name)
+		}
+	}
+}
+
+// e2eProcessAlive reports whether a process whose pid is pid modulo
+// 100000 (the fake web's name keeps no more) is an e2e test binary.
+func e2eProcessAlive(pid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true // cannot tell: keep it
+	}
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n%100000 != pid {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmd), "e2e.test") {
+			return true
+		}
+	}
+	return false
 }

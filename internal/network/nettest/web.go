@@ -8,11 +8,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -292,4 +295,29 @@ func testCertificate(addrs ...netip.Addr) (tls.Certificate, []byte, error) {
 	}
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 	return tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}, caPEM, nil
+}
+
+// RemoveWeb tears down the fake web called name (as given to StartWeb)
+// if it exists: for one left behind by a process killed before its Close,
+// which would otherwise hold its subnet for good.
+func RemoveWeb(name string) {
+	(&Web{Namespace: "spacetest-w" + name, HostLink: "spw-" + name}).destroy()
+}
+
+// WebNames lists the fake webs on the host by the names StartWeb was given.
+func WebNames() ([]string, error) {
+	entries, err := os.ReadDir("/run/netns")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list network namespaces: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if name, ok := strings.CutPrefix(e.Name(), "spacetest-w"); ok {
+			names = append(names, name)
+		}
+	}
+	return names, nil
 }
