@@ -246,12 +246,14 @@ func TestHonestStatusCodes(t *testing.T) {
 		t.Errorf("after refused writes: %q", out)
 	}
 
-	// An unknown sandbox through the proxy (any port but envd's) is 404.
+	// An unknown sandbox through the proxy, on any port, gets E2B's
+	// answer for a sandbox that does not run: 502, "The sandbox was not
+	// found" (e2b_sem_test.go checks its exact shape).
 	unknown := http.Header{}
 	unknown.Set("E2b-Sandbox-Id", "nosuchsandbox0000000")
 	unknown.Set("E2b-Sandbox-Port", "8080")
 	resp := proxyRequest(t, http.MethodGet, "/", "", nil, unknown)
-	resp.wantError(t, http.StatusNotFound, "not found")
+	resp.wantError(t, http.StatusBadGateway, "The sandbox was not found")
 	bodies = append(bodies, string(resp.body))
 
 	// No error names a host path.

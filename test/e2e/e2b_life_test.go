@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,22 @@ func lifeTemplate(t *testing.T, name string) string {
 // bootState is what tells one boot of a sandbox from another.
 type bootState struct{ bootID, starts, file, sleepers string }
 
-func readBootState(t *testing.T, id string) bootState {
+// readBootState reads it once the start command has run starts times: it
+// runs in the background (the template has no ready check), so its line in
+// /home/user/starts and its sleeper may come a moment after a create or a
+// resume answers.
+func readBootState(t *testing.T, id string, starts int) bootState {
+	t.Helper()
+	want := strconv.Itoa(starts)
+	st := readBootStateOnce(t, id)
+	for deadline := time.Now().Add(10 * time.Second); st.starts != want && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		st = readBootStateOnce(t, id)
+	}
+	return st
+}
+
+func readBootStateOnce(t *testing.T, id string) bootState {
 	t.Helper()
 	out := execOK(t, id, `cat /proc/sys/kernel/random/boot_id; echo "|"; wc -l < /home/user/starts; echo "|"; cat /home/user/keep.txt 2>/dev/null; echo "|"; ps -o args | grep -c '^sleep 2147483647' || true`)
 	parts := strings.Split(out, "|")
@@ -52,7 +68,7 @@ func TestE2BPauseWithoutMemoryBootsFresh(t *testing.T) {
 	tpl := lifeTemplate(t, "life-booted")
 	sb := e2bCreate(t, tpl, map[string]any{"timeout": 300})
 	execOK(t, sb.SandboxID, `echo kept > /home/user/keep.txt && { sleep 2147483647 >/dev/null 2>&1 & }`)
-	before := readBootState(t, sb.SandboxID)
+	before := readBootState(t, sb.SandboxID, 1)
 	if before.bootID == "" || before.starts != "1" || before.file != "kept" || before.sleepers != "2" {
 		t.Fatalf("before the pause: %+v (want one start, the file, two sleepers)", before)
 	}
@@ -73,7 +89,7 @@ func TestE2BPauseWithoutMemoryBootsFresh(t *testing.T) {
 	if resp.status != http.StatusCreated {
 		t.Fatalf("connect: %d %s", resp.status, resp.body)
 	}
-	after := readBootState(t, sb.SandboxID)
+	after := readBootState(t, sb.SandboxID, 2)
 	if after.bootID == before.bootID || after.starts != "2" || after.file != "kept" || after.sleepers != "1" {
 		t.Fatalf("after connect: %+v, before %+v; want a new boot id, a second start, the file, only the start command's sleeper", after, before)
 	}
@@ -99,7 +115,7 @@ func TestE2BPauseWithoutMemoryBootsFresh(t *testing.T) {
 	if _, err := env.client.GetSession(testContext(t), sb.SandboxID, sess.ID); !client.IsNotFound(err) {
 		t.Fatalf("session %s after a resume without memory: %v, want 404", sess.ID, err)
 	}
-	third := readBootState(t, sb.SandboxID)
+	third := readBootState(t, sb.SandboxID, 3)
 	if third.bootID == after.bootID || third.starts != "3" || third.file != "kept\nagain" {
 		t.Fatalf("after the native resume: %+v", third)
 	}
@@ -110,7 +126,7 @@ func TestE2BPauseWithoutMemoryBootsFresh(t *testing.T) {
 	if _, err := env.client.Resume(testContext(t), sb.SandboxID); err != nil {
 		t.Fatal(err)
 	}
-	if kept := readBootState(t, sb.SandboxID); kept.bootID != third.bootID || kept.starts != "3" {
+	if kept := readBootState(t, sb.SandboxID, 3); kept.bootID != third.bootID || kept.starts != "3" {
 		t.Fatalf("a suspend keeping memory booted afresh: %+v, before %+v", kept, third)
 	}
 }
@@ -401,7 +417,7 @@ func TestClusterMetricsAndSuspendWithoutMemory(t *testing.T) {
 func TestE2BTimeoutPauseWithoutMemory(t *testing.T) {
 	tpl := lifeTemplate(t, "life-booted")
 	sb := e2bCreate(t, tpl, map[string]any{"timeout": 3, "autoPause": true, "autoPauseMemory": false})
-	first := readBootState(t, sb.SandboxID)
+	first := readBootState(t, sb.SandboxID, 1)
 	got, err := env.client.WaitSandbox(testContext(t), sb.SandboxID, apiv1.StateSuspended, time.Minute)
 	if err != nil || !got.DiskOnly || !strings.HasPrefix(got.Reason, "timeout") || got.Lifecycle.KeepMemory == nil || *got.Lifecycle.KeepMemory {
 		t.Fatalf("after the timeout: %+v, %v; want suspended for the timeout, disk only", got, err)
@@ -410,7 +426,7 @@ func TestE2BTimeoutPauseWithoutMemory(t *testing.T) {
 	if resp.status != http.StatusCreated {
 		t.Fatalf("connect: %d %s", resp.status, resp.body)
 	}
-	if again := readBootState(t, sb.SandboxID); again.bootID == first.bootID || again.starts != "2" {
+	if again := readBootState(t, sb.SandboxID, 2); again.bootID == first.bootID || again.starts != "2" {
 		t.Fatalf("after connect: %+v, before %+v", again, first)
 	}
 }
@@ -422,7 +438,7 @@ func TestSuspendWithoutMemorySurvivesServerRestart(t *testing.T) {
 	tpl := lifeTemplate(t, "life-booted")
 	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: tpl})
 	execOK(t, sb.ID, "echo kept > /home/user/keep.txt")
-	before := readBootState(t, sb.ID)
+	before := readBootState(t, sb.ID, 1)
 	keep := false
 	if _, err := env.client.SuspendWith(testContext(t), sb.ID, apiv1.SuspendRequest{KeepMemory: &keep}); err != nil {
 		t.Fatal(err)
@@ -432,7 +448,7 @@ func TestSuspendWithoutMemorySurvivesServerRestart(t *testing.T) {
 	if err != nil || got.State != apiv1.StateSuspended || !got.DiskOnly {
 		t.Fatalf("after the restart: %+v, %v", got, err)
 	}
-	after := readBootState(t, sb.ID) // auto-resumes it
+	after := readBootState(t, sb.ID, 2) // auto-resumes it
 	if after.bootID == before.bootID || after.file != "kept" || after.starts != "2" {
 		t.Fatalf("after the restart and auto-resume: %+v, before %+v", after, before)
 	}
