@@ -52,15 +52,24 @@ func startRegistryDNS(fake netip.AddrPort) (string, func(), error) {
 		}
 		_ = w.WriteMsg(resp)
 	})
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
+	// DNS wants UDP and TCP on one port: take a free UDP port and try
+	// TCP on it, again with another when a connection holds that number.
+	var (
+		pc net.PacketConn
+		l  net.Listener
+	)
+	for try := 0; ; try++ {
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			return "", nil, err
+		}
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			break
+		}
 		pc.Close()
-		return "", nil, err
+		if try == 20 {
+			return "", nil, err
+		}
 	}
 	udp := &dns.Server{PacketConn: pc, Handler: handler}
 	tcp := &dns.Server{Listener: l, Handler: handler}
