@@ -40,7 +40,8 @@ class AsyncClient(_Base):
         return await self._http.send(req)
 
     async def _json(self, op: str, params: Optional[Mapping[str, str]] = None, key: Optional[str] = None, **kw: Any) -> Any:
-        return self._decode(self._send(self._build(op, params, **kw)), key)
+        resp = await self._send(self._build(op, params, **kw))
+        return self._decode(resp, key)
 
     # -- health ---------------------------------------------------------
     async def health(self) -> JSON:
@@ -267,7 +268,7 @@ class AsyncClient(_Base):
         await self._json("deleteVolume", {"id": id})
 
     async def read_volume_file(self, id: str, path: str) -> bytes:
-        got = self._listing_or_bytes(self._send(self._build("readVolumeFile", {"id": id}, query={"path": path})))
+        got = self._listing_or_bytes(await self._send(self._build("readVolumeFile", {"id": id}, query={"path": path})))
         if not isinstance(got, bytes):
             raise IsADirectoryError(path)
         return got

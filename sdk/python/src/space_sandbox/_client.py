@@ -41,7 +41,8 @@ class Client(_Base):
         return self._http.send(req)
 
     def _json(self, op: str, params: Optional[Mapping[str, str]] = None, key: Optional[str] = None, **kw: Any) -> Any:
-        return self._decode(self._send(self._build(op, params, **kw)), key)
+        resp = self._send(self._build(op, params, **kw))
+        return self._decode(resp, key)
 
     # -- health ---------------------------------------------------------
     def health(self) -> JSON:
