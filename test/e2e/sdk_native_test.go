@@ -21,8 +21,10 @@ import (
 // SPACE_SDK_NATIVE=python or =typescript runs only one of them;
 // SPACE_SDK_NATIVE_TESTS narrows each to some files (space-separated,
 // relative to the SDK's directory; a file of the other language is
-// ignored). SPACE_SDK_LIVE=1 makes a live test that finds no server fail
-// instead of skipping. It skips only when PyPI or npm is unreachable.
+// ignored). The fake web's names (SPACE_TEST_WEB_*) are passed for the
+// network denial tests, and SPACE_SDK_LIVE=1, which makes a live test that
+// finds no server fail instead of skipping. It skips only when PyPI or npm
+// is unreachable.
 func TestNativeSDKs(t *testing.T) {
 	requireServer(t)
 	if testing.Short() {
@@ -37,6 +39,7 @@ func TestNativeSDKs(t *testing.T) {
 		"SPACE_SDK_LIVE=1",
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
+	environ = append(environ, netJSEnv(t)...) // the fake web, for the network denial tests
 	if which == "" || which == "python" {
 		t.Run("python", func(t *testing.T) {
 			dir := filepath.Join(env.repoRoot, "sdk", "python")

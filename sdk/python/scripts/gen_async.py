@@ -15,7 +15,7 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent.parent / "src" / "space_sandbox"
 
 # Calls that reach the network (or sleep) become awaits.
-AWAITED = ["_send_stream", "_send", "_json", "_read_all", "_close", "_sleep", "wait_sandbox", "_http.send", "_http.aclose"]
+AWAITED = ["_send_stream", "_send", "_json", "_read_all", "_close", "_sleep", "wait_sandbox", "events", "_http.send", "_http.aclose"]
 
 
 def generate(src: str) -> str:

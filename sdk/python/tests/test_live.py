@@ -267,3 +267,89 @@ def test_async_client():
             finally:
                 await c.delete_sandbox(sb["id"])
     asyncio.run(run())
+
+
+class CuttingProxy:
+    """A TCP proxy to the server that cuts every connection after `limit`
+    bytes of answer: an attach through it keeps losing its connection."""
+
+    def __init__(self, target, limit):
+        import socket
+        import threading
+        from urllib.parse import urlsplit
+        u = urlsplit(target)
+        self.target = (u.hostname, u.port)
+        self.limit = limit
+        self.connections = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        import socket
+        import threading
+        while not self._stop:
+            try:
+                down, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            up = socket.create_connection(self.target)
+
+            def pump(src, dst, limit):
+                sent = 0
+                try:
+                    while limit is None or sent < limit:
+                        data = src.recv(min(4096, limit - sent) if limit else 4096)
+                        if not data:
+                            break
+                        dst.sendall(data)
+                        sent += len(data)
+                except OSError:
+                    pass
+                for s in (src, dst):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    s.close()
+            threading.Thread(target=pump, args=(down, up, None), daemon=True).start()
+            threading.Thread(target=pump, args=(up, down, self.limit), daemon=True).start()
+
+    def close(self):
+        self._stop = True
+        self.sock.close()
+
+
+def test_attach_survives_connections_cut_by_the_network(client, sandbox):
+    sb = sandbox()
+    script = "for i in $(seq 1 40); do echo line-$i; sleep 0.02; done"
+    s = client.create_session(sb["id"], ["sh", "-c", script])
+    proxy = CuttingProxy(URL, limit=600)
+    try:
+        with Client(proxy.url, os.environ.get("SPACE_API_KEY")) as flaky:
+            events = list(flaky.attach(sb["id"], s["id"]))
+    finally:
+        proxy.close()
+    out = b"".join(e.data for e in events if e.type == "stdout").decode()
+    assert out == "".join(f"line-{i}\n" for i in range(1, 41))
+    assert events[-1].type == "exit" and events[-1].exit_code == 0
+    assert proxy.connections > 2, "the proxy never cut the stream: the test proves nothing"
+    offsets = [e.offset for e in events if e.type == "stdout"]
+    assert offsets == sorted(set(offsets))
+
+
+def test_network_denials_are_reported(client, sandbox):
+    denied = os.environ.get("SPACE_TEST_WEB_DENIED_NAME")
+    if not denied:
+        pytest.skip("SPACE_TEST_WEB_DENIED_NAME: the fake web of test/e2e")
+    sb = sandbox(network={"deny": [denied]})
+    # busybox's nslookup asks the sandbox's gateway, which refuses the name.
+    out = client.exec(sb["id"], ["nslookup", denied])
+    assert out["exit_code"] != 0, out
+    deadline = time.time() + 10
+    while not client.network_denials(sb["id"]) and time.time() < deadline:
+        time.sleep(0.2)
+    denials = client.network_denials(sb["id"])
+    assert denials and denied in denials[0].get("message", ""), (out, client.events(sb["id"]))

@@ -191,6 +191,12 @@ export class Client {
     return this.json("listSandboxEvents", { params: { id } }, "events");
   }
 
+  /** What the sandbox's egress policy refused (its `network.denied` events,
+   * oldest first; the node rate-limits them per sandbox). */
+  async networkDenials(id: string): Promise<T.SandboxEvent[]> {
+    return (await this.events(id)).filter((e) => e.type === "network.denied");
+  }
+
   // -- exec and sessions ---------------------------------------------
   exec(id: string, cmd: string[], opts: T.ExecOptions = {}): Promise<T.ExecResult> {
     return this.json("exec", { params: { id }, json: { cmd, ...opts } });

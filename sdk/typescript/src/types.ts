@@ -122,7 +122,7 @@ export interface ListDirOptions {
 export type Template = { name: string; state?: string; logs?: string[]; [field: string]: unknown };
 export type Volume = { id: string; name: string; project: string; size_mb?: number; [field: string]: unknown };
 export type Snapshot = { id: string; name: string; sandbox_id?: string; [field: string]: unknown };
-export type SandboxEvent = { time?: string; type?: string; [field: string]: unknown };
+export type SandboxEvent = { time: string; type: string; from?: string; to?: string; message?: string };
 export type MetricsList = { metrics: Record<string, unknown>[] };
 export type APIKey = { id: string; name: string; prefix: string; admin: boolean; project: string; key?: string; created_at?: string };
 export type Secret = { name: string; project: string; created_at?: string; updated_at?: string };

@@ -4,6 +4,7 @@
 // test/e2e/sdk_native_test.go runs them against the in-process server.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { createConnection, createServer } from "node:net";
 import { after, describe, test } from "node:test";
 import { APIError, Client, ConflictError, NotFoundError, VERSION } from "../dist/index.js";
 
@@ -197,5 +198,73 @@ describe("live server", { skip: URL_ ? false : "no SPACE_URL: live tests need a 
     // The SDK is versioned with the server (internal/version).
     assert.deepEqual(await client.health(), { status: "ok", version: VERSION });
     assert.match(await client.serverMetrics(), /\S/);
+  });
+});
+
+// A TCP proxy to the server that cuts every connection after `limit` bytes
+// of answer: an attach through it keeps losing its connection.
+
+function cuttingProxy(target, limit) {
+  const u = new URL(target);
+  const state = { connections: 0 };
+  const server = createServer((down) => {
+    state.connections++;
+    const up = createConnection({ host: u.hostname, port: Number(u.port) });
+    let sent = 0;
+    down.pipe(up);
+    up.on("data", (buf) => {
+      const room = limit - sent;
+      if (room <= 0) return;
+      down.write(buf.subarray(0, room));
+      sent += Math.min(room, buf.length);
+      if (sent >= limit) { down.destroy(); up.destroy(); }
+    });
+    const end = () => { down.destroy(); up.destroy(); };
+    up.on("end", end).on("error", end);
+    down.on("error", end).on("close", end);
+  });
+  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve({ url: `http://127.0.0.1:${server.address().port}`, state, close: () => server.close() })));
+}
+
+describe("live server, flaky network", { skip: URL_ ? false : "no SPACE_URL" }, () => {
+  const client = new Client({ baseUrl: URL_, apiKey: KEY });
+
+  test("attach survives connections cut in the middle, every byte once", async () => {
+    const sb = await client.createSandbox(TEMPLATE, { wait: true });
+    try {
+      const s = await client.createSession(sb.id, ["sh", "-c", "for i in $(seq 1 40); do echo line-$i; sleep 0.02; done"]);
+      const proxy = await cuttingProxy(URL_, 600);
+      const events = [];
+      try {
+        const flaky = new Client({ baseUrl: proxy.url, apiKey: KEY });
+        for await (const ev of flaky.attach(sb.id, s.id)) events.push(ev);
+      } finally {
+        proxy.close();
+      }
+      const want = Array.from({ length: 40 }, (_, i) => `line-${i + 1}\n`).join("");
+      assert.equal(text(events), want);
+      assert.equal(events.at(-1).exitCode, 0);
+      assert.ok(proxy.state.connections > 2, "the proxy never cut the stream: the test proves nothing");
+    } finally {
+      await client.deleteSandbox(sb.id);
+    }
+  });
+
+  test("network denials are reported", { skip: process.env.SPACE_TEST_WEB_DENIED_NAME ? false : "needs the fake web of test/e2e" }, async () => {
+    const denied = process.env.SPACE_TEST_WEB_DENIED_NAME;
+    const sb = await client.createSandbox(TEMPLATE, { wait: true, network: { deny: [denied] } });
+    try {
+      // busybox's nslookup asks the sandbox's gateway, which refuses the name.
+      const out = await client.exec(sb.id, ["nslookup", denied]);
+      assert.notEqual(out.exit_code, 0, JSON.stringify(out));
+      let denials = [];
+      for (let i = 0; i < 50 && !denials.length; i++) {
+        denials = await client.networkDenials(sb.id);
+        if (!denials.length) await new Promise((r) => setTimeout(r, 200));
+      }
+      assert.ok(denials.length && denials[0].message.includes(denied), JSON.stringify(await client.events(sb.id)));
+    } finally {
+      await client.deleteSandbox(sb.id);
+    }
   });
 });

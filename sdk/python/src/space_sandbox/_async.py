@@ -116,6 +116,12 @@ class AsyncClient(_Base):
     async def events(self, id: str) -> List[SandboxEvent]:
         return await self._json("listSandboxEvents", {"id": id}, key="events")
 
+    async def network_denials(self, id: str) -> List[SandboxEvent]:
+        """What the sandbox's egress policy refused (its ``network.denied``
+        events, oldest first; the node rate-limits them per sandbox)."""
+        evs = await self.events(id)
+        return [e for e in evs if e.get("type") == "network.denied"]
+
     # -- exec and sessions ---------------------------------------------
     async def exec(self, id: str, cmd: List[str], *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
              user: Optional[str] = None, timeout_s: Optional[int] = None) -> ExecResult:

@@ -117,6 +117,12 @@ class Client(_Base):
     def events(self, id: str) -> List[SandboxEvent]:
         return self._json("listSandboxEvents", {"id": id}, key="events")
 
+    def network_denials(self, id: str) -> List[SandboxEvent]:
+        """What the sandbox's egress policy refused (its ``network.denied``
+        events, oldest first; the node rate-limits them per sandbox)."""
+        evs = self.events(id)
+        return [e for e in evs if e.get("type") == "network.denied"]
+
     # -- exec and sessions ---------------------------------------------
     def exec(self, id: str, cmd: List[str], *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
              user: Optional[str] = None, timeout_s: Optional[int] = None) -> ExecResult:

@@ -97,8 +97,9 @@ class Snapshot(TypedDict, total=False):
 class SandboxEvent(TypedDict, total=False):
     time: str
     type: str
-    state: str
-    reason: str
+    from_: str  # "from" in the JSON (a keyword in Python): get("from")
+    to: str
+    message: str
 
 
 class MetricsList(TypedDict, total=False):
