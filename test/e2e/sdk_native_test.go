@@ -43,10 +43,8 @@ func TestNativeSDKs(t *testing.T) {
 	if which == "" || which == "python" {
 		t.Run("python", func(t *testing.T) {
 			dir := filepath.Join(env.repoRoot, "sdk", "python")
-			venv := runSetup(t, filepath.Join(dir, "setup.sh"))
-			args := []string{"-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--durations=5"}
-			args = append(args, pick(files, ".py", "tests/")...)
-			runSDKTests(t, "pytest", dir, environ, filepath.Join(venv, "bin", "python"), args...)
+			venv := installPySDKs(t, dir, "")
+			runPytest(t, venv, dir, environ, pick(files, ".py", "tests/"))
 		})
 	}
 	if which == "" || which == "typescript" {
@@ -56,10 +54,10 @@ func TestNativeSDKs(t *testing.T) {
 				t.Skip("node is not installed; the TypeScript SDK needs Node.js ≥ 20")
 			}
 			installSDKs(t, dir) // npm ci, cached per package-lock.json
-			runSDKTests(t, "npm run build", dir, environ, "npm", "run", "--silent", "build")
+			runTestCommand(t, "npm run build", dir, environ, "npm", "run", "--silent", "build")
 			args := []string{"--test", "--test-concurrency=1", "--test-reporter=spec"}
 			args = append(args, pick(files, ".mjs", "test/")...)
-			runSDKTests(t, "node --test", dir, environ, "node", args...)
+			runTestCommand(t, "node --test", dir, environ, "node", args...)
 		})
 	}
 }
@@ -79,28 +77,9 @@ func pick(files []string, ext, def string) []string {
 	return out
 }
 
-// runSetup runs an SDK's setup script, which installs its pinned
-// virtualenv unless it is there, and returns the virtualenv's path.
-func runSetup(t *testing.T, script string) string {
-	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 is not installed; the Python SDK's tests need it")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, script)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		if pipUnreachable.Match(stderr.Bytes()) {
-			t.Skipf("PyPI is unreachable:\n%s", stderr.String())
-		}
-		t.Fatalf("%s: %v\n%s", script, err, stderr.String())
-	}
-	return strings.TrimSpace(stdout.String())
-}
-
-func runSDKTests(t *testing.T, what, dir string, environ []string, name string, args ...string) {
+// runTestCommand runs a test runner in dir and fails the test, with the
+// runner's output, when it fails.
+func runTestCommand(t *testing.T, what, dir string, environ []string, name string, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
