@@ -146,3 +146,26 @@ def test_sse_parser_rules():
     assert evs == []
     evs = list(p.feed(b"\n\nevent: x\ndata:y\n\n"))
     assert [(e.type, e.data) for e in evs] == [("message", "a\nb"), ("x", "y")]
+
+
+def test_request_shapes():
+    """What a few methods send: body, query and method, as the spec says."""
+    sent = []
+
+    def handler(req):
+        sent.append((req.method, req.url.path, dict(req.url.params), req.content))
+        return httpx.Response(202, json={"id": "sb1", "name": "t"})
+    c = Client("http://space.test", transport=httpx.MockTransport(handler))
+    c.create_sandbox("minimal", env={"A": "1"}, volume_mounts=[{"volume": "v", "path": "/mnt"}],
+                     network={"deny": ["x.test"]}, auto_resume=False, vcpus=None)
+    c.create_template("from: minimal\n", name="mine")
+    c.list_sandboxes(state="running", metadata={"b": "2", "a": "1"})
+    c.write_stdin("sb1", "s1", "hi", close=True)
+    c.suspend("sb1", keep_memory=False)
+    assert sent[0][:2] == ("POST", "/v1/sandboxes")
+    assert json.loads(sent[0][3]) == {"template": "minimal", "env": {"A": "1"}, "auto_resume": False,
+                                      "network": {"deny": ["x.test"]}, "volume_mounts": [{"volume": "v", "path": "/mnt"}]}
+    assert sent[1][:2] == ("POST", "/v1/templates") and json.loads(sent[1][3]) == {"name": "mine", "recipe": "from: minimal\n"}
+    assert sent[2][2] == {"state": "running", "metadata.a": "1", "metadata.b": "2"}
+    assert sent[3][1:] == ("/v1/sandboxes/sb1/sessions/s1/stdin", {"close": "true"}, b"hi")
+    assert json.loads(sent[4][3]) == {"keep_memory": False}

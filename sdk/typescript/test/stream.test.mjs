@@ -84,3 +84,26 @@ test("the SSE parser follows the spec's line rules", () => {
   assert.deepEqual(p.feed(enc.encode("\ufeff: c\ndata: a\ndata: b\r")), []);
   assert.deepEqual(p.feed(enc.encode("\n\nevent: x\ndata:y\n\n")).map((e) => [e.type, e.data]), [["message", "a\nb"], ["x", "y"]]);
 });
+
+test("request shapes: body, query and method as the spec says", async () => {
+  const sent = [];
+  const client = new Client({
+    baseUrl: "http://space.test",
+    fetch: async (url, init) => {
+      const u = new URL(url);
+      sent.push({ method: init.method, path: u.pathname, query: Object.fromEntries(u.searchParams), body: init.body });
+      return new Response(JSON.stringify({ id: "sb1", name: "t" }), { status: 202 });
+    },
+  });
+  await client.createSandbox("minimal", { env: { A: "1" }, volume_mounts: [{ volume: "v", path: "/mnt" }], network: { deny: ["x.test"] }, auto_resume: false });
+  await client.createTemplate("from: minimal\n", "mine");
+  await client.listSandboxes({ state: "running", metadata: { b: "2", a: "1" } });
+  await client.writeStdin("sb1", "s1", "hi", { close: true });
+  await client.suspend("sb1", { keep_memory: false });
+  assert.deepEqual([sent[0].method, sent[0].path], ["POST", "/v1/sandboxes"]);
+  assert.deepEqual(JSON.parse(sent[0].body), { template: "minimal", env: { A: "1" }, volume_mounts: [{ volume: "v", path: "/mnt" }], network: { deny: ["x.test"] }, auto_resume: false });
+  assert.deepEqual(JSON.parse(sent[1].body), { name: "mine", recipe: "from: minimal\n" });
+  assert.deepEqual(sent[2].query, { state: "running", "metadata.a": "1", "metadata.b": "2" });
+  assert.deepEqual([sent[3].path, sent[3].query, sent[3].body], ["/v1/sandboxes/sb1/sessions/s1/stdin", { close: "true" }, "hi"]);
+  assert.deepEqual(JSON.parse(sent[4].body), { keep_memory: false });
+});
