@@ -41,7 +41,7 @@ def generate(src: str) -> str:
     out = out.replace("    def __aenter__", "    async def __aenter__").replace("    def __aexit__", "    async def __aexit__")
     out = out.replace("async async def", "async def")
     for name in AWAITED:
-        out = re.sub(r"(return |= |\(|^\s+)(?<![\w.])self\." + re.escape(name) + r"\(",
+        out = re.sub(r"(return |= |\(|, |^\s+)(?<![\w.])self\." + re.escape(name) + r"\(",
                      lambda m: m.group(1) + "await self." + name + "(", out, flags=re.M)
     out = out.replace("await await", "await")
     out = out.replace("async def _events", "async def _events")

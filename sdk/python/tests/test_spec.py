@@ -75,3 +75,13 @@ def test_async_client_is_generated_from_sync():
     gen = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gen_async.py"
     r = subprocess.run([sys.executable, str(gen), "--check"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_types_check_strictly():
+    """mypy (pinned in requirements-dev.txt) over the package, as mypy.ini
+    says: the SDK is typed, and the generated async client is checked too
+    (a missing await is a type error)."""
+    here = pathlib.Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(here / "mypy.ini")],
+                       cwd=here, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

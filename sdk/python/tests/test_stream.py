@@ -169,3 +169,15 @@ def test_request_shapes():
     assert sent[2][2] == {"state": "running", "metadata.a": "1", "metadata.b": "2"}
     assert sent[3][1:] == ("/v1/sandboxes/sb1/sessions/s1/stdin", {"close": "true"}, b"hi")
     assert json.loads(sent[4][3]) == {"keep_memory": False}
+
+
+def test_async_attach_error_is_api_error():
+    def handler(req):
+        return httpx.Response(404, json={"code": 404, "message": "session s not found"})
+
+    async def run():
+        async with AsyncClient("http://space.test", transport=httpx.MockTransport(handler)) as c:
+            with pytest.raises(NotFoundError) as e:
+                [ev async for ev in c.attach("a", "s")]
+            assert e.value.message == "session s not found"
+    asyncio.run(run())

@@ -177,7 +177,7 @@ class AsyncClient(_Base):
                 resp = await self._send_stream(self._build(op, params, query=query, headers=headers))
                 try:
                     if resp.status_code >= 400:
-                        self._stream_ok(resp, self._read_all(resp))
+                        self._stream_ok(resp, await self._read_all(resp))
                     first = False
                     parser = SSEParser()
                     async for chunk in self._iter(resp):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote
 
 import httpx
@@ -110,12 +110,12 @@ def sandbox_body(
     disk_mb: Optional[int] = None,
     timeout_s: Optional[int] = None,
     network: Optional[Mapping[str, Any]] = None,
-    volume_mounts: Optional[list] = None,
+    volume_mounts: Optional[List[Dict[str, Any]]] = None,
     on_timeout: Optional[str] = None,
     auto_resume: Optional[bool] = None,
     idle_suspend_s: Optional[int] = None,
     keep_memory: Optional[bool] = None,
-    credentials: Optional[list] = None,
+    credentials: Optional[List[Dict[str, Any]]] = None,
     snapshot: Optional[str] = None,
     extra: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
