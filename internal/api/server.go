@@ -21,6 +21,7 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/version"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -355,7 +356,7 @@ func (s *Server) leave(id string) {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": version.Version})
 }
 
 func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {

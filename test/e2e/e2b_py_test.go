@@ -116,20 +116,8 @@ func TestE2BPythonSDKs(t *testing.T) {
 
 func runPytest(t *testing.T, venv, dir string, environ, files []string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
 	args := append([]string{"-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--durations=5"}, files...)
-	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "python"), args...)
-	cmd.Dir = dir
-	cmd.Env = environ
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	began := time.Now()
-	err := cmd.Run()
-	t.Logf("pytest %s (%s):\n%s", strings.Join(files, " "), time.Since(began).Round(time.Second), out.String())
-	if err != nil {
-		t.Fatalf("the E2B Python compatibility suite failed: %v", err)
-	}
+	runTestCommand(t, "pytest "+strings.Join(files, " "), dir, environ, filepath.Join(venv, "bin", "python"), args...)
 }
 
 // pipUnreachable recognises pip's network failures; quiet pip says only
@@ -137,22 +125,26 @@ func runPytest(t *testing.T, venv, dir string, environ, files []string) {
 // lists the versions there are, and fails the test).
 var pipUnreachable = regexp.MustCompile(`\(from versions: none\)|NewConnectionError|Temporary failure in name resolution|Name or service not known|Connection refused|Network is unreachable|ConnectTimeoutError|ReadTimeoutError`)
 
-// installPySDKs runs compat/e2b-py/setup.sh, which installs the lockfile
-// of one environment into its virtualenv unless it is there already, and
-// returns the virtualenv's path.
+// installPySDKs runs dir/setup.sh (compat/e2b-py's with the environment's
+// name, sdk/python's with none), which installs a lockfile into its
+// virtualenv unless it is there already, and returns the virtualenv's path.
 func installPySDKs(t *testing.T, dir, name string) string {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 is not installed; the E2B Python compatibility suite needs it (scripts/install-deps.sh)")
+		t.Skip("python3 is not installed; the Python tests need it (scripts/install-deps.sh)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "setup.sh"), name)
+	var args []string
+	if name != "" {
+		args = []string{name}
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "setup.sh"), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		if pipUnreachable.Match(stderr.Bytes()) {
-			t.Skipf("PyPI is unreachable, so the E2B Python SDKs cannot be installed:\n%s", stderr.String())
+			t.Skipf("PyPI is unreachable, so the Python packages cannot be installed:\n%s", stderr.String())
 		}
 		t.Fatalf("setup.sh %s: %v\n%s", name, err, stderr.String())
 	}

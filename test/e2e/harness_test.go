@@ -102,7 +102,7 @@ func run(m *testing.M) (int, error) {
 	// Named per process, in the first free range: another e2e run on the
 	// machine must not lose its fake web to this one.
 	removeStaleWebs()
-	for _, subnet := range []string{"192.88.99.0/24", "192.52.193.0/24", "192.175.49.0/24"} {
+	for _, subnet := range []string{"192.88.99.0/24", "192.52.193.0/24", "192.175.49.0/24", "192.31.196.0/24"} {
 		if env.web, err = nettest.StartWeb(fmt.Sprintf("e%d", os.Getpid()%100000), netip.MustParsePrefix(subnet)); err == nil {
 			break
 		}

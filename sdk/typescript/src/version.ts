@@ -1,0 +1,3 @@
+/** The SDK's version is the server's: internal/version.Version is the one
+ * source, and internal/version's test fails when this copy differs. */
+export const VERSION = "0.1.0";
