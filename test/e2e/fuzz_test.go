@@ -43,7 +43,7 @@ const fuzzChecks = "not_a_server_error,status_code_conformance,content_type_conf
 // TestAPIFuzz runs schemathesis (compat/fuzz, pinned with hashes and
 // installed into .tools/venv by compat/fuzz/setup.sh) against
 // docs/openapi.yaml on the live server: SPACE_FUZZ_EXAMPLES examples per
-// operation (default 10), the examples, coverage, fuzzing and stateful
+// operation (default 3), the examples, coverage, fuzzing and stateful
 // phases (the stateful one follows the spec's links: create → get →
 // delete for sandboxes, volumes, keys and secrets), once with the admin
 // key and once with the key of a second project. Every 5xx, every
@@ -59,7 +59,7 @@ func TestAPIFuzz(t *testing.T) {
 	}
 	venv := installFuzz(t)
 	ctx := testContext(t)
-	examples := 10
+	examples := 3
 	if v := os.Getenv("SPACE_FUZZ_EXAMPLES"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -80,20 +80,44 @@ func TestAPIFuzz(t *testing.T) {
 	restoreProject := limitSandboxes(t, project, 3)
 	restoreDefault := limitSandboxes(t, "default", 3)
 
-	total := 0
-	for _, run := range []struct {
-		name, key string
-		exclude   []string
-	}{
-		{"admin", env.srv.AdminKey, fuzzAdminExcluded},
-		{"project", key.Key, []string{"createTemplate"}},
-	} {
-		t.Run(run.name, func(t *testing.T) {
-			n := runSchemathesis(t, venv, run.key, examples, run.exclude)
-			total += n
-			fuzzHealthy(t)
-		})
+	// Examples per operation; the stateful phase, where each example is
+	// a chain of up to 6 calls along the links, gets five times as many.
+	cfg := filepath.Join(t.TempDir(), "schemathesis.toml")
+	toml := fmt.Sprintf("generation.max-examples = %d\n\n[phases.stateful]\nmax-steps = 6\ngeneration.max-examples = %d\n", examples, 5*examples)
+	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
 	}
+	// The two runs at once: they wait on the server far more than they
+	// compute, so together they take the wall time of one.
+	var mu sync.Mutex
+	total := 0
+	t.Run("keys", func(t *testing.T) {
+		for _, run := range []struct {
+			name, key string
+			exclude   []string
+		}{
+			{"admin", env.srv.AdminKey, fuzzAdminExcluded},
+			{"project", key.Key, []string{"createTemplate"}},
+		} {
+			t.Run(run.name, func(t *testing.T) {
+				t.Parallel()
+				proj := project
+				if run.name == "admin" {
+					proj = "default"
+				}
+				// The stateful phase runs on its own, after the sandboxes
+				// the first phases made are gone: they hold the quota, and
+				// the links need creates that succeed.
+				n := runSchemathesis(t, venv, run.key, cfg, "examples,coverage,fuzzing", run.exclude)
+				fuzzRemoveSandboxes(t, before, proj)
+				n += runSchemathesis(t, venv, run.key, cfg, "stateful", run.exclude)
+				mu.Lock()
+				total += n
+				mu.Unlock()
+				fuzzHealthy(t)
+			})
+		}
+	})
 	restoreProject()
 	restoreDefault()
 	// The server still does its job: a sandbox starts and runs a command.
@@ -105,7 +129,7 @@ func TestAPIFuzz(t *testing.T) {
 }
 
 // runSchemathesis runs one fuzz and returns the number of cases it sent.
-func runSchemathesis(t *testing.T, venv, key string, examples int, exclude []string) int {
+func runSchemathesis(t *testing.T, venv, key, cfg, phases string, exclude []string) int {
 	t.Helper()
 	// A few minutes at most: the example count bounds each phase, the
 	// context the whole process.
@@ -116,8 +140,7 @@ func runSchemathesis(t *testing.T, venv, key string, examples int, exclude []str
 		"--url", env.srv.URL,
 		"-H", "Authorization: Bearer " + key,
 		"--checks", fuzzChecks,
-		"--max-examples", strconv.Itoa(examples),
-		"--phases", "examples,coverage,fuzzing,stateful",
+		"--phases", phases,
 		"--workers", "1",
 		"--request-timeout", "60",
 		"--seed", "16",
@@ -129,14 +152,14 @@ func runSchemathesis(t *testing.T, venv, key string, examples int, exclude []str
 	for _, op := range exclude {
 		args = append(args, "--exclude-operation-id", op)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "schemathesis"), append([]string{"--no-color"}, args...)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "schemathesis"), append([]string{"--no-color", "--config-file", cfg}, args...)...)
 	cmd.Env = append(os.Environ(), "SCHEMATHESIS_HOOKS=", "NO_COLOR=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	began := time.Now()
 	err := cmd.Run()
 	cases := fuzzCases(t, report)
-	t.Logf("schemathesis (%s, %d cases):\n%s", time.Since(began).Round(time.Second), cases, out.String())
+	t.Logf("schemathesis %s (%s, %d cases):\n%s", phases, time.Since(began).Round(time.Second), cases, out.String())
 	if err != nil {
 		t.Fatalf("schemathesis found failures (or could not run): %v", err)
 	}
@@ -229,6 +252,23 @@ func fuzzInventory(t *testing.T) inventory {
 		inv.secrets[s.Project+"/"+s.Name] = true
 	}
 	return inv
+}
+
+// fuzzRemoveSandboxes deletes the sandboxes of a project made since before.
+func fuzzRemoveSandboxes(t *testing.T, before inventory, project string) {
+	t.Helper()
+	ctx := testContext(t)
+	sbs, err := env.client.ListSandboxes(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sbs {
+		if sb.Project == project && !before.sandboxes[sb.ID] {
+			if err := env.client.DeleteSandbox(ctx, sb.ID); err != nil && !client.IsNotFound(err) {
+				t.Errorf("delete fuzzed sandbox %s: %v", sb.ID, err)
+			}
+		}
+	}
 }
 
 // fuzzRemoveNew deletes the sandboxes, volumes, keys and secrets the fuzz
