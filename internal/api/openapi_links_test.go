@@ -116,3 +116,58 @@ func TestOpenAPIStreamsAndLinks(t *testing.T) {
 		}
 	}
 }
+
+// The server refuses unknown fields in every JSON body (readJSON), so the
+// spec says so of every request body schema: with additionalProperties
+// left open, schemathesis generated bodies the spec allows and the server
+// answered 400, on most operations.
+func TestOpenAPIRequestBodiesAreClosed(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "openapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type schema struct {
+		Ref                  string `yaml:"$ref"`
+		Type                 string `yaml:"type"`
+		AdditionalProperties any    `yaml:"additionalProperties"`
+	}
+	var doc struct {
+		Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+		Components struct {
+			Schemas map[string]schema `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("docs/openapi.yaml: %v", err)
+	}
+	bodies := 0
+	for path, ops := range doc.Paths {
+		for method, n := range ops {
+			if method == "parameters" {
+				continue
+			}
+			var op struct {
+				RequestBody struct {
+					Content map[string]struct {
+						Schema schema `yaml:"schema"`
+					} `yaml:"content"`
+				} `yaml:"requestBody"`
+			}
+			if err := n.Decode(&op); err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			c, ok := op.RequestBody.Content["application/json"]
+			if !ok || c.Schema.Ref == "" {
+				continue
+			}
+			bodies++
+			name := strings.TrimPrefix(c.Schema.Ref, "#/components/schemas/")
+			if sc := doc.Components.Schemas[name]; sc.Type == "object" && sc.AdditionalProperties != false {
+				t.Errorf("%s %s: request body %s does not say additionalProperties: false, but the server refuses unknown fields", method, path, name)
+			}
+		}
+	}
+	if bodies == 0 {
+		t.Fatal("found no JSON request body; the parse is wrong")
+	}
+}
