@@ -44,11 +44,14 @@ const fuzzChecks = "not_a_server_error,status_code_conformance,content_type_conf
 // installed into .tools/venv by compat/fuzz/setup.sh) against
 // docs/openapi.yaml on the live server: SPACE_FUZZ_EXAMPLES examples per
 // operation (default 3), the examples, coverage, fuzzing and stateful
-// phases (the stateful one follows the spec's links: create → get →
-// delete for sandboxes, volumes, keys and secrets), once with the admin
-// key and once with the key of a second project. Every 5xx, every
-// response that does not match the spec, and the server no longer
-// answering afterwards fail the test. It logs the number of cases run.
+// phases (the stateful one, with five times the examples, follows the
+// spec's links: create → get → delete for sandboxes, volumes, keys and
+// secrets, and the links schemathesis infers), with the admin key and with
+// the key of a second project, both at once (about 4 to 5 minutes on 2
+// busy cores). Every 5xx, every response that does not match the spec,
+// and the server no longer answering or running a sandbox afterwards fail
+// the test. It logs the number of cases run (docs/security.md has the
+// latest).
 func TestAPIFuzz(t *testing.T) {
 	requireServer(t)
 	if testing.Short() {
