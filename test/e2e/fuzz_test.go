@@ -170,6 +170,9 @@ func runSchemathesis(t *testing.T, venv, key, cfg, phases string, exclude []stri
 		args = append(args, "--exclude-operation-id", op)
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "schemathesis"), append([]string{"--no-color", "--config-file", cfg}, args...)...)
+	// schemathesis keeps a .schemathesis cache (for `st replay`) in its
+	// working directory: not in the tree.
+	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "SCHEMATHESIS_HOOKS=", "NO_COLOR=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
