@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Installs a hash-pinned Python lockfile into its own virtualenv, once, and
-# prints the virtualenv's path.
+# Installs a hash-pinned Python lockfile into a cached virtualenv and
+# prints its path (compat/e2b-py, compat/fuzz and sdk/python setup.sh).
 #
 #   scripts/pyvenv.sh LOCKFILE NAME
 #
-# The virtualenv is .tools/venv/NAME-<sha256 of LOCKFILE and the
+# The virtualenv lives at .tools/venv/NAME-<sha256 of LOCKFILE and the
 # interpreter's version, 12 digits>, so a changed lockfile or Python gets a
 # new environment and an unchanged one installs nothing: a stamp written
 # after a complete install marks it ready (a half-installed one, left by an
 # interrupted run, is rebuilt). Every package, transitive ones included, is
-# installed from PyPI with `pip install --require-hashes --no-deps`: nothing
-# outside the lockfile can slip in. PYTHON picks the interpreter (default
-# python3), SPACE_TOOLS_DIR the tools directory (default .tools).
-# Used by compat/e2b-py/setup.sh and sdk/python/setup.sh.
+# installed from PyPI with `pip install --require-hashes --no-deps
+# --only-binary=:all:`: nothing outside the lockfile can slip in, and no
+# sdist's build code runs. PYTHON picks the interpreter (default python3),
+# SPACE_TOOLS_DIR the tools directory (default the repository's .tools).
 set -euo pipefail
 lock="${1:?usage: pyvenv.sh LOCKFILE NAME}"
 name="${2:?usage: pyvenv.sh LOCKFILE NAME}"
@@ -23,12 +23,12 @@ sum="$( { cat "$lock"; "$python" -VV; } | sha256sum | cut -c1-12)"
 venvs="${SPACE_TOOLS_DIR:-$root/.tools}/venv"
 venv="$venvs/$name-$sum"
 mkdir -p "$venvs"
-# One installer at a time per environment (worktrees share .tools).
+# One installer at a time per environment (lanes share .tools).
 exec 9>"$venv.lock"
 flock 9
 if [ ! -f "$venv/.space-installed" ]; then
   rm -rf "$venv"
-  echo "==> installing $lock into $venv" >&2
+  echo "==> installing $name ($(basename "$lock")) into $venv" >&2
   "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input \
     --require-hashes --no-deps --only-binary=:all: -r "$lock" >&2

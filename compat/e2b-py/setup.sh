@@ -4,11 +4,13 @@
 #   compat/e2b-py/setup.sh baseline|latest
 #
 # The virtualenv lives at .tools/venv/e2b-py-<name>-<sha256 of <name>.txt
-# and the interpreter's version, 12 digits>; scripts/pyvenv.sh installs it
-# once, every package from PyPI with `pip install --require-hashes
-# --no-deps`. To change versions, edit <name>.in and regenerate the
-# lockfiles as README.md says.
+# and the interpreter's version, 12 digits>, installed and cached by
+# scripts/pyvenv.sh (`pip install --require-hashes --no-deps`: nothing
+# outside the lockfile can slip in). To change versions, edit <name>.in and
+# regenerate the lockfiles as README.md says.
 set -euo pipefail
 name="${1:?usage: setup.sh baseline|latest}"
 here="$(cd "$(dirname "$0")" && pwd)"
-exec "$here/../../scripts/pyvenv.sh" "$here/$name.txt" "e2b-py-$name"
+lock="$here/$name.txt"
+[ -f "$lock" ] || { echo "setup.sh: no lockfile $lock" >&2; exit 2; }
+exec "$here/../../scripts/pyvenv.sh" "$lock" "e2b-py-$name"
