@@ -16,9 +16,6 @@ import (
 	"github.com/space-platform/space/internal/runtime/gvisor"
 )
 
-// agentBinary is the agent's path inside a sandbox (see internal/node).
-const agentBinary = runtime.AgentMountPoint + "/space-agent"
-
 // bootedImageDir holds the template's pre-booted memory image.
 func (r *runner) bootedImageDir() string {
 	return filepath.Join(r.cfg.DataDir, "images", "templates", r.res.Template.ID)
@@ -88,8 +85,8 @@ func (r *runner) restoreOnce(ctx context.Context, rt *gvisor.Runtime, slots *net
 	}
 	defer func() { _ = slot.Destroy() }()
 	spec := runtime.Spec{
-		ID: id, RootfsPath: volume, NetNSPath: slot.NetNSPath(), AgentDir: agentDir,
-		Args:     []string{agentBinary},
+		ID: id, Rootfs: runtime.Rootfs{Kind: runtime.RootfsDir, Path: volume}, Network: slot,
+		Agent:    filepath.Join(agentDir, "space-agent"),
 		Env:      []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Hostname: id,
 		Limits:   limits,

@@ -105,7 +105,7 @@ func TestRulesetsLoad(t *testing.T) {
 }
 
 // egressFixture is a slot with an uplink, a fake internet and helpers to
-// connect from the sandbox side, which is a plain namespace here (no gVisor).
+// connect from the sandbox side, which is a plain namespace here (no sandbox runtime).
 type egressFixture struct {
 	t        *testing.T
 	egress   *Egress

@@ -162,10 +162,10 @@ func (s *Slot) create() error {
 	return s.Prepare()
 }
 
-// Prepare (re)applies the sandbox side's address and default route. gVisor
-// moves them into its own network stack and strips them from the host
-// interface when a sandbox starts, so this must run before every start or
-// restore in the slot.
+// Prepare (re)applies the sandbox side's address and default route, as
+// Create left them. A runtime backend whose sandbox takes them off the
+// interface when it starts (e.g. into a network stack of its own) calls it
+// before every start or restore in the slot.
 func (s *Slot) Prepare() error {
 	sbx, err := s.Sandbox.Open()
 	if err != nil {

@@ -275,7 +275,6 @@ func (n *Node) setupAgents(binary string) error {
 		return fmt.Errorf("install agent: %w", err)
 	}
 	n.agentDigest = digest
-	n.agentDir = n.agents.mountDir(digest)
 	if n.legacyDigest != "" {
 		if err := n.stampLegacyImages(); err != nil {
 			n.log.Warn("record the agent of older images", "err", err)

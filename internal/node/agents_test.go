@@ -49,7 +49,7 @@ func TestSetupAgentsAdoptsTheAgentOfOlderNodesForTheirImages(t *testing.T) {
 	if n.agentDigest != digestOf("new agent") || n.legacyDigest != digestOf("old agent") {
 		t.Fatalf("current %s, legacy %s", n.agentDigest, n.legacyDigest)
 	}
-	if b, err := os.ReadFile(filepath.Join(n.agentDir, agentName)); err != nil || string(b) != "new agent" {
+	if b, err := os.ReadFile(n.agents.binary(n.agentDigest)); err != nil || string(b) != "new agent" {
 		t.Fatalf("new sandboxes mount %q, %v", b, err)
 	}
 	dir := filepath.Join(n.cfg.ImagesDir, "sb1", "suspend")

@@ -29,7 +29,7 @@ type BuildSandbox struct {
 
 // StartBuild boots a build sandbox on an existing volume (the template's
 // work volume) under the runtime, limits and egress policy given: the
-// same gVisor runtime, network slot and gateway as any sandbox. Its agent
+// same runtime, network slot and gateway as any sandbox. Its agent
 // runs as root with / as the working directory.
 func (n *Node) StartBuild(ctx context.Context, volume string, limits runtime.Limits, policy network.Policy) (_ *BuildSandbox, err error) {
 	if !n.cfg.Volumes.Exists(volume) {

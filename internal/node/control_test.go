@@ -70,7 +70,7 @@ func (v blockingVolumes) Snapshot(string, string, bool) (string, error) {
 func (v blockingVolumes) Delete(string) error { return nil }
 
 // destroyOnly is a runtime whose sandboxes are all gone already.
-type destroyOnly struct{ Runtime }
+type destroyOnly struct{ runtime.Runtime }
 
 func (destroyOnly) Destroy(context.Context, string) error { return nil }
 

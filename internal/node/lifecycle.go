@@ -376,16 +376,14 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 		if slot, err = n.cfg.Namespaces.Create(spec.ID); err != nil {
 			return err
 		}
-	} else if err := slot.Prepare(); err != nil {
-		return err
 	}
 	if err := n.applyNetwork(slot, spec.Network); err != nil {
 		_ = n.destroySlot(slot)
 		return err
 	}
 	rs := runtime.Spec{
-		ID: spec.ID, RootfsPath: n.cfg.Volumes.Path(vol), NetNSPath: slot.NetNSPath(),
-		AgentDir: n.agents.mountDir(agent), Args: []string{agentPath}, Hostname: spec.ID, Limits: spec.Limits,
+		ID: spec.ID, Rootfs: n.rootfs(vol), Network: slot,
+		Agent: n.agents.binary(agent), Hostname: spec.ID, Limits: spec.Limits,
 		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Mounts: binds,
 	}

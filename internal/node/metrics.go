@@ -119,7 +119,7 @@ func (n *Node) sampleMetrics(ctx context.Context) {
 		seen := map[string]bool{}
 		for _, sb := range n.watched() {
 			seen[sb.ID] = true
-			if sb.pid.Load() <= 0 || pooled[sb.ID] || now.Sub(tried[sb.ID]) < nodeapi.MetricsInterval {
+			if !sb.watched() || pooled[sb.ID] || now.Sub(tried[sb.ID]) < nodeapi.MetricsInterval {
 				continue // stopped, suspending, waiting in a pool, or sampled lately
 			}
 			tried[sb.ID] = now

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"sync"
 
@@ -17,26 +16,6 @@ import (
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 )
-
-// Runtime is the sandbox backend the node drives (gVisor today).
-type Runtime interface {
-	Start(ctx context.Context, spec runtime.Spec) error
-	Restore(ctx context.Context, spec runtime.Spec, imageDir string) error
-	Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error
-	Pause(ctx context.Context, id string) error
-	Resume(ctx context.Context, id string) error
-	Destroy(ctx context.Context, id string) error
-	State(ctx context.Context, id string) (runtime.State, error)
-	List(ctx context.Context) ([]string, error)
-	Stats(ctx context.Context, id string) (runtime.Stats, error)
-	DialAgent(ctx context.Context, id string) (net.Conn, error)
-	// Limits are those the sandbox runs under, as it was started or
-	// restored: what an adopted sandbox commits.
-	Limits(id string) (runtime.Limits, error)
-	// Quiesce waits for runtime commands on the sandbox that a previous
-	// server process left running.
-	Quiesce(ctx context.Context, id string) error
-}
 
 // Volumes is the copy-on-write storage the node takes root filesystems from.
 type Volumes interface {
@@ -55,11 +34,11 @@ type Volumes interface {
 
 // Config wires a node.
 type Config struct {
-	Runtime Runtime
+	Runtime runtime.Runtime
 	Volumes Volumes
 	// AgentBinary is the static agent executable; it is copied into
-	// the agent store under StateDir and mounted read-only into every new
-	// sandbox (a restored one mounts the agent its image was taken with).
+	// the agent store under StateDir and is the agent of every new
+	// sandbox (a restored one gets the agent its image was taken with).
 	AgentBinary string
 	StateDir    string
 	// ImagesDir holds template images (images/templates/<id>).
@@ -85,11 +64,9 @@ type Config struct {
 // Node is the node service.
 type Node struct {
 	cfg Config
-	// agentDir is the store's directory of the configured agent, which
-	// new sandboxes mount; agentDigest is its sha256. A saved image holds
-	// the agent that ran when it was taken, so a restore mounts that one
-	// instead (agents.go).
-	agentDir    string
+	// agentDigest is the sha256 of the configured agent, which new
+	// sandboxes run. A saved image holds the agent that ran when it was
+	// taken, so a restore runs that one instead (agents.go).
 	agentDigest string
 	// legacyDigest is the agent of nodes from before the agent store, ""
 	// if this node never was one: what images without a digest hold.
@@ -120,7 +97,7 @@ type Capacity struct {
 	DiskMB   int
 }
 
-// agentName is the agent's file name inside runtime.AgentMountPoint.
+// agentName is the agent binary's file name in the agent store.
 const agentName = "space-agent"
 
 // New prepares the node's state directory and agent copy.
@@ -161,6 +138,11 @@ func (n *Node) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 		return runtime.Stats{}, err
 	}
 	return n.cfg.Runtime.Stats(ctx, id)
+}
+
+// rootfs is the runtime's handle of a root volume.
+func (n *Node) rootfs(volume string) runtime.Rootfs {
+	return runtime.Rootfs{Kind: runtime.RootfsDir, Path: n.cfg.Volumes.Path(volume)}
 }
 
 func (n *Node) register(sb *Sandbox) {

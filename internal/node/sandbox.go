@@ -28,9 +28,9 @@ type (
 type Sandbox struct {
 	ID    string
 	Agent *AgentConn
-	// pid is the runtime's sandbox process, watched by Watch; 0 while the
-	// node itself stops or suspends the sandbox.
-	pid atomic.Int64
+	// watch is the wait for the sandbox's runtime to end (watch.go); nil
+	// while the node itself stops or suspends the sandbox.
+	watch atomic.Pointer[watching]
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -61,7 +61,6 @@ func (sb *Sandbox) agent() string {
 const (
 	agentStartTimeout = 30 * time.Second
 	readyTimeout      = 2 * time.Minute
-	agentPath         = runtime.AgentMountPoint + "/" + agentName
 )
 
 func volumeName(id string) string { return path.Join("sandboxes", id) }
@@ -137,11 +136,10 @@ func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime
 	}
 	bootToken := randomHex(32)
 	rs := runtime.Spec{
-		ID:         id,
-		RootfsPath: n.cfg.Volumes.Path(volume),
-		NetNSPath:  slot.NetNSPath(),
-		AgentDir:   n.agentDir,
-		Args:       []string{agentPath},
+		ID:      id,
+		Rootfs:  n.rootfs(volume),
+		Network: slot,
+		Agent:   n.agents.binary(n.agentDigest),
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			"SPACE_AGENT_TOKEN=" + bootToken,

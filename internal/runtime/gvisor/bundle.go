@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -23,8 +24,20 @@ var capabilities = []string{
 
 const cpuPeriod = 100000
 
+// AgentMountPoint is where the agent binary's directory appears inside a
+// sandbox. Images hold the agent's path, so it never changes.
+const AgentMountPoint = "/.space/bin"
+
 // writeBundle writes the OCI bundle (config.json) for spec.
 func (r *Runtime) writeBundle(spec runtime.Spec) error {
+	// gVisor's gofer serves a host directory; a block image would need a
+	// kernel of the sandbox's own to mount it.
+	if spec.Rootfs.Kind != runtime.RootfsDir {
+		return fmt.Errorf("gvisor: sandbox %s: root filesystem of kind %q: %w", spec.ID, spec.Rootfs.Kind, runtime.ErrUnsupported)
+	}
+	if spec.Network == nil || spec.Agent == "" {
+		return fmt.Errorf("gvisor: sandbox %s: a spec needs a network slot and an agent", spec.ID)
+	}
 	dir := r.bundleDir(spec.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("bundle for %s: %w", spec.ID, err)
@@ -64,12 +77,12 @@ func ociSpec(spec runtime.Spec) *specs.Spec {
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 	}
-	if spec.AgentDir != "" {
-		mounts = append(mounts, specs.Mount{
-			Destination: runtime.AgentMountPoint, Type: "bind", Source: spec.AgentDir,
-			Options: []string{"rbind", "ro"},
-		})
-	}
+	// The agent runs from its directory mounted read-only; an image holds
+	// its path inside, so a restore mounts the directory of the same agent.
+	mounts = append(mounts, specs.Mount{
+		Destination: AgentMountPoint, Type: "bind", Source: filepath.Dir(spec.Agent),
+		Options: []string{"rbind", "ro"},
+	})
 	for _, m := range spec.Mounts {
 		opts := []string{"rbind", "nosuid", "nodev"}
 		if m.ReadOnly {
@@ -81,14 +94,14 @@ func ociSpec(spec runtime.Spec) *specs.Spec {
 		Version: specs.Version,
 		Process: &specs.Process{
 			User:            specs.User{UID: 0, GID: 0},
-			Args:            spec.Args,
+			Args:            []string{path.Join(AgentMountPoint, filepath.Base(spec.Agent))},
 			Env:             spec.Env,
 			Cwd:             "/",
 			Capabilities:    caps,
 			NoNewPrivileges: false,
 			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
 		},
-		Root:     &specs.Root{Path: spec.RootfsPath},
+		Root:     &specs.Root{Path: spec.Rootfs.Path},
 		Hostname: spec.Hostname,
 		Mounts:   mounts,
 		Linux: &specs.Linux{
@@ -99,7 +112,7 @@ func ociSpec(spec runtime.Spec) *specs.Spec {
 				{Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace},
-				{Type: specs.NetworkNamespace, Path: spec.NetNSPath},
+				{Type: specs.NetworkNamespace, Path: spec.Network.NetNSPath()},
 			},
 		},
 	}

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 )
@@ -111,9 +113,11 @@ func (r *Runtime) runsc(ctx context.Context, args ...string) ([]byte, error) {
 	return out, nil
 }
 
+var _ runtime.Runtime = (*Runtime)(nil)
+
 // Start creates and starts a sandbox from spec.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) error {
-	if err := r.writeBundle(spec); err != nil {
+	if err := r.prepare(spec); err != nil {
 		return err
 	}
 	return r.launch(ctx, spec.ID, "run", "--detach", "--bundle", r.bundleDir(spec.ID), spec.ID)
@@ -123,10 +127,25 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) error {
 // The bundle may differ from the one checkpointed (another root volume, for
 // a branch); the image carries memory and process state.
 func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, imageDir string) error {
-	if err := r.writeBundle(spec); err != nil {
+	if err := r.prepare(spec); err != nil {
 		return err
 	}
 	return r.launch(ctx, spec.ID, "restore", "--detach", "--bundle", r.bundleDir(spec.ID), "--image-path", imageDir, spec.ID)
+}
+
+// prepare writes the sandbox's bundle and readies its network slot. With
+// --network=sandbox, runsc takes the sandbox-side veth's address and routes
+// into gVisor's own netstack and strips them from the host interface, so a
+// slot that held a sandbox before (a restore in place) has lost them: they
+// are applied again before every start or restore.
+func (r *Runtime) prepare(spec runtime.Spec) error {
+	if err := r.writeBundle(spec); err != nil {
+		return err
+	}
+	if err := spec.Network.Prepare(); err != nil {
+		return fmt.Errorf("gvisor: network slot of %s: %w", spec.ID, err)
+	}
+	return nil
 }
 
 // launch runs a detaching runsc command. The sandbox inherits its stdio, so
@@ -267,6 +286,64 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 // sandbox's network slot (see package network).
 func (r *Runtime) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 	return r.cfg.Namespaces.Slot(id).DialContext(ctx, "tcp", net.JoinHostPort(network.SandboxAddr, strconv.Itoa(AgentPort)))
+}
+
+// exitPollInterval is how often Wait looks whether the sandbox process
+// still runs: one poll of a pidfd.
+const exitPollInterval = time.Second
+
+// Wait blocks until the sandbox's runsc sandbox process is gone, then
+// tells an out-of-memory kill from other deaths by the sandbox's memory
+// cgroup, which runsc made and nobody removes before Destroy.
+func (r *Runtime) Wait(ctx context.Context, id string) (runtime.ExitReason, error) {
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if st.PID <= 0 || (st.Status != runtime.StatusRunning && st.Status != runtime.StatusPaused) {
+		return exitReason(id), nil
+	}
+	// A pidfd, not the pid: the pid may be another process's by the time
+	// the sandbox's has long gone.
+	fd, err := unix.PidfdOpen(st.PID, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return exitReason(id), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("wait for %s: %w", id, err)
+	}
+	defer unix.Close(fd)
+	t := time.NewTicker(exitPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-t.C:
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			return exitReason(id), nil
+		}
+	}
+}
+
+// exitReason reads the sandbox's memory cgroup (v1: memory.oom_control,
+// v2: memory.events) for an OOM kill.
+func exitReason(id string) runtime.ExitReason {
+	for _, f := range []string{"/sys/fs/cgroup/memory/space/" + id + "/memory.oom_control", "/sys/fs/cgroup/space/" + id + "/memory.events"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			var count int
+			if _, err := fmt.Sscanf(line, "oom_kill %d", &count); err == nil && count > 0 {
+				return runtime.ExitOOM
+			}
+		}
+	}
+	return runtime.ExitDied
 }
 
 func lastLines(s string, n int) string {
