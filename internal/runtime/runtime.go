@@ -35,7 +35,7 @@ type Runtime interface {
 	Restore(ctx context.Context, spec Spec, imageDir string) error
 	// Checkpoint saves the sandbox's memory and process state into
 	// imageDir. With leaveRunning the sandbox continues afterwards (or
-	// stays frozen, if it was); otherwise it stops.
+	// stays frozen, if it was); otherwise a running sandbox stops.
 	Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error
 	// Pause freezes every process of the sandbox; memory stays resident.
 	Pause(ctx context.Context, id string) error

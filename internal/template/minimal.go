@@ -155,3 +155,15 @@ func copyHostFile(root *os.Root, src, dst string, mode os.FileMode) error {
 	}
 	return root.Chmod(dst, mode)
 }
+
+// WriteMinimalRootfs fills the empty directory dir with the tree a build
+// of the minimal template makes (the host's busybox-static and a Unix
+// skeleton), without a template manager: a root filesystem for tests of
+// runtime backends (runtime/runtimetest).
+func WriteMinimalRootfs(ctx context.Context, dir string) error {
+	busybox, err := findStaticBusybox()
+	if err != nil {
+		return err
+	}
+	return buildMinimal(ctx, dir, busybox)
+}

@@ -1,0 +1,110 @@
+package gvisor
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/internal/runtime/runtimetest"
+	"github.com/space-platform/space/internal/storage"
+	"github.com/space-platform/space/internal/template"
+)
+
+// The gVisor backend passes the runtime conformance suite on real runsc,
+// with minimal-template root filesystems in plain host directories.
+func TestConformance(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("runsc sandboxes need root (namespaces, cgroups, mounts)")
+	}
+	root := repoRoot(t)
+	runsc := os.Getenv("SPACE_RUNSC")
+	if runsc == "" {
+		runsc = filepath.Join(root, ".tools", "bin", "runsc")
+	}
+	if _, err := os.Stat(runsc); err != nil {
+		t.Skipf("no runsc (scripts/install-deps.sh installs it): %v", err)
+	}
+	agent := buildAgent(t, root)
+	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {
+		state := t.TempDir()
+		// runsc keeps a mount (null-netns) under its root.
+		t.Cleanup(func() { storage.UnmountUnder(state) })
+		slots, err := network.OpenNamespaces(filepath.Join(state, "netns"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := slots.Close(); err != nil {
+				t.Errorf("close the namespace directory: %v", err)
+			}
+		})
+		return runtimetest.Harness{
+			New: func(t *testing.T) runtime.Runtime {
+				rt, err := New(Config{RunscPath: runsc, StateDir: state, Namespaces: slots})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rt
+			},
+			Rootfs: func(t *testing.T) runtime.Rootfs {
+				dir := t.TempDir()
+				if err := template.WriteMinimalRootfs(context.Background(), dir); err != nil {
+					t.Fatalf("minimal rootfs: %v", err)
+				}
+				return runtime.Rootfs{Kind: runtime.RootfsDir, Path: dir}
+			},
+			CopyRootfs: func(t *testing.T, from runtime.Rootfs) runtime.Rootfs {
+				dir := t.TempDir()
+				if out, err := exec.Command("cp", "-a", from.Path+"/.", dir).CombinedOutput(); err != nil {
+					t.Fatalf("copy rootfs: %v: %s", err, out)
+				}
+				return runtime.Rootfs{Kind: runtime.RootfsDir, Path: dir}
+			},
+			Slot: func(t *testing.T, id string) *network.Slot {
+				s, err := slots.Create(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					if err := s.Destroy(); err != nil {
+						t.Errorf("destroy slot %s: %v", id, err)
+					}
+				})
+				return s
+			},
+			Agent:    agent,
+			Limits:   runtime.Limits{VCPUs: 1, MemoryMB: 256, Pids: 512},
+			MinVCPUs: 2, // runsc's floor for --cpu-num-from-quota
+		}
+	})
+}
+
+// buildAgent builds the static agent, as the e2e harness does.
+func buildAgent(t *testing.T, root string) string {
+	out := filepath.Join(t.TempDir(), "space-agent")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/space-agent")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the agent: %v\n%s", err, msg)
+	}
+	return out
+}
+
+func repoRoot(t *testing.T) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ; dir != "/"; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+	}
+	t.Fatal("no go.mod above the test's directory")
+	return ""
+}
