@@ -24,9 +24,9 @@ var capabilities = []string{
 
 const cpuPeriod = 100000
 
-// AgentMountPoint is where the agent binary's directory appears inside a
+// agentMountPoint is where the agent binary's directory appears inside a
 // sandbox. Images hold the agent's path, so it never changes.
-const AgentMountPoint = "/.space/bin"
+const agentMountPoint = "/.space/bin"
 
 // writeBundle writes the OCI bundle (config.json) for spec.
 func (r *Runtime) writeBundle(spec runtime.Spec) error {
@@ -80,7 +80,7 @@ func ociSpec(spec runtime.Spec) *specs.Spec {
 	// The agent runs from its directory mounted read-only; an image holds
 	// its path inside, so a restore mounts the directory of the same agent.
 	mounts = append(mounts, specs.Mount{
-		Destination: AgentMountPoint, Type: "bind", Source: filepath.Dir(spec.Agent),
+		Destination: agentMountPoint, Type: "bind", Source: filepath.Dir(spec.Agent),
 		Options: []string{"rbind", "ro"},
 	})
 	for _, m := range spec.Mounts {
@@ -94,7 +94,7 @@ func ociSpec(spec runtime.Spec) *specs.Spec {
 		Version: specs.Version,
 		Process: &specs.Process{
 			User:            specs.User{UID: 0, GID: 0},
-			Args:            []string{path.Join(AgentMountPoint, filepath.Base(spec.Agent))},
+			Args:            []string{path.Join(agentMountPoint, filepath.Base(spec.Agent))},
 			Env:             spec.Env,
 			Cwd:             "/",
 			Capabilities:    caps,
