@@ -1,7 +1,8 @@
 // Package gvisor runs sandboxes under gVisor's runsc: a user-space kernel, so
 // code in a sandbox never talks to the host kernel directly. It drives the
 // runsc command line (one invocation per lifecycle step) and keeps each
-// sandbox's OCI bundle under its state directory.
+// sandbox's OCI bundle under its state directory. It is a runtime.Runtime,
+// held to the backends' conformance suite (runtime/runtimetest).
 package gvisor
 
 import (
