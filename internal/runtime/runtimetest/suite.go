@@ -132,6 +132,7 @@ func (c *suiteCase) newBox(t *testing.T, rootfs *runtime.Rootfs, limits *runtime
 		b.rootfs = c.h.Rootfs(t)
 	}
 	b.slot = c.h.Slot(t, b.id)
+	t.Logf("sandbox %s", b.id)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
