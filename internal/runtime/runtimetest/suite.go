@@ -55,7 +55,8 @@ type Harness struct {
 	MinVCPUs int
 	// GuestOOM says the sandbox has a kernel of its own, whose OOM killer
 	// ends the process that exceeds the memory instead of the sandbox (a
-	// VM); otherwise the host must end the sandbox and Wait say so.
+	// VM); otherwise the host must end the sandbox and Wait say so. The
+	// OOM case's sandbox has 64 MiB and allocates 256 MiB.
 	GuestOOM bool
 	// Timeout bounds each case; zero means two minutes.
 	Timeout time.Duration
