@@ -149,6 +149,20 @@ func (s *agentStore) recorded(id string) string {
 	return ""
 }
 
+// recordedIDs are the sandboxes with a record, those whose release has not
+// dropped it yet (and build sandboxes' of versions that never did).
+func (s *agentStore) recordedIDs() []string {
+	if s == nil {
+		return nil
+	}
+	entries, _ := os.ReadDir(filepath.Join(s.dir, sandboxAgentsDir))
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		ids = append(ids, e.Name())
+	}
+	return ids
+}
+
 // forget drops sandbox id's record; a node without a store (a unit
 // test's) has none.
 func (s *agentStore) forget(id string) {
@@ -350,9 +364,8 @@ func (n *Node) collectAgents() {
 		n.log.Warn("collect agent binaries: images unreadable; keeping every one", "err", err)
 		return
 	}
-	records, _ := os.ReadDir(filepath.Join(n.agents.dir, sandboxAgentsDir))
-	for _, r := range records {
-		keep[n.agents.recorded(r.Name())] = true
+	for _, id := range n.agents.recordedIDs() {
+		keep[n.agents.recorded(id)] = true
 	}
 	digests, err := n.agents.digests()
 	if err != nil {

@@ -112,6 +112,9 @@ func (n *Node) stopBuild(ctx context.Context, id string) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop build sandbox %s: %w", id, err)
 	}
+	// The record of which agent the build sandbox ran: its image keeps
+	// the digest itself.
+	n.agents.forget(id)
 	return nil
 }
 

@@ -302,7 +302,16 @@ func (r *runner) setup(ctx context.Context, attempts []Attempt) error {
 	h.secrets["victim's process"] = "sleep " + r.victimSleep
 
 	if r.cfg.DataDir != "" {
-		h.watchFile("the agent binary", filepath.Join(r.cfg.DataDir, "node", "agent", "space-agent"))
+		// The node keeps every agent binary it has run, by digest
+		// (node/agents/<sha256>/space-agent): each is mounted into some
+		// sandbox, so each must stay unchanged.
+		agents, _ := filepath.Glob(filepath.Join(r.cfg.DataDir, "node", "agents", "*", "space-agent"))
+		if len(agents) == 0 {
+			r.notes = append(r.notes, "no agent binary found in the server's data directory: none is checked")
+		}
+		for _, a := range agents {
+			h.watchFile("the agent binary", a)
+		}
 		h.secretFile("server admin key file", filepath.Join(r.cfg.DataDir, "admin.key"))
 		h.secretFile("secrets key", filepath.Join(r.cfg.DataDir, "secrets.key"))
 		h.secretFile("egress CA key", filepath.Join(r.cfg.DataDir, "ca", "ca.key"))

@@ -286,6 +286,11 @@ func (s *crashServer) checkNothingLeft(ids []string) {
 	if len(bundles) != 0 {
 		t.Errorf("%d runtime bundles left", len(bundles))
 	}
+	// The record of which agent each sandbox (and each template's build
+	// sandbox) runs goes with it.
+	if records, _ := os.ReadDir(filepath.Join(s.dataDir, "node", "agents", "sandboxes")); len(records) != 0 {
+		t.Errorf("%d agent records left, the first %s", len(records), records[0].Name())
+	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], s.dataDir) &&

@@ -189,6 +189,8 @@ func e2bMetrics(t *testing.T, id, query string) []e2bMetric {
 // before the sandbox existed, the same on the native API, and a paused
 // sandbox keeps its history without being resumed by the read.
 func TestE2BMetricsHistoryAndRanges(t *testing.T) {
+	// Waits for the node's samples: alongside the other parallel tests.
+	t.Parallel()
 	created := time.Now()
 	sb := e2bCreate(t, "minimal", nil)
 	var all []e2bMetric

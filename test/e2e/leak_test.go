@@ -78,11 +78,14 @@ func namespaceFiles(dataDir, id string) []string {
 	return left
 }
 
-// Nothing is left behind after many create/delete cycles. SPACE_LEAK_CYCLES
-// overrides the count (default 1000).
+// Nothing is left behind after many create/delete cycles. Every sandbox's
+// own leftovers are checked by id, so one leaking cycle fails the test;
+// 300 cycles pass every per-host pool the node allocates from in blocks
+// of 256. SPACE_LEAK_CYCLES overrides the count (1000 or more for a soak;
+// each delete costs the kernel btrfs-cleaner time, issue #15).
 func TestNoLeaksAfterCreateDeleteCycles(t *testing.T) {
 	requireServer(t)
-	cycles := 1000
+	cycles := 300
 	if v := os.Getenv("SPACE_LEAK_CYCLES"); v != "" {
 		cycles, _ = strconv.Atoi(v)
 	}

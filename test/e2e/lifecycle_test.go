@@ -353,6 +353,8 @@ func TestIdleSuspendAndTimeoutSuspend(t *testing.T) {
 }
 
 func TestRollingSnapshots(t *testing.T) {
+	// A minute of waiting: alongside the other parallel tests.
+	t.Parallel()
 	// 60 s is the floor of snapshot_interval_s; the first rolling snapshot
 	// comes one interval after the start.
 	sb := newSandbox(t, apiv1.CreateSandboxRequest{SnapshotIntervalS: 60, SnapshotRetentionS: 3600})

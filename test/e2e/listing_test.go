@@ -32,6 +32,9 @@ func hugeDirName(i int) string { return fmt.Sprintf("an-entry-with-a-longish-nam
 // `space serve` (built without the race detector, whose shadow memory
 // would swamp what is measured), so its RSS is what a deployment sees.
 func TestHugeDirectoryListedInBoundedMemory(t *testing.T) {
+	// Its own server, whose memory (not speed) is measured: alongside
+	// the other parallel tests.
+	t.Parallel()
 	s := newCrashServer(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -63,7 +63,14 @@ func TestRedteam(t *testing.T) {
 	t.Logf("%d attempts in %s: %d blocked, %d escaped, %d errors, %d skipped", len(report.Results), time.Since(began).Round(time.Second),
 		report.Count(redteam.Blocked), report.Count(redteam.Escaped), report.Count(redteam.Errored), report.Count(redteam.Skipped))
 	for _, n := range report.Notes {
-		t.Logf("note: %s", n)
+		// Run as root with the server's data directory, every host file
+		// the battery watches must be found: one it cannot read is one
+		// whose tampering would go unnoticed.
+		if strings.Contains(n, "not checked") || strings.Contains(n, "none is checked") {
+			t.Errorf("note: %s", n)
+		} else {
+			t.Logf("note: %s", n)
+		}
 	}
 	if len(report.Results) < 40 {
 		t.Errorf("only %d attempts ran", len(report.Results))
