@@ -26,7 +26,6 @@ if [ -f "$out/.complete" ]; then
 fi
 
 work=$(mktemp -d "$DEST/.fetch-XXXXXX")
-chmod 0755 "$work" # apt-get download drops privileges to _apt when it can write here
 trap 'rm -rf "$work"' EXIT
 echo "==> microvm kernel: downloading $pkg (about 70 MB)"
 (cd "$work" && apt-get download -q "$pkg")
@@ -54,7 +53,7 @@ fi
  ls kernel/drivers/block/virtio_blk.ko* kernel/drivers/char/virtio_console.ko* \
     kernel/drivers/net/virtio_net.ko* kernel/drivers/net/net_failover.ko* kernel/net/core/failover.ko* \
     kernel/fs/mbcache.ko* kernel/lib/crc16.ko* kernel/lib/libcrc32c.ko* kernel/crypto/crc32c_generic.ko* \
-    kernel/arch/x86/crypto/crc32c-intel.ko* 2>/dev/null) |
+    kernel/arch/x86/crypto/crc32c-intel.ko* kernel/drivers/firmware/qemu_fw_cfg.ko* 2>/dev/null) |
   while read -r f; do mkdir -p "$work/out/modules/$(dirname "$f")"; cp "$moddir/$f" "$work/out/modules/$f"; done
 echo "$ver" > "$work/out/version"
 touch "$work/out/.complete"
