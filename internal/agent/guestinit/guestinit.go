@@ -97,11 +97,13 @@ func Setup(logf func(string, ...any)) (net.Listener, error) {
 	return ln, nil
 }
 
-// PowerOff ends the guest; QEMU exits with it (-no-reboot). PID 1 must
-// not return: the kernel would panic.
+// PowerOff ends the guest. It reboots rather than powers off: QEMU runs
+// with -no-reboot, so a reboot ends it on every machine type, while power
+// off needs ACPI support the microvm machine may lack. PID 1 must not
+// return: the kernel would panic.
 func PowerOff() {
 	unix.Sync()
-	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 	select {}
 }
 

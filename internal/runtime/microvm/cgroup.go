@@ -114,6 +114,18 @@ func newCgroup(id string, l runtime.Limits) (*cgroup, error) {
 	return cg, nil
 }
 
+// fd opens the v2 cgroup's directory, for clone's CLONE_INTO_CGROUP.
+func (cg *cgroup) fd() (*os.File, bool) {
+	if !cg.v2 {
+		return nil, false
+	}
+	f, err := os.Open(cg.dirs[0])
+	if err != nil {
+		return nil, false
+	}
+	return f, true
+}
+
 // add moves a process (QEMU, before its guest runs) into the cgroup.
 func (cg *cgroup) add(pid int) error {
 	for _, d := range cg.dirs {

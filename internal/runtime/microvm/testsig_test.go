@@ -1,0 +1,5 @@
+package microvm
+
+import "syscall"
+
+var sysSignal0 = syscall.Signal(0)
