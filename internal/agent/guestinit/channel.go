@@ -18,7 +18,7 @@ import (
 
 // listen opens the agent channel the host named: "serial:<name>" (a
 // virtio-serial port) or "vsock:<port>".
-func listen(spec string) (net.Listener, error) {
+func listen(spec string, logf func(string, ...any)) (net.Listener, error) {
 	kind, arg, _ := strings.Cut(spec, ":")
 	switch kind {
 	case "serial":
@@ -26,11 +26,21 @@ func listen(spec string) (net.Listener, error) {
 		if err != nil {
 			return nil, err
 		}
-		f, err := os.OpenFile(dev, os.O_RDWR, 0)
+		// Non-blocking, so reads and writes wait in Go's poller, where
+		// a closing session's deadline can cut them off; a blocking write
+		// to a port without a host would wait in the kernel for the next
+		// host and hand it the old session's bytes.
+		fd, err := unix.Open(dev, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("open agent port: %w", err)
 		}
-		return newPortListener(f), nil
+		f := os.NewFile(uintptr(fd), dev)
+		if err := f.SetDeadline(time.Time{}); err != nil {
+			return nil, fmt.Errorf("agent port is not pollable: %w", err)
+		}
+		l := newPortListener(f)
+		l.logf = logf
+		return l, nil
 	case "vsock":
 		port, err := strconv.ParseUint(arg, 10, 32)
 		if err != nil {
@@ -73,6 +83,7 @@ type portListener struct {
 	// a closing session can wait until none of its calls is inside.
 	rmu, wmu sync.Mutex
 	free     chan struct{} // a token: no session is open
+	logf     func(string, ...any)
 	closed   chan struct{}
 	once     sync.Once
 }
@@ -98,6 +109,7 @@ func (l *portListener) Accept() (net.Conn, error) {
 		l.free <- struct{}{}
 		return nil, err
 	}
+	l.log("agent channel: host connected")
 	return &portConn{l: l, pre: pre}, nil
 }
 
@@ -163,6 +175,12 @@ func (l *portListener) serverHandshake() ([]byte, error) {
 		if len(got) > 1<<16 {
 			got = got[len(got)-256:]
 		}
+	}
+}
+
+func (l *portListener) log(msg string) {
+	if l.logf != nil {
+		l.logf(msg)
 	}
 }
 
@@ -236,6 +254,7 @@ func (c *portConn) Close() error {
 		_ = c.l.f.SetDeadline(time.Time{})
 		c.l.wmu.Unlock()
 		c.l.rmu.Unlock()
+		c.l.log("agent channel: connection ended")
 		c.l.free <- struct{}{}
 	})
 	return nil

@@ -89,7 +89,7 @@ func Setup(logf func(string, ...any)) (net.Listener, error) {
 	if err := configureNetwork(params); err != nil {
 		return nil, err
 	}
-	ln, err := listen(params[ParamChannel])
+	ln, err := listen(params[ParamChannel], logf)
 	if err != nil {
 		return nil, err
 	}

@@ -873,6 +873,25 @@ func (r *Runtime) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 	return c, nil
 }
 
+// Close lets go of the guests without stopping them: it closes their
+// QMP connections (QEMU serves one client at a time, so a backend object
+// that replaces this one, after a node restart, could not reach them
+// otherwise).
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, v := range r.vms {
+		v.qmpMu.Lock()
+		if v.qmp != nil {
+			v.qmp.Close()
+			v.qmp = nil
+		}
+		v.qmpMu.Unlock()
+		delete(r.vms, id)
+	}
+	return nil
+}
+
 // Quiesce has nothing to wait for: every lifecycle step is a QMP command
 // of this process, none outlives it.
 func (r *Runtime) Quiesce(ctx context.Context, id string) error { return nil }
