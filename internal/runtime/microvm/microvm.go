@@ -329,8 +329,17 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	if err != nil {
 		return fmt.Errorf("start %s: %w%s", id, err, r.logTail(id))
 	}
-	// A restore's QEMU reads the state, then runs the guest by itself.
-	if err := waitStatus(ctx, q, "running", 5*time.Minute); err != nil {
+	if incoming != "" {
+		// The image was taken of a stopped guest, and the state it
+		// carries says so: once loaded the guest waits for a cont.
+		if err := waitStatus(ctx, q, "paused", 5*time.Minute); err != nil {
+			return fmt.Errorf("restore %s: %w%s", id, err, r.logTail(id))
+		}
+		if _, err := q.execute(ctx, "cont", nil); err != nil {
+			return fmt.Errorf("restore %s: %w", id, err)
+		}
+	}
+	if err := waitStatus(ctx, q, "running", time.Minute); err != nil {
 		return fmt.Errorf("start %s: %w%s", id, err, r.logTail(id))
 	}
 	return nil
@@ -345,7 +354,7 @@ func waitStatus(ctx context.Context, q *qmp, want string, bound time.Duration) e
 		if err != nil {
 			return err
 		}
-		if st == want {
+		if st == want || (want == "paused" && st == "running") {
 			return nil
 		}
 		if st == "guest-panicked" || st == "shutdown" || st == "internal-error" {
