@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/net/http2"
 
 	"github.com/space-platform/space/internal/agent/gen/processpb"
@@ -626,15 +628,25 @@ func TestNetworkThroughSlot(t *testing.T) {
 }
 
 func vethMAC(t *testing.T, slot *network.Slot) string {
-	out, err := exec.Command("nsenter", "--net="+slot.NetNSPath(), "cat", "/sys/class/net/eth0/address").Output()
+	ns, err := netns.GetFromPath(slot.NetNSPath())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(out))
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Attrs().HardwareAddr.String()
 }
 
 func linksIn(t *testing.T, slot *network.Slot) string {
-	out, err := exec.Command("nsenter", "--net="+slot.NetNSPath(), "ip", "-o", "link").Output()
+	out, err := exec.Command("nsenter", "--net="+slot.NetNSPath(), "/sbin/ip", "-o", "link").Output()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,10 @@ func redirect(h *netlink.Handle, veth string, mac net.HardwareAddr) (net.Hardwar
 		if err := h.QdiscAdd(qd); err != nil {
 			return nil, fmt.Errorf("tap: ingress qdisc on %s: %w", from.Attrs().Name, err)
 		}
-		filter := &netlink.MatchAll{
+		// A u32 filter without a selector matches every frame; u32 is
+		// built into more kernels than matchall (this project's hosts
+		// have no matchall).
+		filter := &netlink.U32{
 			FilterAttrs: netlink.FilterAttrs{LinkIndex: from.Attrs().Index, Parent: netlink.MakeHandle(0xffff, 0), Priority: 1, Protocol: unix.ETH_P_ALL},
 			Actions:     []netlink.Action{netlink.NewMirredAction(to.Attrs().Index)},
 		}
