@@ -499,6 +499,49 @@ func TestGuestExitReported(t *testing.T) {
 	}
 }
 
+func TestOOMReported(t *testing.T) {
+	r := newRuntime(t)
+	spec := testSpec(t, "oom1")
+	c, _ := startVM(t, r, spec)
+	// Squeeze the cgroup to just above what QEMU uses now, then let the
+	// guest touch memory it has never used: QEMU grows past the limit.
+	v2, dirs := cgroupDirs(spec.ID)
+	limitFile, usageFile := "memory.limit_in_bytes", "memory.usage_in_bytes"
+	if v2 {
+		limitFile, usageFile = "memory.max", "memory.current"
+	}
+	var memDir string
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, usageFile)); err == nil {
+			memDir = d
+			break
+		}
+	}
+	if memDir == "" {
+		t.Fatal("no memory cgroup")
+	}
+	usage, _ := os.ReadFile(filepath.Join(memDir, usageFile))
+	var used int64
+	fmt.Sscan(strings.TrimSpace(string(usage)), &used)
+	if err := os.WriteFile(filepath.Join(memDir, limitFile), []byte(fmt.Sprint(used+1<<20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan ExitReason, 1)
+	go func() {
+		reason, _ := r.Wait(context.Background(), spec.ID)
+		waited <- reason
+	}()
+	_ = runNoWait(c, "boot-oom1", "dd if=/dev/zero of=/dev/shm/fill bs=1M count=50")
+	select {
+	case reason := <-waited:
+		if !reason.OOM {
+			t.Errorf("exit reason %+v, want OOM", reason)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("QEMU was not killed for its memory limit")
+	}
+}
+
 // runNoWait starts a command and does not wait for it (it ends the guest).
 func runNoWait(c *client, token, script string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
