@@ -83,9 +83,12 @@ type portListener struct {
 	// a closing session can wait until none of its calls is inside.
 	rmu, wmu sync.Mutex
 	free     chan struct{} // a token: no session is open
-	logf     func(string, ...any)
-	closed   chan struct{}
-	once     sync.Once
+	// stash holds bytes a session read that belong to the next one
+	// (under rmu).
+	stash  []byte
+	logf   func(string, ...any)
+	closed chan struct{}
+	once   sync.Once
 }
 
 func newPortListener(f *os.File) *portListener {
@@ -118,7 +121,9 @@ func (l *portListener) Accept() (net.Conn, error) {
 func (l *portListener) serverHandshake() ([]byte, error) {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	var got []byte
+	got := l.stash
+	l.stash = nil
+	stashed := len(got) > 0
 	buf := make([]byte, 4096)
 	nonce := ""
 	for {
@@ -127,8 +132,12 @@ func (l *portListener) serverHandshake() ([]byte, error) {
 			return nil, net.ErrClosed
 		default:
 		}
-		n, err := l.f.Read(buf)
-		got = append(got, buf[:n]...)
+		n, err := len(got), error(nil)
+		if !stashed {
+			n, err = l.f.Read(buf)
+			got = append(got, buf[:n]...)
+		}
+		stashed = false // a stashed HELLO is parsed before reading on
 		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
 			// No host (or it left mid-handshake): start over.
 			got, nonce = nil, ""
@@ -198,11 +207,13 @@ func (portAddr) String() string  { return "agent-port" }
 
 // portConn is one host connection over the port.
 type portConn struct {
-	l      *portListener
-	pre    []byte
-	mu     sync.Mutex
-	closed bool
-	once   sync.Once
+	l   *portListener
+	pre []byte
+	// hostGone: the session saw its host leave (EOF or a new HELLO).
+	hostGone bool
+	mu       sync.Mutex
+	closed   bool
+	once     sync.Once
 }
 
 func (c *portConn) isClosed() bool {
@@ -217,17 +228,59 @@ func (c *portConn) Read(p []byte) (int, error) {
 		c.pre = c.pre[n:]
 		return n, nil
 	}
+	if c.hostGone {
+		return 0, io.EOF
+	}
 	c.l.rmu.Lock()
 	if c.isClosed() {
 		c.l.rmu.Unlock()
 		return 0, net.ErrClosed
 	}
 	n, err := c.l.f.Read(p)
+	if n > 0 {
+		// A hang-up and a new host while the guest was paused (or busy)
+		// reach the driver together, and the read never sees the EOF
+		// between them: the new host's HELLO arrives in this session.
+		// It ends here, and the next session starts from the HELLO.
+		if i := findHello(p[:n]); i >= 0 {
+			c.l.stash = append([]byte(nil), p[i:n]...)
+			c.hostGone = true
+			n = i
+		}
+	}
 	c.l.rmu.Unlock()
-	if errors.Is(err, io.EOF) || (err == nil && n == 0) {
+	if n == 0 && (c.hostGone || errors.Is(err, io.EOF) || err == nil) {
 		return 0, io.EOF // the host closed its end
 	}
 	return n, err
+}
+
+// findHello returns where a complete HELLO line (handshake.go) starts in
+// b, or -1. Bytes of HTTP/2 frames could spell one only if the node sent
+// them on purpose (a user's own upload): that ends the user's own
+// connection, which the node redials.
+func findHello(b []byte) int {
+	for off := 0; ; {
+		i := bytes.Index(b[off:], []byte(helloPrefix))
+		if i < 0 {
+			return -1
+		}
+		i += off
+		rest := b[i+len(helloPrefix):]
+		if j := bytes.IndexByte(rest, '\n'); j == 24 && isHex(rest[:j]) {
+			return i
+		}
+		off = i + 1
+	}
+}
+
+func isHex(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *portConn) Write(p []byte) (int, error) {
@@ -316,14 +369,13 @@ func (l *vsockListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("vsock accept: %w", err)
 		}
-		c := &fileConn{File: os.NewFile(uintptr(nfd), "vsock")}
+		c := fileConn{File: os.NewFile(uintptr(nfd), "vsock")}
 		pre, err := handshakeFile(c)
 		if err != nil {
 			c.Close()
 			continue
 		}
-		c.pre = pre
-		return c, nil
+		return &prefixConn{Conn: c, pre: pre}, nil
 	}
 }
 
@@ -336,25 +388,14 @@ func (vsockAddr) Network() string  { return "vsock" }
 func (a vsockAddr) String() string { return "vsock:" + strconv.Itoa(int(a)) }
 
 // fileConn is a connected socket Go's net package cannot wrap.
-type fileConn struct {
-	*os.File
-	pre []byte
-}
+type fileConn struct{ *os.File }
 
-func (c *fileConn) Read(p []byte) (int, error) {
-	if len(c.pre) > 0 {
-		n := copy(p, c.pre)
-		c.pre = c.pre[n:]
-		return n, nil
-	}
-	return c.File.Read(p)
-}
-func (c *fileConn) LocalAddr() net.Addr  { return vsockAddr(0) }
-func (c *fileConn) RemoteAddr() net.Addr { return vsockAddr(0) }
+func (fileConn) LocalAddr() net.Addr  { return vsockAddr(0) }
+func (fileConn) RemoteAddr() net.Addr { return vsockAddr(0) }
 
 // handshakeFile runs the guest's handshake on a vsock connection, which,
 // unlike the serial port, is one host connection from start to end.
-func handshakeFile(c *fileConn) ([]byte, error) {
+func handshakeFile(c fileConn) ([]byte, error) {
 	l := newPortListener(c.File)
 	_ = c.File.SetDeadline(time.Now().Add(10 * time.Second))
 	defer c.File.SetDeadline(time.Time{})
