@@ -1,5 +1,0 @@
-package microvm
-
-import "syscall"
-
-var sysSignal0 = syscall.Signal(0)
