@@ -858,33 +858,48 @@ func (r *Runtime) Wait(ctx context.Context, id string) (ExitReason, error) {
 
 // DialAgent connects to the agent in the guest over its channel (the
 // virtio-serial port's unix socket, or vsock) and runs the channel's
-// handshake, so the conn is ready for HTTP/2.
+// handshake, so the conn is ready for HTTP/2. A handshake that gets no
+// answer within handshakeAttempt is given up and the socket dialed again,
+// until ctx ends: a reconnect is what makes QEMU tell the guest of its
+// host afresh, should the guest have missed a hang-up and a reconnect
+// that reached it together (a pause across both).
 func (r *Runtime) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 	v, err := r.lookup(id)
 	if err != nil {
 		return nil, err
 	}
-	var conn net.Conn
-	if v.conf.Vsock != 0 {
-		conn, err = dialVsock(v.conf.Vsock, agentVsock)
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, "unix", filepath.Join(v.dir, "agent.sock"))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("dial agent of %s: %w", id, pathless(err))
-	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(30 * time.Second)
 	}
-	c, err := guestinit.ClientHandshake(conn, deadline)
-	if err != nil {
+	for {
+		var conn net.Conn
+		if v.conf.Vsock != 0 {
+			conn, err = dialVsock(v.conf.Vsock, agentVsock)
+		} else {
+			var d net.Dialer
+			conn, err = d.DialContext(ctx, "unix", filepath.Join(v.dir, "agent.sock"))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dial agent of %s: %w", id, pathless(err))
+		}
+		attempt := time.Now().Add(handshakeAttempt)
+		if deadline.Before(attempt) {
+			attempt = deadline
+		}
+		c, err := guestinit.ClientHandshake(conn, attempt)
+		if err == nil {
+			return c, nil
+		}
 		conn.Close()
-		return nil, fmt.Errorf("dial agent of %s: %w", id, err)
+		if !time.Now().Add(100 * time.Millisecond).Before(deadline) {
+			return nil, fmt.Errorf("dial agent of %s: %w", id, err)
+		}
 	}
-	return c, nil
 }
+
+// handshakeAttempt bounds one handshake on one connection.
+const handshakeAttempt = 2 * time.Second
 
 // Close lets go of the guests without stopping them: it closes their
 // QMP connections (QEMU serves one client at a time, so a backend object
