@@ -457,11 +457,7 @@ func TestBootExecPauseResumeDestroy(t *testing.T) {
 		t.Errorf("adopted State = %+v, %v", st, err)
 	}
 
-	waited := make(chan ExitReason, 1)
-	go func() {
-		reason, _ := r2.Wait(context.Background(), spec.ID)
-		waited <- reason
-	}()
+	waited := waitAsync(r2, spec.ID)
 	if err := r2.Destroy(context.Background(), spec.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -488,11 +484,7 @@ func TestGuestExitReported(t *testing.T) {
 	r := newRuntime(t)
 	spec := testSpec(t, "exit1")
 	c, _ := startVM(t, r, spec)
-	waited := make(chan ExitReason, 1)
-	go func() {
-		reason, _ := r.Wait(context.Background(), spec.ID)
-		waited <- reason
-	}()
+	waited := waitAsync(r, spec.ID)
 	// The guest's kernel reboots (QEMU has -no-reboot): QEMU exits.
 	_ = runNoWait(c, "boot-exit1", "echo b > /proc/sysrq-trigger")
 	select {
@@ -535,11 +527,7 @@ func TestOOMReported(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(memDir, limitFile), []byte(fmt.Sprint(used+1<<20)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waited := make(chan ExitReason, 1)
-	go func() {
-		reason, _ := r.Wait(context.Background(), spec.ID)
-		waited <- reason
-	}()
+	waited := waitAsync(r, spec.ID)
 	_ = runNoWait(c, "boot-oom1", "dd if=/dev/zero of=/dev/shm/fill bs=1M count=50")
 	select {
 	case reason := <-waited:
@@ -549,6 +537,16 @@ func TestOOMReported(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("QEMU was not killed for its memory limit")
 	}
+}
+
+// waitAsync runs Wait in the background and delivers its reason.
+func waitAsync(r *Runtime, id string) <-chan ExitReason {
+	waited := make(chan ExitReason, 1)
+	go func() {
+		reason, _ := r.Wait(context.Background(), id)
+		waited <- reason
+	}()
+	return waited
 }
 
 // runNoWait starts a command and does not wait for it (it ends the guest).
