@@ -9,7 +9,8 @@ TOOLS_DIR="${SPACE_TOOLS_DIR:-$(cd "$(dirname "$0")/.." && pwd)/.tools}"
 
 need_pkgs=()
 for pair in btrfs:btrfs-progs debootstrap:debootstrap nft:nftables ip:iproute2 \
-            busybox:busybox-static losetup:mount mkfs.btrfs:btrfs-progs; do
+            busybox:busybox-static losetup:mount mkfs.btrfs:btrfs-progs \
+            qemu-system-x86_64:qemu-system-x86 mkfs.ext4:e2fsprogs depmod:kmod; do
   bin=${pair%%:*}; pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
@@ -47,3 +48,7 @@ if [ ! -x "$TOOLS_DIR/bin/runsc" ] || [ ! -f "$stamp" ]; then
   rm -f "$TOOLS_DIR"/bin/.runsc-*; touch "$stamp"
 fi
 echo "==> runsc: $("$TOOLS_DIR/bin/runsc" --version 2>/dev/null | head -1)"
+
+# The microVM backend's guest kernel, unpacked under .tools/microvm (never
+# installed on the host).
+SPACE_TOOLS_DIR="$TOOLS_DIR" "$(dirname "$0")/microvm-kernel.sh"

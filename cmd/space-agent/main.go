@@ -10,9 +10,18 @@ import (
 	"os"
 
 	"github.com/space-platform/space/internal/agent"
+	"github.com/space-platform/space/internal/agent/guestinit"
 )
 
 func main() {
+	if guestinit.Requested() {
+		// A microVM's init: nothing to return to, so power off whatever
+		// happens (QEMU exits and the host sees why on the console).
+		if err := run(); err != nil {
+			fmt.Fprintln(os.Stderr, "space-agent:", err)
+		}
+		guestinit.PowerOff()
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "space-agent:", err)
 		os.Exit(1)
@@ -40,6 +49,21 @@ func run() error {
 	cfg.ReapAllChildren = pid1
 	cfg.ForwardSignals = true
 
+	if guestinit.Requested() {
+		// Before agent.New: setup puts the host's environment (the boot
+		// token) into the process's.
+		ln, err := guestinit.Setup(func(f string, args ...any) { cfg.Logger.Info(fmt.Sprintf(f, args...)) })
+		if err != nil {
+			return fmt.Errorf("guest init: %w", err)
+		}
+		a, err := agent.New(cfg)
+		if err != nil {
+			return fmt.Errorf("create agent: %w", err)
+		}
+		defer a.Close()
+		cfg.Logger.Info("agent serving the host channel", "addr", ln.Addr().String())
+		return a.Serve(context.Background(), ln)
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		return fmt.Errorf("create agent: %w", err)

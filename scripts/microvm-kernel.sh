@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Fetches the microVM guest kernel: the versioned Debian package that
+# linux-image-amd64 depends on, downloaded with apt-get download (never
+# installed on the host) and unpacked with dpkg-deb -x under
+# .tools/microvm/<version>/. Only vmlinuz, modules.dep and the module files
+# the guest's initramfs may need are kept, so the cache stays small.
+# Idempotent: a second run finds the stamp and only prints the version.
+set -euo pipefail
+
+TOOLS_DIR="${SPACE_TOOLS_DIR:-$(cd "$(dirname "$0")/.." && pwd)/.tools}"
+DEST="$TOOLS_DIR/microvm"
+mkdir -p "$DEST"
+
+# The metapackage's first Depends is the versioned image package.
+pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+if [ -z "$pkg" ]; then
+  echo "microvm-kernel: apt knows no linux-image-amd64 (run apt-get update)" >&2
+  exit 1
+fi
+ver=${pkg#linux-image-}
+out="$DEST/$ver"
+if [ -f "$out/.complete" ]; then
+  echo "==> microvm kernel: $ver (cached)"
+  ln -sfn "$ver" "$DEST/current"
+  exit 0
+fi
+
+work=$(mktemp -d "$DEST/.fetch-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+echo "==> microvm kernel: downloading $pkg (about 70 MB)"
+(cd "$work" && apt-get download -q "$pkg")
+deb=$(ls "$work"/*.deb)
+echo "==> microvm kernel: unpacking $(basename "$deb")"
+dpkg-deb -x "$deb" "$work/x"
+
+mkdir -p "$work/out/modules"
+cp "$work/x/boot/vmlinuz-$ver" "$work/out/vmlinuz"
+moddir="$work/x/lib/modules/$ver"
+cp "$moddir/modules.dep" "$work/out/modules/" 2>/dev/null || true
+# The image ships modules.dep only if depmod ran at build time; Debian's
+# package leaves it to the postinst, so build it here from the files when
+# it is missing (depmod -b works on any directory, without installing).
+if [ ! -s "$work/out/modules/modules.dep" ]; then
+  depmod -b "$work/x" "$ver"
+  cp "$moddir/modules.dep" "$work/out/modules/"
+fi
+# Keep only what a guest may load early: the virtio transports and
+# devices, ext4 with its helpers and checksum driver, virtio networking and
+# vsock. modules.dep stays whole; the initramfs builder follows it from the
+# modules it wants and names any file this list left out.
+(cd "$moddir" && find kernel/drivers/virtio kernel/drivers/char/hw_random kernel/fs/ext4 kernel/fs/jbd2 \
+    kernel/net/vmw_vsock -name '*.ko*'
+ ls kernel/drivers/block/virtio_blk.ko* kernel/drivers/char/virtio_console.ko* \
+    kernel/drivers/net/virtio_net.ko* kernel/drivers/net/net_failover.ko* kernel/net/core/failover.ko* \
+    kernel/fs/mbcache.ko* kernel/lib/crc16.ko* kernel/lib/libcrc32c.ko* kernel/crypto/crc32c_generic.ko* \
+    kernel/arch/x86/crypto/crc32c-intel.ko* kernel/drivers/firmware/qemu_fw_cfg.ko* 2>/dev/null) |
+  while read -r f; do mkdir -p "$work/out/modules/$(dirname "$f")"; cp "$moddir/$f" "$work/out/modules/$f"; done
+echo "$ver" > "$work/out/version"
+touch "$work/out/.complete"
+rm -rf "$out"
+mv "$work/out" "$out"
+ln -sfn "$ver" "$DEST/current"
+echo "==> microvm kernel: $ver in $out ($(du -sh "$out" | cut -f1))"
