@@ -140,7 +140,7 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 	ns.capacity = nodeCapacity(cfg.MemoryOvercommit, ns.pool.Root())
 	if ns.node, err = node.New(node.Config{
 		Namespaces: ns.slots, Egress: egress, Gateway: ns.gateway,
-		Runtime: rt, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
+		Runtimes: map[string]runtime.Runtime{runtime.GVisor: rt}, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
 		ID:        cfg.ID,
