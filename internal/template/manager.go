@@ -76,14 +76,14 @@ type Template struct {
 	Ready    string            `json:"ready,omitempty"`
 	// MCPGateway is the template's MCP gateway command (recipe mcp.gateway,
 	// inherited from its base template), "" for none.
-	MCPGateway   string     `json:"mcp_gateway,omitempty"`
-	RootfsVolume string     `json:"rootfs_volume"`
+	MCPGateway   string `json:"mcp_gateway,omitempty"`
+	RootfsVolume string `json:"rootfs_volume"`
 	// Runtimes are the backends the template was built for, its default
 	// first (recipe runtime); a record from before the field is gVisor's.
-	Runtimes []string `json:"runtimes,omitempty"`
-	SizeBytes    int64      `json:"size_bytes,omitempty"`
-	CreatedAt    time.Time  `json:"created_at"`
-	ReadyAt      *time.Time `json:"ready_at,omitempty"`
+	Runtimes  []string   `json:"runtimes,omitempty"`
+	SizeBytes int64      `json:"size_bytes,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	ReadyAt   *time.Time `json:"ready_at,omitempty"`
 }
 
 // RootfsPath is where the template's read-only rootfs lives on the host.
