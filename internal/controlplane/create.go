@@ -109,11 +109,7 @@ func chooseRuntime(req *apiv1.CreateSandboxRequest, tpl nodeapi.TemplateSpec, tp
 		return invalid("runtime: %v", err)
 	}
 	if !tpl.HasRuntime(req.Runtime) {
-		has := tpl.Runtimes
-		if len(has) == 0 {
-			has = []string{runtime.GVisor}
-		}
-		return invalid("runtime: template %s has no %s runtime (it has %s)", tplName, req.Runtime, strings.Join(has, ", "))
+		return invalid("runtime: template %s has no %s runtime (it has %s)", tplName, req.Runtime, strings.Join(tpl.RuntimeNames(), ", "))
 	}
 	return nil
 }

@@ -489,12 +489,7 @@ type TemplateSpec struct {
 
 // DefaultRuntime is the backend a sandbox of the template runs on when its
 // create names none.
-func (t TemplateSpec) DefaultRuntime() string {
-	if len(t.Runtimes) == 0 {
-		return runtime.GVisor
-	}
-	return t.Runtimes[0]
-}
+func (t TemplateSpec) DefaultRuntime() string { return t.RuntimeNames()[0] }
 
 // RuntimeName is the backend the spec's sandbox runs on.
 func (s CreateSpec) RuntimeName() string {
@@ -505,12 +500,7 @@ func (s CreateSpec) RuntimeName() string {
 }
 
 // HasRuntime reports whether the template was built for backend name.
-func (t TemplateSpec) HasRuntime(name string) bool {
-	if len(t.Runtimes) == 0 {
-		return name == runtime.GVisor
-	}
-	return slices.Contains(t.Runtimes, name)
-}
+func (t TemplateSpec) HasRuntime(name string) bool { return slices.Contains(t.RuntimeNames(), name) }
 
 // CheckRuntime refuses a backend the template was not built for, naming
 // those it was.
@@ -518,11 +508,16 @@ func (t TemplateSpec) CheckRuntime(name string) error {
 	if t.HasRuntime(name) {
 		return nil
 	}
-	has := t.Runtimes
-	if len(has) == 0 {
-		has = []string{runtime.GVisor}
+	return fmt.Errorf("%w: template %s has no %s runtime (it has %s)", ErrNoRuntime, t.ID, name, strings.Join(t.RuntimeNames(), ", "))
+}
+
+// RuntimeNames are the backends the template was built for, its default
+// first.
+func (t TemplateSpec) RuntimeNames() []string {
+	if len(t.Runtimes) == 0 {
+		return []string{runtime.GVisor}
 	}
-	return fmt.Errorf("%w: template %s has no %s runtime (it has %s)", ErrNoRuntime, t.ID, name, strings.Join(has, ", "))
+	return slices.Clone(t.Runtimes)
 }
 
 // CreateSpec is one sandbox to start.
