@@ -78,7 +78,7 @@ func (cp *ControlPlane) Create(scope project.Scope, req apiv1.CreateSandboxReque
 	if err != nil {
 		return Sandbox{}, err
 	}
-	isolation, err := cp.isolation(n, nodeID, req.Runtime)
+	isolation, err := cp.isolation(nodeID, req.Runtime)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -114,20 +114,18 @@ func chooseRuntime(req *apiv1.CreateSandboxRequest, tpl nodeapi.TemplateSpec, tp
 	return nil
 }
 
-// isolation is what backend rt of node n (nodeID) isolates with, as the
-// node reports it; a node without rt refuses here, before anything is
+// isolation is what backend rt of node nodeID isolates with, as the node
+// reports it; a node without rt refuses here, before anything is
 // recorded.
-func (cp *ControlPlane) isolation(n Node, nodeID, rt string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	info, err := n.Info(ctx)
+func (cp *ControlPlane) isolation(nodeID, rt string) (string, error) {
+	runtimes, err := cp.cfg.Nodes.Runtimes(nodeID)
 	if err != nil {
 		return "", fmt.Errorf("create sandbox: node %s: %w", cp.nodeID(nodeID), err)
 	}
-	if len(info.Runtimes) == 0 && rt == runtime.GVisor {
+	if len(runtimes) == 0 && rt == runtime.GVisor {
 		return runtime.IsolationGVisor, nil // a node from before the choice
 	}
-	iso, ok := info.Runtimes[rt]
+	iso, ok := runtimes[rt]
 	if !ok {
 		return "", fmt.Errorf("%w: node %s has no %s runtime", cluster.ErrConflict, cp.nodeID(nodeID), rt)
 	}

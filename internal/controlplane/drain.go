@@ -562,12 +562,10 @@ func (cp *ControlPlane) switchMove(r *record, mv *move, to string) error {
 	// The same backend on another node may isolate otherwise (KVM on one,
 	// emulation on the other): the sandbox reports what it runs under now.
 	isolation := r.Isolation
-	if n, err := cp.node(to, ""); err == nil {
-		if iso, err := cp.isolation(n, to, r.RuntimeName()); err == nil {
-			isolation = iso
-		} else {
-			cp.log.Warn("isolation of a moved sandbox", "sandbox", r.ID, "node", to, "err", err)
-		}
+	if iso, err := cp.isolation(to, r.RuntimeName()); err == nil {
+		isolation = iso
+	} else {
+		cp.log.Warn("isolation of a moved sandbox", "sandbox", r.ID, "node", to, "err", err)
 	}
 	return cp.update(r, func(s *Sandbox) { s.Node, s.Isolation = to, isolation })
 }

@@ -374,7 +374,7 @@ func (cp *ControlPlane) createMounting(scope project.Scope, req apiv1.CreateSand
 	if err != nil {
 		return Sandbox{}, err
 	}
-	isolation, err := cp.isolation(n, nodeID, req.Runtime)
+	isolation, err := cp.isolation(nodeID, req.Runtime)
 	if err != nil {
 		return Sandbox{}, err
 	}
