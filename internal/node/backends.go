@@ -88,6 +88,17 @@ func (n *Node) recordedRuntime(id string) string {
 	return runtime.GVisor
 }
 
+// recordedRuntimeIDs are the sandboxes with a runtime record: those whose
+// release has not dropped it yet.
+func (n *Node) recordedRuntimeIDs() []string {
+	entries, _ := os.ReadDir(filepath.Join(n.cfg.StateDir, sandboxRuntimesDir))
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		ids = append(ids, e.Name())
+	}
+	return ids
+}
+
 func (n *Node) forgetRuntime(id string) {
 	_ = os.Remove(n.runtimeRecordPath(id))
 }

@@ -372,6 +372,16 @@ func TestSandboxesKeepTheirBackend(t *testing.T) {
 	if !tb.gvisor.holds(onG) || tb.vm.holds(onVM) || tb.vm.holds(branch) {
 		t.Fatalf("after a sweep keeping %s: gvisor holds %v, fakevm %v", onG, tb.gvisor.status, tb.vm.status)
 	}
+	// A runtime record whose sandbox has nothing else left goes too.
+	if err := n2.recordRuntime("eeeeeeeeeeeeeeeeeeee", "fakevm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n2.Sweep(ctx, []string{onG}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n2.recordedRuntimeIDs(); !slices.Equal(got, []string{onG}) {
+		t.Fatalf("runtime records after a sweep keeping %s: %v", onG, got)
+	}
 	if err := n2.Destroy(ctx, onG); err != nil {
 		t.Fatal(err)
 	}

@@ -348,6 +348,9 @@ func (n *Node) Sweep(ctx context.Context, keepIDs []string) error {
 	for _, id := range n.agents.recordedIDs() {
 		ids[id] = true
 	}
+	for _, id := range n.recordedRuntimeIDs() {
+		ids[id] = true
+	}
 	var errs []error
 	for id := range ids {
 		if keep(id) || n.buildRunning(id) {
