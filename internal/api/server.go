@@ -442,6 +442,9 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, controlplane.ErrTemplateNotReady), errors.Is(err, ErrTemplateInUse):
 		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, nodeapi.ErrNoRuntime):
+		// A backend the node or the template does not have.
+		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, nodeapi.ErrNoSandbox):
 		// The sandbox stopped between finding it running and the call
 		// reaching its node.

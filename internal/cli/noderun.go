@@ -49,6 +49,8 @@ The node and the control plane share a cluster token, read from
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default: found next to space, in .tools/bin or on PATH)")
 	fs.StringVar(&cfg.AgentPath, "agent", "", "space-agent binary (default: found next to space or in .tools/bin)")
 	fs.StringVar(&cfg.Platform, "platform", cfg.Platform, "gVisor platform (systrap, ptrace, kvm)")
+	runtimes := fs.String("runtimes", strings.Join(cfg.Runtimes, ","), "sandbox backends this server offers, comma-separated: gvisor, microvm")
+	fs.StringVar(&cfg.Accel, "accel", cfg.Accel, "acceleration of the microvm runtime: auto (KVM when a probe guest boots under it, else emulation), kvm or tcg")
 	fs.BoolVar(&cfg.SharedMounts, "shared-mounts", false, "the data dir is a shared mount the next node process sees from another mount namespace (a container restart; the Helm chart sets it): keep the node's mounts there shared")
 	uplinkPool := fs.String("uplink-pool", cfg.Network.UplinkPool.String(), "IPv4 range sandbox uplinks are numbered from, a /30 each (\"none\": sandboxes get no network); nodes on one machine need ranges of their own")
 	allowPrivate := fs.String("allow-private", "", "private IPv4 ranges sandboxes may reach, comma-separated CIDRs (default: none)")
@@ -106,6 +108,12 @@ The node and the control plane share a cluster token, read from
 	}
 	cfg.Network = serveCfg.Network
 	cfg.VolumeImageBytes = *imageGiB << 30
+	cfg.Runtimes = nil
+	for _, r := range strings.Split(*runtimes, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			cfg.Runtimes = append(cfg.Runtimes, r)
+		}
+	}
 	cfg.BuildTemplates = nil
 	for _, t := range strings.Split(*templates, ",") {
 		if t = strings.TrimSpace(t); t != "" {

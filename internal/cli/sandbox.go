@@ -29,6 +29,7 @@ starting when the command returns.`)
 	req := apiv1.CreateSandboxRequest{}
 	env, metadata := keyValues{}, keyValues{}
 	fs.StringVar(&req.Template, "template", "base", "template to start from")
+	fs.StringVar(&req.Runtime, "runtime", "", "backend to run on, gvisor or microvm: one the template was built for (default: the template's)")
 	fs.IntVar(&req.VCPUs, "vcpus", 0, "virtual CPUs (0: server default)")
 	fs.IntVar(&req.MemoryMB, "memory-mb", 0, "memory in MiB (0: server default)")
 	fs.IntVar(&req.DiskMB, "disk-mb", 0, "disk size in MiB (0: server default)")

@@ -33,6 +33,8 @@ the server stops; a restarted server adopts them.`)
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary (default: found next to space, in .tools/bin or on PATH)")
 	fs.StringVar(&cfg.AgentPath, "agent", "", "space-agent binary (default: found next to space or in .tools/bin)")
 	fs.StringVar(&cfg.Platform, "platform", cfg.Platform, "gVisor platform (systrap, ptrace, kvm)")
+	runtimes := fs.String("runtimes", strings.Join(cfg.Runtimes, ","), "sandbox backends this server offers, comma-separated: gvisor, microvm")
+	fs.StringVar(&cfg.Accel, "accel", cfg.Accel, "acceleration of the microvm runtime: auto (KVM when a probe guest boots under it, else emulation), kvm or tcg")
 	templates := fs.String("build-templates", strings.Join(cfg.BuildTemplates, ","), "built-in templates to build at start when missing (comma-separated; empty for none)")
 	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", cfg.MemoryOvercommit, "sum of sandbox memory limits allowed, as a multiple of host memory (0: unlimited)")
 	uplinkPool := fs.String("uplink-pool", cfg.Network.UplinkPool.String(), "IPv4 range sandbox uplinks are numbered from, a /30 each (\"none\": sandboxes get no network)")
@@ -59,6 +61,12 @@ the server stops; a restarted server adopts them.`)
 		fmt.Fprintf(stderr, "space: new admin key written to %s (the old keys still work; revoke them with this one)\n", filepath.Join(cfg.DataDir, "admin.key"))
 		fmt.Fprintln(stdout, key)
 		return nil
+	}
+	cfg.Runtimes = nil
+	for _, r := range strings.Split(*runtimes, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			cfg.Runtimes = append(cfg.Runtimes, r)
+		}
 	}
 	cfg.BuildTemplates = nil
 	for _, t := range strings.Split(*templates, ",") {

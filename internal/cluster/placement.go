@@ -7,6 +7,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/runtime"
 )
 
 // DefaultSettle is how long after a placement a node's heartbeat is
@@ -67,12 +70,31 @@ type PlaceRequest struct {
 	// Node pins the sandbox to one node (it mounts volumes that live
 	// there); empty: any node.
 	Node string
+	// Runtime is the backend the sandbox runs on; only a node that has
+	// it can run the sandbox. Empty: any node.
+	Runtime string
+}
+
+// hasRuntime reports whether a node offers backend rt; a node that
+// reports none is from before the choice and runs gVisor only.
+func hasRuntime(info nodeapi.Info, rt string) bool {
+	if rt == "" {
+		return true
+	}
+	if len(info.Runtimes) == 0 {
+		return rt == runtime.GVisor
+	}
+	_, ok := info.Runtimes[rt]
+	return ok
 }
 
 func (q PlaceRequest) String() string {
 	s := fmt.Sprintf("%d vCPUs / %d MiB of memory / %d MiB of disk", q.VCPUs, q.MemoryMB, q.DiskMB)
 	if q.Template != "" {
 		s += " of template " + q.Template
+	}
+	if q.Runtime != "" && q.Runtime != runtime.GVisor {
+		s += " on the " + q.Runtime + " runtime"
 	}
 	if q.Node != "" {
 		s += " on node " + q.Node + " (where its volumes live)"
@@ -175,6 +197,9 @@ func (r *Registry) Place(req PlaceRequest) (string, error) {
 			continue
 		}
 		if req.Template != "" && !slices.Contains(info.Templates, req.Template) && !slices.Contains(info.TemplateImages, req.Template) {
+			continue
+		}
+		if !hasRuntime(info, req.Runtime) {
 			continue
 		}
 		var vcpus, memory, claims int

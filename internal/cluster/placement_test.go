@@ -303,3 +303,34 @@ func TestPlaceConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox of a backend goes only to a node that reports it; a node that
+// reports none runs gVisor alone.
+func TestPlaceOnlyOnNodesWithTheRuntime(t *testing.T) {
+	c := newClock()
+	r := placementRegistry(t, c, PlacementConfig{})
+	old := node(16000, 0) // from before nodes reported runtimes
+	mustRegister(t, r, "old", old)
+	vm := node(8000, 4)
+	vm.Runtimes = map[string]string{"gvisor": "gvisor", "microvm": "microvm-kvm"}
+	mustRegister(t, r, "vm", vm)
+	req := small
+	req.Runtime = "microvm"
+	for i := 0; i < 5; i++ {
+		if got := mustPlace(t, r, req); got != "vm" {
+			t.Fatalf("a microvm sandbox placed on %s, which has no microvm runtime", got)
+		}
+	}
+	req.Runtime = "gvisor"
+	if got := mustPlace(t, r, req); got != "old" {
+		t.Fatalf("a gvisor sandbox placed on %s, want the node with more free memory (both run gvisor)", got)
+	}
+
+	r = placementRegistry(t, c, PlacementConfig{})
+	mustRegister(t, r, "old", old)
+	req.Runtime = "microvm"
+	_, err := r.Place(req)
+	if !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "on the microvm runtime") {
+		t.Fatalf("a microvm sandbox on a cluster without the runtime: %v; want a refusal naming it", err)
+	}
+}

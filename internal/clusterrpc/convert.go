@@ -11,7 +11,7 @@ func toInfo(i nodeapi.Info) *nodepb.InfoResponse {
 		Id: i.ID, Vcpus: int64(i.VCPUs), MemoryMb: int64(i.MemoryMB), DiskMb: int64(i.DiskMB),
 		Sandboxes: int64(i.Sandboxes), DiskFreeMb: int64(i.DiskFreeMB), MemoryFreeMb: int64(i.MemoryFreeMB),
 		VcpusCommitted: int64(i.VCPUsCommitted), MemoryCommittedMb: int64(i.MemoryCommittedMB),
-		Templates: i.Templates, TemplateImages: i.TemplateImages,
+		Templates: i.Templates, TemplateImages: i.TemplateImages, Runtimes: i.Runtimes,
 	}
 	for k, v := range i.Pools {
 		if out.Pools == nil {
@@ -27,7 +27,7 @@ func fromInfo(i *nodepb.InfoResponse) nodeapi.Info {
 		ID: i.GetId(), VCPUs: int(i.GetVcpus()), MemoryMB: int(i.GetMemoryMb()), DiskMB: int(i.GetDiskMb()),
 		Sandboxes: int(i.GetSandboxes()), DiskFreeMB: int(i.GetDiskFreeMb()), MemoryFreeMB: int(i.GetMemoryFreeMb()),
 		VCPUsCommitted: int(i.GetVcpusCommitted()), MemoryCommittedMB: int(i.GetMemoryCommittedMb()),
-		Templates: i.GetTemplates(), TemplateImages: i.GetTemplateImages(),
+		Templates: i.GetTemplates(), TemplateImages: i.GetTemplateImages(), Runtimes: i.GetRuntimes(),
 	}
 	for k, v := range i.GetPools() {
 		if out.Pools == nil {
@@ -44,6 +44,7 @@ func toTemplates(ts []Template) []*pb.Template {
 		s := t.Spec
 		out = append(out, &pb.Template{Name: t.Name, Spec: &nodepb.TemplateSpec{
 			Id: s.ID, RootfsVolume: s.RootfsVolume, Env: s.Env, User: s.User, Workdir: s.Workdir, Start: s.Start, Ready: s.Ready,
+			Runtimes: s.Runtimes,
 		}})
 	}
 	return out
@@ -55,7 +56,7 @@ func fromTemplates(ts []*pb.Template) []Template {
 		s := t.GetSpec()
 		out = append(out, Template{Name: t.GetName(), Spec: nodeapi.TemplateSpec{
 			ID: s.GetId(), RootfsVolume: s.GetRootfsVolume(), Env: s.GetEnv(), User: s.GetUser(), Workdir: s.GetWorkdir(),
-			Start: s.GetStart(), Ready: s.GetReady(),
+			Start: s.GetStart(), Ready: s.GetReady(), Runtimes: s.GetRuntimes(),
 		}})
 	}
 	return out

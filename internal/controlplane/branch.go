@@ -69,6 +69,7 @@ func (cp *ControlPlane) Branch(ctx context.Context, id string, count, timeoutS i
 	for i := 0; i < count; i++ {
 		r, err := cp.admit(src.Project, req, src.Template, src.TemplateID, func(s *Sandbox) {
 			s.BranchOf = src.ID
+			s.Runtime, s.Isolation = src.Runtime, src.Isolation
 			s.Traffic = src.Traffic.forBranch()
 			s.Metadata = maps.Clone(src.Metadata)
 			// Same placeholders: the branch's processes hold the source's env.
@@ -130,7 +131,7 @@ func (cp *ControlPlane) startCopies(rs []*record, src Source, done func()) {
 			return n.ResumeFrom(ctx, nodeapi.RestoreSpec{
 				ID: s.ID, Image: src.Image, FromVolume: src.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
 				AccessToken: src.AccessToken, NewIdentity: cp.identity(s), Network: s.policy(),
-				Mounts: nodeMounts(s.Mounts),
+				Mounts: nodeMounts(s.Mounts), Runtime: s.RuntimeName(),
 			})
 		})
 	}

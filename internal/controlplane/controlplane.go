@@ -20,6 +20,7 @@ import (
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/sandboxid"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -247,6 +248,27 @@ type Sandbox struct {
 	// Mounts are the persistent volumes it mounts (volumes.go), fixed
 	// for its life.
 	Mounts []Mount `json:"mounts,omitempty"`
+	// Runtime is the backend the sandbox runs on for its life ("",
+	// records from before the choice: gVisor); Isolation what the node
+	// reported that backend gives ("": gVisor's).
+	Runtime   string `json:"runtime,omitempty"`
+	Isolation string `json:"isolation,omitempty"`
+}
+
+// RuntimeName is the backend the sandbox runs on.
+func (s *Sandbox) RuntimeName() string {
+	if s.Runtime == "" {
+		return runtime.GVisor
+	}
+	return s.Runtime
+}
+
+// IsolationName is what the sandbox's backend isolates it with.
+func (s *Sandbox) IsolationName() string {
+	if s.Isolation == "" && s.RuntimeName() == runtime.GVisor {
+		return runtime.IsolationGVisor
+	}
+	return s.Isolation
 }
 
 // Lifecycle holds a sandbox's lifetime settings; its wire form is the
@@ -263,6 +285,7 @@ func (s *Sandbox) API() apiv1.Sandbox {
 		Network:   s.Traffic.view(s.Network.api()),
 		Lifecycle: s.Lifecycle, TrafficAccessToken: s.TrafficToken(),
 		Credentials: credentialsAPI(s.Credentials), VolumeMounts: mountsAPI(s.Mounts),
+		Runtime: s.RuntimeName(), Isolation: s.IsolationName(),
 	}
 }
 

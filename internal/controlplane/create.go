@@ -59,12 +59,15 @@ func (cp *ControlPlane) Create(scope project.Scope, req apiv1.CreateSandboxReque
 	if err != nil {
 		return Sandbox{}, err
 	}
+	if err := chooseRuntime(&req, tpl, tplName); err != nil {
+		return Sandbox{}, err
+	}
 	if err := cp.allowCreates(scope.Owner(), 1); err != nil {
 		return Sandbox{}, err
 	}
 	d := cp.cfg.Defaults
 	nodeID, err := cp.place(cluster.PlaceRequest{
-		Template: tpl.ID, VCPUs: req.VCPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
+		Template: tpl.ID, VCPUs: req.VCPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Runtime: req.Runtime,
 		// The pools hold sandboxes with the default limits (poolRequest).
 		Pooled: req.VCPUs == d.VCPUs && req.MemoryMB == d.MemoryMB && req.DiskMB == d.DiskMB,
 	})
@@ -75,15 +78,58 @@ func (cp *ControlPlane) Create(scope project.Scope, req apiv1.CreateSandboxReque
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if sb, ok, err := cp.createPooled(scope.Owner(), nodeID, n, req, tpl, tplName); ok {
-		return sb, err
+	isolation, err := cp.isolation(nodeID, req.Runtime)
+	if err != nil {
+		return Sandbox{}, err
 	}
-	r, err := cp.admit(scope.Owner(), req, tplName, tpl.ID, func(s *Sandbox) { s.Node = nodeID })
+	// Pools are of the template's default backend, whose image they are
+	// restored from.
+	if req.Runtime == tpl.DefaultRuntime() {
+		if sb, ok, err := cp.createPooled(scope.Owner(), nodeID, n, req, tpl, tplName, isolation); ok {
+			return sb, err
+		}
+	}
+	r, err := cp.admit(scope.Owner(), req, tplName, tpl.ID, func(s *Sandbox) { s.Node, s.Isolation = nodeID, isolation })
 	if err != nil {
 		return Sandbox{}, err
 	}
 	cp.launch(r, func(ctx context.Context, s Sandbox) error { return cp.startFromTemplate(ctx, n, s, tpl) })
 	return cp.snapshot(r), nil
+}
+
+// chooseRuntime settles the backend a create from tpl runs on: the one
+// asked for, which the template must have been built for, or the
+// template's default.
+func chooseRuntime(req *apiv1.CreateSandboxRequest, tpl nodeapi.TemplateSpec, tplName string) error {
+	if req.Runtime == "" {
+		req.Runtime = tpl.DefaultRuntime()
+		return nil
+	}
+	if err := runtime.CheckName(req.Runtime); err != nil {
+		return invalid("runtime: %v", err)
+	}
+	if !tpl.HasRuntime(req.Runtime) {
+		return invalid("runtime: template %s has no %s runtime (it has %s)", tplName, req.Runtime, strings.Join(tpl.RuntimeNames(), ", "))
+	}
+	return nil
+}
+
+// isolation is what backend rt of node nodeID isolates with, as the node
+// reports it; a node without rt refuses here, before anything is
+// recorded.
+func (cp *ControlPlane) isolation(nodeID, rt string) (string, error) {
+	runtimes, err := cp.cfg.Nodes.Runtimes(nodeID)
+	if err != nil {
+		return "", fmt.Errorf("create sandbox: node %s: %w", cp.nodeID(nodeID), err)
+	}
+	if len(runtimes) == 0 && rt == runtime.GVisor {
+		return runtime.IsolationGVisor, nil // a node from before the choice
+	}
+	iso, ok := runtimes[rt]
+	if !ok {
+		return "", fmt.Errorf("%w: node %s has no %s runtime", cluster.ErrConflict, cp.nodeID(nodeID), rt)
+	}
+	return iso, nil
 }
 
 // place chooses the node of a new sandbox. A refusal wraps ErrCapacity
@@ -109,7 +155,7 @@ func (cp *ControlPlane) startFromTemplate(ctx context.Context, n Node, s Sandbox
 func (cp *ControlPlane) createSpec(s Sandbox, tpl nodeapi.TemplateSpec) nodeapi.CreateSpec {
 	return nodeapi.CreateSpec{
 		ID: s.ID, Template: tpl, Env: s.Env, AccessToken: s.AccessToken, DiskMB: s.DiskMB, Limits: cp.limits(s),
-		Network: s.policy(), Mounts: nodeMounts(s.Mounts),
+		Network: s.policy(), Mounts: nodeMounts(s.Mounts), Runtime: s.RuntimeName(),
 	}
 }
 
@@ -125,8 +171,8 @@ func (cp *ControlPlane) poolLimits(vcpus, memoryMB, diskMB int) nodeapi.PoolLimi
 // (nodeID): the node gives the claimed sandbox its identity and network, so it is running when
 // this returns. ok is false when no pooled sandbox matched or the claim
 // failed (the node released that sandbox); the caller starts one instead.
-func (cp *ControlPlane) createPooled(owner, nodeID string, n Node, req apiv1.CreateSandboxRequest, tpl nodeapi.TemplateSpec, tplName string) (Sandbox, bool, error) {
-	r := cp.newRecord(owner, req, tplName, tpl.ID, func(s *Sandbox) { s.Node = nodeID })
+func (cp *ControlPlane) createPooled(owner, nodeID string, n Node, req apiv1.CreateSandboxRequest, tpl nodeapi.TemplateSpec, tplName, isolation string) (Sandbox, bool, error) {
+	r := cp.newRecord(owner, req, tplName, tpl.ID, func(s *Sandbox) { s.Node, s.Isolation = nodeID, isolation })
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
 	defer cancel()
@@ -186,8 +232,14 @@ func (cp *ControlPlane) createFromSnapshot(scope project.Scope, req apiv1.Create
 		release()
 		return Sandbox{}, err
 	}
+	if req.Runtime != "" && req.Runtime != snap.RuntimeName() {
+		release()
+		return Sandbox{}, invalid("runtime: snapshot %s was taken under the %s runtime; a sandbox started from it runs on that one (an image of one runtime is never restored by another)", req.Snapshot, snap.RuntimeName())
+	}
+	req.Runtime = snap.RuntimeName()
 	src := snap.source()
 	r, err := cp.admit(scope.Owner(), req, snap.Template, snap.TemplateID, func(s *Sandbox) {
+		s.Isolation = snap.Isolation
 		s.Snapshot = src.Snapshot
 		s.Source = &src
 		s.Node = snap.Node
@@ -220,7 +272,7 @@ func (cp *ControlPlane) newRecord(owner string, req apiv1.CreateSandboxRequest, 
 		VCPUs: req.VCPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB,
 		Env: req.Env, Metadata: req.Metadata, AccessToken: newToken(),
 		CreatedAt: now, ExpiresAt: now.Add(time.Duration(req.TimeoutS) * time.Second), TimeoutS: req.TimeoutS,
-		Lifecycle: lifecycleOf(req, cp.cfg.Defaults),
+		Lifecycle: lifecycleOf(req, cp.cfg.Defaults), Runtime: req.Runtime,
 	}}
 	// checkRequest validated the policy already.
 	r.Network, _ = checkNetwork(req.Network)

@@ -282,7 +282,8 @@ func (cp *ControlPlane) recordMove(ctx context.Context, r *record, from string, 
 // placeMove chooses the node a sandbox of node from moves to: one that
 // holds its template if any can take it, else any that can.
 func (cp *ControlPlane) placeMove(s Sandbox, from string) (string, error) {
-	req := cluster.PlaceRequest{Template: s.TemplateID, VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB}
+	// Only a node with its backend can restore its images.
+	req := cluster.PlaceRequest{Template: s.TemplateID, VCPUs: s.VCPUs, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, Runtime: s.RuntimeName()}
 	var err error
 	for _, tpl := range []string{s.TemplateID, ""} {
 		req.Template = tpl
@@ -558,7 +559,15 @@ func (cp *ControlPlane) switchMove(r *record, mv *move, to string) error {
 			return err
 		}
 	}
-	return cp.update(r, func(s *Sandbox) { s.Node = to })
+	// The same backend on another node may isolate otherwise (KVM on one,
+	// emulation on the other): the sandbox reports what it runs under now.
+	isolation := r.Isolation
+	if iso, err := cp.isolation(to, r.RuntimeName()); err == nil {
+		isolation = iso
+	} else {
+		cp.log.Warn("isolation of a moved sandbox", "sandbox", r.ID, "node", to, "err", err)
+	}
+	return cp.update(r, func(s *Sandbox) { s.Node, s.Isolation = to, isolation })
 }
 
 // setSnapshotNode records that a snapshot's data is on node to; a

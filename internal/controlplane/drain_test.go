@@ -109,6 +109,9 @@ func (dn *drainNodes) Place(req cluster.PlaceRequest) (string, error) {
 	return "", &cluster.CapacityError{Request: req, Nodes: len(dn.order)}
 }
 
+// Runtimes: the fake nodes run gVisor alone.
+func (dn *drainNodes) Runtimes(string) (map[string]string, error) { return nil, nil }
+
 func (dn *drainNodes) State(id string) cluster.State {
 	dn.mu.Lock()
 	defer dn.mu.Unlock()

@@ -127,7 +127,7 @@ func (cp *ControlPlane) resume(ctx context.Context, r *record) error {
 		}
 		err := n.ResumeFrom(ctx, nodeapi.RestoreSpec{
 			ID: s.ID, Image: s.Image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken,
-			Network: s.policy(), Mounts: nodeMounts(s.Mounts),
+			Network: s.policy(), Mounts: nodeMounts(s.Mounts), Runtime: s.RuntimeName(),
 		})
 		if err == nil {
 			crashpoint.Hit("resume-resumed")

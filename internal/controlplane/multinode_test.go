@@ -150,6 +150,9 @@ func (tn *testNodes) Place(req cluster.PlaceRequest) (string, error) {
 	return "", &cluster.CapacityError{Request: req, Nodes: len(tn.order)}
 }
 
+// Runtimes: the fake nodes run gVisor alone.
+func (tn *testNodes) Runtimes(string) (map[string]string, error) { return nil, nil }
+
 func (tn *testNodes) State(id string) cluster.State {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()

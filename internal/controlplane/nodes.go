@@ -25,6 +25,10 @@ type Nodes interface {
 	// State is a node's state as sandbox objects report it
 	// (cluster.Ready, cluster.Unreachable, cluster.Lost, ...).
 	State(id string) cluster.State
+	// Runtimes are node id's backends with the isolation each gives, as
+	// the node last reported them (its Info); none: a node from before the
+	// choice, which runs gVisor alone.
+	Runtimes(id string) (map[string]string, error)
 	// Joins delivers the id of every node that joins from now on (and of
 	// those already joined, first), each time it registers again too: the
 	// control plane follows its events and reconciles its sandboxes then.

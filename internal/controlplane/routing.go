@@ -55,6 +55,19 @@ func (o oneNode) Node(id string) (Node, error) {
 // (Config.Capacity), with the node's figures in the refusal.
 func (o oneNode) Place(cluster.PlaceRequest) (string, error) { return o.id, nil }
 
+// Runtimes asks the one node, which runs in the process.
+func (o oneNode) Runtimes(id string) (map[string]string, error) {
+	n, err := o.Node(id)
+	if err != nil {
+		return nil, err
+	}
+	info, err := n.Info(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	return info.Runtimes, nil
+}
+
 func (o oneNode) State(id string) cluster.State {
 	if id == "" || id == o.id {
 		return cluster.Ready

@@ -47,6 +47,10 @@ func newFakeNode() *fakeNode {
 	return &fakeNode{alive: map[string]bool{}, paused: map[string]bool{}, volumes: map[string]bool{}, images: map[string]bool{}}
 }
 
+// Info reports a node of gVisor alone, as every node was before the choice
+// of runtime.
+func (f *fakeNode) Info(context.Context) (nodeapi.Info, error) { return nodeapi.Info{}, nil }
+
 func (f *fakeNode) record(call string) {
 	f.mu.Lock()
 	f.calls = append(f.calls, call)
@@ -269,7 +273,12 @@ func (f *fakeNode) BootFromDisk(_ context.Context, spec nodeapi.CreateSpec) erro
 type fakeTemplates struct{}
 
 func (fakeTemplates) Resolve(_ project.Scope, id string) (nodeapi.TemplateSpec, string, error) {
-	return nodeapi.TemplateSpec{ID: id}, id, nil
+	spec := nodeapi.TemplateSpec{ID: id}
+	// "vm-…" templates are built for both runtimes, microvm the default.
+	if strings.HasPrefix(id, "vm-") {
+		spec.Runtimes = []string{"microvm", "gvisor"}
+	}
+	return spec, id, nil
 }
 
 // newTestCP starts a control plane on a fresh store holding sandboxes (as

@@ -15,6 +15,7 @@ import (
 	"github.com/space-platform/space/internal/crashpoint"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -50,6 +51,18 @@ type Snapshot struct {
 	// Mounts are the persistent volumes the source mounted: not part of
 	// the snapshot, mounted again (live) by a sandbox started from it.
 	Mounts []Mount `json:"mounts,omitempty"`
+	// Runtime and Isolation are the source's (see Sandbox): an image is
+	// restored by the backend that took it and no other.
+	Runtime   string `json:"runtime,omitempty"`
+	Isolation string `json:"isolation,omitempty"`
+}
+
+// RuntimeName is the backend the snapshot was taken under.
+func (s Snapshot) RuntimeName() string {
+	if s.Runtime == "" {
+		return runtime.GVisor
+	}
+	return s.Runtime
 }
 
 // source is what a sandbox started from the snapshot restores from.
@@ -109,7 +122,7 @@ func (cp *ControlPlane) snapshot1(ctx context.Context, r *record, name string, r
 		ID: snapID, Name: name, SandboxID: s.ID, CreatedAt: time.Now().UTC(), Rolling: rolling,
 		Volume: path.Join("snapshots", s.ID, snapID), Image: snapshotImage(s.ID, snapID),
 		Template: s.Template, TemplateID: s.TemplateID, AccessToken: s.AccessToken, Project: project.Of(s.Project),
-		Node: s.Node, Mounts: s.Mounts,
+		Node: s.Node, Mounts: s.Mounts, Runtime: s.Runtime, Isolation: s.Isolation,
 	}
 	back := s.State
 	err = cp.step(r, apiv1.StateSnapshotting, back, "", func() error {
@@ -338,6 +351,9 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 			return &StateError{ID: s.ID, State: "on node " + cp.nodeID(s.Node) + " while snapshot " + snap.Name + " is on node " + cp.nodeID(snap.Node),
 				Want: "restore that snapshot in place"}
 		}
+		if snap.RuntimeName() != s.RuntimeName() {
+			return invalid("snapshot %s was taken under the %s runtime and sandbox %s runs on %s: an image of one runtime is never restored by another", snap.Name, snap.RuntimeName(), s.ID, s.RuntimeName())
+		}
 		from, image := s.State, suspendImage(s.ID)
 		if from == apiv1.StateSuspended && s.Image != "" {
 			image = s.Image
@@ -364,6 +380,7 @@ func (cp *ControlPlane) Restore(ctx context.Context, scope project.Scope, id, re
 		spec := nodeapi.RestoreSpec{
 			ID: s.ID, Image: snap.Image, FromVolume: snap.Volume, Limits: cp.limits(s), DiskMB: s.DiskMB,
 			AccessToken: snap.AccessToken, Rollback: true, Network: s.policy(), Mounts: nodeMounts(s.Mounts),
+			Runtime: s.RuntimeName(),
 		}
 		if snap.SandboxID != s.ID || snap.AccessToken != s.AccessToken {
 			spec.NewIdentity = cp.identity(s)
@@ -413,7 +430,7 @@ func (cp *ControlPlane) unrestore(ctx context.Context, n Node, r *record, from, 
 	ctx = context.WithoutCancel(ctx)
 	err := n.ResumeFrom(ctx, nodeapi.RestoreSpec{
 		ID: s.ID, Image: image, Limits: cp.limits(s), DiskMB: s.DiskMB, AccessToken: s.AccessToken, Network: s.policy(),
-		Mounts: nodeMounts(s.Mounts),
+		Mounts: nodeMounts(s.Mounts), Runtime: s.RuntimeName(),
 	})
 	if err == nil && from == apiv1.StatePaused {
 		err = n.Pause(ctx, s.ID)

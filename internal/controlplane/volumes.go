@@ -347,6 +347,9 @@ func (cp *ControlPlane) createMounting(scope project.Scope, req apiv1.CreateSand
 	if err != nil {
 		return Sandbox{}, err
 	}
+	if err := chooseRuntime(&req, tpl, tplName); err != nil {
+		return Sandbox{}, err
+	}
 	if err := cp.allowCreates(scope.Owner(), 1); err != nil {
 		return Sandbox{}, err
 	}
@@ -362,7 +365,7 @@ func (cp *ControlPlane) createMounting(scope project.Scope, req apiv1.CreateSand
 		return Sandbox{}, err
 	}
 	nodeID, err := cp.place(cluster.PlaceRequest{
-		Template: tpl.ID, VCPUs: req.VCPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Node: pin,
+		Template: tpl.ID, VCPUs: req.VCPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Node: pin, Runtime: req.Runtime,
 	})
 	if err != nil {
 		return Sandbox{}, err
@@ -371,8 +374,12 @@ func (cp *ControlPlane) createMounting(scope project.Scope, req apiv1.CreateSand
 	if err != nil {
 		return Sandbox{}, err
 	}
+	isolation, err := cp.isolation(nodeID, req.Runtime)
+	if err != nil {
+		return Sandbox{}, err
+	}
 	r, err := cp.admit(scope.Owner(), req, tplName, tpl.ID, func(s *Sandbox) {
-		s.Node = nodeID
+		s.Node, s.Isolation = nodeID, isolation
 		s.Mounts = mounts
 	})
 	if err != nil {

@@ -42,7 +42,9 @@ func (n *Node) StartBuild(ctx context.Context, volume string, limits runtime.Lim
 			n.stopBuild(context.WithoutCancel(ctx), id)
 		}
 	}()
-	sb, err := n.startAgent(ctx, id, volume, limits, policy, nil, agentInit{
+	// Recipes' steps run under gVisor, whichever backends the template is
+	// built for.
+	sb, err := n.startAgent(ctx, id, runtime.GVisor, volume, limits, policy, nil, agentInit{
 		AccessToken: randomHex(32), DefaultUser: "root", DefaultWorkdir: "/",
 		Hostname: "space-build",
 	})
@@ -103,7 +105,7 @@ func (b *BuildSandbox) Stop(ctx context.Context) error {
 func (n *Node) stopBuild(ctx context.Context, id string) error {
 	defer n.buildStopped(id)
 	var errs []error
-	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
+	if err := n.rt(id).Destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
@@ -115,6 +117,7 @@ func (n *Node) stopBuild(ctx context.Context, id string) error {
 	// The record of which agent the build sandbox ran: its image keeps
 	// the digest itself.
 	n.agents.forget(id)
+	n.forgetRuntime(id)
 	return nil
 }
 

@@ -53,7 +53,10 @@ func checkCreateSpec(spec CreateSpec) error {
 	if err := checkID(spec.ID); err != nil {
 		return err
 	}
-	return checkTemplate(spec.Template)
+	if err := checkTemplate(spec.Template); err != nil {
+		return err
+	}
+	return spec.Template.CheckRuntime(spec.RuntimeName())
 }
 
 // Create starts a sandbox: cold, booted on a copy of its template's root
@@ -63,6 +66,9 @@ func (n *Node) Create(ctx context.Context, req nodeapi.CreateRequest) (err error
 	spec := req.Spec
 	if err := checkCreateSpec(spec); err != nil {
 		return err
+	}
+	if _, err := n.backendNamed(spec.RuntimeName()); err != nil {
+		return fmt.Errorf("create %s: %w", spec.ID, err)
 	}
 	defer n.lifecycle.lock(req.Spec.ID)()
 	// Counted from now on, so placement sees a create in flight.
@@ -78,7 +84,9 @@ func (n *Node) Create(ctx context.Context, req nodeapi.CreateRequest) (err error
 	// The template's booted image was checkpointed without the
 	// sandbox's volume mounts, and a restore must find the mounts its
 	// image was taken with: a sandbox that mounts volumes boots.
-	if !req.Warm || len(spec.Mounts) > 0 {
+	// The template's image is booted on its default backend (an image is
+	// restored by the backend that took it): another backend boots.
+	if !req.Warm || len(spec.Mounts) > 0 || spec.RuntimeName() != spec.Template.DefaultRuntime() {
 		return n.create(ctx, spec)
 	}
 	img, err := n.templateImage(ctx, spec.Template)
@@ -92,7 +100,7 @@ func (n *Node) Create(ctx context.Context, req nodeapi.CreateRequest) (err error
 // Sandboxes lists the ids of the sandboxes the runtime runs (build
 // sandboxes and pooled ones included).
 func (n *Node) Sandboxes(ctx context.Context) ([]string, error) {
-	ids, err := n.cfg.Runtime.List(ctx)
+	ids, err := n.listAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -119,6 +127,7 @@ func (n *Node) Info(ctx context.Context) (nodeapi.Info, error) {
 		ID: n.cfg.ID, VCPUs: n.cfg.Capacity.VCPUs, MemoryMB: n.cfg.Capacity.MemoryMB, DiskMB: n.cfg.Capacity.DiskMB,
 		Sandboxes: count, DiskFreeMB: diskFreeMB(n.cfg.Volumes.Path("")), MemoryFreeMB: memoryFreeMB(),
 		VCPUsCommitted: vcpus, MemoryCommittedMB: memoryMB, TemplateImages: tpls,
+		Runtimes: n.isolations(),
 	}
 	if pools := n.poolStatuses(); len(pools) > 0 {
 		info.Pools = pools

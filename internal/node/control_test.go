@@ -73,6 +73,7 @@ func (v blockingVolumes) Delete(string) error { return nil }
 type destroyOnly struct{ runtime.Runtime }
 
 func (destroyOnly) Destroy(context.Context, string) error { return nil }
+func (destroyOnly) Isolation() string                     { return runtime.IsolationGVisor }
 
 // Info counts the limits of a sandbox from the moment its create is
 // accepted (placement must see creates in flight), together with those of
@@ -85,7 +86,7 @@ func TestInfoCountsCommittedLimits(t *testing.T) {
 	n := testNode(t)
 	vols := blockingVolumes{rootVolumes: rootVolumes{root: t.TempDir()}, entered: make(chan struct{}), release: make(chan struct{})}
 	n.cfg.Volumes = vols
-	n.cfg.Runtime = destroyOnly{}
+	n.cfg.Runtimes = map[string]runtime.Runtime{runtime.GVisor: destroyOnly{}}
 	ns, err := network.OpenNamespaces(filepath.Join(t.TempDir(), "netns"))
 	if err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func (n *Node) Quiesce(ctx context.Context, id string) error {
 	}
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := n.cfg.Runtime.Quiesce(qctx, id); err != nil {
+	if err := n.rt(id).Quiesce(qctx, id); err != nil {
 		return fmt.Errorf("quiesce %s: runtime commands still running: %w", id, err)
 	}
 	return nil
@@ -84,7 +84,11 @@ func (n *Node) saveImage(ctx context.Context, id, imageDir string) error {
 			return err
 		}
 	}
-	if err := n.cfg.Runtime.Checkpoint(ctx, id, partial, true); err != nil {
+	if err := n.rt(id).Checkpoint(ctx, id, partial, true); err != nil {
+		_ = os.RemoveAll(partial)
+		return err
+	}
+	if err := n.stampImageRuntime(partial, id); err != nil {
 		_ = os.RemoveAll(partial)
 		return err
 	}
@@ -107,7 +111,7 @@ func (n *Node) Pause(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	if err := n.cfg.Runtime.Pause(ctx, id); err != nil {
+	if err := n.rt(id).Pause(ctx, id); err != nil {
 		return fmt.Errorf("pause %s: %w", id, err)
 	}
 	return nil
@@ -118,7 +122,7 @@ func (n *Node) Resume(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	if err := n.cfg.Runtime.Resume(ctx, id); err != nil {
+	if err := n.rt(id).Resume(ctx, id); err != nil {
 		return fmt.Errorf("resume %s: %w", id, err)
 	}
 	return nil
@@ -130,7 +134,7 @@ func (n *Node) Paused(ctx context.Context, id string) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
 	}
-	st, err := n.cfg.Runtime.State(ctx, id)
+	st, err := n.rt(id).State(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return false, nil
 	}
@@ -159,7 +163,7 @@ func (n *Node) Suspend(ctx context.Context, id, image string) error {
 	if err != nil {
 		return err
 	}
-	rt := n.cfg.Runtime
+	rt := n.rt(id)
 	wasPaused := n.paused(ctx, id)
 	if !wasPaused {
 		// Freeze first so the image and the volume describe one instant.
@@ -230,7 +234,7 @@ func (n *Node) VolumeExists(_ context.Context, name string) (bool, error) {
 func (n *Node) releaseRuntime(ctx context.Context, id string) {
 	n.untrack(id)
 	n.uncommit(id)
-	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
+	if err := n.rt(id).Destroy(ctx, id); err != nil {
 		n.log.Warn("release runtime", "sandbox", id, "err", err)
 	}
 	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
@@ -263,7 +267,7 @@ func (n *Node) Capture(ctx context.Context, req nodeapi.CaptureRequest) error {
 // capture is Capture into an image directory (a checkpoint image's, or a
 // template image's).
 func (n *Node) capture(ctx context.Context, id, volume, imageDir string) error {
-	rt := n.cfg.Runtime
+	rt := n.rt(id)
 	wasPaused := n.paused(ctx, id)
 	if !wasPaused {
 		if err := rt.Pause(ctx, id); err != nil {
@@ -328,6 +332,11 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 			n.uncommit(spec.ID)
 		}
 	}()
+	// The backend that took the image restores it, and no other.
+	rtName, backend, err := n.restoreBackend(imageDir, spec.Runtime)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", spec.ID, err)
+	}
 	vol := volumeName(spec.ID)
 	if spec.FromVolume != "" && spec.Rollback {
 		if err := n.stageVolume(spec); err != nil {
@@ -387,7 +396,11 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Mounts: binds,
 	}
-	if err := n.cfg.Runtime.Restore(ctx, rs, imageDir); err != nil {
+	if err := n.recordRuntime(spec.ID, rtName); err != nil {
+		_ = n.destroySlot(slot)
+		return err
+	}
+	if err := backend.Restore(ctx, rs, imageDir); err != nil {
 		_ = n.destroySlot(slot)
 		return err
 	}
@@ -574,7 +587,7 @@ func (n *Node) BootFromDisk(ctx context.Context, spec CreateSpec) error {
 	if !n.cfg.Volumes.Exists(vol) {
 		return fmt.Errorf("boot %s from disk: root volume is missing", spec.ID)
 	}
-	_ = n.cfg.Runtime.Destroy(ctx, spec.ID)
+	_ = n.rt(spec.ID).Destroy(ctx, spec.ID)
 	n.commit(spec.ID, spec.Limits)
 	if err := n.boot(ctx, spec); err != nil {
 		n.uncommit(spec.ID)

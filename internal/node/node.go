@@ -34,8 +34,11 @@ type Volumes interface {
 
 // Config wires a node.
 type Config struct {
-	Runtime runtime.Runtime
-	Volumes Volumes
+	// Runtimes are the node's sandbox backends by name (runtime.GVisor,
+	// runtime.MicroVM); at least one. Each sandbox runs on the one its
+	// create names, its template's default otherwise (backends.go).
+	Runtimes map[string]runtime.Runtime
+	Volumes  Volumes
 	// AgentBinary is the static agent executable; it is copied into
 	// the agent store under StateDir and is the agent of every new
 	// sandbox (a restored one gets the agent its image was taken with).
@@ -114,6 +117,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Namespaces == nil {
 		return nil, errors.New("node: no network namespace directory")
 	}
+	if len(cfg.Runtimes) == 0 {
+		return nil, errors.New("node: no runtime backend")
+	}
 	n := &Node{cfg: cfg, log: cfg.Logger, sandboxes: map[string]*Sandbox{}}
 	if err := n.setupAgents(cfg.AgentBinary); err != nil {
 		return nil, err
@@ -137,7 +143,7 @@ func (n *Node) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if err := checkID(id); err != nil {
 		return runtime.Stats{}, err
 	}
-	return n.cfg.Runtime.Stats(ctx, id)
+	return n.rt(id).Stats(ctx, id)
 }
 
 // rootfs is the runtime's handle of a root volume.

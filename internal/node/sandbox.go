@@ -99,7 +99,7 @@ func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 	}
 	entropy := make([]byte, 64)
 	_, _ = rand.Read(entropy)
-	sb, err := n.startAgent(ctx, spec.ID, volumeName(spec.ID), spec.Limits, spec.Network, spec.Mounts, agentInit{
+	sb, err := n.startAgent(ctx, spec.ID, spec.RuntimeName(), volumeName(spec.ID), spec.Limits, spec.Network, spec.Mounts, agentInit{
 		AccessToken:    spec.AccessToken,
 		EnvVars:        env,
 		DefaultUser:    spec.Template.User,
@@ -119,9 +119,18 @@ func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 // network slot under policy, the runtime on volume with the agent as its
 // first process (holding a boot token only), then the agent's init with in
 // (stamped with the time now). The sandbox it returns is not registered.
-func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime.Limits, policy network.Policy, mounts []nodeapi.VolumeMount, in agentInit) (*Sandbox, error) {
+func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, limits runtime.Limits, policy network.Policy, mounts []nodeapi.VolumeMount, in agentInit) (*Sandbox, error) {
+	backend, err := n.backendNamed(rtName)
+	if err != nil {
+		return nil, err
+	}
 	binds, err := n.runtimeMounts(volume, mounts)
 	if err != nil {
+		return nil, err
+	}
+	// Before the start: a release after a failed one, and an adoption
+	// after a restart, go to this backend.
+	if err := n.recordRuntime(id, rtName); err != nil {
 		return nil, err
 	}
 	slot, err := n.cfg.Namespaces.Create(id)
@@ -148,7 +157,7 @@ func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime
 		Limits:   limits,
 		Mounts:   binds,
 	}
-	if err := n.cfg.Runtime.Start(ctx, rs); err != nil {
+	if err := backend.Start(ctx, rs); err != nil {
 		return nil, err
 	}
 	sb := n.newSandbox(id, bootToken)
@@ -166,7 +175,7 @@ func (n *Node) startAgent(ctx context.Context, id, volume string, limits runtime
 }
 
 func (n *Node) newSandbox(id, token string) *Sandbox {
-	dial := func(ctx context.Context) (net.Conn, error) { return n.cfg.Runtime.DialAgent(ctx, id) }
+	dial := func(ctx context.Context) (net.Conn, error) { return n.rt(id).DialAgent(ctx, id) }
 	return &Sandbox{
 		ID:       id,
 		Agent:    newAgentConn(dial, token),
@@ -210,7 +219,7 @@ func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) 
 	if err := checkID(id); err != nil {
 		return false, err
 	}
-	st, err := n.cfg.Runtime.State(ctx, id)
+	st, err := n.rt(id).State(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return false, nil
 	}
@@ -238,7 +247,7 @@ func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) 
 			return false, nil
 		}
 	}
-	if l, err := n.cfg.Runtime.Limits(id); err == nil {
+	if l, err := n.rt(id).Limits(id); err == nil {
 		n.commit(id, l)
 	} else {
 		n.log.Warn("adopted sandbox's limits unknown; not counted as committed", "sandbox", id, "err", err)
@@ -272,7 +281,7 @@ func (n *Node) release(ctx context.Context, id string) error {
 		sb.Agent.Reset()
 	}
 	var errs []error
-	if err := n.cfg.Runtime.Destroy(ctx, id); err != nil {
+	if err := n.rt(id).Destroy(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := n.destroySlot(n.cfg.Namespaces.Slot(id)); err != nil {
@@ -287,6 +296,7 @@ func (n *Node) release(ctx context.Context, id string) error {
 		return fmt.Errorf("release %s: %w", id, err)
 	}
 	n.agents.forget(id)
+	n.forgetRuntime(id)
 	n.collectAgents()
 	return nil
 }
@@ -308,7 +318,7 @@ func (n *Node) Sweep(ctx context.Context, keepIDs []string) error {
 	}
 	keep := func(id string) bool { return kept[id] }
 	ids := map[string]bool{}
-	running, err := n.cfg.Runtime.List(ctx)
+	running, err := n.listAll(ctx)
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
@@ -336,6 +346,9 @@ func (n *Node) Sweep(ctx context.Context, keepIDs []string) error {
 		ids[id] = true
 	}
 	for _, id := range n.agents.recordedIDs() {
+		ids[id] = true
+	}
+	for _, id := range n.recordedRuntimeIDs() {
 		ids[id] = true
 	}
 	var errs []error
@@ -372,7 +385,7 @@ func (n *Node) Sweep(ctx context.Context, keepIDs []string) error {
 
 // runtimeAlive reports whether the sandbox's runtime is running or paused.
 func (n *Node) runtimeAlive(ctx context.Context, id string) bool {
-	st, err := n.cfg.Runtime.State(ctx, id)
+	st, err := n.rt(id).State(ctx, id)
 	return err == nil && (st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused)
 }
 

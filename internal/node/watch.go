@@ -37,7 +37,7 @@ func (n *Node) track(ctx context.Context, sb *Sandbox) {
 	}
 	go func() {
 		defer cancel()
-		reason, err := n.cfg.Runtime.Wait(wctx, sb.ID)
+		reason, err := n.rt(sb.ID).Wait(wctx, sb.ID)
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {
 				n.log.Warn("cannot watch the sandbox's runtime", "sandbox", sb.ID, "err", err)

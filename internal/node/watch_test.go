@@ -36,7 +36,7 @@ func TestRuntimeEndsAreExitEvents(t *testing.T) {
 		rt.ends[id] = make(chan runtime.ExitReason, 1)
 	}
 	n := testNode(t)
-	n.cfg.Runtime = rt
+	n.cfg.Runtimes = map[string]runtime.Runtime{runtime.GVisor: rt}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events, _ := n.Events(ctx)

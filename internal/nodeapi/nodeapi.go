@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -428,6 +429,9 @@ var (
 	// ErrExists: a transfer would replace a volume or an image the node
 	// already holds.
 	ErrExists = errors.New("already exists")
+	// ErrNoRuntime refuses a sandbox on a backend its template was not
+	// built for, or that the node does not have.
+	ErrNoRuntime = errors.New("runtime not available")
 )
 
 // AgentError is a failed call to a sandbox's agent, with the HTTP status
@@ -477,6 +481,43 @@ type TemplateSpec struct {
 	// mcp.gateway), which E2B's SDKs run as `mcp-gateway --config ...`
 	// when a sandbox is created with the mcp option; "" when it has none.
 	MCPGateway string `json:"mcp_gateway,omitempty"`
+	// Runtimes are the backends the template was built for (runtime.GVisor,
+	// runtime.MicroVM), its default first; empty: gVisor only, as every
+	// template before the choice was.
+	Runtimes []string `json:"runtimes,omitempty"`
+}
+
+// DefaultRuntime is the backend a sandbox of the template runs on when its
+// create names none.
+func (t TemplateSpec) DefaultRuntime() string { return t.RuntimeNames()[0] }
+
+// RuntimeName is the backend the spec's sandbox runs on.
+func (s CreateSpec) RuntimeName() string {
+	if s.Runtime != "" {
+		return s.Runtime
+	}
+	return s.Template.DefaultRuntime()
+}
+
+// HasRuntime reports whether the template was built for backend name.
+func (t TemplateSpec) HasRuntime(name string) bool { return slices.Contains(t.RuntimeNames(), name) }
+
+// CheckRuntime refuses a backend the template was not built for, naming
+// those it was.
+func (t TemplateSpec) CheckRuntime(name string) error {
+	if t.HasRuntime(name) {
+		return nil
+	}
+	return fmt.Errorf("%w: template %s has no %s runtime (it has %s)", ErrNoRuntime, t.ID, name, strings.Join(t.RuntimeNames(), ", "))
+}
+
+// RuntimeNames are the backends the template was built for, its default
+// first.
+func (t TemplateSpec) RuntimeNames() []string {
+	if len(t.Runtimes) == 0 {
+		return []string{runtime.GVisor}
+	}
+	return slices.Clone(t.Runtimes)
 }
 
 // CreateSpec is one sandbox to start.
@@ -491,6 +532,9 @@ type CreateSpec struct {
 	Network network.Policy `json:"network"`
 	// Mounts are the persistent volumes the sandbox mounts.
 	Mounts []VolumeMount `json:"mounts,omitempty"`
+	// Runtime is the backend the sandbox runs on, one the template has;
+	// empty: the template's default.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // VolumeMount is a persistent volume (a volume the node made with
@@ -563,6 +607,10 @@ type RestoreSpec struct {
 	// Mounts are the persistent volumes the restored sandbox mounts: those
 	// the checkpointed one mounted, at the same paths.
 	Mounts []VolumeMount `json:"mounts,omitempty"`
+	// Runtime, when set, is the backend the caller expects the image to be
+	// of: an image is only ever restored by the backend that took it, and
+	// a restore naming another is refused.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // How the nodes sample their sandboxes' resource use: one sample per
@@ -630,6 +678,10 @@ type Info struct {
 	// their pools' stock by template id.
 	TemplateImages []string              `json:"template_images,omitempty"`
 	Pools          map[string]PoolStatus `json:"pools,omitempty"`
+	// Runtimes are the node's sandbox backends, each with the isolation it
+	// gives (runtime.Isolation*); empty: a node from before the choice,
+	// which runs gVisor only.
+	Runtimes map[string]string `json:"runtimes,omitempty"`
 }
 
 // ExecSpec is a one-shot command.

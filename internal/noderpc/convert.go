@@ -48,11 +48,11 @@ func fromTime(t *timestamppb.Timestamp) time.Time {
 }
 
 func toTemplate(t nodeapi.TemplateSpec) *pb.TemplateSpec {
-	return &pb.TemplateSpec{Id: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir, Start: t.Start, Ready: t.Ready, McpGateway: t.MCPGateway}
+	return &pb.TemplateSpec{Id: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir, Start: t.Start, Ready: t.Ready, McpGateway: t.MCPGateway, Runtimes: t.Runtimes}
 }
 
 func fromTemplate(t *pb.TemplateSpec) nodeapi.TemplateSpec {
-	return nodeapi.TemplateSpec{ID: t.GetId(), RootfsVolume: t.GetRootfsVolume(), Env: emptyMap(t.GetEnv()), User: t.GetUser(), Workdir: t.GetWorkdir(), Start: t.GetStart(), Ready: t.GetReady(), MCPGateway: t.GetMcpGateway()}
+	return nodeapi.TemplateSpec{ID: t.GetId(), RootfsVolume: t.GetRootfsVolume(), Env: emptyMap(t.GetEnv()), User: t.GetUser(), Workdir: t.GetWorkdir(), Start: t.GetStart(), Ready: t.GetReady(), MCPGateway: t.GetMcpGateway(), Runtimes: emptySlice(t.GetRuntimes())}
 }
 
 func toLimits(l runtime.Limits) *pb.Limits {
@@ -134,7 +134,7 @@ func fromIdentity(id *pb.Identity) nodeapi.Identity {
 }
 
 func toCreateSpec(s nodeapi.CreateSpec) *pb.CreateSpec {
-	return &pb.CreateSpec{Id: s.ID, Template: toTemplate(s.Template), Limits: toLimits(s.Limits), DiskMb: int64(s.DiskMB), Env: s.Env, AccessToken: s.AccessToken, Network: toPolicy(s.Network), Mounts: toMounts(s.Mounts)}
+	return &pb.CreateSpec{Id: s.ID, Template: toTemplate(s.Template), Limits: toLimits(s.Limits), DiskMb: int64(s.DiskMB), Env: s.Env, AccessToken: s.AccessToken, Network: toPolicy(s.Network), Mounts: toMounts(s.Mounts), Runtime: s.Runtime}
 }
 
 func fromCreateSpec(s *pb.CreateSpec) (nodeapi.CreateSpec, error) {
@@ -142,7 +142,7 @@ func fromCreateSpec(s *pb.CreateSpec) (nodeapi.CreateSpec, error) {
 	if err != nil {
 		return nodeapi.CreateSpec{}, err
 	}
-	return nodeapi.CreateSpec{ID: s.GetId(), Template: fromTemplate(s.GetTemplate()), Limits: fromLimits(s.GetLimits()), DiskMB: int(s.GetDiskMb()), Env: emptyMap(s.GetEnv()), AccessToken: s.GetAccessToken(), Network: pol, Mounts: fromMounts(s.GetMounts())}, nil
+	return nodeapi.CreateSpec{ID: s.GetId(), Template: fromTemplate(s.GetTemplate()), Limits: fromLimits(s.GetLimits()), DiskMB: int(s.GetDiskMb()), Env: emptyMap(s.GetEnv()), AccessToken: s.GetAccessToken(), Network: pol, Mounts: fromMounts(s.GetMounts()), Runtime: s.GetRuntime()}, nil
 }
 
 func toPoolLimits(l nodeapi.PoolLimits) *pb.PoolLimits {
@@ -154,7 +154,7 @@ func fromPoolLimits(l *pb.PoolLimits) nodeapi.PoolLimits {
 }
 
 func toRestoreSpec(s nodeapi.RestoreSpec) *pb.RestoreSpec {
-	out := &pb.RestoreSpec{Id: s.ID, Image: s.Image, FromVolume: s.FromVolume, Limits: toLimits(s.Limits), DiskMb: int64(s.DiskMB), AccessToken: s.AccessToken, Network: toPolicy(s.Network), Rollback: s.Rollback, Mounts: toMounts(s.Mounts)}
+	out := &pb.RestoreSpec{Id: s.ID, Image: s.Image, FromVolume: s.FromVolume, Limits: toLimits(s.Limits), DiskMb: int64(s.DiskMB), AccessToken: s.AccessToken, Network: toPolicy(s.Network), Rollback: s.Rollback, Mounts: toMounts(s.Mounts), Runtime: s.Runtime}
 	if s.NewIdentity != nil {
 		out.NewIdentity = toIdentity(*s.NewIdentity)
 	}
@@ -166,7 +166,7 @@ func fromRestoreSpec(s *pb.RestoreSpec) (nodeapi.RestoreSpec, error) {
 	if err != nil {
 		return nodeapi.RestoreSpec{}, err
 	}
-	out := nodeapi.RestoreSpec{ID: s.GetId(), Image: s.GetImage(), FromVolume: s.GetFromVolume(), Limits: fromLimits(s.GetLimits()), DiskMB: int(s.GetDiskMb()), AccessToken: s.GetAccessToken(), Network: pol, Rollback: s.GetRollback(), Mounts: fromMounts(s.GetMounts())}
+	out := nodeapi.RestoreSpec{ID: s.GetId(), Image: s.GetImage(), FromVolume: s.GetFromVolume(), Limits: fromLimits(s.GetLimits()), DiskMB: int(s.GetDiskMb()), AccessToken: s.GetAccessToken(), Network: pol, Rollback: s.GetRollback(), Mounts: fromMounts(s.GetMounts()), Runtime: s.GetRuntime()}
 	if s.NewIdentity != nil {
 		id := fromIdentity(s.NewIdentity)
 		out.NewIdentity = &id
@@ -183,7 +183,7 @@ func fromPoolStatus(p *pb.PoolStatus) nodeapi.PoolStatus {
 }
 
 func toInfo(i nodeapi.Info) *pb.InfoResponse {
-	out := &pb.InfoResponse{Id: i.ID, Vcpus: int64(i.VCPUs), MemoryMb: int64(i.MemoryMB), DiskMb: int64(i.DiskMB), Sandboxes: int64(i.Sandboxes), DiskFreeMb: int64(i.DiskFreeMB), MemoryFreeMb: int64(i.MemoryFreeMB), VcpusCommitted: int64(i.VCPUsCommitted), MemoryCommittedMb: int64(i.MemoryCommittedMB), Templates: i.Templates, TemplateImages: i.TemplateImages}
+	out := &pb.InfoResponse{Id: i.ID, Vcpus: int64(i.VCPUs), MemoryMb: int64(i.MemoryMB), DiskMb: int64(i.DiskMB), Sandboxes: int64(i.Sandboxes), DiskFreeMb: int64(i.DiskFreeMB), MemoryFreeMb: int64(i.MemoryFreeMB), VcpusCommitted: int64(i.VCPUsCommitted), MemoryCommittedMb: int64(i.MemoryCommittedMB), Templates: i.Templates, TemplateImages: i.TemplateImages, Runtimes: i.Runtimes}
 	if len(i.Pools) > 0 {
 		out.Pools = make(map[string]*pb.PoolStatus, len(i.Pools))
 		for k, v := range i.Pools {
@@ -194,7 +194,7 @@ func toInfo(i nodeapi.Info) *pb.InfoResponse {
 }
 
 func fromInfo(i *pb.InfoResponse) nodeapi.Info {
-	out := nodeapi.Info{ID: i.GetId(), VCPUs: int(i.GetVcpus()), MemoryMB: int(i.GetMemoryMb()), DiskMB: int(i.GetDiskMb()), Sandboxes: int(i.GetSandboxes()), DiskFreeMB: int(i.GetDiskFreeMb()), MemoryFreeMB: int(i.GetMemoryFreeMb()), VCPUsCommitted: int(i.GetVcpusCommitted()), MemoryCommittedMB: int(i.GetMemoryCommittedMb()), Templates: emptySlice(i.GetTemplates()), TemplateImages: emptySlice(i.GetTemplateImages())}
+	out := nodeapi.Info{ID: i.GetId(), VCPUs: int(i.GetVcpus()), MemoryMB: int(i.GetMemoryMb()), DiskMB: int(i.GetDiskMb()), Sandboxes: int(i.GetSandboxes()), DiskFreeMB: int(i.GetDiskFreeMb()), MemoryFreeMB: int(i.GetMemoryFreeMb()), VCPUsCommitted: int(i.GetVcpusCommitted()), MemoryCommittedMB: int(i.GetMemoryCommittedMb()), Templates: emptySlice(i.GetTemplates()), TemplateImages: emptySlice(i.GetTemplateImages()), Runtimes: emptyMap(i.GetRuntimes())}
 	if len(i.GetPools()) > 0 {
 		out.Pools = make(map[string]nodeapi.PoolStatus, len(i.GetPools()))
 		for k, v := range i.GetPools() {

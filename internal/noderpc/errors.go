@@ -30,6 +30,7 @@ const (
 	kindNoEgress    = "no_egress"
 	kindInvalidName = "invalid_name"
 	kindExists      = "exists"
+	kindNoRuntime   = "no_runtime"
 	kindAgent       = "agent"
 )
 
@@ -44,6 +45,7 @@ var sentinels = []struct {
 	{kindNoEgress, nodeapi.ErrNoEgress, connect.CodeFailedPrecondition},
 	{kindInvalidName, nodeapi.ErrInvalidName, connect.CodeInvalidArgument},
 	{kindExists, nodeapi.ErrExists, connect.CodeAlreadyExists},
+	{kindNoRuntime, nodeapi.ErrNoRuntime, connect.CodeFailedPrecondition},
 }
 
 // describe classifies err for the wire: its NodeError detail and the

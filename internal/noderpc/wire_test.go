@@ -418,9 +418,9 @@ func TestConversionsRoundTrip(t *testing.T) {
 		InspectHTTP: true, Hold: true,
 	}
 	limits := runtime.Limits{VCPUs: 2, MemoryMB: 512, Pids: 100}
-	tmpl := nodeapi.TemplateSpec{ID: "t", RootfsVolume: "templates/t", Env: map[string]string{"A": "1"}, User: "u", Workdir: "/w", Start: "start", Ready: "ready", MCPGateway: "/usr/local/bin/mcp-gateway"}
+	tmpl := nodeapi.TemplateSpec{ID: "t", RootfsVolume: "templates/t", Env: map[string]string{"A": "1"}, User: "u", Workdir: "/w", Start: "start", Ready: "ready", MCPGateway: "/usr/local/bin/mcp-gateway", Runtimes: []string{"microvm", "gvisor"}}
 	mounts := []nodeapi.VolumeMount{{Volume: "persistent/vol-a", Path: "/mnt/a"}, {Volume: "persistent/vol-b", Path: "/b", ReadOnly: true}}
-	spec := nodeapi.CreateSpec{ID: "id", Template: tmpl, Limits: limits, DiskMB: 10, Env: map[string]string{"B": "2"}, AccessToken: "tok", Network: policy, Mounts: mounts}
+	spec := nodeapi.CreateSpec{ID: "id", Template: tmpl, Limits: limits, DiskMB: 10, Env: map[string]string{"B": "2"}, AccessToken: "tok", Network: policy, Mounts: mounts, Runtime: "microvm"}
 	id := nodeapi.Identity{AccessToken: "new", Env: map[string]string{"C": "3"}, Info: map[string]string{"sandbox_id": "x"}}
 	now := time.Now().Round(0)
 
@@ -454,7 +454,7 @@ func TestConversionsRoundTrip(t *testing.T) {
 	check("create spec", gotSpec, spec)
 	check("template", fromTemplate(toTemplate(tmpl)), tmpl)
 	check("identity", fromIdentity(toIdentity(id)), id)
-	restore := nodeapi.RestoreSpec{ID: "id", Image: "img", FromVolume: "vol", Limits: limits, DiskMB: 5, AccessToken: "tok", NewIdentity: &id, Network: policy, Rollback: true, Mounts: mounts}
+	restore := nodeapi.RestoreSpec{ID: "id", Image: "img", FromVolume: "vol", Limits: limits, DiskMB: 5, AccessToken: "tok", NewIdentity: &id, Network: policy, Rollback: true, Mounts: mounts, Runtime: "microvm"}
 	gotRestore, err := fromRestoreSpec(toRestoreSpec(restore))
 	if err != nil {
 		t.Fatal(err)
@@ -465,7 +465,7 @@ func TestConversionsRoundTrip(t *testing.T) {
 	check("volume edit", fromVolumeEdit(toVolumeEdit(edit)), edit)
 	pl := nodeapi.PoolLimits{Limits: limits, DiskMB: 3}
 	check("pool limits", fromPoolLimits(toPoolLimits(pl)), pl)
-	info := nodeapi.Info{ID: "n", VCPUs: 1, MemoryMB: 2, DiskMB: 3, Sandboxes: 4, DiskFreeMB: 5, MemoryFreeMB: 6, VCPUsCommitted: 7, MemoryCommittedMB: 8, Templates: []string{"t", "u"}, TemplateImages: []string{"t"}, Pools: map[string]nodeapi.PoolStatus{"t": {Size: 2, Ready: 1}}}
+	info := nodeapi.Info{ID: "n", VCPUs: 1, MemoryMB: 2, DiskMB: 3, Sandboxes: 4, DiskFreeMB: 5, MemoryFreeMB: 6, VCPUsCommitted: 7, MemoryCommittedMB: 8, Templates: []string{"t", "u"}, TemplateImages: []string{"t"}, Pools: map[string]nodeapi.PoolStatus{"t": {Size: 2, Ready: 1}}, Runtimes: map[string]string{"gvisor": "gvisor", "microvm": "microvm-tcg"}}
 	check("info", fromInfo(toInfo(info)), info)
 	ev := nodeapi.Event{Type: nodeapi.EventPool, Time: now, Sandbox: "s", Reason: "r", TemplateID: "t", Pool: &nodeapi.PoolStatus{Size: 1, Ready: 1}}
 	gotEv := fromEvent(toEvent(ev))

@@ -8,7 +8,9 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 
 	"github.com/space-platform/space/internal/network"
 )
@@ -67,6 +69,49 @@ type Runtime interface {
 	// Quiesce waits for runtime commands on the sandbox that a previous
 	// server process left running.
 	Quiesce(ctx context.Context, id string) error
+	// Isolation says what really stands between a sandbox of this
+	// backend and the host, as sandbox objects report it: one of the
+	// Isolation* values (a microVM backend says whether it runs under
+	// KVM or emulation).
+	Isolation() string
+}
+
+// Backend names: what a recipe's runtime field, a create's runtime and a
+// node's --runtimes flag name.
+const (
+	GVisor  = "gvisor"
+	MicroVM = "microvm"
+)
+
+// Names are the backends a template may be built for, in the order errors
+// list them.
+func Names() []string { return []string{GVisor, MicroVM} }
+
+// CheckName refuses a name that is no backend's, naming those there are.
+func CheckName(name string) error {
+	for _, n := range Names() {
+		if name == n {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown runtime %q (want one of %s)", name, strings.Join(Names(), ", "))
+}
+
+// Isolation values a backend reports.
+const (
+	IsolationGVisor     = "gvisor"
+	IsolationMicroVMKVM = "microvm-kvm"
+	IsolationMicroVMTCG = "microvm-tcg"
+)
+
+// ImageBuilder is implemented by a backend that boots from an artifact of
+// its own, made from a template's finished root filesystem when the
+// template is built (the microVM's ext4 image and initramfs). A backend
+// that boots the directory as it is (gVisor) does not implement it.
+type ImageBuilder interface {
+	// PrepareTemplate makes the backend's artifact of the read-only root
+	// filesystem rootfsDir in the empty directory outDir.
+	PrepareTemplate(ctx context.Context, rootfsDir, outDir string) error
 }
 
 // Spec is everything a backend needs to start one sandbox.

@@ -108,13 +108,15 @@ func (c catalog) view(scope project.Scope, e entry) apiv1.Template {
 			from = template.FromTemplate + ":" + t.ParentID // the parent may be another project's
 		}
 	}
-	return apiv1.Template{
+	v := apiv1.Template{
 		Name: e.display, Project: e.owner, Builtin: e.owner == "",
 		ID: t.ID, State: t.State, Reason: c.scrub(e, t.Reason), From: from,
 		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, ReadyAt: t.ReadyAt,
 		Sandboxes: c.cp().CountUsing(scope, t.ID),
 		Pool:      &apiv1.PoolStatus{Size: pool.Size, Ready: pool.Ready},
 	}
+	v.SetRuntimes(t.Runtimes)
+	return v
 }
 
 // scrub replaces the catalog name the version was first built under (which

@@ -169,6 +169,7 @@ func (c *clusterCatalog) Resolve(scope project.Scope, nameOrID string) (nodeapi.
 
 func (c *clusterCatalog) view(scope project.Scope, t clusterTemplate) apiv1.Template {
 	v := apiv1.Template{Name: t.name, Builtin: true, ID: t.spec.ID, State: template.StateReady}
+	v.SetRuntimes(t.spec.Runtimes)
 	if t.ready == 0 {
 		v.State, v.Reason = template.StateBuilding, "held by no schedulable node"
 	}

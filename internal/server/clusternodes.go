@@ -141,6 +141,16 @@ func (c *clusterNodes) Node(id string) (controlplane.Node, error) {
 
 func (c *clusterNodes) Place(req cluster.PlaceRequest) (string, error) { return c.reg.Place(req) }
 
+// Runtimes are those the node reported in its last registration or
+// heartbeat: no call to the node on a create.
+func (c *clusterNodes) Runtimes(id string) (map[string]string, error) {
+	n, err := c.reg.Get(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", controlplane.ErrNodeUnavailable, err)
+	}
+	return n.Info.Runtimes, nil
+}
+
 // State is the node's state; a node the registry does not know (any
 // more) is lost to its sandboxes.
 func (c *clusterNodes) State(id string) cluster.State {

@@ -177,6 +177,7 @@ func (c *clusterCatalog) viewBuilt(scope project.Scope, b clusterBuilt) apiv1.Te
 		Name: b.Name, Project: b.Project, ID: b.Spec.ID, From: b.From,
 		SizeBytes: b.SizeBytes, CreatedAt: b.CreatedAt, ReadyAt: b.ReadyAt,
 	}
+	v.SetRuntimes(b.Spec.Runtimes)
 	v.State, v.Reason = c.builtState(b)
 	if cp := c.cp(); cp != nil && b.Spec.ID != "" {
 		pool := cp.PoolStatus(b.Spec.ID)

@@ -30,6 +30,9 @@ import (
 // NodeConfig is everything `space node` can be told.
 type NodeConfig struct {
 	DataDir, RunscPath, AgentPath, Platform string
+	// Runtimes and Accel are as in Config.
+	Runtimes []string
+	Accel    string
 	// SharedMounts says the data dir is a shared mount that the node's
 	// successor sees from another mount namespace (a Kubernetes host path
 	// with Bidirectional propagation); see network.OpenSharedNamespaces.
@@ -80,7 +83,7 @@ type NodeConfig struct {
 func DefaultNodeConfig() NodeConfig {
 	d := DefaultConfig()
 	return NodeConfig{
-		DataDir: d.DataDir, Listen: "127.0.0.1:7071", Platform: d.Platform,
+		DataDir: d.DataDir, Listen: "127.0.0.1:7071", Platform: d.Platform, Runtimes: d.Runtimes, Accel: d.Accel,
 		Network: d.Network, BandwidthMbit: d.Defaults.BandwidthMbit, MaxConnections: d.Defaults.MaxConnections,
 		BuildTemplates: d.BuildTemplates, MemoryOvercommit: d.MemoryOvercommit, SessionOutputLimit: d.SessionOutputLimit,
 		Progress: os.Stderr,
@@ -165,6 +168,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	side, err = openNodeSide(ctx, nodeSideConfig{
 		RegistryPrivate: cfg.TemplateRegistryPrivate,
 		DataDir:         cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
+		Runtimes: cfg.Runtimes, Accel: cfg.Accel,
 		SharedNetns: cfg.SharedMounts, VolumeImageBytes: cfg.VolumeImageBytes, ID: cfg.ID,
 		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
 		Limits:    network.Limits{BandwidthMbit: cfg.BandwidthMbit, MaxConnections: cfg.MaxConnections},

@@ -26,6 +26,10 @@ import (
 // serve` fills it from its Config, `space node` from its NodeConfig.
 type nodeSideConfig struct {
 	DataDir, RunscPath, AgentPath, Platform string
+	// Runtimes are the backends to offer; Accel is what the microVM
+	// backend is to accelerate with (checkRuntimes).
+	Runtimes []string
+	Accel    string
 	// SharedNetns keeps the network namespace directory a shared mount
 	// (network.OpenSharedNamespaces): for a node in a container whose
 	// successor must reach the sandboxes it leaves running.
@@ -76,6 +80,9 @@ type nodeSide struct {
 // closed.
 func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err error) {
 	say := cfg.say
+	if err := checkRuntimes(cfg.Runtimes, cfg.Accel); err != nil {
+		return nil, err
+	}
 	ns := &nodeSide{log: cfg.Logger}
 	defer func() {
 		if err != nil {
@@ -140,7 +147,7 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 	ns.capacity = nodeCapacity(cfg.MemoryOvercommit, ns.pool.Root())
 	if ns.node, err = node.New(node.Config{
 		Namespaces: ns.slots, Egress: egress, Gateway: ns.gateway,
-		Runtime: rt, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
+		Runtimes: map[string]runtime.Runtime{runtime.GVisor: rt}, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
 		ID:        cfg.ID,
@@ -154,6 +161,8 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 		BuildDiskBytes: cfg.BuildDiskBytes,
 		Registry:       template.RegistryConfig{AllowPrivate: cfg.RegistryPrivate},
 		Sandboxes:      buildSandboxes{node: ns.node, limits: cfg.BuildLimits},
+		// gVisor boots the rootfs volume as it is: no artifact to make.
+		Runtimes: map[string]runtime.ImageBuilder{runtime.GVisor: nil},
 	}); err != nil {
 		return nil, err
 	}
@@ -246,6 +255,32 @@ func (ns *nodeSide) close() {
 func templateSpec(t *template.Template) nodeapi.TemplateSpec {
 	return nodeapi.TemplateSpec{
 		ID: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir,
-		Start: t.Start, Ready: t.Ready, MCPGateway: t.MCPGateway,
+		Start: t.Start, Ready: t.Ready, MCPGateway: t.MCPGateway, Runtimes: t.Runtimes,
 	}
+}
+
+// checkRuntimes refuses a --runtimes or --accel the server cannot honour,
+// at start: a flag that did nothing would leave sandboxes on a backend
+// the operator did not choose.
+func checkRuntimes(names []string, accel string) error {
+	switch accel {
+	case "", "auto", "kvm", "tcg":
+	default:
+		return fmt.Errorf("--accel %q: want auto, kvm or tcg", accel)
+	}
+	if len(names) == 0 {
+		return errors.New("--runtimes: name at least one runtime (gvisor, microvm)")
+	}
+	for _, name := range names {
+		if err := runtime.CheckName(name); err != nil {
+			return fmt.Errorf("--runtimes: %w", err)
+		}
+	}
+	if !slices.Contains(names, runtime.GVisor) {
+		return errors.New("--runtimes: gvisor is required: templates are built in gVisor sandboxes whichever runtimes they are for")
+	}
+	if slices.Contains(names, runtime.MicroVM) {
+		return errors.New("--runtimes: the microvm runtime is not available in this build yet (its backend is not wired into the node); run with --runtimes gvisor")
+	}
+	return nil
 }

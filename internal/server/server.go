@@ -49,6 +49,11 @@ type Config struct {
 	RunscPath string
 	AgentPath string
 	Platform  string
+	// Runtimes are the sandbox backends offered (runtime.GVisor,
+	// runtime.MicroVM); Accel is the microVM backend's acceleration
+	// (auto, kvm, tcg). See checkRuntimes.
+	Runtimes []string
+	Accel    string
 	// BuildTemplates are built-in templates built at start when missing
 	// (in the background, with progress in the log).
 	BuildTemplates []string
@@ -112,6 +117,8 @@ func DefaultConfig() Config {
 		E2BListen:      "127.0.0.1:3000",
 		ProxyListen:    "127.0.0.1:3001",
 		Platform:       "systrap",
+		Runtimes:       []string{runtime.GVisor},
+		Accel:          "auto",
 		BuildTemplates: []string{"minimal", "base"},
 		// code-interpreter-v1 has its pool once it is built (it is not by
 		// default: --build-templates), so that the first runCode of the
@@ -203,6 +210,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	ns, err := openNodeSide(ctx, nodeSideConfig{
 		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
+		Runtimes: cfg.Runtimes, Accel: cfg.Accel,
 		VolumeImageBytes: cfg.VolumeImageBytes, ID: localNodeID,
 		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
 		// The node enforces the limits on every sandbox, whatever its

@@ -92,6 +92,9 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 	if err := CheckHostPaths(r, src); err != nil {
 		return nil, err
 	}
+	if err := m.checkRuntimes(r.Runtime.Names()); err != nil {
+		return nil, err
+	}
 	if src.Archive != "" && base.Kind != FromUpload {
 		return nil, fmt.Errorf("recipe: from: an archive was uploaded, but the recipe's base is %q; use from: upload", r.From)
 	}
@@ -102,6 +105,7 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 	res := resolvedRecipe{
 		Builder: BuilderVersion, Packages: r.Packages, Run: r.Run, Env: r.Env,
 		User: r.User, Workdir: r.Workdir, Start: r.Start, Ready: r.Ready,
+		Runtimes: r.Runtime.resolved(),
 	}
 	if r.MCP != nil {
 		res.MCPGateway = r.MCP.Gateway
@@ -266,6 +270,7 @@ func (p *buildPlan) record() *Template {
 		Name: p.name, ID: p.id, From: p.recipe.From, State: StateBuilding,
 		Env: maps.Clone(p.env), User: p.user, Workdir: p.workdir, Start: p.start, Ready: p.ready,
 		MCPGateway: p.mcpGateway, RootfsVolume: rootfsVolume(p.id), CreatedAt: time.Now().UTC(),
+		Runtimes: p.recipe.Runtime.Names(),
 	}
 	if p.parent != nil {
 		t.ParentID = p.parent.ID
@@ -346,7 +351,7 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 	if len(m.cfg.TrustedCA) > 0 {
 		total++
 	}
-	total += len(r.Steps)
+	total += len(r.Steps) + len(m.artifactBuilders(r.Runtime.Names()))
 	n := 0
 	step := func(desc string) {
 		n++
@@ -386,6 +391,10 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 		return 0, err
 	}
 	if err := vols.SetReadOnly(final, true); err != nil {
+		vols.Delete(final)
+		return 0, err
+	}
+	if err := m.prepareArtifacts(ctx, p, final, step); err != nil {
 		vols.Delete(final)
 		return 0, err
 	}

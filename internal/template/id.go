@@ -41,6 +41,9 @@ type resolvedRecipe struct {
 	// MCPGateway is recipe.mcp.gateway; omitted when empty, so the ids
 	// of templates without one did not change when it came.
 	MCPGateway string `json:"mcp_gateway,omitempty"`
+	// Runtimes are the backends built for beyond gVisor alone (see
+	// Runtimes.resolved): another backend is another artifact.
+	Runtimes []string `json:"runtimes,omitempty"`
 	// TrustedCA is the fingerprint of the CA installed into the trust store.
 	TrustedCA string `json:"trusted_ca,omitempty"`
 }

@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/storage"
 )
 
@@ -74,11 +76,14 @@ type Template struct {
 	Ready    string            `json:"ready,omitempty"`
 	// MCPGateway is the template's MCP gateway command (recipe mcp.gateway,
 	// inherited from its base template), "" for none.
-	MCPGateway   string     `json:"mcp_gateway,omitempty"`
-	RootfsVolume string     `json:"rootfs_volume"`
-	SizeBytes    int64      `json:"size_bytes,omitempty"`
-	CreatedAt    time.Time  `json:"created_at"`
-	ReadyAt      *time.Time `json:"ready_at,omitempty"`
+	MCPGateway   string `json:"mcp_gateway,omitempty"`
+	RootfsVolume string `json:"rootfs_volume"`
+	// Runtimes are the backends the template was built for, its default
+	// first (recipe runtime); a record from before the field is gVisor's.
+	Runtimes  []string   `json:"runtimes,omitempty"`
+	SizeBytes int64      `json:"size_bytes,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	ReadyAt   *time.Time `json:"ready_at,omitempty"`
 }
 
 // RootfsPath is where the template's read-only rootfs lives on the host.
@@ -89,6 +94,7 @@ func (t *Template) RootfsPath(pool *storage.Pool) string {
 func (t *Template) clone() *Template {
 	c := *t
 	c.Env = maps.Clone(t.Env)
+	c.Runtimes = slices.Clone(t.Runtimes)
 	if t.ReadyAt != nil {
 		at := *t.ReadyAt
 		c.ReadyAt = &at
@@ -121,6 +127,11 @@ type Config struct {
 	BuildTimeout time.Duration
 	// Registry configures pulls of from: image:<reference> bases.
 	Registry RegistryConfig
+	// Runtimes are the sandbox backends of the server by name, each with
+	// the hook that makes its artifact of a built template; nil for a
+	// backend that boots the rootfs volume as it is (gVisor). A recipe
+	// naming a backend not here fails. A nil map is gVisor alone.
+	Runtimes map[string]runtime.ImageBuilder
 	// Logf receives build events; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -188,7 +199,7 @@ func (m *Manager) recover() error {
 		switch {
 		case t.State == StateBuilding:
 			m.cfg.Logf("template %s (%s): build interrupted by restart", t.Name, id)
-			for _, vol := range []string{workVolume(id), rootfsVolume(id)} {
+			for _, vol := range append([]string{workVolume(id), rootfsVolume(id)}, artifactVolumes(id)...) {
 				if err := m.cfg.Volumes.Delete(vol); err != nil {
 					m.cfg.Logf("template %s: delete partial volume %s: %v", id, vol, err)
 				}
@@ -575,8 +586,10 @@ func (m *Manager) Delete(nameOrID string, inUse func(id string) bool) error {
 		return err
 	}
 	for _, vid := range victims {
-		if err := m.cfg.Volumes.Delete(rootfsVolume(vid)); err != nil {
-			return err
+		for _, vol := range append([]string{rootfsVolume(vid)}, artifactVolumes(vid)...) {
+			if err := m.cfg.Volumes.Delete(vol); err != nil {
+				return err
+			}
 		}
 		if err := m.store.removeRecord(vid); err != nil {
 			return err

@@ -26,10 +26,13 @@ import (
 	"io"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/space-platform/space/internal/runtime"
 )
 
 // Recipe is the parsed form of a template recipe file.
@@ -68,6 +71,69 @@ type Recipe struct {
 	// MCP declares the template's MCP gateway, which E2B's `mcp` create
 	// option needs (docs/e2b.md, MCP).
 	MCP *MCPGateway `yaml:"mcp,omitempty" json:"mcp,omitempty"`
+	// Runtime names the backends the template is built for: "gvisor",
+	// "microvm", or a list of both (one recipe, both artifacts). The first
+	// is the template's default, what a create that names none (and every
+	// E2B create) runs on. Absent: gvisor.
+	Runtime Runtimes `yaml:"runtime,omitempty" json:"runtime,omitempty"`
+}
+
+// Runtimes is a recipe's runtime field: one name, or a list of them.
+type Runtimes []string
+
+// UnmarshalYAML takes a single name as a list of one.
+func (rs *Runtimes) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind == yaml.ScalarNode {
+		var name string
+		if err := node.Decode(&name); err != nil {
+			return err
+		}
+		*rs = Runtimes{name}
+		return nil
+	}
+	var names []string
+	if err := node.Decode(&names); err != nil {
+		return fmt.Errorf("runtime: want a name or a list of names (%s)", strings.Join(runtime.Names(), ", "))
+	}
+	if names == nil {
+		names = []string{}
+	}
+	*rs = names
+	return nil
+}
+
+// validate checks each name, once each.
+func (rs Runtimes) validate() error {
+	if rs != nil && len(rs) == 0 {
+		return fmt.Errorf("recipe: runtime: empty list (want one or more of %s)", strings.Join(runtime.Names(), ", "))
+	}
+	for i, name := range rs {
+		if err := runtime.CheckName(name); err != nil {
+			return fmt.Errorf("recipe: runtime: %w", err)
+		}
+		if slices.Contains(rs[:i], name) {
+			return fmt.Errorf("recipe: runtime: %s named twice", name)
+		}
+	}
+	return nil
+}
+
+// Names are the backends the recipe builds for, its default first.
+func (rs Runtimes) Names() []string {
+	if len(rs) == 0 {
+		return []string{runtime.GVisor}
+	}
+	return slices.Clone(rs)
+}
+
+// resolved is the runtime list as the template ID hashes it: nil for
+// gvisor alone, so that the ids of recipes without the field did not
+// change when it came and `runtime: gvisor` builds the same template.
+func (rs Runtimes) resolved() []string {
+	if names := rs.Names(); !slices.Equal(names, []string{runtime.GVisor}) {
+		return names
+	}
+	return nil
 }
 
 // MCPGateway is the MCP gateway a template provides. E2B's SDKs start it
@@ -266,6 +332,9 @@ func (r *Recipe) Validate() error {
 		if err := r.MCP.validate(); err != nil {
 			return err
 		}
+	}
+	if err := r.Runtime.validate(); err != nil {
+		return err
 	}
 	for i, f := range r.Files {
 		if f.Src == "" {

@@ -57,6 +57,10 @@ type CreateSandboxRequest struct {
 	// Snapshot starts the sandbox from a snapshot ("<sandbox>/<name>" or a
 	// snapshot id) instead of a template.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Runtime is the sandbox backend, "gvisor" or "microvm": one the
+	// template was built for (its default when empty). A sandbox started
+	// from a snapshot runs on the snapshot's.
+	Runtime string `json:"runtime,omitempty"`
 	// Network is the sandbox's egress policy; nil means the internet is
 	// allowed and private ranges are not.
 	Network *NetworkPolicy `json:"network,omitempty"`
@@ -137,6 +141,12 @@ type Sandbox struct {
 	// sandbox's operations then answer 503).
 	Node      string `json:"node,omitempty"`
 	NodeState string `json:"node_state,omitempty"`
+	// Runtime is the backend the sandbox runs on ("gvisor", "microvm"),
+	// kept through snapshots, branches, suspends and restores; Isolation is
+	// what that backend really isolates it with, as the backend reports it:
+	// "gvisor", "microvm-kvm" or "microvm-tcg" (emulation).
+	Runtime   string `json:"runtime"`
+	Isolation string `json:"isolation"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.
@@ -320,6 +330,22 @@ type Template struct {
 	// Pool is the template's warm pool: sandboxes kept restored and idle
 	// so that a create only has to give one its identity.
 	Pool *PoolStatus `json:"pool,omitempty"`
+	// Runtimes are the sandbox backends the template was built for
+	// ("gvisor", "microvm"; recipe field runtime); DefaultRuntime, the
+	// first, is what a create that names none runs on.
+	Runtimes       []string `json:"runtimes"`
+	DefaultRuntime string   `json:"default_runtime"`
+}
+
+// SetRuntimes fills a template object's runtimes from the backends it
+// was built for, its default first (none: gvisor, the only one before the
+// choice).
+func (t *Template) SetRuntimes(names []string) {
+	if len(names) == 0 {
+		names = []string{"gvisor"}
+	}
+	t.Runtimes = append([]string(nil), names...)
+	t.DefaultRuntime = names[0]
 }
 
 // PoolStatus describes a template's warm pool.

@@ -56,6 +56,15 @@ func (rn *realNodes) Place(req cluster.PlaceRequest) (string, error) {
 	return "", &cluster.CapacityError{Request: req, Nodes: len(rn.order)}
 }
 
+func (rn *realNodes) Runtimes(id string) (map[string]string, error) {
+	n, err := rn.Node(id)
+	if err != nil {
+		return nil, err
+	}
+	info, err := n.Info(context.Background())
+	return info.Runtimes, err
+}
+
 func (rn *realNodes) State(id string) cluster.State {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()

@@ -56,7 +56,7 @@ func secondNodeWithAgent(t *testing.T, id, agent string) (*node.Node, string) {
 	}
 	t.Cleanup(func() { releaseDataDir(dir) })
 	nd, err := node.New(node.Config{
-		Namespaces: slots, Runtime: rt, Volumes: pool, AgentBinary: agent,
+		Namespaces: slots, Runtimes: map[string]runtime.Runtime{runtime.GVisor: rt}, Volumes: pool, AgentBinary: agent,
 		StateDir: filepath.Join(dir, "node"), ImagesDir: filepath.Join(dir, "images"), ID: id,
 	})
 	if err != nil {

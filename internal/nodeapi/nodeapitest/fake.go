@@ -146,7 +146,8 @@ func (f *Fake) get(op, id string) (*fakeSandbox, error) {
 func (f *Fake) Info(ctx context.Context) (nodeapi.Info, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	info := nodeapi.Info{ID: f.id, VCPUs: 4, MemoryMB: 8192, DiskMB: 100 << 10, Sandboxes: len(f.running), DiskFreeMB: 90 << 10, MemoryFreeMB: 8192 - 256*len(f.running)}
+	info := nodeapi.Info{ID: f.id, VCPUs: 4, MemoryMB: 8192, DiskMB: 100 << 10, Sandboxes: len(f.running), DiskFreeMB: 90 << 10, MemoryFreeMB: 8192 - 256*len(f.running),
+		Runtimes: map[string]string{runtime.GVisor: runtime.IsolationGVisor}}
 	for id := range f.templateImages {
 		info.TemplateImages = append(info.TemplateImages, id)
 	}
@@ -228,6 +229,13 @@ func checkTemplate(t nodeapi.TemplateSpec) error {
 func (f *Fake) Create(ctx context.Context, req nodeapi.CreateRequest) error {
 	if err := checkTemplate(req.Spec.Template); err != nil {
 		return err
+	}
+	// The fake's one backend is gVisor's, as a node's of today.
+	if err := req.Spec.Template.CheckRuntime(req.Spec.RuntimeName()); err != nil {
+		return err
+	}
+	if rt := req.Spec.RuntimeName(); rt != runtime.GVisor {
+		return fmt.Errorf("create %s: %w: this node has no %s runtime", req.Spec.ID, nodeapi.ErrNoRuntime, rt)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

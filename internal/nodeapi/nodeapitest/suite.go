@@ -74,6 +74,7 @@ func Run(t *testing.T, setup func(t *testing.T) Harness) {
 		{"Events", testEvents},
 		{"Pool", testPool},
 		{"Info", testInfo},
+		{"Runtimes", testRuntimes},
 		{"DialPort", testDialPort},
 		{"Agent", testAgent},
 		{"Metrics", testMetrics},
@@ -970,6 +971,44 @@ func testInfo(t *testing.T, h Harness) {
 	ids, err := h.Node.Sandboxes(ctx)
 	if err != nil || !slices.Contains(ids, sb.id) {
 		t.Fatalf("sandboxes %v (%v) lack %s", ids, err, sb.id)
+	}
+}
+
+// testRuntimes: the node says which backends it has and what each
+// isolates with; a create names one of its template's, and one the
+// template lacks, or the node lacks, is refused as such.
+func testRuntimes(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	info, err := h.Node.Info(ctx)
+	if err != nil {
+		t.Fatalf("info: %v", err)
+	}
+	if info.Runtimes[runtime.GVisor] != runtime.IsolationGVisor {
+		t.Fatalf("info runtimes %v; want gvisor, isolated by gvisor", info.Runtimes)
+	}
+	spec := createSpec(h, sandboxid.New(), token())
+	spec.Runtime = runtime.GVisor
+	if err := h.Node.Create(ctx, nodeapi.CreateRequest{Spec: spec}); err != nil {
+		t.Fatalf("create on gvisor: %v", err)
+	}
+	destroyLater(t, h, spec.ID)
+	lacking := createSpec(h, sandboxid.New(), token())
+	lacking.Runtime = runtime.MicroVM
+	err = h.Node.Create(ctx, nodeapi.CreateRequest{Spec: lacking})
+	if !errors.Is(err, nodeapi.ErrNoRuntime) || !strings.Contains(err.Error(), "has no microvm runtime") {
+		t.Fatalf("create on a runtime the template lacks: %v; want ErrNoRuntime", err)
+	}
+	if _, ok := info.Runtimes[runtime.MicroVM]; !ok {
+		lacking.Template.Runtimes = []string{runtime.MicroVM, runtime.GVisor}
+		err = h.Node.Create(ctx, nodeapi.CreateRequest{Spec: lacking})
+		if !errors.Is(err, nodeapi.ErrNoRuntime) || !strings.Contains(err.Error(), "this node has no microvm runtime") {
+			t.Fatalf("create on microvm on a node without it: %v; want ErrNoRuntime", err)
+		}
+	}
+	ids, _ := h.Node.Sandboxes(ctx)
+	if slices.Contains(ids, lacking.ID) {
+		_ = h.Node.Destroy(ctx, lacking.ID)
+		t.Fatal("a refused create left a sandbox")
 	}
 }
 

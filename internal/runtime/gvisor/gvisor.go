@@ -355,6 +355,10 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
+// Isolation is gVisor's: a user-space kernel between the sandbox and the
+// host's.
+func (r *Runtime) Isolation() string { return runtime.IsolationGVisor }
+
 // Quiesce waits until no runsc command for the sandbox is still running,
 // such as a checkpoint that a crashed server started: its outcome must be
 // known before recovery decides what the sandbox's state is.

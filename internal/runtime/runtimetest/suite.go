@@ -77,6 +77,7 @@ func Run(t *testing.T, setup func(t *testing.T) Harness) {
 		{"ExitOnOOM", testExitOnOOM},
 		{"Adoption", testAdoption},
 		{"Limits", testLimits},
+		{"Isolation", testIsolation},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -635,4 +636,14 @@ func (a *agentClient) run(t *testing.T, ctx context.Context, script string) stri
 		t.Fatalf("%q: status %d, %v: %s", script, code, err, out)
 	}
 	return out
+}
+
+// testIsolation: the backend names what it isolates with in the terms
+// sandbox objects report.
+func testIsolation(t *testing.T, c *suiteCase) {
+	switch iso := c.rt.Isolation(); iso {
+	case runtime.IsolationGVisor, runtime.IsolationMicroVMKVM, runtime.IsolationMicroVMTCG:
+	default:
+		t.Fatalf("Isolation() = %q, want one of %q, %q, %q", iso, runtime.IsolationGVisor, runtime.IsolationMicroVMKVM, runtime.IsolationMicroVMTCG)
+	}
 }

@@ -358,8 +358,10 @@ type InfoResponse struct {
 	VcpusCommitted    int64                  `protobuf:"varint,10,opt,name=vcpus_committed,json=vcpusCommitted,proto3" json:"vcpus_committed,omitempty"`
 	MemoryCommittedMb int64                  `protobuf:"varint,11,opt,name=memory_committed_mb,json=memoryCommittedMb,proto3" json:"memory_committed_mb,omitempty"`
 	Templates         []string               `protobuf:"bytes,12,rep,name=templates,proto3" json:"templates,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Backend name to the isolation it gives; empty: gVisor only.
+	Runtimes      map[string]string `protobuf:"bytes,13,rep,name=runtimes,proto3" json:"runtimes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -476,16 +478,25 @@ func (x *InfoResponse) GetTemplates() []string {
 	return nil
 }
 
+func (x *InfoResponse) GetRuntimes() map[string]string {
+	if x != nil {
+		return x.Runtimes
+	}
+	return nil
+}
+
 type TemplateSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RootfsVolume  string                 `protobuf:"bytes,2,opt,name=rootfs_volume,json=rootfsVolume,proto3" json:"rootfs_volume,omitempty"`
-	Env           map[string]string      `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	User          string                 `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
-	Workdir       string                 `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	Start         string                 `protobuf:"bytes,6,opt,name=start,proto3" json:"start,omitempty"`
-	Ready         string                 `protobuf:"bytes,7,opt,name=ready,proto3" json:"ready,omitempty"`
-	McpGateway    string                 `protobuf:"bytes,8,opt,name=mcp_gateway,json=mcpGateway,proto3" json:"mcp_gateway,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RootfsVolume string                 `protobuf:"bytes,2,opt,name=rootfs_volume,json=rootfsVolume,proto3" json:"rootfs_volume,omitempty"`
+	Env          map[string]string      `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	User         string                 `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	Workdir      string                 `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	Start        string                 `protobuf:"bytes,6,opt,name=start,proto3" json:"start,omitempty"`
+	Ready        string                 `protobuf:"bytes,7,opt,name=ready,proto3" json:"ready,omitempty"`
+	McpGateway   string                 `protobuf:"bytes,8,opt,name=mcp_gateway,json=mcpGateway,proto3" json:"mcp_gateway,omitempty"`
+	// The backends the template was built for, default first; empty: gVisor.
+	Runtimes      []string `protobuf:"bytes,9,rep,name=runtimes,proto3" json:"runtimes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -574,6 +585,13 @@ func (x *TemplateSpec) GetMcpGateway() string {
 		return x.McpGateway
 	}
 	return ""
+}
+
+func (x *TemplateSpec) GetRuntimes() []string {
+	if x != nil {
+		return x.Runtimes
+	}
+	return nil
 }
 
 // runtime.Limits
@@ -860,15 +878,17 @@ func (x *Identity) GetInfo() map[string]string {
 }
 
 type CreateSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Template      *TemplateSpec          `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
-	Limits        *Limits                `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
-	DiskMb        int64                  `protobuf:"varint,4,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
-	Env           map[string]string      `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	AccessToken   string                 `protobuf:"bytes,6,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
-	Network       *Policy                `protobuf:"bytes,7,opt,name=network,proto3" json:"network,omitempty"`
-	Mounts        []*VolumeMount         `protobuf:"bytes,8,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Template    *TemplateSpec          `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	Limits      *Limits                `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	DiskMb      int64                  `protobuf:"varint,4,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
+	Env         map[string]string      `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	AccessToken string                 `protobuf:"bytes,6,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
+	Network     *Policy                `protobuf:"bytes,7,opt,name=network,proto3" json:"network,omitempty"`
+	Mounts      []*VolumeMount         `protobuf:"bytes,8,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	// Empty: the template's default.
+	Runtime       string `protobuf:"bytes,9,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -957,6 +977,13 @@ func (x *CreateSpec) GetMounts() []*VolumeMount {
 		return x.Mounts
 	}
 	return nil
+}
+
+func (x *CreateSpec) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
 }
 
 type VolumeMount struct {
@@ -1915,10 +1942,12 @@ type RestoreSpec struct {
 	DiskMb      int64                  `protobuf:"varint,5,opt,name=disk_mb,json=diskMb,proto3" json:"disk_mb,omitempty"`
 	AccessToken string                 `protobuf:"bytes,6,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
 	// Unset keeps the identity.
-	NewIdentity   *Identity      `protobuf:"bytes,7,opt,name=new_identity,json=newIdentity,proto3" json:"new_identity,omitempty"`
-	Network       *Policy        `protobuf:"bytes,8,opt,name=network,proto3" json:"network,omitempty"`
-	Rollback      bool           `protobuf:"varint,9,opt,name=rollback,proto3" json:"rollback,omitempty"`
-	Mounts        []*VolumeMount `protobuf:"bytes,10,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	NewIdentity *Identity      `protobuf:"bytes,7,opt,name=new_identity,json=newIdentity,proto3" json:"new_identity,omitempty"`
+	Network     *Policy        `protobuf:"bytes,8,opt,name=network,proto3" json:"network,omitempty"`
+	Rollback    bool           `protobuf:"varint,9,opt,name=rollback,proto3" json:"rollback,omitempty"`
+	Mounts      []*VolumeMount `protobuf:"bytes,10,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	// The backend the image is expected to be of; empty: whichever took it.
+	Runtime       string `protobuf:"bytes,11,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2021,6 +2050,13 @@ func (x *RestoreSpec) GetMounts() []*VolumeMount {
 		return x.Mounts
 	}
 	return nil
+}
+
+func (x *RestoreSpec) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
 }
 
 type RekeyRequest struct {
@@ -4758,7 +4794,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"$\n" +
 	"\fBoolResponse\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\bR\x05value\"\r\n" +
-	"\vInfoRequest\"\x83\x04\n" +
+	"\vInfoRequest\"\x87\x05\n" +
 	"\fInfoResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05vcpus\x18\x02 \x01(\x03R\x05vcpus\x12\x1b\n" +
@@ -4773,11 +4809,15 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x0fvcpus_committed\x18\n" +
 	" \x01(\x03R\x0evcpusCommitted\x12.\n" +
 	"\x13memory_committed_mb\x18\v \x01(\x03R\x11memoryCommittedMb\x12\x1c\n" +
-	"\ttemplates\x18\f \x03(\tR\ttemplates\x1aS\n" +
+	"\ttemplates\x18\f \x03(\tR\ttemplates\x12E\n" +
+	"\bruntimes\x18\r \x03(\v2).space.node.v1.InfoResponse.RuntimesEntryR\bruntimes\x1aS\n" +
 	"\n" +
 	"PoolsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.space.node.v1.PoolStatusR\x05value:\x028\x01\"\xae\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.space.node.v1.PoolStatusR\x05value:\x028\x01\x1a;\n" +
+	"\rRuntimesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x02\n" +
 	"\fTemplateSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
 	"\rrootfs_volume\x18\x02 \x01(\tR\frootfsVolume\x126\n" +
@@ -4787,7 +4827,8 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x05start\x18\x06 \x01(\tR\x05start\x12\x14\n" +
 	"\x05ready\x18\a \x01(\tR\x05ready\x12\x1f\n" +
 	"\vmcp_gateway\x18\b \x01(\tR\n" +
-	"mcpGateway\x1a6\n" +
+	"mcpGateway\x12\x1a\n" +
+	"\bruntimes\x18\t \x03(\tR\bruntimes\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
@@ -4817,7 +4858,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a7\n" +
 	"\tInfoEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x03\n" +
 	"\n" +
 	"CreateSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
@@ -4827,7 +4868,8 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x03env\x18\x05 \x03(\v2\".space.node.v1.CreateSpec.EnvEntryR\x03env\x12!\n" +
 	"\faccess_token\x18\x06 \x01(\tR\vaccessToken\x12/\n" +
 	"\anetwork\x18\a \x01(\v2\x15.space.node.v1.PolicyR\anetwork\x122\n" +
-	"\x06mounts\x18\b \x03(\v2\x1a.space.node.v1.VolumeMountR\x06mounts\x1a6\n" +
+	"\x06mounts\x18\b \x03(\v2\x1a.space.node.v1.VolumeMountR\x06mounts\x12\x18\n" +
+	"\aruntime\x18\t \x01(\tR\aruntime\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
@@ -4891,7 +4933,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x0eCaptureRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06volume\x18\x02 \x01(\tR\x06volume\x12\x14\n" +
-	"\x05image\x18\x03 \x01(\tR\x05image\"\xfc\x02\n" +
+	"\x05image\x18\x03 \x01(\tR\x05image\"\x96\x03\n" +
 	"\vRestoreSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x1f\n" +
@@ -4904,7 +4946,8 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\anetwork\x18\b \x01(\v2\x15.space.node.v1.PolicyR\anetwork\x12\x1a\n" +
 	"\brollback\x18\t \x01(\bR\brollback\x122\n" +
 	"\x06mounts\x18\n" +
-	" \x03(\v2\x1a.space.node.v1.VolumeMountR\x06mounts\"S\n" +
+	" \x03(\v2\x1a.space.node.v1.VolumeMountR\x06mounts\x12\x18\n" +
+	"\aruntime\x18\v \x01(\tR\aruntime\"S\n" +
 	"\fRekeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
 	"\bidentity\x18\x02 \x01(\v2\x17.space.node.v1.IdentityR\bidentity\"R\n" +
@@ -5192,7 +5235,7 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_space_node_v1_node_proto_goTypes = []any{
 	(*NodeError)(nil),                   // 0: space.node.v1.NodeError
 	(*Empty)(nil),                       // 1: space.node.v1.Empty
@@ -5270,200 +5313,202 @@ var file_space_node_v1_node_proto_goTypes = []any{
 	(*TemplateBuildEvent)(nil),          // 73: space.node.v1.TemplateBuildEvent
 	(*TemplateBuilt)(nil),               // 74: space.node.v1.TemplateBuilt
 	nil,                                 // 75: space.node.v1.InfoResponse.PoolsEntry
-	nil,                                 // 76: space.node.v1.TemplateSpec.EnvEntry
-	nil,                                 // 77: space.node.v1.Identity.EnvEntry
-	nil,                                 // 78: space.node.v1.Identity.InfoEntry
-	nil,                                 // 79: space.node.v1.CreateSpec.EnvEntry
-	nil,                                 // 80: space.node.v1.ExecRequest.EnvEntry
-	nil,                                 // 81: space.node.v1.SessionSpec.EnvEntry
-	nil,                                 // 82: space.node.v1.TemplateBuildRequest.CopyArchivesEntry
-	(*filesystempb.EntryInfo)(nil),      // 83: filesystem.EntryInfo
-	(*timestamppb.Timestamp)(nil),       // 84: google.protobuf.Timestamp
+	nil,                                 // 76: space.node.v1.InfoResponse.RuntimesEntry
+	nil,                                 // 77: space.node.v1.TemplateSpec.EnvEntry
+	nil,                                 // 78: space.node.v1.Identity.EnvEntry
+	nil,                                 // 79: space.node.v1.Identity.InfoEntry
+	nil,                                 // 80: space.node.v1.CreateSpec.EnvEntry
+	nil,                                 // 81: space.node.v1.ExecRequest.EnvEntry
+	nil,                                 // 82: space.node.v1.SessionSpec.EnvEntry
+	nil,                                 // 83: space.node.v1.TemplateBuildRequest.CopyArchivesEntry
+	(*filesystempb.EntryInfo)(nil),      // 84: filesystem.EntryInfo
+	(*timestamppb.Timestamp)(nil),       // 85: google.protobuf.Timestamp
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
 	75,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
-	76,  // 1: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
-	10,  // 2: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
-	77,  // 3: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
-	78,  // 4: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
-	8,   // 5: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
-	9,   // 6: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
-	79,  // 7: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
-	11,  // 8: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
-	14,  // 9: space.node.v1.CreateSpec.mounts:type_name -> space.node.v1.VolumeMount
-	17,  // 10: space.node.v1.WriteVolumeFileRequest.edit:type_name -> space.node.v1.VolumeEdit
-	83,  // 11: space.node.v1.VolumeEntryResponse.entry:type_name -> filesystem.EntryInfo
-	13,  // 12: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
-	12,  // 13: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
-	9,   // 14: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
-	22,  // 15: space.node.v1.ClaimRequest.limits:type_name -> space.node.v1.PoolLimits
-	12,  // 16: space.node.v1.ClaimRequest.identity:type_name -> space.node.v1.Identity
-	11,  // 17: space.node.v1.ClaimRequest.network:type_name -> space.node.v1.Policy
-	13,  // 18: space.node.v1.BootFromDiskRequest.spec:type_name -> space.node.v1.CreateSpec
-	9,   // 19: space.node.v1.RestoreSpec.limits:type_name -> space.node.v1.Limits
-	12,  // 20: space.node.v1.RestoreSpec.new_identity:type_name -> space.node.v1.Identity
-	11,  // 21: space.node.v1.RestoreSpec.network:type_name -> space.node.v1.Policy
-	14,  // 22: space.node.v1.RestoreSpec.mounts:type_name -> space.node.v1.VolumeMount
-	12,  // 23: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
-	11,  // 24: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
-	84,  // 25: space.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	84,  // 26: space.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
-	84,  // 27: space.node.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
-	37,  // 28: space.node.v1.MetricsResponse.samples:type_name -> space.node.v1.MetricSample
-	8,   // 29: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
-	22,  // 30: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
-	11,  // 31: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	84,  // 32: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
-	41,  // 33: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
-	80,  // 34: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	83,  // 35: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	83,  // 36: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	83,  // 37: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
-	81,  // 38: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
-	55,  // 39: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
-	55,  // 40: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	84,  // 41: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	84,  // 42: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	57,  // 43: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
-	58,  // 44: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
-	62,  // 45: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
-	63,  // 46: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
-	57,  // 47: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
-	82,  // 48: space.node.v1.TemplateBuildRequest.copy_archives:type_name -> space.node.v1.TemplateBuildRequest.CopyArchivesEntry
-	74,  // 49: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
-	8,   // 50: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
-	41,  // 51: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
-	6,   // 52: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
-	20,  // 53: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
-	23,  // 54: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
-	25,  // 55: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
-	2,   // 56: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
-	2,   // 57: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
-	27,  // 58: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
-	29,  // 59: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
-	1,   // 60: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
-	2,   // 61: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
-	2,   // 62: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
-	2,   // 63: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
-	30,  // 64: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
-	31,  // 65: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
-	32,  // 66: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
-	2,   // 67: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
-	2,   // 68: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
-	30,  // 69: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
-	2,   // 70: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
-	33,  // 71: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
-	34,  // 72: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
-	2,   // 73: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
-	36,  // 74: space.node.v1.NodeService.Metrics:input_type -> space.node.v1.MetricsRequest
-	3,   // 75: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
-	1,   // 76: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
-	3,   // 77: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
-	3,   // 78: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
-	3,   // 79: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
-	3,   // 80: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
-	51,  // 81: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
-	53,  // 82: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
-	15,  // 83: space.node.v1.NodeService.CreateVolume:input_type -> space.node.v1.CreateVolumeRequest
-	3,   // 84: space.node.v1.NodeService.VolumeUsage:input_type -> space.node.v1.NameRequest
-	18,  // 85: space.node.v1.NodeService.WriteVolumeFile:input_type -> space.node.v1.WriteVolumeFileRequest
-	17,  // 86: space.node.v1.NodeService.EditVolume:input_type -> space.node.v1.VolumeEdit
-	1,   // 87: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
-	3,   // 88: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
-	40,  // 89: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
-	3,   // 90: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
-	1,   // 91: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
-	43,  // 92: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
-	45,  // 93: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
-	47,  // 94: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
-	45,  // 95: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
-	49,  // 96: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
-	45,  // 97: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
-	45,  // 98: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
-	54,  // 99: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
-	56,  // 100: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
-	59,  // 101: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
-	2,   // 102: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
-	61,  // 103: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
-	65,  // 104: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
-	59,  // 105: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
-	66,  // 106: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
-	67,  // 107: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	3,   // 108: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
-	69,  // 109: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
-	3,   // 110: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
-	70,  // 111: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
-	71,  // 112: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
-	3,   // 113: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
-	72,  // 114: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
-	7,   // 115: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	21,  // 116: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	24,  // 117: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	26,  // 118: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,   // 119: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,   // 120: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	28,  // 121: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,   // 122: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,   // 123: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,   // 124: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,   // 125: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,   // 126: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,   // 127: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,   // 128: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,   // 129: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,   // 130: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,   // 131: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,   // 132: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,   // 133: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,   // 134: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,   // 135: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	35,  // 136: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	38,  // 137: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
-	39,  // 138: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,   // 139: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,   // 140: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,   // 141: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,   // 142: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,   // 143: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	52,  // 144: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	50,  // 145: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	1,   // 146: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
-	16,  // 147: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
-	19,  // 148: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
-	19,  // 149: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
-	4,   // 150: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,   // 151: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,   // 152: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	41,  // 153: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	42,  // 154: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	44,  // 155: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	46,  // 156: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,   // 157: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	48,  // 158: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	50,  // 159: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,   // 160: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	48,  // 161: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	48,  // 162: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	58,  // 163: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	58,  // 164: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	60,  // 165: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	64,  // 166: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,   // 167: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,   // 168: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,   // 169: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,   // 170: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	68,  // 171: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,   // 172: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	68,  // 173: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,   // 174: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	73,  // 175: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
-	1,   // 176: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
-	3,   // 177: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
-	115, // [115:178] is the sub-list for method output_type
-	52,  // [52:115] is the sub-list for method input_type
-	52,  // [52:52] is the sub-list for extension type_name
-	52,  // [52:52] is the sub-list for extension extendee
-	0,   // [0:52] is the sub-list for field type_name
+	76,  // 1: space.node.v1.InfoResponse.runtimes:type_name -> space.node.v1.InfoResponse.RuntimesEntry
+	77,  // 2: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
+	10,  // 3: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
+	78,  // 4: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
+	79,  // 5: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
+	8,   // 6: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
+	9,   // 7: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
+	80,  // 8: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
+	11,  // 9: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
+	14,  // 10: space.node.v1.CreateSpec.mounts:type_name -> space.node.v1.VolumeMount
+	17,  // 11: space.node.v1.WriteVolumeFileRequest.edit:type_name -> space.node.v1.VolumeEdit
+	84,  // 12: space.node.v1.VolumeEntryResponse.entry:type_name -> filesystem.EntryInfo
+	13,  // 13: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
+	12,  // 14: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
+	9,   // 15: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
+	22,  // 16: space.node.v1.ClaimRequest.limits:type_name -> space.node.v1.PoolLimits
+	12,  // 17: space.node.v1.ClaimRequest.identity:type_name -> space.node.v1.Identity
+	11,  // 18: space.node.v1.ClaimRequest.network:type_name -> space.node.v1.Policy
+	13,  // 19: space.node.v1.BootFromDiskRequest.spec:type_name -> space.node.v1.CreateSpec
+	9,   // 20: space.node.v1.RestoreSpec.limits:type_name -> space.node.v1.Limits
+	12,  // 21: space.node.v1.RestoreSpec.new_identity:type_name -> space.node.v1.Identity
+	11,  // 22: space.node.v1.RestoreSpec.network:type_name -> space.node.v1.Policy
+	14,  // 23: space.node.v1.RestoreSpec.mounts:type_name -> space.node.v1.VolumeMount
+	12,  // 24: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
+	11,  // 25: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
+	85,  // 26: space.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	85,  // 27: space.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	85,  // 28: space.node.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	37,  // 29: space.node.v1.MetricsResponse.samples:type_name -> space.node.v1.MetricSample
+	8,   // 30: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
+	22,  // 31: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
+	11,  // 32: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
+	85,  // 33: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	41,  // 34: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
+	81,  // 35: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
+	84,  // 36: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	84,  // 37: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	84,  // 38: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
+	82,  // 39: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
+	55,  // 40: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
+	55,  // 41: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
+	85,  // 42: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	85,  // 43: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	57,  // 44: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
+	58,  // 45: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
+	62,  // 46: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
+	63,  // 47: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
+	57,  // 48: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
+	83,  // 49: space.node.v1.TemplateBuildRequest.copy_archives:type_name -> space.node.v1.TemplateBuildRequest.CopyArchivesEntry
+	74,  // 50: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
+	8,   // 51: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
+	41,  // 52: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
+	6,   // 53: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
+	20,  // 54: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
+	23,  // 55: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
+	25,  // 56: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
+	2,   // 57: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
+	2,   // 58: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
+	27,  // 59: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
+	29,  // 60: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
+	1,   // 61: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
+	2,   // 62: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
+	2,   // 63: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
+	2,   // 64: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
+	30,  // 65: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
+	31,  // 66: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
+	32,  // 67: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
+	2,   // 68: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
+	2,   // 69: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
+	30,  // 70: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
+	2,   // 71: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
+	33,  // 72: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
+	34,  // 73: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
+	2,   // 74: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
+	36,  // 75: space.node.v1.NodeService.Metrics:input_type -> space.node.v1.MetricsRequest
+	3,   // 76: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
+	1,   // 77: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
+	3,   // 78: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
+	3,   // 79: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
+	3,   // 80: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
+	3,   // 81: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
+	51,  // 82: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
+	53,  // 83: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
+	15,  // 84: space.node.v1.NodeService.CreateVolume:input_type -> space.node.v1.CreateVolumeRequest
+	3,   // 85: space.node.v1.NodeService.VolumeUsage:input_type -> space.node.v1.NameRequest
+	18,  // 86: space.node.v1.NodeService.WriteVolumeFile:input_type -> space.node.v1.WriteVolumeFileRequest
+	17,  // 87: space.node.v1.NodeService.EditVolume:input_type -> space.node.v1.VolumeEdit
+	1,   // 88: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
+	3,   // 89: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
+	40,  // 90: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
+	3,   // 91: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
+	1,   // 92: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
+	43,  // 93: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
+	45,  // 94: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
+	47,  // 95: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
+	45,  // 96: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
+	49,  // 97: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
+	45,  // 98: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
+	45,  // 99: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
+	54,  // 100: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
+	56,  // 101: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
+	59,  // 102: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
+	2,   // 103: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
+	61,  // 104: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
+	65,  // 105: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
+	59,  // 106: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
+	66,  // 107: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
+	67,  // 108: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
+	3,   // 109: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	69,  // 110: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,   // 111: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	70,  // 112: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	71,  // 113: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
+	3,   // 114: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
+	72,  // 115: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
+	7,   // 116: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	21,  // 117: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	24,  // 118: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	26,  // 119: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 120: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 121: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	28,  // 122: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,   // 123: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,   // 124: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,   // 125: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,   // 126: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,   // 127: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,   // 128: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,   // 129: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,   // 130: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,   // 131: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,   // 132: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,   // 133: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 134: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 135: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 136: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	35,  // 137: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	38,  // 138: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
+	39,  // 139: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 140: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 141: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 142: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 143: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 144: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	52,  // 145: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	50,  // 146: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	1,   // 147: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
+	16,  // 148: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
+	19,  // 149: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
+	19,  // 150: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
+	4,   // 151: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 152: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 153: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	41,  // 154: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	42,  // 155: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	44,  // 156: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	46,  // 157: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 158: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	48,  // 159: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	50,  // 160: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 161: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	48,  // 162: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	48,  // 163: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	58,  // 164: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	58,  // 165: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	60,  // 166: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	64,  // 167: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 168: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 169: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 170: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 171: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	68,  // 172: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 173: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	68,  // 174: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 175: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	73,  // 176: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 177: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 178: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	116, // [116:179] is the sub-list for method output_type
+	53,  // [53:116] is the sub-list for method input_type
+	53,  // [53:53] is the sub-list for extension type_name
+	53,  // [53:53] is the sub-list for extension extendee
+	0,   // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_space_node_v1_node_proto_init() }
@@ -5487,7 +5532,7 @@ func file_space_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   83,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
