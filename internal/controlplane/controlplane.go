@@ -164,6 +164,19 @@ type ControlPlane struct {
 	snapshotUsers map[string][]string
 	// fleet tracks the nodes (routing.go).
 	fleet fleet
+	// sweeps holds, per node id, the lock that keeps sandbox starts and
+	// a reconcile's sweep of that node apart (nodeSweep).
+	sweeps sync.Map // string → *sync.RWMutex
+}
+
+// nodeSweep is the lock between a node's sweep and the starts on it. A
+// start (launch) holds it shared for its node call; a reconcile holds it
+// exclusively from computing which sandboxes the node keeps until the
+// node's sweep returns. A sandbox whose record came after that list is
+// then not made on the node until the sweep that would remove it is over.
+func (cp *ControlPlane) nodeSweep(node string) *sync.RWMutex {
+	l, _ := cp.sweeps.LoadOrStore(node, &sync.RWMutex{})
+	return l.(*sync.RWMutex)
 }
 
 // record is the persisted sandbox plus its in-memory lock.

@@ -454,7 +454,11 @@ func (cp *ControlPlane) launch(r *record, act func(ctx context.Context, s Sandbo
 		}()
 		began := time.Now()
 		s := cp.snapshot(r)
-		if err := act(ctx, s); err != nil {
+		sweep := cp.nodeSweep(cp.nodeID(s.Node))
+		sweep.RLock()
+		err := act(ctx, s)
+		sweep.RUnlock()
+		if err != nil {
 			cp.log.Warn("sandbox failed to start", "sandbox", s.ID, "err", err)
 			cp.fail(context.WithoutCancel(ctx), r, "start failed: "+err.Error())
 			return

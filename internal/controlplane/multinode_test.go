@@ -25,6 +25,8 @@ type clusterNode struct {
 	*fakeNode
 	pmu   sync.Mutex
 	pools map[string]int // template id → size set
+	// onSweep, if set, runs in Sweep (a test's hook).
+	onSweep func(keep []string)
 }
 
 func newClusterNode() *clusterNode {
@@ -68,6 +70,9 @@ func (c *clusterNode) pool(templateID string) int {
 func (c *clusterNode) Sweep(_ context.Context, keep []string) error {
 	slices.Sort(keep)
 	c.record("sweep " + strings.Join(keep, ","))
+	if c.onSweep != nil {
+		c.onSweep(keep)
+	}
 	return nil
 }
 
@@ -384,6 +389,50 @@ func TestUnavailableNodeRefusesAndKeepsItsSandboxes(t *testing.T) {
 	tn.set("n2", cluster.Ready)
 	if _, err := cp.Pause(ctx, s2.ID); err != nil {
 		t.Fatalf("once its node is back: %v", err)
+	}
+}
+
+// A create placed on a node while a reconcile of that node sweeps it is
+// not swept away: the keep list was computed before the create's record
+// existed, so the create's node call waits for the sweep to end.
+func TestReconcileSweepSparesACreateItRaces(t *testing.T) {
+	tn := newTestNodes("n1")
+	n1 := tn.get("n1")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	n1.onSweep = func(keep []string) {
+		once.Do(func() { close(entered) })
+		<-release
+		// What a node's sweep does: everything not kept goes.
+		n1.mu.Lock()
+		defer n1.mu.Unlock()
+		for id := range n1.alive {
+			if !slices.Contains(keep, id) {
+				delete(n1.alive, id)
+			}
+		}
+	}
+	cp := newClusterCP(t, tn, nil)
+	swept := make(chan error, 1)
+	go func() { swept <- cp.ReconcileNode(context.Background(), "n1") }()
+	<-entered
+	s, err := cp.Create(project.Everything, createReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Time for the create's node call to land inside the sweep, as it
+	// did before creates waited for a sweep of their node.
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	if err := <-swept; err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, cp, s.ID)
+	n1.mu.Lock()
+	alive := n1.alive[s.ID]
+	n1.mu.Unlock()
+	if !alive {
+		t.Fatalf("the sweep removed %s, created while it ran; node calls %v", s.ID, n1.calls)
 	}
 }
 

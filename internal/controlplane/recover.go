@@ -129,6 +129,10 @@ func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	if err := cp.sweepCaptures(ctx, n, id); err != nil {
 		cp.log.Warn("sweep captures", "node", id, "err", err)
 	}
+	// No start on the node from here until its sweep returns (nodeSweep).
+	sweep := cp.nodeSweep(id)
+	sweep.Lock()
+	defer sweep.Unlock()
 	var keep []string
 	cp.mu.Lock()
 	for sid, r := range cp.sandboxes {
