@@ -78,7 +78,9 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 // reconciles it, and its cache may lag what the others just wrote: the
 // records are read from the store first, and again just before the sweep,
 // so that the sweep keeps a sandbox another replica created meanwhile. A
-// store that cannot be read leaves the node unswept.
+// start on this replica whose record came after the last read waits for
+// the sweep to end (nodeSweep). A store that cannot be read leaves the
+// node unswept.
 func (cp *ControlPlane) ReconcileNode(ctx context.Context, id string) error {
 	n, err := cp.node(id, "")
 	if err != nil {
