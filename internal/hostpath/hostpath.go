@@ -7,6 +7,8 @@ package hostpath
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"path/filepath"
 )
 
@@ -94,4 +96,15 @@ func endsComponent(c byte) bool {
 		return false
 	}
 	return true
+}
+
+// Pathless drops the host path a *fs.PathError carries, keeping what went
+// wrong: the caller's message names the thing (a sandbox, a namespace)
+// instead. Other errors are returned as they are.
+func Pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

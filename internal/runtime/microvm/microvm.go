@@ -40,6 +40,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/space-platform/space/internal/agent/guestinit"
+	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 )
@@ -196,7 +197,7 @@ func (r *Runtime) Start(ctx context.Context, spec Spec) error {
 func (r *Runtime) Restore(ctx context.Context, spec Spec, imageDir string) error {
 	data, err := os.ReadFile(filepath.Join(imageDir, "vm.json"))
 	if err != nil {
-		return fmt.Errorf("restore %s: image: %w", spec.ID, pathless(err))
+		return fmt.Errorf("restore %s: image: %w", spec.ID, hostpath.Pathless(err))
 	}
 	var conf vmConfig
 	if err := json.Unmarshal(data, &conf); err != nil {
@@ -224,7 +225,7 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	dir := r.dir(id)
 	_ = r.Destroy(ctx, id) // leftovers of a crash
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	defer func() {
 		if err != nil {
@@ -233,7 +234,7 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	}()
 	envJSON, _ := json.Marshal(map[string]any{"env": spec.Env})
 	if err := os.WriteFile(filepath.Join(dir, "env.json"), envJSON, 0o600); err != nil {
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	var extra []*os.File
 	defer func() {
@@ -268,14 +269,14 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	if incoming != "" {
 		f, err := os.Open(incoming)
 		if err != nil {
-			return fmt.Errorf("restore %s: image: %w", id, pathless(err))
+			return fmt.Errorf("restore %s: image: %w", id, hostpath.Pathless(err))
 		}
 		extra = append(extra, f)
 		args = append(args, "-incoming", "fd:"+strconv.Itoa(2+len(extra)))
 	}
 	confJSON, _ := json.MarshalIndent(conf, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "vm.json"), confJSON, 0o600); err != nil {
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	cg, err := newCgroup(id, conf.Limits)
 	if err != nil {
@@ -284,7 +285,7 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	log, err := os.OpenFile(filepath.Join(dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		cg.remove()
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	defer log.Close()
 	cmd := exec.Command(r.cfg.QEMU, args...)
@@ -312,7 +313,7 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	}()
 	if err := os.WriteFile(filepath.Join(dir, "qemu.pid"), []byte(strconv.Itoa(v.pid)), 0o600); err != nil {
 		_ = cmd.Process.Kill()
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	r.mu.Lock()
 	r.vms[id] = v
@@ -639,7 +640,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 		wasRunning = false
 	}
 	if err := os.MkdirAll(imageDir, 0o700); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", id, pathless(err))
+		return fmt.Errorf("checkpoint %s: %w", id, hostpath.Pathless(err))
 	}
 	// A stopped guest migrates in one pass, and stopping flushes its
 	// disk, so the clone below sees every write the memory knows of.
@@ -664,7 +665,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	conf.Rootfs, conf.NetNSPath, conf.Veth = "", "", ""
 	confJSON, _ := json.MarshalIndent(conf, "", "  ")
 	if err := os.WriteFile(filepath.Join(imageDir, "vm.json"), confJSON, 0o600); err != nil {
-		return fail(pathless(err))
+		return fail(hostpath.Pathless(err))
 	}
 	if leaveRunning {
 		if wasRunning {
@@ -683,7 +684,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 func migrateToFile(ctx context.Context, q *qmp, path string) error {
 	f, err := os.OpenFile(path+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return pathless(err)
+		return hostpath.Pathless(err)
 	}
 	defer os.Remove(path + ".tmp")
 	_, err = q.executeWithFD(ctx, "getfd", map[string]any{"fdname": "migfile"}, int(f.Fd()))
@@ -709,7 +710,7 @@ func migrateToFile(ctx context.Context, q *qmp, path string) error {
 			if err := syncFile(path + ".tmp"); err != nil {
 				return err
 			}
-			return pathless(os.Rename(path+".tmp", path))
+			return hostpath.Pathless(os.Rename(path+".tmp", path))
 		case "failed", "cancelled":
 			return fmt.Errorf("migration %s: %s", st.Status, st.ErrorDesc)
 		}
@@ -725,10 +726,10 @@ func migrateToFile(ctx context.Context, q *qmp, path string) error {
 func syncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return pathless(err)
+		return hostpath.Pathless(err)
 	}
 	defer f.Close()
-	return pathless(f.Sync())
+	return hostpath.Pathless(f.Sync())
 }
 
 // Destroy ends the guest's QEMU and removes its tap, cgroup and state.
@@ -763,7 +764,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	_, dirs := cgroupDirs(id)
 	(&cgroup{dirs: dirs}).remove()
 	if err := os.RemoveAll(r.dir(id)); err != nil {
-		return fmt.Errorf("destroy %s: %w", id, pathless(err))
+		return fmt.Errorf("destroy %s: %w", id, hostpath.Pathless(err))
 	}
 	return nil
 }
@@ -800,7 +801,7 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	entries, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
-		return nil, fmt.Errorf("list: %w", pathless(err))
+		return nil, fmt.Errorf("list: %w", hostpath.Pathless(err))
 	}
 	var ids []string
 	for _, e := range entries {
@@ -881,7 +882,7 @@ func (r *Runtime) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 			conn, err = d.DialContext(ctx, "unix", filepath.Join(v.dir, "agent.sock"))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("dial agent of %s: %w", id, pathless(err))
+			return nil, fmt.Errorf("dial agent of %s: %w", id, hostpath.Pathless(err))
 		}
 		attempt := time.Now().Add(handshakeAttempt)
 		if deadline.Before(attempt) {
