@@ -60,32 +60,15 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
-// Spec is what one sandbox is started from. It is the shape the runtime
-// seam gives every backend: the root filesystem a block image, the agent
-// a host binary the backend puts in (here: into the initramfs).
-type Spec struct {
-	ID string
-	// Rootfs is the sandbox's raw ext4 image (a reflink clone of the
-	// template's); the guest mounts it read-write.
-	Rootfs string
-	// Agent is the agent binary on the host.
-	Agent string
-	// Env is the agent's environment (the boot token among it).
-	Env      []string
-	Hostname string
-	Limits   runtime.Limits
-	// NetNSPath is the sandbox's network namespace (a network.Slot's);
-	// the guest takes the place of its veth Veth ("eth0" if empty) at
-	// the slot's fixed addresses. Empty: no network device.
-	NetNSPath string
-	Veth      string
-}
+// The microVM takes a runtime.Spec with a RootfsBlock root filesystem: a
+// raw ext4 image (a reflink clone of the template's ArtifactImage) that the
+// guest mounts read-write. Its agent goes into the initramfs; its network
+// slot's sandbox-side veth (slotLink) is where the tap is joined.
+const slotLink = "eth0"
 
-// Isolation strings, as sandbox objects report them.
-const (
-	IsolationKVM = "microvm-kvm"
-	IsolationTCG = "microvm-tcg"
-)
+// ArtifactImage is the file PrepareTemplate writes into a template's
+// artifact directory: the root image every sandbox of the template clones.
+const ArtifactImage = "rootfs.img"
 
 // agentPort is the virtio-serial port's name and the vsock port.
 const (
@@ -169,15 +152,34 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 // Isolation says what kind of boundary this backend's sandboxes have.
 func (r *Runtime) Isolation() string {
 	if r.accel == "kvm" {
-		return IsolationKVM
+		return runtime.IsolationMicroVMKVM
 	}
-	return IsolationTCG
+	return runtime.IsolationMicroVMTCG
+}
+
+var (
+	_ runtime.Runtime      = (*Runtime)(nil)
+	_ runtime.ImageBuilder = (*Runtime)(nil)
+	_ runtime.BlockRootfs  = (*Runtime)(nil)
+)
+
+// RootImage is the root image's file name in a template's artifact
+// directory and in a sandbox's root volume.
+func (r *Runtime) RootImage() string { return ArtifactImage }
+
+// CloneRootImage clones a root image by reflink (CloneImage).
+func (r *Runtime) CloneRootImage(ctx context.Context, src, dst string) error {
+	return CloneImage(ctx, src, dst)
 }
 
 func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.StateDir, id) }
 
 // Start boots a sandbox from spec.
-func (r *Runtime) Start(ctx context.Context, spec Spec) error {
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) error {
+	if err := checkSpec("start", spec); err != nil {
+		return err
+	}
+	netns, link := slotOf(spec)
 	initramfs, err := r.cfg.Kernel.Initramfs(spec.Agent, filepath.Join(r.cfg.StateDir, "initramfs"))
 	if err != nil {
 		return fmt.Errorf("start %s: %w", spec.ID, err)
@@ -185,16 +187,52 @@ func (r *Runtime) Start(ctx context.Context, spec Spec) error {
 	conf := vmConfig{
 		Machine: r.cfg.Machine, Accel: r.accel, Limits: spec.Limits,
 		Initramfs: initramfs, Kernel: r.cfg.Kernel.Vmlinuz(),
-		Rootfs: spec.Rootfs, NetNSPath: spec.NetNSPath, Veth: spec.Veth,
+		Rootfs: spec.Rootfs.Path, NetNSPath: netns, Veth: link,
 	}
 	return r.launch(ctx, spec, conf, "")
+}
+
+// checkSpec refuses what the microVM cannot run yet, before anything is
+// made: a directory root filesystem (a guest boots from a disk) and host
+// directories bound in (a guest has no shared host filesystem).
+func checkSpec(what string, spec runtime.Spec) error {
+	if spec.Rootfs.Kind != runtime.RootfsBlock {
+		return fmt.Errorf("%s %s: a %q root filesystem: %w (the microVM boots from a raw ext4 image)", what, spec.ID, spec.Rootfs.Kind, runtime.ErrUnsupported)
+	}
+	if len(spec.Mounts) > 0 {
+		return fmt.Errorf("%s %s: persistent volume mounts: %w (a microVM has no shared host filesystem yet)", what, spec.ID, runtime.ErrUnsupported)
+	}
+	return nil
+}
+
+// slotOf is the network namespace and link a guest's tap joins, empty
+// for a sandbox without a slot.
+func slotOf(spec runtime.Spec) (netns, link string) {
+	if spec.Network == nil {
+		return "", ""
+	}
+	return spec.Network.NetNSPath(), slotLink
+}
+
+// PrepareTemplate makes the template's root image (ArtifactImage) of its
+// finished root filesystem: sparse, with room for the sandbox's writes.
+// The initramfs depends only on the agent binary and the kernel, and is
+// made (once per agent) at the first start.
+func (r *Runtime) PrepareTemplate(ctx context.Context, rootfsDir, outDir string) error {
+	if err := BuildImage(ctx, rootfsDir, filepath.Join(outDir, ArtifactImage), 0); err != nil {
+		return fmt.Errorf("prepare microvm template: %w", err)
+	}
+	return nil
 }
 
 // Restore starts a sandbox from an image Checkpoint saved: the image's
 // disk, cloned by reflink onto spec.Rootfs, and its memory as QEMU's
 // incoming migration. The same image may be restored into any number of
 // sandboxes at once; each is re-keyed afterwards over its agent channel.
-func (r *Runtime) Restore(ctx context.Context, spec Spec, imageDir string) error {
+func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, imageDir string) error {
+	if err := checkSpec("restore", spec); err != nil {
+		return err
+	}
 	data, err := os.ReadFile(filepath.Join(imageDir, "vm.json"))
 	if err != nil {
 		return fmt.Errorf("restore %s: image: %w", spec.ID, hostpath.Pathless(err))
@@ -206,18 +244,19 @@ func (r *Runtime) Restore(ctx context.Context, spec Spec, imageDir string) error
 	if conf.Accel != r.accel {
 		return fmt.Errorf("restore %s: the image was taken under %s, this node runs %s", spec.ID, conf.Accel, r.accel)
 	}
-	_ = os.Remove(spec.Rootfs)
-	if err := CloneImage(ctx, filepath.Join(imageDir, "disk.img"), spec.Rootfs); err != nil {
+	_ = os.Remove(spec.Rootfs.Path)
+	if err := CloneImage(ctx, filepath.Join(imageDir, "disk.img"), spec.Rootfs.Path); err != nil {
 		return fmt.Errorf("restore %s: %w", spec.ID, err)
 	}
-	conf.Rootfs, conf.NetNSPath, conf.Veth = spec.Rootfs, spec.NetNSPath, spec.Veth
+	conf.Rootfs = spec.Rootfs.Path
+	conf.NetNSPath, conf.Veth = slotOf(spec)
 	return r.launch(ctx, spec, conf, filepath.Join(imageDir, "state"))
 }
 
 // launch starts QEMU in the sandbox's cgroup and waits until its guest
 // runs. (Not with -S and a later cont: Debian's kernel does not come up on
 // the microvm machine started that way.)
-func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming string) (err error) {
+func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, incoming string) (err error) {
 	id := spec.ID
 	if err := checkID(id); err != nil {
 		return err
@@ -370,7 +409,7 @@ func waitStatus(ctx context.Context, q *qmp, want string, bound time.Duration) e
 }
 
 // kernelCmdline tells the guest's init what it needs (guestinit).
-func kernelCmdline(spec Spec, conf vmConfig) string {
+func kernelCmdline(spec runtime.Spec, conf vmConfig) string {
 	parts := []string{
 		"console=ttyS0", "panic=-1", "quiet", "loglevel=3",
 		// The guest needs no mitigations against itself.
@@ -833,8 +872,9 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return cgroupStats(id), nil
 }
 
-// ExitReason is why a guest's QEMU ended.
-type ExitReason struct {
+// exitStatus is why a guest's QEMU ended, in more detail than the seam's
+// runtime.ExitReason.
+type exitStatus struct {
 	// Status is QEMU's wait status, -1 when this backend object did not
 	// start it (an adopted guest).
 	Status int
@@ -843,18 +883,30 @@ type ExitReason struct {
 }
 
 // Wait blocks until the sandbox's QEMU exits (a guest power-off, a crash,
-// an OOM kill, Destroy) and says why.
-func (r *Runtime) Wait(ctx context.Context, id string) (ExitReason, error) {
+// an OOM kill of QEMU by the host, Destroy) and says why. An OOM inside
+// the guest is its own kernel's business: the sandbox runs on.
+func (r *Runtime) Wait(ctx context.Context, id string) (runtime.ExitReason, error) {
+	st, err := r.wait(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if st.OOM {
+		return runtime.ExitOOM, nil
+	}
+	return runtime.ExitDied, nil
+}
+
+func (r *Runtime) wait(ctx context.Context, id string) (exitStatus, error) {
 	v, err := r.lookup(id)
 	if err != nil {
-		return ExitReason{}, err
+		return exitStatus{}, err
 	}
 	select {
 	case <-v.exited:
 	case <-ctx.Done():
-		return ExitReason{}, ctx.Err()
+		return exitStatus{}, ctx.Err()
 	}
-	return ExitReason{Status: v.status, OOM: oomKills(id) > 0}, nil
+	return exitStatus{Status: v.status, OOM: oomKills(id) > 0}, nil
 }
 
 // DialAgent connects to the agent in the guest over its channel (the
