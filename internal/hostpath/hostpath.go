@@ -9,7 +9,9 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"net"
 	"path/filepath"
+	"strings"
 )
 
 // Placeholder stands where a host directory was.
@@ -98,13 +100,18 @@ func endsComponent(c byte) bool {
 	return true
 }
 
-// Pathless drops the host path a *fs.PathError carries, keeping what went
-// wrong: the caller's message names the thing (a sandbox, a namespace)
-// instead. Other errors are returned as they are.
+// Pathless drops the host path a *fs.PathError, or a *net.OpError on a
+// unix socket, carries, keeping what went wrong: the caller's message
+// names the thing (a sandbox, a namespace) instead. Other errors are
+// returned as they are.
 func Pathless(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && strings.HasPrefix(oe.Net, "unix") {
+		return oe.Err
 	}
 	return err
 }

@@ -225,9 +225,10 @@ func (r *Runtime) PrepareTemplate(ctx context.Context, rootfsDir, outDir string)
 	return nil
 }
 
-// Restore starts a sandbox from an image Checkpoint saved: the image's
-// disk, cloned by reflink onto spec.Rootfs, and its memory as QEMU's
-// incoming migration. The same image may be restored into any number of
+// Restore starts a sandbox from an image Checkpoint saved, its memory as
+// QEMU's incoming migration, on spec.Rootfs: a copy of the root image as
+// it was at the checkpoint (the seam's contract; the node's volume
+// snapshot, taken while the guest was stopped, carries the image). The same image may be restored into any number of
 // sandboxes at once; each is re-keyed afterwards over its agent channel.
 func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, imageDir string) error {
 	if err := checkSpec("restore", spec); err != nil {
@@ -244,9 +245,8 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, imageDir strin
 	if conf.Accel != r.accel {
 		return fmt.Errorf("restore %s: the image was taken under %s, this node runs %s", spec.ID, conf.Accel, r.accel)
 	}
-	_ = os.Remove(spec.Rootfs.Path)
-	if err := CloneImage(ctx, filepath.Join(imageDir, "disk.img"), spec.Rootfs.Path); err != nil {
-		return fmt.Errorf("restore %s: %w", spec.ID, err)
+	if _, err := os.Stat(spec.Rootfs.Path); err != nil {
+		return fmt.Errorf("restore %s: root image: %w", spec.ID, hostpath.Pathless(err))
 	}
 	conf.Rootfs = spec.Rootfs.Path
 	conf.NetNSPath, conf.Veth = slotOf(spec)
@@ -661,10 +661,12 @@ func (r *Runtime) simple(ctx context.Context, id, what, cmd string) error {
 }
 
 // Checkpoint saves the guest into imageDir: its memory and device state
-// (a migration to imageDir/state), its disk as it is at that moment
-// (imageDir/disk.img, a reflink clone taken while the guest is stopped,
-// so the two agree) and how QEMU ran it (vm.json). With leaveRunning the
-// guest continues; otherwise QEMU quits and the sandbox is gone.
+// (a migration to imageDir/state) and how QEMU ran it (vm.json). The disk
+// stays the caller's: a copy of the root image taken while the guest is
+// stopped (paused before, or suspended by this) agrees with the memory,
+// and is what a restore runs on; the image holds no disk, so it may live
+// on any filesystem. With leaveRunning the guest continues; otherwise
+// QEMU quits and the sandbox is gone.
 func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error {
 	v, err := r.lookup(id)
 	if err != nil {
@@ -682,7 +684,8 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 		return fmt.Errorf("checkpoint %s: %w", id, hostpath.Pathless(err))
 	}
 	// A stopped guest migrates in one pass, and stopping flushes its
-	// disk, so the clone below sees every write the memory knows of.
+	// disk to the image file, so a copy of it taken while the guest is
+	// stopped holds every write the memory knows of.
 	if _, err := q.execute(ctx, "stop", nil); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", id, err)
 	}
@@ -693,11 +696,6 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 		return fmt.Errorf("checkpoint %s: %w", id, err)
 	}
 	if err := migrateToFile(ctx, q, filepath.Join(imageDir, "state")); err != nil {
-		return fail(err)
-	}
-	disk := filepath.Join(imageDir, "disk.img")
-	_ = os.Remove(disk)
-	if err := CloneImage(ctx, v.conf.Rootfs, disk); err != nil {
 		return fail(err)
 	}
 	conf := v.conf
@@ -953,6 +951,11 @@ func (r *Runtime) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 
 // handshakeAttempt bounds one handshake on one connection.
 const handshakeAttempt = 2 * time.Second
+
+// AgentDialTimeout is how long a caller of DialAgent should allow: room
+// for a handshake that goes unanswered and the redial after it, and for
+// the guest's session that missed a hang-up to end (about a second).
+func (r *Runtime) AgentDialTimeout() time.Duration { return 3*handshakeAttempt + time.Second }
 
 // Close lets go of the guests without stopping them: it closes their
 // QMP connections (QEMU serves one client at a time, so a backend object
