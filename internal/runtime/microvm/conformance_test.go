@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/runtimetest"
 	"github.com/space-platform/space/internal/sandboxid"
@@ -61,15 +60,7 @@ func TestConformance(t *testing.T) {
 	tpl := minimalTemplateImage(t)
 	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {
 		state := filepath.Join(t.TempDir(), "state")
-		slots, err := network.OpenNamespaces(filepath.Join(t.TempDir(), "netns"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := slots.Close(); err != nil {
-				t.Errorf("close the namespace directory: %v", err)
-			}
-		})
+		_, slot := runtimetest.Slots(t, filepath.Join(t.TempDir(), "netns"))
 		// QEMU serves one QMP client at a time: a new backend object is a
 		// restarted server, so the one before it lets go first.
 		var last *Runtime
@@ -101,20 +92,9 @@ func TestConformance(t *testing.T) {
 				last = r
 				return r
 			},
-			Rootfs:     func(t *testing.T) runtime.Rootfs { return clone(t, tpl) },
-			CopyRootfs: func(t *testing.T, from runtime.Rootfs) runtime.Rootfs { return clone(t, from.Path) },
-			Slot: func(t *testing.T, id string) *network.Slot {
-				s, err := slots.Create(id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					if err := s.Destroy(); err != nil {
-						t.Errorf("destroy slot %s: %v", id, err)
-					}
-				})
-				return s
-			},
+			Rootfs:      func(t *testing.T) runtime.Rootfs { return clone(t, tpl) },
+			CopyRootfs:  func(t *testing.T, from runtime.Rootfs) runtime.Rootfs { return clone(t, from.Path) },
+			Slot:        slot,
 			Agent:       env.agent,
 			Limits:      runtime.Limits{VCPUs: 1, MemoryMB: 128, Pids: 512},
 			GuestOOM:    true,
