@@ -7,7 +7,11 @@ package hostpath
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
+	"net"
 	"path/filepath"
+	"strings"
 )
 
 // Placeholder stands where a host directory was.
@@ -94,4 +98,20 @@ func endsComponent(c byte) bool {
 		return false
 	}
 	return true
+}
+
+// Pathless drops the host path a *fs.PathError, or a *net.OpError on a
+// unix socket, carries, keeping what went wrong: the caller's message
+// names the thing (a sandbox, a namespace) instead. Other errors are
+// returned as they are.
+func Pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && strings.HasPrefix(oe.Net, "unix") {
+		return oe.Err
+	}
+	return err
 }

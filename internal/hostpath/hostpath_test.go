@@ -1,6 +1,13 @@
 package hostpath
 
-import "testing"
+import (
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"strings"
+	"testing"
+)
 
 func TestHiderReplacesWholeDirectoriesOnly(t *testing.T) {
 	h := New("/var/lib/space")
@@ -19,5 +26,20 @@ func TestHiderReplacesWholeDirectoriesOnly(t *testing.T) {
 	var none *Hider
 	if got := none.String("/var/lib/space/x"); got != "/var/lib/space/x" {
 		t.Errorf("nil Hider rewrote: %q", got)
+	}
+}
+
+func TestPathlessDropsFileAndSocketPaths(t *testing.T) {
+	_, err := os.Open("/var/lib/space/nothing")
+	if got := Pathless(err); strings.Contains(got.Error(), "/var/lib/space") || !errors.Is(got, fs.ErrNotExist) {
+		t.Errorf("file error %v became %v", err, got)
+	}
+	_, err = net.Dial("unix", "/var/lib/space/none.sock")
+	if got := Pathless(err); strings.Contains(got.Error(), "/var/lib/space") || !strings.Contains(got.Error(), "connect") {
+		t.Errorf("socket error %v became %v", err, got)
+	}
+	other := errors.New("no path here")
+	if Pathless(other) != other {
+		t.Error("an error without a path changed")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-platform/space/internal/hostpath"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -162,7 +163,7 @@ type Namespace struct {
 func (ns Namespace) Open() (netns.NsHandle, error) {
 	h, err := netns.GetFromPath(ns.Path)
 	if err != nil {
-		return 0, fmt.Errorf("open netns %s: %w", ns.Name, withoutPath(err))
+		return 0, fmt.Errorf("open netns %s: %w", ns.Name, hostpath.Pathless(err))
 	}
 	return h, nil
 }
@@ -187,7 +188,7 @@ func (ns Namespace) exists() bool {
 func (ns Namespace) create() (netns.NsHandle, error) {
 	f, err := os.OpenFile(ns.Path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
-		return 0, fmt.Errorf("create netns %s: %w", ns.Name, withoutPath(err))
+		return 0, fmt.Errorf("create netns %s: %w", ns.Name, hostpath.Pathless(err))
 	}
 	f.Close()
 	type result struct {
@@ -215,7 +216,7 @@ func (ns Namespace) create() (netns.NsHandle, error) {
 	r := <-done
 	if r.err != nil {
 		_ = ns.remove()
-		return 0, fmt.Errorf("create netns %s: %w", ns.Name, withoutPath(r.err))
+		return 0, fmt.Errorf("create netns %s: %w", ns.Name, hostpath.Pathless(r.err))
 	}
 	return r.h, nil
 }
@@ -255,7 +256,7 @@ func (ns Namespace) remove() error {
 	if ns.legacy && errors.Is(err, unix.EBUSY) {
 		return nil
 	}
-	return fmt.Errorf("delete netns %s: %w", ns.Name, withoutPath(err))
+	return fmt.Errorf("delete netns %s: %w", ns.Name, hostpath.Pathless(err))
 }
 
 // unmountAll detaches every mount on path until none is left.
@@ -280,20 +281,10 @@ func unmountAll(path string) error {
 func isMountRoot(path string) (bool, error) {
 	var st unix.Statx_t
 	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &st); err != nil {
-		return false, fmt.Errorf("statx: %w", withoutPath(err))
+		return false, fmt.Errorf("statx: %w", hostpath.Pathless(err))
 	}
 	if st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
 		return false, errors.New("the kernel does not tell mount roots (statx needs Linux 5.8)")
 	}
 	return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
-}
-
-// withoutPath drops the host path a *fs.PathError carries; the caller
-// names the namespace instead.
-func withoutPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

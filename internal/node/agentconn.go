@@ -24,8 +24,17 @@ import (
 // sandbox's own channel, never resolved.
 const agentBaseURL = "http://agent"
 
-// agentDialTimeout bounds one connection attempt to an agent.
+// agentDialTimeout bounds one connection attempt to an agent, unless its
+// backend says otherwise (agentDialBound).
 const agentDialTimeout = time.Second
+
+// agentDialBound is implemented by a backend whose agent channel takes
+// longer to connect than a dial through the sandbox's network slot: a
+// VM's virtio-serial port gives up an unanswered handshake and redials
+// (about a second each), which a one-second bound would cut short.
+type agentDialBound interface {
+	AgentDialTimeout() time.Duration
+}
 
 // AgentConn is the node's persistent channel to one sandbox's agent: a single
 // HTTP/2 (cleartext) connection multiplexing every call. When the connection
@@ -36,22 +45,24 @@ type AgentConn struct {
 	token     atomic.Pointer[string]
 	transport *http2.Transport
 	http      *http.Client
-	Process   processpbconnect.ProcessClient
-	FS        filesystempbconnect.FilesystemClient
+	// dialTimeout bounds one dial, and one health check's attempt.
+	dialTimeout time.Duration
+	Process     processpbconnect.ProcessClient
+	FS          filesystempbconnect.FilesystemClient
 }
 
 // dialFunc opens a raw connection to the agent.
 type dialFunc func(ctx context.Context) (net.Conn, error)
 
-func newAgentConn(dial dialFunc, token string) *AgentConn {
-	a := &AgentConn{conns: map[net.Conn]bool{}}
+func newAgentConn(dial dialFunc, token string, dialTimeout time.Duration) *AgentConn {
+	a := &AgentConn{conns: map[net.Conn]bool{}, dialTimeout: dialTimeout}
 	t := &http2.Transport{
 		AllowHTTP: true,
 		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
 			// The transport shares one dial among waiting requests and may
 			// not bound it; an unanswered SYN (the sandbox's network stack
 			// not up yet) would otherwise stall every call for minutes.
-			ctx, cancel := context.WithTimeout(ctx, agentDialTimeout)
+			ctx, cancel := context.WithTimeout(ctx, a.dialTimeout)
 			defer cancel()
 			conn, err := dial(ctx)
 			if err != nil {
@@ -131,7 +142,7 @@ func (a *AgentConn) Do(req *http.Request) (*http.Response, error) { return a.htt
 func (a *AgentConn) waitHealthy(ctx context.Context) error {
 	var lastErr error
 	for delay := 2 * time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		attempt, cancel := context.WithTimeout(ctx, time.Second)
+		attempt, cancel := context.WithTimeout(ctx, max(time.Second, a.dialTimeout))
 		req, _ := http.NewRequestWithContext(attempt, http.MethodGet, agentBaseURL+"/health", nil)
 		resp, err := a.http.Do(req)
 		cancel()

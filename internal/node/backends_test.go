@@ -34,11 +34,12 @@ type fakeBackend struct {
 	ended    map[string]chan struct{}
 	started  []string
 	restored []string
+	specs    map[string]runtime.Spec // the last each sandbox ran with
 }
 
 func newFakeBackend(name, isolation string) *fakeBackend {
 	return &fakeBackend{name: name, isolation: isolation, status: map[string]runtime.Status{},
-		limits: map[string]runtime.Limits{}, ended: map[string]chan struct{}{}}
+		limits: map[string]runtime.Limits{}, ended: map[string]chan struct{}{}, specs: map[string]runtime.Spec{}}
 }
 
 func (f *fakeBackend) imageMark() string { return "fake-image-of-" + f.name }
@@ -47,6 +48,27 @@ func (f *fakeBackend) run(spec runtime.Spec) {
 	f.status[spec.ID] = runtime.StatusRunning
 	f.limits[spec.ID] = spec.Limits
 	f.ended[spec.ID] = make(chan struct{})
+	f.specs[spec.ID] = spec
+}
+
+func (f *fakeBackend) specOf(id string) runtime.Spec {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.specs[id]
+}
+
+// blockBackend is a fakeBackend that boots from a disk image
+// (runtime.BlockRootfs), cloned here by a plain copy.
+type blockBackend struct{ *fakeBackend }
+
+func (blockBackend) RootImage() string { return "root.img" }
+
+func (blockBackend) CloneRootImage(_ context.Context, src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o600)
 }
 
 func (f *fakeBackend) Start(_ context.Context, spec runtime.Spec) error {
@@ -218,6 +240,8 @@ type twoBackendNode struct {
 	state, volumes string
 	ns             *network.Namespaces
 	gvisor, vm     *fakeBackend
+	// block makes fakevm a backend that boots from a disk image.
+	block bool
 }
 
 func newTwoBackendNode(t *testing.T) *twoBackendNode {
@@ -248,8 +272,12 @@ func (tb *twoBackendNode) start(t *testing.T) *Node {
 	if err := os.WriteFile(agent, []byte("#!/bin/true\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	var vm runtime.Runtime = tb.vm
+	if tb.block {
+		vm = blockBackend{tb.vm}
+	}
 	n, err := New(Config{
-		Runtimes:    map[string]runtime.Runtime{runtime.GVisor: tb.gvisor, "fakevm": tb.vm},
+		Runtimes:    map[string]runtime.Runtime{runtime.GVisor: tb.gvisor, "fakevm": vm},
 		Volumes:     dirVolumes{root: tb.volumes},
 		AgentBinary: agent, StateDir: tb.state, Namespaces: tb.ns, Logger: slog.Default(),
 	})
@@ -408,5 +436,63 @@ func TestCreateRefusesAMissingBackend(t *testing.T) {
 	}
 	if len(tb.gvisor.started)+len(tb.vm.started) != 0 {
 		t.Fatal("a refused create started a sandbox")
+	}
+}
+
+// A backend that boots from a disk image gets a root volume holding a
+// clone of the template's image of it, as a block rootfs, at create and at
+// a branch's restore; a template built without that image is refused with
+// the reason.
+func TestBlockBackendBootsAClonedImage(t *testing.T) {
+	tb := newTwoBackendNode(t)
+	tb.block = true
+	n := tb.start(t)
+	ctx := context.Background()
+	tpl := TemplateSpec{ID: "tpl", RootfsVolume: "templates/tpl", Runtimes: []string{runtime.GVisor, "fakevm"}}
+	if _, err := n.cfg.Volumes.Create(tpl.RootfsVolume); err != nil {
+		t.Fatal(err)
+	}
+	create := func(id string) error {
+		return n.Create(ctx, nodeapi.CreateRequest{Spec: CreateSpec{ID: id, Template: tpl, AccessToken: "t", Runtime: "fakevm",
+			Limits: runtime.Limits{VCPUs: 1, MemoryMB: 128}}})
+	}
+	const first, second, branch = "aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb", "cccccccccccccccccccc"
+	if err := create(first); err == nil || !strings.Contains(err.Error(), "has no fakevm image") {
+		t.Fatalf("create without the template's image: %v; want a refusal naming it", err)
+	}
+	if n.cfg.Volumes.Exists(volumeName(first)) {
+		t.Fatal("a refused create left its root volume")
+	}
+	artifact, err := n.cfg.Volumes.Create(tpl.ArtifactVolume("fakevm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(artifact, "root.img"), []byte("ext4 image"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(second); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	spec := tb.vm.specOf(second)
+	want := filepath.Join(n.cfg.Volumes.Path(volumeName(second)), "root.img")
+	if spec.Rootfs != (runtime.Rootfs{Kind: runtime.RootfsBlock, Path: want}) {
+		t.Fatalf("the sandbox booted from %+v, want the image in its volume %s", spec.Rootfs, want)
+	}
+	if data, err := os.ReadFile(want); err != nil || string(data) != "ext4 image" {
+		t.Fatalf("the sandbox's image holds %q, %v; want the template's", data, err)
+	}
+	if err := n.Capture(ctx, nodeapi.CaptureRequest{ID: second, Volume: "snapshots/s1", Image: "snapshots/s1"}); err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	if err := n.ResumeFrom(ctx, RestoreSpec{ID: branch, Image: "snapshots/s1", FromVolume: "snapshots/s1", AccessToken: "t",
+		NewIdentity: &Identity{AccessToken: "t2"}, Limits: runtime.Limits{VCPUs: 1, MemoryMB: 128}}); err != nil {
+		t.Fatalf("branch: %v", err)
+	}
+	want = filepath.Join(n.cfg.Volumes.Path(volumeName(branch)), "root.img")
+	if got := tb.vm.specOf(branch).Rootfs; got != (runtime.Rootfs{Kind: runtime.RootfsBlock, Path: want}) {
+		t.Fatalf("the branch restored onto %+v, want the image in its volume %s", got, want)
+	}
+	if got := tb.gvisor.specs; len(got) != 0 {
+		t.Fatalf("gvisor ran %v", got)
 	}
 }

@@ -391,7 +391,7 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 		return err
 	}
 	rs := runtime.Spec{
-		ID: spec.ID, Rootfs: n.rootfs(vol), Network: slot,
+		ID: spec.ID, Rootfs: n.rootfs(backend, vol), Network: slot,
 		Agent: n.agents.binary(agent), Hostname: spec.ID, Limits: spec.Limits,
 		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Mounts: binds,

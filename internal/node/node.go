@@ -146,8 +146,12 @@ func (n *Node) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return n.rt(id).Stats(ctx, id)
 }
 
-// rootfs is the runtime's handle of a root volume.
-func (n *Node) rootfs(volume string) runtime.Rootfs {
+// rootfs is backend's handle of a root volume: the directory, or the
+// image in it for a backend that boots one (makeRootVolume).
+func (n *Node) rootfs(backend runtime.Runtime, volume string) runtime.Rootfs {
+	if block, ok := backend.(runtime.BlockRootfs); ok {
+		return runtime.Rootfs{Kind: runtime.RootfsBlock, Path: filepath.Join(n.cfg.Volumes.Path(volume), block.RootImage())}
+	}
 	return runtime.Rootfs{Kind: runtime.RootfsDir, Path: n.cfg.Volumes.Path(volume)}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"path"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +78,7 @@ func (n *Node) create(ctx context.Context, spec CreateSpec) (err error) {
 		}
 	}()
 	vol := volumeName(spec.ID)
-	if _, err := n.cfg.Volumes.Snapshot(spec.Template.RootfsVolume, vol, false); err != nil {
+	if err := n.makeRootVolume(ctx, spec.Template, spec.RuntimeName(), vol); err != nil {
 		return fmt.Errorf("root volume: %w", err)
 	}
 	if err := n.setDiskLimit(vol, spec.DiskMB); err != nil {
@@ -85,6 +86,37 @@ func (n *Node) create(ctx context.Context, spec CreateSpec) (err error) {
 	}
 	crashpoint.Hit("copy-volume")
 	return n.boot(ctx, spec)
+}
+
+// makeRootVolume makes a new sandbox's root volume vol from its template,
+// in constant time: a snapshot of the template's rootfs for a backend that
+// boots the directory (gVisor), or, for one that boots a disk image
+// (runtime.BlockRootfs), a new volume holding a clone of the image the
+// backend made of the template at its build.
+func (n *Node) makeRootVolume(ctx context.Context, tpl TemplateSpec, rtName, vol string) error {
+	backend, err := n.backendNamed(rtName)
+	if err != nil {
+		return err
+	}
+	block, ok := backend.(runtime.BlockRootfs)
+	if !ok {
+		_, err := n.cfg.Volumes.Snapshot(tpl.RootfsVolume, vol, false)
+		return err
+	}
+	artifact := tpl.ArtifactVolume(rtName)
+	if !n.cfg.Volumes.Exists(artifact) {
+		return fmt.Errorf("template %s has no %s image (rebuild it with runtime %s in its recipe)", tpl.ID, rtName, rtName)
+	}
+	dir, err := n.cfg.Volumes.Create(vol)
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(n.cfg.Volumes.Path(artifact), block.RootImage())
+	if err := block.CloneRootImage(ctx, src, filepath.Join(dir, block.RootImage())); err != nil {
+		_ = n.cfg.Volumes.Delete(vol)
+		return err
+	}
+	return nil
 }
 
 // boot starts the runtime on the sandbox's existing root volume and gives
@@ -146,7 +178,7 @@ func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, limits
 	bootToken := randomHex(32)
 	rs := runtime.Spec{
 		ID:      id,
-		Rootfs:  n.rootfs(volume),
+		Rootfs:  n.rootfs(backend, volume),
 		Network: slot,
 		Agent:   n.agents.binary(n.agentDigest),
 		Env: []string{
@@ -176,9 +208,13 @@ func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, limits
 
 func (n *Node) newSandbox(id, token string) *Sandbox {
 	dial := func(ctx context.Context) (net.Conn, error) { return n.rt(id).DialAgent(ctx, id) }
+	timeout := agentDialTimeout
+	if b, ok := n.rt(id).(agentDialBound); ok {
+		timeout = b.AgentDialTimeout()
+	}
 	return &Sandbox{
 		ID:       id,
-		Agent:    newAgentConn(dial, token),
+		Agent:    newAgentConn(dial, token, timeout),
 		sessions: map[string]*Session{},
 		node:     n,
 	}

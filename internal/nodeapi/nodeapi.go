@@ -520,6 +520,16 @@ func (t TemplateSpec) RuntimeNames() []string {
 	return slices.Clone(t.Runtimes)
 }
 
+// ArtifactVolume is the read-only volume beside a template's rootfs
+// volume that holds backend name's artifact of it (runtime.ImageBuilder):
+// the one place that names it, for the builder and the node.
+func ArtifactVolume(rootfsVolume, name string) string { return rootfsVolume + "." + name }
+
+// ArtifactVolume is the template's artifact volume of backend name.
+func (t TemplateSpec) ArtifactVolume(name string) string {
+	return ArtifactVolume(t.RootfsVolume, name)
+}
+
 // CreateSpec is one sandbox to start.
 type CreateSpec struct {
 	ID          string            `json:"id"`

@@ -114,6 +114,20 @@ type ImageBuilder interface {
 	PrepareTemplate(ctx context.Context, rootfsDir, outDir string) error
 }
 
+// BlockRootfs is implemented by a backend whose sandboxes boot from a raw
+// disk image (RootfsBlock) its ImageBuilder made. The node then makes each
+// sandbox's root volume hold a clone of the template's image instead of a
+// snapshot of the template's rootfs directory; the volume's own snapshots
+// (captures, branches, restores) carry the image as they carry a tree.
+type BlockRootfs interface {
+	// RootImage is the image's file name in the template's artifact
+	// directory and in each sandbox's root volume.
+	RootImage() string
+	// CloneRootImage copies image src to dst in constant time (sharing
+	// blocks) and fails rather than copying it whole.
+	CloneRootImage(ctx context.Context, src, dst string) error
+}
+
 // Spec is everything a backend needs to start one sandbox.
 type Spec struct {
 	// ID names the sandbox to the backend; it is also the cgroup name.

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/gvisor"
+	"github.com/space-platform/space/internal/runtime/microvm"
 	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/internal/template"
 )
@@ -72,7 +76,9 @@ type nodeSide struct {
 	// runscRoot is runsc's state directory, where it keeps a mount of
 	// its own (null-netns).
 	runscRoot string
-	log       *slog.Logger
+	// microvm is the microVM backend, nil unless --runtimes has it.
+	microvm *microvm.Runtime
+	log     *slog.Logger
 }
 
 // openNodeSide brings up the node side of a process. It starts no
@@ -82,6 +88,14 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 	say := cfg.say
 	if err := checkRuntimes(cfg.Runtimes, cfg.Accel); err != nil {
 		return nil, err
+	}
+	var qemu string
+	var kernel microvm.Kernel
+	if slices.Contains(cfg.Runtimes, runtime.MicroVM) {
+		// Before anything is opened: a host without them fails at once.
+		if qemu, kernel, err = microVMTools(); err != nil {
+			return nil, err
+		}
 	}
 	ns := &nodeSide{log: cfg.Logger}
 	defer func() {
@@ -119,6 +133,20 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 	if err != nil {
 		return nil, err
 	}
+	backends := map[string]runtime.Runtime{runtime.GVisor: rt}
+	// gVisor boots the rootfs volume as it is: no artifact to make.
+	builders := map[string]runtime.ImageBuilder{runtime.GVisor: nil}
+	if qemu != "" {
+		vm, err := microvm.New(ctx, microvm.Config{
+			QEMU: qemu, Kernel: kernel, StateDir: filepath.Join(cfg.DataDir, "microvm"), Accel: cfg.Accel, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		ns.microvm = vm
+		backends[runtime.MicroVM], builders[runtime.MicroVM] = vm, vm
+		say("microvm runtime: %s, guest kernel %s", vm.Isolation(), kernel.Version)
+	}
 	var egress *network.Egress
 	cfg.Network.Limits = cfg.Limits
 	if cfg.Network.UplinkPool.IsValid() {
@@ -147,7 +175,7 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 	ns.capacity = nodeCapacity(cfg.MemoryOvercommit, ns.pool.Root())
 	if ns.node, err = node.New(node.Config{
 		Namespaces: ns.slots, Egress: egress, Gateway: ns.gateway,
-		Runtimes: map[string]runtime.Runtime{runtime.GVisor: rt}, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
+		Runtimes: backends, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
 		ID:        cfg.ID,
@@ -161,8 +189,7 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 		BuildDiskBytes: cfg.BuildDiskBytes,
 		Registry:       template.RegistryConfig{AllowPrivate: cfg.RegistryPrivate},
 		Sandboxes:      buildSandboxes{node: ns.node, limits: cfg.BuildLimits},
-		// gVisor boots the rootfs volume as it is: no artifact to make.
-		Runtimes: map[string]runtime.ImageBuilder{runtime.GVisor: nil},
+		Runtimes:       builders,
 	}); err != nil {
 		return nil, err
 	}
@@ -243,6 +270,11 @@ func (ns *nodeSide) releaseHost() error {
 }
 
 func (ns *nodeSide) close() {
+	if ns.microvm != nil {
+		// Lets go of the guests' QMP sockets; the guests run on, for the
+		// next process to adopt.
+		_ = ns.microvm.Close()
+	}
 	if ns.gateway != nil {
 		ns.gateway.Close()
 	}
@@ -279,8 +311,48 @@ func checkRuntimes(names []string, accel string) error {
 	if !slices.Contains(names, runtime.GVisor) {
 		return errors.New("--runtimes: gvisor is required: templates are built in gVisor sandboxes whichever runtimes they are for")
 	}
-	if slices.Contains(names, runtime.MicroVM) {
-		return errors.New("--runtimes: the microvm runtime is not available in this build yet (its backend is not wired into the node); run with --runtimes gvisor")
-	}
 	return nil
+}
+
+// microVMTools finds what the microvm runtime needs on this host: QEMU
+// and the guest kernel scripts/microvm-kernel.sh unpacks (under
+// .tools/microvm/current beside the binary or above the working
+// directory, or $SPACE_MICROVM_KERNEL). It names everything missing.
+func microVMTools() (string, microvm.Kernel, error) {
+	var missing []string
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		missing = append(missing, "QEMU (qemu-system-x86_64)")
+	}
+	var kernel microvm.Kernel
+	var kerr error = errors.New("not found")
+	for _, dir := range microVMKernelDirs() {
+		if kernel, kerr = microvm.LoadKernel(dir); kerr == nil {
+			break
+		}
+	}
+	if kerr != nil {
+		missing = append(missing, "the guest kernel (.tools/microvm/current, or $SPACE_MICROVM_KERNEL)")
+	}
+	if len(missing) > 0 {
+		return "", microvm.Kernel{}, fmt.Errorf("--runtimes microvm: this host lacks %s: install with scripts/install-deps.sh, or run with --runtimes gvisor", strings.Join(missing, " and "))
+	}
+	return qemu, kernel, nil
+}
+
+// microVMKernelDirs are where the guest kernel may be, in order.
+func microVMKernelDirs() []string {
+	if dir := os.Getenv("SPACE_MICROVM_KERNEL"); dir != "" {
+		return []string{dir}
+	}
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Join(filepath.Dir(exe), ".tools", "microvm", "current"))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for dir := wd; dir != "/"; dir = filepath.Dir(dir) {
+			dirs = append(dirs, filepath.Join(dir, ".tools", "microvm", "current"))
+		}
+	}
+	return dirs
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
 )
 
@@ -17,7 +18,7 @@ import (
 
 // ArtifactVolume is the volume holding backend name's artifact of
 // template id.
-func ArtifactVolume(id, name string) string { return rootfsVolume(id) + "." + name }
+func ArtifactVolume(id, name string) string { return nodeapi.ArtifactVolume(rootfsVolume(id), name) }
 
 // artifactVolumes are the artifact volumes any template id may have.
 func artifactVolumes(id string) []string {

@@ -41,6 +41,9 @@ var env struct {
 	// web is the fake internet with names that the server's resolver
 	// asks (cfg.DNSUpstream); see egress_dns_test.go.
 	web *nettest.Web
+	// noMicroVM says why the server has no microvm runtime (no QEMU or
+	// guest kernel on this host); empty when it has one.
+	noMicroVM string
 }
 
 func TestMain(m *testing.M) {
@@ -97,6 +100,13 @@ func run(m *testing.M) (int, error) {
 	cfg.TemplateRegistryPrivate = true
 	cfg.Defaults.Template = "minimal"
 	cfg.Defaults.Retention = time.Hour
+	// The microvm runtime beside gVisor where the host has QEMU and the
+	// guest kernel (scripts/install-deps.sh); under TCG, which every host
+	// has, so that a run does not wait for a KVM probe.
+	if env.noMicroVM = microVMMissing(root); env.noMicroVM == "" {
+		cfg.Runtimes = []string{"gvisor", "microvm"}
+		cfg.Accel = "tcg"
+	}
 	cfg.Progress = os.Stderr
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Named per process, in the first free range: another e2e run on the
@@ -202,7 +212,7 @@ func killRuntimes(dir string) {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(b), dir+"/runtime/") {
+		if err != nil || !(strings.Contains(string(b), dir+"/runtime/") || strings.Contains(string(b), dir+"/microvm/")) {
 			continue
 		}
 		if pid, err := strconv.Atoi(strings.Split(p, "/")[2]); err == nil {
@@ -210,6 +220,18 @@ func killRuntimes(dir string) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
+}
+
+// microVMMissing says what the host lacks for the microvm runtime, ""
+// when it has everything.
+func microVMMissing(root string) string {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		return "no qemu-system-x86_64 (scripts/install-deps.sh installs it)"
+	}
+	if _, err := os.Stat(filepath.Join(root, ".tools", "microvm", "current", "vmlinuz")); err != nil {
+		return "no microVM guest kernel under .tools/microvm (scripts/install-deps.sh fetches it)"
+	}
+	return ""
 }
 
 func repoRoot() (string, error) {

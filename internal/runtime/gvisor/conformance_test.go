@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/runtimetest"
 	"github.com/space-platform/space/internal/storage"
@@ -33,15 +32,7 @@ func TestConformance(t *testing.T) {
 		state := t.TempDir()
 		// runsc keeps a mount (null-netns) under its root.
 		t.Cleanup(func() { storage.UnmountUnder(state) })
-		slots, err := network.OpenNamespaces(filepath.Join(state, "netns"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := slots.Close(); err != nil {
-				t.Errorf("close the namespace directory: %v", err)
-			}
-		})
+		slots, slot := runtimetest.Slots(t, filepath.Join(state, "netns"))
 		return runtimetest.Harness{
 			New: func(t *testing.T) runtime.Runtime {
 				rt, err := New(Config{RunscPath: runsc, StateDir: state, Namespaces: slots})
@@ -64,18 +55,7 @@ func TestConformance(t *testing.T) {
 				}
 				return runtime.Rootfs{Kind: runtime.RootfsDir, Path: dir}
 			},
-			Slot: func(t *testing.T, id string) *network.Slot {
-				s, err := slots.Create(id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					if err := s.Destroy(); err != nil {
-						t.Errorf("destroy slot %s: %v", id, err)
-					}
-				})
-				return s
-			},
+			Slot:     slot,
 			Agent:    agent,
 			Limits:   runtime.Limits{VCPUs: 1, MemoryMB: 256, Pids: 512},
 			MinVCPUs: 2, // runsc's floor for --cpu-num-from-quota

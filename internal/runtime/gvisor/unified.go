@@ -3,13 +3,13 @@ package gvisor
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/space-platform/space/internal/hostpath"
+	"github.com/space-platform/space/internal/runtime/cgroupfs"
 )
 
 // On a hybrid cgroup host (v1 controllers, and the v2 hierarchy without
@@ -30,7 +30,7 @@ var v1Listers = []string{"pids", "memory", "cpu"}
 // leaveUnifiedParent moves sandbox id's processes to /space/<id> of the
 // v2 hierarchy of a hybrid host; elsewhere it does nothing.
 func leaveUnifiedParent(id string) error {
-	if !isCgroup2(unifiedRoot) {
+	if !cgroupfs.IsV2(unifiedRoot) {
 		return nil
 	}
 	var procs []byte
@@ -46,12 +46,12 @@ func leaveUnifiedParent(id string) error {
 	}
 	dir := filepath.Join(unifiedRoot, "space", id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("cgroup of %s in the v2 hierarchy: %w", id, pathless(err))
+		return fmt.Errorf("cgroup of %s in the v2 hierarchy: %w", id, hostpath.Pathless(err))
 	}
 	for _, pid := range strings.Fields(string(procs)) {
 		err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0o644)
 		if err != nil && !errors.Is(err, syscall.ESRCH) { // a process that exited meanwhile
-			return fmt.Errorf("move process %s of %s in the v2 hierarchy: %w", pid, id, pathless(err))
+			return fmt.Errorf("move process %s of %s in the v2 hierarchy: %w", pid, id, hostpath.Pathless(err))
 		}
 	}
 	return nil
@@ -61,19 +61,4 @@ func leaveUnifiedParent(id string) error {
 // processes are gone.
 func removeUnified(id string) {
 	_ = os.Remove(filepath.Join(unifiedRoot, "space", id))
-}
-
-// pathless drops the host path from a file error: a create's error can
-// reach the API client.
-func pathless(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
-
-func isCgroup2(path string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(path, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/space-platform/space/internal/hostpath"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -57,7 +58,7 @@ func ChooseAccel(ctx context.Context, qemu string, k Kernel, mode string, workDi
 func openKVM() error {
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	if err != nil {
-		return fmt.Errorf("open /dev/kvm: %w", pathless(err))
+		return fmt.Errorf("open /dev/kvm: %w", hostpath.Pathless(err))
 	}
 	return f.Close()
 }

@@ -3,16 +3,15 @@ package microvm
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/runtime"
+	"github.com/space-platform/space/internal/runtime/cgroupfs"
 )
 
 // The QEMU process of a sandbox runs in the cgroup /space/<id>, the name
@@ -35,13 +34,8 @@ type cgroup struct {
 	dirs []string // every directory made for the sandbox
 }
 
-func isCgroup2(path string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(path, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
-}
-
 func cgroupDirs(id string) (v2 bool, dirs []string) {
-	if isCgroup2(cgroupFS) {
+	if cgroupfs.IsV2(cgroupFS) {
 		return true, []string{filepath.Join(cgroupFS, "space", id)}
 	}
 	for _, c := range []string{"memory", "cpu", "cpuacct", "pids"} {
@@ -49,7 +43,7 @@ func cgroupDirs(id string) (v2 bool, dirs []string) {
 			dirs = append(dirs, filepath.Join(cgroupFS, c, "space", id))
 		}
 	}
-	if isCgroup2(filepath.Join(cgroupFS, "unified")) {
+	if cgroupfs.IsV2(filepath.Join(cgroupFS, "unified")) {
 		dirs = append(dirs, filepath.Join(cgroupFS, "unified", "space", id))
 	}
 	return false, dirs
@@ -64,7 +58,7 @@ func newCgroup(id string, l runtime.Limits) (*cgroup, error) {
 		// The controllers must be enabled on the way down.
 		parent := filepath.Join(cgroupFS, "space")
 		if err := os.MkdirAll(parent, 0o755); err != nil {
-			return nil, fmt.Errorf("cgroup: %w", pathless(err))
+			return nil, fmt.Errorf("cgroup: %w", hostpath.Pathless(err))
 		}
 		for _, d := range []string{cgroupFS, parent} {
 			_ = os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+memory +cpu +pids"), 0o644)
@@ -73,7 +67,7 @@ func newCgroup(id string, l runtime.Limits) (*cgroup, error) {
 	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			cg.remove()
-			return nil, fmt.Errorf("cgroup: %w", pathless(err))
+			return nil, fmt.Errorf("cgroup: %w", hostpath.Pathless(err))
 		}
 	}
 	mem := int64(l.MemoryMB+qemuOverheadMB) << 20
@@ -108,7 +102,7 @@ func newCgroup(id string, l runtime.Limits) (*cgroup, error) {
 	for _, w := range writes {
 		if err := os.WriteFile(w[0], []byte(w[1]), 0o644); err != nil && !(errors.Is(err, os.ErrNotExist) && strings.HasSuffix(w[0], "swap.max")) {
 			cg.remove()
-			return nil, fmt.Errorf("cgroup limit %s: %w", filepath.Base(w[0]), pathless(err))
+			return nil, fmt.Errorf("cgroup limit %s: %w", filepath.Base(w[0]), hostpath.Pathless(err))
 		}
 	}
 	return cg, nil
@@ -130,7 +124,7 @@ func (cg *cgroup) fd() (*os.File, bool) {
 func (cg *cgroup) add(pid int) error {
 	for _, d := range cg.dirs {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("cgroup: move QEMU: %w", pathless(err))
+			return fmt.Errorf("cgroup: move QEMU: %w", hostpath.Pathless(err))
 		}
 	}
 	return nil
@@ -200,14 +194,4 @@ func cgroupStats(id string) runtime.Stats {
 		}
 	}
 	return st
-}
-
-// pathless drops the host path from a file error: a create's error can
-// reach the API client.
-func pathless(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

@@ -40,6 +40,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/space-platform/space/internal/agent/guestinit"
+	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 )
@@ -59,32 +60,15 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
-// Spec is what one sandbox is started from. It is the shape the runtime
-// seam gives every backend: the root filesystem a block image, the agent
-// a host binary the backend puts in (here: into the initramfs).
-type Spec struct {
-	ID string
-	// Rootfs is the sandbox's raw ext4 image (a reflink clone of the
-	// template's); the guest mounts it read-write.
-	Rootfs string
-	// Agent is the agent binary on the host.
-	Agent string
-	// Env is the agent's environment (the boot token among it).
-	Env      []string
-	Hostname string
-	Limits   runtime.Limits
-	// NetNSPath is the sandbox's network namespace (a network.Slot's);
-	// the guest takes the place of its veth Veth ("eth0" if empty) at
-	// the slot's fixed addresses. Empty: no network device.
-	NetNSPath string
-	Veth      string
-}
+// The microVM takes a runtime.Spec with a RootfsBlock root filesystem: a
+// raw ext4 image (a reflink clone of the template's ArtifactImage) that the
+// guest mounts read-write. Its agent goes into the initramfs; its network
+// slot's sandbox-side veth (slotLink) is where the tap is joined.
+const slotLink = "eth0"
 
-// Isolation strings, as sandbox objects report them.
-const (
-	IsolationKVM = "microvm-kvm"
-	IsolationTCG = "microvm-tcg"
-)
+// ArtifactImage is the file PrepareTemplate writes into a template's
+// artifact directory: the root image every sandbox of the template clones.
+const ArtifactImage = "rootfs.img"
 
 // agentPort is the virtio-serial port's name and the vsock port.
 const (
@@ -168,15 +152,34 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 // Isolation says what kind of boundary this backend's sandboxes have.
 func (r *Runtime) Isolation() string {
 	if r.accel == "kvm" {
-		return IsolationKVM
+		return runtime.IsolationMicroVMKVM
 	}
-	return IsolationTCG
+	return runtime.IsolationMicroVMTCG
+}
+
+var (
+	_ runtime.Runtime      = (*Runtime)(nil)
+	_ runtime.ImageBuilder = (*Runtime)(nil)
+	_ runtime.BlockRootfs  = (*Runtime)(nil)
+)
+
+// RootImage is the root image's file name in a template's artifact
+// directory and in a sandbox's root volume.
+func (r *Runtime) RootImage() string { return ArtifactImage }
+
+// CloneRootImage clones a root image by reflink (CloneImage).
+func (r *Runtime) CloneRootImage(ctx context.Context, src, dst string) error {
+	return CloneImage(ctx, src, dst)
 }
 
 func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.StateDir, id) }
 
 // Start boots a sandbox from spec.
-func (r *Runtime) Start(ctx context.Context, spec Spec) error {
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) error {
+	if err := checkSpec("start", spec); err != nil {
+		return err
+	}
+	netns, link := slotOf(spec)
 	initramfs, err := r.cfg.Kernel.Initramfs(spec.Agent, filepath.Join(r.cfg.StateDir, "initramfs"))
 	if err != nil {
 		return fmt.Errorf("start %s: %w", spec.ID, err)
@@ -184,19 +187,56 @@ func (r *Runtime) Start(ctx context.Context, spec Spec) error {
 	conf := vmConfig{
 		Machine: r.cfg.Machine, Accel: r.accel, Limits: spec.Limits,
 		Initramfs: initramfs, Kernel: r.cfg.Kernel.Vmlinuz(),
-		Rootfs: spec.Rootfs, NetNSPath: spec.NetNSPath, Veth: spec.Veth,
+		Rootfs: spec.Rootfs.Path, NetNSPath: netns, Veth: link,
 	}
 	return r.launch(ctx, spec, conf, "")
 }
 
-// Restore starts a sandbox from an image Checkpoint saved: the image's
-// disk, cloned by reflink onto spec.Rootfs, and its memory as QEMU's
-// incoming migration. The same image may be restored into any number of
+// checkSpec refuses what the microVM cannot run yet, before anything is
+// made: a directory root filesystem (a guest boots from a disk) and host
+// directories bound in (a guest has no shared host filesystem).
+func checkSpec(what string, spec runtime.Spec) error {
+	if spec.Rootfs.Kind != runtime.RootfsBlock {
+		return fmt.Errorf("%s %s: a %q root filesystem: %w (the microVM boots from a raw ext4 image)", what, spec.ID, spec.Rootfs.Kind, runtime.ErrUnsupported)
+	}
+	if len(spec.Mounts) > 0 {
+		return fmt.Errorf("%s %s: persistent volume mounts: %w (a microVM has no shared host filesystem yet)", what, spec.ID, runtime.ErrUnsupported)
+	}
+	return nil
+}
+
+// slotOf is the network namespace and link a guest's tap joins, empty
+// for a sandbox without a slot.
+func slotOf(spec runtime.Spec) (netns, link string) {
+	if spec.Network == nil {
+		return "", ""
+	}
+	return spec.Network.NetNSPath(), slotLink
+}
+
+// PrepareTemplate makes the template's root image (ArtifactImage) of its
+// finished root filesystem: sparse, with room for the sandbox's writes.
+// The initramfs depends only on the agent binary and the kernel, and is
+// made (once per agent) at the first start.
+func (r *Runtime) PrepareTemplate(ctx context.Context, rootfsDir, outDir string) error {
+	if err := BuildImage(ctx, rootfsDir, filepath.Join(outDir, ArtifactImage), 0); err != nil {
+		return fmt.Errorf("prepare microvm template: %w", err)
+	}
+	return nil
+}
+
+// Restore starts a sandbox from an image Checkpoint saved, its memory as
+// QEMU's incoming migration, on spec.Rootfs: a copy of the root image as
+// it was at the checkpoint (the seam's contract; the node's volume
+// snapshot, taken while the guest was stopped, carries the image). The same image may be restored into any number of
 // sandboxes at once; each is re-keyed afterwards over its agent channel.
-func (r *Runtime) Restore(ctx context.Context, spec Spec, imageDir string) error {
+func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, imageDir string) error {
+	if err := checkSpec("restore", spec); err != nil {
+		return err
+	}
 	data, err := os.ReadFile(filepath.Join(imageDir, "vm.json"))
 	if err != nil {
-		return fmt.Errorf("restore %s: image: %w", spec.ID, pathless(err))
+		return fmt.Errorf("restore %s: image: %w", spec.ID, hostpath.Pathless(err))
 	}
 	var conf vmConfig
 	if err := json.Unmarshal(data, &conf); err != nil {
@@ -205,18 +245,18 @@ func (r *Runtime) Restore(ctx context.Context, spec Spec, imageDir string) error
 	if conf.Accel != r.accel {
 		return fmt.Errorf("restore %s: the image was taken under %s, this node runs %s", spec.ID, conf.Accel, r.accel)
 	}
-	_ = os.Remove(spec.Rootfs)
-	if err := CloneImage(ctx, filepath.Join(imageDir, "disk.img"), spec.Rootfs); err != nil {
-		return fmt.Errorf("restore %s: %w", spec.ID, err)
+	if _, err := os.Stat(spec.Rootfs.Path); err != nil {
+		return fmt.Errorf("restore %s: root image: %w", spec.ID, hostpath.Pathless(err))
 	}
-	conf.Rootfs, conf.NetNSPath, conf.Veth = spec.Rootfs, spec.NetNSPath, spec.Veth
+	conf.Rootfs = spec.Rootfs.Path
+	conf.NetNSPath, conf.Veth = slotOf(spec)
 	return r.launch(ctx, spec, conf, filepath.Join(imageDir, "state"))
 }
 
 // launch starts QEMU in the sandbox's cgroup and waits until its guest
 // runs. (Not with -S and a later cont: Debian's kernel does not come up on
 // the microvm machine started that way.)
-func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming string) (err error) {
+func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, incoming string) (err error) {
 	id := spec.ID
 	if err := checkID(id); err != nil {
 		return err
@@ -224,7 +264,7 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	dir := r.dir(id)
 	_ = r.Destroy(ctx, id) // leftovers of a crash
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	defer func() {
 		if err != nil {
@@ -233,7 +273,7 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	}()
 	envJSON, _ := json.Marshal(map[string]any{"env": spec.Env})
 	if err := os.WriteFile(filepath.Join(dir, "env.json"), envJSON, 0o600); err != nil {
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	var extra []*os.File
 	defer func() {
@@ -268,14 +308,14 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	if incoming != "" {
 		f, err := os.Open(incoming)
 		if err != nil {
-			return fmt.Errorf("restore %s: image: %w", id, pathless(err))
+			return fmt.Errorf("restore %s: image: %w", id, hostpath.Pathless(err))
 		}
 		extra = append(extra, f)
 		args = append(args, "-incoming", "fd:"+strconv.Itoa(2+len(extra)))
 	}
 	confJSON, _ := json.MarshalIndent(conf, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "vm.json"), confJSON, 0o600); err != nil {
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	cg, err := newCgroup(id, conf.Limits)
 	if err != nil {
@@ -284,7 +324,7 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	log, err := os.OpenFile(filepath.Join(dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		cg.remove()
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	defer log.Close()
 	cmd := exec.Command(r.cfg.QEMU, args...)
@@ -312,7 +352,7 @@ func (r *Runtime) launch(ctx context.Context, spec Spec, conf vmConfig, incoming
 	}()
 	if err := os.WriteFile(filepath.Join(dir, "qemu.pid"), []byte(strconv.Itoa(v.pid)), 0o600); err != nil {
 		_ = cmd.Process.Kill()
-		return fmt.Errorf("start %s: %w", id, pathless(err))
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
 	r.mu.Lock()
 	r.vms[id] = v
@@ -369,7 +409,7 @@ func waitStatus(ctx context.Context, q *qmp, want string, bound time.Duration) e
 }
 
 // kernelCmdline tells the guest's init what it needs (guestinit).
-func kernelCmdline(spec Spec, conf vmConfig) string {
+func kernelCmdline(spec runtime.Spec, conf vmConfig) string {
 	parts := []string{
 		"console=ttyS0", "panic=-1", "quiet", "loglevel=3",
 		// The guest needs no mitigations against itself.
@@ -621,10 +661,12 @@ func (r *Runtime) simple(ctx context.Context, id, what, cmd string) error {
 }
 
 // Checkpoint saves the guest into imageDir: its memory and device state
-// (a migration to imageDir/state), its disk as it is at that moment
-// (imageDir/disk.img, a reflink clone taken while the guest is stopped,
-// so the two agree) and how QEMU ran it (vm.json). With leaveRunning the
-// guest continues; otherwise QEMU quits and the sandbox is gone.
+// (a migration to imageDir/state) and how QEMU ran it (vm.json). The disk
+// stays the caller's: a copy of the root image taken while the guest is
+// stopped (paused before, or suspended by this) agrees with the memory,
+// and is what a restore runs on; the image holds no disk, so it may live
+// on any filesystem. With leaveRunning the guest continues; otherwise
+// QEMU quits and the sandbox is gone.
 func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error {
 	v, err := r.lookup(id)
 	if err != nil {
@@ -639,10 +681,11 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 		wasRunning = false
 	}
 	if err := os.MkdirAll(imageDir, 0o700); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", id, pathless(err))
+		return fmt.Errorf("checkpoint %s: %w", id, hostpath.Pathless(err))
 	}
 	// A stopped guest migrates in one pass, and stopping flushes its
-	// disk, so the clone below sees every write the memory knows of.
+	// disk to the image file, so a copy of it taken while the guest is
+	// stopped holds every write the memory knows of.
 	if _, err := q.execute(ctx, "stop", nil); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", id, err)
 	}
@@ -655,16 +698,11 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	if err := migrateToFile(ctx, q, filepath.Join(imageDir, "state")); err != nil {
 		return fail(err)
 	}
-	disk := filepath.Join(imageDir, "disk.img")
-	_ = os.Remove(disk)
-	if err := CloneImage(ctx, v.conf.Rootfs, disk); err != nil {
-		return fail(err)
-	}
 	conf := v.conf
 	conf.Rootfs, conf.NetNSPath, conf.Veth = "", "", ""
 	confJSON, _ := json.MarshalIndent(conf, "", "  ")
 	if err := os.WriteFile(filepath.Join(imageDir, "vm.json"), confJSON, 0o600); err != nil {
-		return fail(pathless(err))
+		return fail(hostpath.Pathless(err))
 	}
 	if leaveRunning {
 		if wasRunning {
@@ -683,7 +721,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 func migrateToFile(ctx context.Context, q *qmp, path string) error {
 	f, err := os.OpenFile(path+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return pathless(err)
+		return hostpath.Pathless(err)
 	}
 	defer os.Remove(path + ".tmp")
 	_, err = q.executeWithFD(ctx, "getfd", map[string]any{"fdname": "migfile"}, int(f.Fd()))
@@ -709,7 +747,7 @@ func migrateToFile(ctx context.Context, q *qmp, path string) error {
 			if err := syncFile(path + ".tmp"); err != nil {
 				return err
 			}
-			return pathless(os.Rename(path+".tmp", path))
+			return hostpath.Pathless(os.Rename(path+".tmp", path))
 		case "failed", "cancelled":
 			return fmt.Errorf("migration %s: %s", st.Status, st.ErrorDesc)
 		}
@@ -725,10 +763,10 @@ func migrateToFile(ctx context.Context, q *qmp, path string) error {
 func syncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return pathless(err)
+		return hostpath.Pathless(err)
 	}
 	defer f.Close()
-	return pathless(f.Sync())
+	return hostpath.Pathless(f.Sync())
 }
 
 // Destroy ends the guest's QEMU and removes its tap, cgroup and state.
@@ -763,7 +801,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	_, dirs := cgroupDirs(id)
 	(&cgroup{dirs: dirs}).remove()
 	if err := os.RemoveAll(r.dir(id)); err != nil {
-		return fmt.Errorf("destroy %s: %w", id, pathless(err))
+		return fmt.Errorf("destroy %s: %w", id, hostpath.Pathless(err))
 	}
 	return nil
 }
@@ -800,7 +838,7 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	entries, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
-		return nil, fmt.Errorf("list: %w", pathless(err))
+		return nil, fmt.Errorf("list: %w", hostpath.Pathless(err))
 	}
 	var ids []string
 	for _, e := range entries {
@@ -832,8 +870,9 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return cgroupStats(id), nil
 }
 
-// ExitReason is why a guest's QEMU ended.
-type ExitReason struct {
+// exitStatus is why a guest's QEMU ended, in more detail than the seam's
+// runtime.ExitReason.
+type exitStatus struct {
 	// Status is QEMU's wait status, -1 when this backend object did not
 	// start it (an adopted guest).
 	Status int
@@ -842,18 +881,30 @@ type ExitReason struct {
 }
 
 // Wait blocks until the sandbox's QEMU exits (a guest power-off, a crash,
-// an OOM kill, Destroy) and says why.
-func (r *Runtime) Wait(ctx context.Context, id string) (ExitReason, error) {
+// an OOM kill of QEMU by the host, Destroy) and says why. An OOM inside
+// the guest is its own kernel's business: the sandbox runs on.
+func (r *Runtime) Wait(ctx context.Context, id string) (runtime.ExitReason, error) {
+	st, err := r.wait(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if st.OOM {
+		return runtime.ExitOOM, nil
+	}
+	return runtime.ExitDied, nil
+}
+
+func (r *Runtime) wait(ctx context.Context, id string) (exitStatus, error) {
 	v, err := r.lookup(id)
 	if err != nil {
-		return ExitReason{}, err
+		return exitStatus{}, err
 	}
 	select {
 	case <-v.exited:
 	case <-ctx.Done():
-		return ExitReason{}, ctx.Err()
+		return exitStatus{}, ctx.Err()
 	}
-	return ExitReason{Status: v.status, OOM: oomKills(id) > 0}, nil
+	return exitStatus{Status: v.status, OOM: oomKills(id) > 0}, nil
 }
 
 // DialAgent connects to the agent in the guest over its channel (the
@@ -881,7 +932,7 @@ func (r *Runtime) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 			conn, err = d.DialContext(ctx, "unix", filepath.Join(v.dir, "agent.sock"))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("dial agent of %s: %w", id, pathless(err))
+			return nil, fmt.Errorf("dial agent of %s: %w", id, hostpath.Pathless(err))
 		}
 		attempt := time.Now().Add(handshakeAttempt)
 		if deadline.Before(attempt) {
@@ -900,6 +951,11 @@ func (r *Runtime) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 
 // handshakeAttempt bounds one handshake on one connection.
 const handshakeAttempt = 2 * time.Second
+
+// AgentDialTimeout is how long a caller of DialAgent should allow: room
+// for a handshake that goes unanswered and the redial after it, and for
+// the guest's session that missed a hang-up to end (about a second).
+func (r *Runtime) AgentDialTimeout() time.Duration { return 3*handshakeAttempt + time.Second }
 
 // Close lets go of the guests without stopping them: it closes their
 // QMP connections (QEMU serves one client at a time, so a backend object

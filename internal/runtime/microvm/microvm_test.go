@@ -194,9 +194,9 @@ func sandboxImage(t *testing.T, name string) string {
 	return img
 }
 
-func testSpec(t *testing.T, id string) Spec {
-	return Spec{
-		ID: id, Rootfs: sandboxImage(t, "sb-"+id), Agent: env.agent,
+func testSpec(t *testing.T, id string) runtime.Spec {
+	return runtime.Spec{
+		ID: id, Rootfs: runtime.Rootfs{Kind: runtime.RootfsBlock, Path: sandboxImage(t, "sb-"+id)}, Agent: env.agent,
 		Env:      []string{"PATH=/bin", "SPACE_AGENT_TOKEN=boot-" + id},
 		Hostname: id, Limits: runtime.Limits{VCPUs: 1, MemoryMB: 128},
 	}
@@ -315,7 +315,7 @@ func (c *client) run(t *testing.T, token, script string) string {
 	return ""
 }
 
-func startVM(t *testing.T, r *Runtime, spec Spec) (*client, time.Duration) {
+func startVM(t *testing.T, r *Runtime, spec runtime.Spec) (*client, time.Duration) {
 	t.Helper()
 	start := time.Now()
 	if err := r.Start(context.Background(), spec); err != nil {
@@ -540,10 +540,10 @@ func TestOOMReported(t *testing.T) {
 }
 
 // waitAsync runs Wait in the background and delivers its reason.
-func waitAsync(r *Runtime, id string) <-chan ExitReason {
-	waited := make(chan ExitReason, 1)
+func waitAsync(r *Runtime, id string) <-chan exitStatus {
+	waited := make(chan exitStatus, 1)
 	go func() {
-		reason, _ := r.Wait(context.Background(), id)
+		reason, _ := r.wait(context.Background(), id)
 		waited <- reason
 	}()
 	return waited
@@ -576,7 +576,7 @@ func TestSuspendAndRestoreTwice(t *testing.T) {
 	if err := r.Checkpoint(context.Background(), spec.ID, image, false); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("suspend (stop, migrate to file, clone disk, quit): %s", time.Since(suspend).Round(time.Millisecond))
+	t.Logf("suspend (stop, migrate to file, quit): %s", time.Since(suspend).Round(time.Millisecond))
 	c.close()
 	assertGone(t, r, spec.ID, st.PID)
 	if fi, err := os.Stat(filepath.Join(image, "state")); err != nil || fi.Size() == 0 {
@@ -589,6 +589,11 @@ func TestSuspendAndRestoreTwice(t *testing.T) {
 	clients := map[string]*client{}
 	for _, id := range []string{"branch1", "branch2"} {
 		bs := testSpec(t, id)
+		// What a snapshot of the suspended sandbox's volume holds.
+		_ = os.Remove(bs.Rootfs.Path)
+		if err := CloneImage(context.Background(), spec.Rootfs.Path, bs.Rootfs.Path); err != nil {
+			t.Fatal(err)
+		}
 		start := time.Now()
 		if err := r.Restore(context.Background(), bs, image); err != nil {
 			t.Fatal(err)
@@ -638,7 +643,7 @@ func TestNetworkThroughSlot(t *testing.T) {
 	}
 	defer slot.Destroy()
 	spec := testSpec(t, "net1")
-	spec.NetNSPath = slot.NetNSPath()
+	spec.Network = slot
 	c, _ := startVM(t, r, spec)
 	token := "boot-net1"
 	got := c.run(t, token, "ip -o -4 addr show eth0 | tr -s ' ' | cut -d' ' -f4; cat /sys/class/net/eth0/address; httpd -p 8080 -h /www")
@@ -734,7 +739,7 @@ func TestProbeFallsBackWithoutHanging(t *testing.T) {
 }
 
 func TestChannelSelection(t *testing.T) {
-	spec := Spec{ID: "c1", Hostname: "c1"}
+	spec := runtime.Spec{ID: "c1", Hostname: "c1"}
 	serial := vmConfig{Machine: "microvm", Accel: "tcg", Rootfs: "/x.img", Kernel: "/k", Initramfs: "/i"}
 	serial.Cmdline = kernelCmdline(spec, serial)
 	args := strings.Join(qemuArgs("/s/c1", serial), " ")
@@ -765,5 +770,27 @@ func TestChannelSelection(t *testing.T) {
 	// This machine has no /dev/vhost-vsock: guests get virtio-serial.
 	if _, err := os.Stat("/dev/vhost-vsock"); err != nil && vsockAvailable() {
 		t.Error("vsock reported available without /dev/vhost-vsock")
+	}
+}
+
+// A spec the microVM cannot run is refused as unsupported before anything
+// is made: a directory root filesystem, persistent volume mounts.
+func TestRefusesDirRootfsAndMounts(t *testing.T) {
+	r := &Runtime{} // nothing past the spec check is reached
+	block := runtime.Rootfs{Kind: runtime.RootfsBlock, Path: "/nonexistent.img"}
+	for name, spec := range map[string]runtime.Spec{
+		"dir":    {ID: "r1", Rootfs: runtime.Rootfs{Kind: runtime.RootfsDir, Path: "/nonexistent"}},
+		"mounts": {ID: "r2", Rootfs: block, Mounts: []runtime.Mount{{Source: "/v", Destination: "/data"}}},
+	} {
+		err := r.Start(context.Background(), spec)
+		if !errors.Is(err, runtime.ErrUnsupported) {
+			t.Errorf("%s: start: %v, want ErrUnsupported", name, err)
+		}
+		if err := r.Restore(context.Background(), spec, "/nonexistent"); !errors.Is(err, runtime.ErrUnsupported) {
+			t.Errorf("%s: restore: %v, want ErrUnsupported", name, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "/nonexistent") {
+			t.Errorf("%s: the error names a host path: %v", name, err)
+		}
 	}
 }

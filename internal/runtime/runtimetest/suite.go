@@ -56,8 +56,12 @@ type Harness struct {
 	// GuestOOM says the sandbox has a kernel of its own, whose OOM killer
 	// ends the process that exceeds the memory instead of the sandbox (a
 	// VM); otherwise the host must end the sandbox and Wait say so. The
-	// OOM case's sandbox has 64 MiB and allocates 256 MiB.
+	// OOM case's sandbox has OOMMemoryMB and allocates 256 MiB.
 	GuestOOM bool
+	// OOMMemoryMB is the OOM case's memory limit, below 256; zero means
+	// 64. A VM needs more to boot at all: its own kernel and initramfs
+	// live in it.
+	OOMMemoryMB int
 	// Timeout bounds each case; zero means two minutes.
 	Timeout time.Duration
 }
@@ -411,6 +415,12 @@ func testExitWhenKilled(t *testing.T, c *suiteCase) {
 func testExitOnOOM(t *testing.T, c *suiteCase) {
 	limits := c.h.Limits
 	limits.MemoryMB = 64
+	if c.h.OOMMemoryMB > 0 {
+		limits.MemoryMB = c.h.OOMMemoryMB
+	}
+	if limits.MemoryMB >= 256 {
+		t.Fatalf("the OOM case's limit of %d MiB is not below the 256 MiB it allocates", limits.MemoryMB)
+	}
 	b := c.start(t, &limits)
 	c.agent(b).run(t, c.ctx, "dd if=/dev/zero of=/dev/null bs=1M count=8") // fits
 	done := c.waitInBackground(c.rt, b.id)
@@ -420,7 +430,7 @@ func testExitOnOOM(t *testing.T, c *suiteCase) {
 	go func() {
 		code, out, err := c.agent(b).exec(c.ctx, "dd if=/dev/zero of=/dev/null bs=256M count=1")
 		if err == nil && code == 0 {
-			err = fmt.Errorf("a 64 MiB sandbox allocated 256 MiB: %s", out)
+			err = fmt.Errorf("a %d MiB sandbox allocated 256 MiB: %s", limits.MemoryMB, out)
 		} else {
 			err = nil
 		}
@@ -549,8 +559,12 @@ func (c *suiteCase) exit(t *testing.T, done <-chan waitResult, within time.Durat
 }
 
 // agentClient reaches one sandbox's agent through DialAgent: plain HTTP
-// for /health, the Connect process service for commands.
+// for /health, the Connect process service for commands. Each call hangs
+// up when done: a backend's agent channel may take one host connection at
+// a time (a VM's virtio-serial port), and a client that left its
+// connection open would keep the next one waiting.
 type agentClient struct {
+	tr    *http2.Transport
 	http  *http.Client
 	proc  processpbconnect.ProcessClient
 	token string
@@ -564,10 +578,11 @@ func newAgentClient(rt runtime.Runtime, id, token string) *agentClient {
 		},
 	}
 	hc := &http.Client{Transport: tr}
-	return &agentClient{http: hc, proc: processpbconnect.NewProcessClient(hc, "http://agent"), token: token}
+	return &agentClient{tr: tr, http: hc, proc: processpbconnect.NewProcessClient(hc, "http://agent"), token: token}
 }
 
 func (a *agentClient) health(ctx context.Context, timeout time.Duration) error {
+	defer a.tr.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/health", nil)
@@ -602,6 +617,7 @@ func (a *agentClient) waitHealthy(t *testing.T, ctx context.Context) {
 // exec runs a shell command as root and returns its exit status and
 // stdout; err is a failure to run it at all (the sandbox went away).
 func (a *agentClient) exec(ctx context.Context, script string) (int, string, error) {
+	defer a.tr.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}}})

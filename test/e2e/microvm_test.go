@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// vmTemplate is a minimal-based template built for both runtimes, gVisor
+// its default.
+const vmTemplate = "vm-minimal"
+
+// A sandbox of a template built for both runtimes, created on microvm,
+// runs in a QEMU guest (TCG here) and does what a gVisor sandbox does
+// through the API: exec, files, a session re-attached by offset, pause
+// and resume, suspend and resume with its memory, a snapshot restored,
+// three branches diverging with the counter going on in each; deleted,
+// it leaves no QEMU, cgroup, network slot or volume.
+func TestMicroVMLifecycle(t *testing.T) {
+	requireServer(t)
+	if env.noMicroVM != "" {
+		t.Skip(env.noMicroVM)
+	}
+	ctx := testContext(t)
+	if _, err := env.client.GetTemplate(ctx, vmTemplate); err != nil {
+		if _, err := env.client.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Name: vmTemplate, Recipe: "from: minimal\nruntime: [gvisor, microvm]\n"}); err != nil {
+			t.Fatalf("create template: %v", err)
+		}
+	}
+	tpl := waitTemplate(t, vmTemplate)
+	if strings.Join(tpl.Runtimes, ",") != "gvisor,microvm" || tpl.DefaultRuntime != "gvisor" {
+		t.Fatalf("template runtimes %v, default %q", tpl.Runtimes, tpl.DefaultRuntime)
+	}
+
+	begin := time.Now()
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: vmTemplate, Runtime: "microvm", MemoryMB: 128, VCPUs: 1})
+	t.Logf("create on microvm to running: %s", time.Since(begin).Round(time.Millisecond))
+	// The harness's server runs its guests under TCG (--accel tcg).
+	if sb.Runtime != "microvm" || sb.Isolation != "microvm-tcg" {
+		t.Fatalf("runtime %q, isolation %q", sb.Runtime, sb.Isolation)
+	}
+	// A kernel of its own: the guest's, not the host's.
+	host, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	if guest := strings.TrimSpace(execOK(t, sb.ID, "uname -r")); guest == strings.TrimSpace(string(host)) {
+		t.Fatalf("the guest runs the host's kernel %s", guest)
+	}
+	begin = time.Now()
+	if out := execOK(t, sb.ID, "echo hello from $(hostname)"); out != "hello from "+sb.ID+"\n" {
+		t.Fatalf("exec said %q", out)
+	}
+	t.Logf("exec round trip: %s", time.Since(begin).Round(time.Millisecond))
+	if _, err := env.client.WriteFile(ctx, sb.ID, "/home/user/note.txt", strings.NewReader("kept on the guest's disk")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, sb.ID, "/home/user/note.txt"); string(got) != "kept on the guest's disk" {
+		t.Fatalf("read back %q", got)
+	}
+	reattachByOffset(t, sb.ID)
+
+	pid := startCounter(t, sb.ID)
+	before := count(t, sb.ID)
+	if _, err := env.client.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	before = requireCounting(t, sb.ID, before, pid)
+
+	begin = time.Now()
+	if _, err := env.client.Suspend(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("suspend: %s", time.Since(begin).Round(time.Millisecond))
+	begin = time.Now()
+	if got, err := env.client.Resume(ctx, sb.ID); err != nil || got.State != apiv1.StateRunning {
+		t.Fatalf("resume after suspend: %+v, %v", got, err)
+	}
+	t.Logf("resume from suspend: %s", time.Since(begin).Round(time.Millisecond))
+	before = requireCounting(t, sb.ID, before, pid)
+	if got := readAll(t, sb.ID, "/home/user/note.txt"); string(got) != "kept on the guest's disk" {
+		t.Fatalf("after suspend and resume: %q", got)
+	}
+
+	// A snapshot, a change, and the rollback to it.
+	if _, err := env.client.CreateSnapshot(ctx, sb.ID, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	execOK(t, sb.ID, "echo changed > /home/user/note.txt")
+	begin = time.Now()
+	if got, err := env.client.Restore(ctx, sb.ID, "s1"); err != nil || got.State != apiv1.StateRunning || got.Runtime != "microvm" {
+		t.Fatalf("restore: %+v, %v", got, err)
+	}
+	t.Logf("restore of a snapshot: %s", time.Since(begin).Round(time.Millisecond))
+	if got := readAll(t, sb.ID, "/home/user/note.txt"); string(got) != "kept on the guest's disk" {
+		t.Fatalf("after the rollback: %q", got)
+	}
+	before = count(t, sb.ID)
+
+	// Three branches: each its own guest, going on from the same memory.
+	begin = time.Now()
+	branches, err := env.client.Branch(ctx, sb.ID, 3)
+	if err != nil || len(branches) != 3 {
+		t.Fatalf("branch: %d, %v", len(branches), err)
+	}
+	t.Logf("branch x3: %s", time.Since(begin).Round(time.Millisecond))
+	for _, b := range branches {
+		t.Cleanup(func() { _ = env.client.DeleteSandbox(context.Background(), b.ID) })
+		if got, err := env.client.WaitSandbox(ctx, b.ID, apiv1.StateRunning, 2*time.Minute); err != nil || got.Runtime != "microvm" || got.Isolation != sb.Isolation {
+			t.Fatalf("branch %s: %+v, %v", b.ID, got, err)
+		}
+	}
+	for _, b := range branches {
+		requireCounting(t, b.ID, before, pid)
+		execOK(t, b.ID, "echo "+b.ID+" > /home/user/mine.txt")
+	}
+	for _, b := range append(branches, *sb) {
+		want := b.ID
+		if b.ID == sb.ID {
+			want = "none"
+		}
+		if got := strings.TrimSpace(execOK(t, b.ID, "cat /home/user/mine.txt 2>/dev/null || echo none")); got != want {
+			t.Fatalf("%s sees mine.txt %q, want %q", b.ID, got, want)
+		}
+	}
+
+	// Deleted, a guest leaves nothing behind.
+	for _, b := range append(branches, *sb) {
+		if err := env.client.DeleteSandbox(ctx, b.ID); err != nil {
+			t.Fatal(err)
+		}
+		requireNothingLeft(t, b.ID)
+	}
+}
+
+// reattachByOffset runs a session that prints numbered lines and reads
+// it through several short attaches, each from the offset the last one
+// reached: every line arrives once, in order.
+func reattachByOffset(t *testing.T, id string) {
+	t.Helper()
+	ctx := testContext(t)
+	const lines = 200
+	sess, err := env.client.CreateSession(ctx, id, apiv1.CreateSessionRequest{
+		Cmd: []string{"/bin/sh", "-c", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo "line $i"; i=$((i+1)); if [ $((i %% 50)) = 0 ]; then sleep 0.2; fi; done`, lines)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	var offset int64
+	for attach := 0; attach < 1000; attach++ {
+		actx, cancel := context.WithCancel(ctx)
+		stream, err := env.client.Attach(actx, id, sess.ID, offset)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		exited := false
+		for n := 0; n < 3 && !exited; n++ {
+			ev, err := stream.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("attach %d: %v", attach, err)
+			}
+			switch ev.Type {
+			case apiv1.EventTruncated:
+				t.Fatalf("output was dropped: %+v", ev.Truncated)
+			case apiv1.EventExit:
+				exited = true
+			default:
+				got.Write(ev.Data)
+				offset = ev.Offset
+			}
+		}
+		cancel()
+		stream.Close()
+		if exited {
+			break
+		}
+	}
+	var want strings.Builder
+	for i := 0; i < lines; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	if got.String() != want.String() {
+		t.Fatalf("re-attached output differs: %d bytes, want %d", got.Len(), want.Len())
+	}
+}
+
+// requireNothingLeft checks that a deleted sandbox left no QEMU process,
+// cgroup, network slot or root volume on the host.
+func requireNothingLeft(t *testing.T, id string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := vmLeftovers(id)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deleted sandbox %s left %s", id, strings.Join(left, ", "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func vmLeftovers(id string) []string {
+	var left []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "qemu") && strings.Contains(string(b), id) {
+			left = append(left, "a QEMU process ("+filepath.Base(filepath.Dir(p))+")")
+		}
+	}
+	for _, p := range []string{
+		filepath.Join("/sys/fs/cgroup/space", id),
+		filepath.Join("/sys/fs/cgroup/memory/space", id),
+		filepath.Join(env.dataDir, "netns", "space-"+id),
+		filepath.Join(env.dataDir, "volumes", "sandboxes", id),
+		filepath.Join(env.dataDir, "microvm", id),
+	} {
+		if _, err := os.Stat(p); err == nil {
+			left = append(left, p)
+		}
+	}
+	return left
+}
