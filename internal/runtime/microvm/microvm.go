@@ -488,6 +488,10 @@ func qemuArgs(dir string, c vmConfig) []string {
 		"-machine", machine, "-accel", accel, "-cpu", cpu,
 		"-smp", strconv.Itoa(vcpus), "-m", strconv.Itoa(mem) + "M",
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		// QEMU's own seccomp filter: a guest that takes over a device
+		// model gets no new processes, no setuid, no obsolete system
+		// calls and no changes to its scheduling or limits.
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-kernel", c.Kernel, "-initrd", c.Initramfs, "-append", c.Cmdline,
 		"-chardev", "file,id=console,path=" + filepath.Join(dir, "console.log") + ",append=on",
 		"-serial", "chardev:console",

@@ -445,6 +445,10 @@ func TestBootExecPauseResumeDestroy(t *testing.T) {
 	if !strings.Contains(string(procs), fmt.Sprint(pid)) {
 		t.Errorf("QEMU %d is not in its cgroup %s (%q)", pid, dirs[0], procs)
 	}
+	// QEMU runs under its seccomp filter (-sandbox): mode 2 in every thread.
+	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err != nil || !strings.Contains(string(status), "Seccomp:\t2") {
+		t.Errorf("QEMU %d is not under a seccomp filter (%v): %s", pid, err, status)
+	}
 
 	// A new backend object finds the running guest again.
 	r.Close()
