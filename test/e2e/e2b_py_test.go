@@ -48,10 +48,6 @@ func TestE2BPythonSDKs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs PyPI packages and builds the base template")
 	}
-	// An SDK's suite waits on the server far more than it computes, and
-	// its sandboxes are its own (listed by their own metadata): it runs
-	// alongside the other parallel tests, at the end of the run.
-	t.Parallel()
 	dir := filepath.Join(env.repoRoot, "compat", "e2b-py")
 	envs := strings.Fields(os.Getenv("SPACE_E2B_PY_ENVS"))
 	if len(envs) == 0 {

@@ -25,10 +25,6 @@ func TestE2BJSSDKs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs npm packages and builds the base template")
 	}
-	// An SDK's suite waits on the server far more than it computes, and
-	// its sandboxes are its own (listed by their own metadata): it runs
-	// alongside the other parallel tests, at the end of the run.
-	t.Parallel()
 	dir := filepath.Join(env.repoRoot, "compat", "e2b-js")
 	node, err := exec.LookPath("node")
 	if err != nil {

@@ -30,10 +30,6 @@ func TestNativeSDKs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs PyPI and npm packages")
 	}
-	// An SDK's suite waits on the server far more than it computes, and
-	// its sandboxes are its own (listed by their own metadata): it runs
-	// alongside the other parallel tests, at the end of the run.
-	t.Parallel()
 	which := os.Getenv("SPACE_SDK_NATIVE")
 	files := strings.Fields(os.Getenv("SPACE_SDK_NATIVE_TESTS"))
 	environ := append(withoutE2BEnv(os.Environ()),
