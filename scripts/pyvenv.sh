@@ -21,12 +21,26 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 python="${PYTHON:-python3}"
 sum="$( { cat "$lock"; "$python" -VV; } | sha256sum | cut -c1-12)"
 venvs="${SPACE_TOOLS_DIR:-$root/.tools}/venv"
-venv="$venvs/$name-$sum"
 mkdir -p "$venvs"
+# The scripts a venv installs name its interpreter by the path it was made
+# at: made through a symlinked .tools of a worktree since removed, they
+# would point nowhere. Make it at the real path, and rebuild one whose
+# scripts' interpreters are gone.
+venvs="$(realpath "$venvs")"
+venv="$venvs/$name-$sum"
+stale() {
+  local f line
+  for f in "$venv"/bin/*; do
+    [ -f "$f" ] || continue
+    IFS= read -r line < "$f" || continue
+    case "$line" in '#!/'*) line="${line#\#!}"; [ -x "${line%% *}" ] || return 0 ;; esac
+  done
+  return 1
+}
 # One installer at a time per environment (lanes share .tools).
 exec 9>"$venv.lock"
 flock 9
-if [ ! -f "$venv/.space-installed" ]; then
+if [ ! -f "$venv/.space-installed" ] || stale; then
   rm -rf "$venv"
   echo "==> installing $name ($(basename "$lock")) into $venv" >&2
   "$python" -m venv "$venv"
