@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,46 +152,13 @@ func reattachByOffset(t *testing.T, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got strings.Builder
-	var offset int64
-	for attach := 0; attach < 1000; attach++ {
-		actx, cancel := context.WithCancel(ctx)
-		stream, err := env.client.Attach(actx, id, sess.ID, offset)
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		exited := false
-		for n := 0; n < 3 && !exited; n++ {
-			ev, err := stream.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("attach %d: %v", attach, err)
-			}
-			switch ev.Type {
-			case apiv1.EventTruncated:
-				t.Fatalf("output was dropped: %+v", ev.Truncated)
-			case apiv1.EventExit:
-				exited = true
-			default:
-				got.Write(ev.Data)
-				offset = ev.Offset
-			}
-		}
-		cancel()
-		stream.Close()
-		if exited {
-			break
-		}
-	}
+	got, _ := readByReattaching(t, ctx, id, sess.ID, 3)
 	var want strings.Builder
 	for i := 0; i < lines; i++ {
 		fmt.Fprintf(&want, "line %d\n", i)
 	}
-	if got.String() != want.String() {
-		t.Fatalf("re-attached output differs: %d bytes, want %d", got.Len(), want.Len())
+	if got != want.String() {
+		t.Fatalf("re-attached output differs: %d bytes, want %d", len(got), want.Len())
 	}
 }
 

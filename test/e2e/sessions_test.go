@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/pkg/apiv1"
+	"github.com/space-platform/space/pkg/client"
 )
 
 // A session keeps running while no client watches it; a client that comes
@@ -25,50 +26,16 @@ func TestSessionOutlivesClientAndReattachLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var got strings.Builder
-	var offset int64
-	for attach := 0; ; attach++ {
-		// Each client reads a little, then goes away.
-		attachCtx, cancel := context.WithCancel(ctx)
-		stream, err := env.client.Attach(attachCtx, sb.ID, sess.ID, offset)
-		if err != nil {
-			t.Fatal(err)
-		}
-		exited := false
-		for n := 0; n < 5; n++ {
-			ev, err := stream.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("attach %d: %v", attach, err)
-			}
-			if ev.Type == apiv1.EventTruncated {
-				t.Fatalf("output was dropped: %+v", ev.Truncated)
-			}
-			if ev.Type == apiv1.EventExit {
-				exited = true
-				if ev.ExitCode != 0 {
-					t.Fatalf("exit code %d", ev.ExitCode)
-				}
-				break
-			}
-			got.Write(ev.Data)
-			offset = ev.Offset
-		}
-		cancel()
-		stream.Close()
-		if exited {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	got, exit := readByReattaching(t, ctx, sb.ID, sess.ID, 5)
+	if exit.ExitCode != 0 {
+		t.Fatalf("exit code %d", exit.ExitCode)
 	}
 	want := make([]string, lines)
 	for i := range want {
 		want[i] = fmt.Sprintf("line %d", i)
 	}
-	if got.String() != strings.Join(want, "\n")+"\n" {
-		gotLines := strings.Split(strings.TrimSpace(got.String()), "\n")
+	if got != strings.Join(want, "\n")+"\n" {
+		gotLines := strings.Split(strings.TrimSpace(got), "\n")
 		t.Fatalf("re-attached output has %d lines, want %d exactly once in order (first %q, last %q)",
 			len(gotLines), lines, gotLines[0], gotLines[len(gotLines)-1])
 	}
@@ -249,5 +216,48 @@ func TestSessionAttachReportsDroppedOutput(t *testing.T) {
 	from := info.DroppedBytes + 1000
 	if truncated, received, end := read(from); truncated != nil || received != total-from || end != total {
 		t.Fatalf("attach from %d: truncated %+v, %d bytes, exit at %d; want none, %d, %d", from, truncated, received, end, total-from, total)
+	}
+}
+
+// readByReattaching reads a session's whole output through a series of
+// clients, each taking up to perAttach events and going away, each
+// attaching at the offset the one before reached. Dropped output fails
+// the test; it returns the output and the exit event.
+func readByReattaching(t *testing.T, ctx context.Context, sandboxID, sessionID string, perAttach int) (string, client.Event) {
+	t.Helper()
+	var got strings.Builder
+	var offset int64
+	for attach := 0; ; attach++ {
+		attachCtx, cancel := context.WithCancel(ctx)
+		stream, err := env.client.Attach(attachCtx, sandboxID, sessionID, offset)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		var exit *client.Event
+		for n := 0; n < perAttach && exit == nil; n++ {
+			ev, err := stream.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("attach %d: %v", attach, err)
+			}
+			switch ev.Type {
+			case apiv1.EventTruncated:
+				t.Fatalf("output was dropped: %+v", ev.Truncated)
+			case apiv1.EventExit:
+				exit = &ev
+			default:
+				got.Write(ev.Data)
+				offset = ev.Offset
+			}
+		}
+		cancel()
+		stream.Close()
+		if exit != nil {
+			return got.String(), *exit
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
