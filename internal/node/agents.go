@@ -155,12 +155,7 @@ func (s *agentStore) recordedIDs() []string {
 	if s == nil {
 		return nil
 	}
-	entries, _ := os.ReadDir(filepath.Join(s.dir, sandboxAgentsDir))
-	ids := make([]string, 0, len(entries))
-	for _, e := range entries {
-		ids = append(ids, e.Name())
-	}
-	return ids
+	return dirNames(filepath.Join(s.dir, sandboxAgentsDir))
 }
 
 // forget drops sandbox id's record; a node without a store (a unit

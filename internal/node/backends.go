@@ -73,16 +73,23 @@ func (n *Node) recordRuntime(id, name string) error {
 		return fmt.Errorf("record the runtime of %s: %w", id, err)
 	}
 	if err := writeFileSync(n.runtimeRecordPath(id), []byte(name)); err != nil {
+		n.runtimeOf.Delete(id)
 		return fmt.Errorf("record the runtime of %s: %w", id, err)
 	}
+	n.runtimeOf.Store(id, name)
 	return nil
 }
 
 // recordedRuntime is the backend sandbox id runs on: gVisor for a sandbox
-// started before nodes recorded it (gVisor was the only one).
+// started before nodes recorded it (gVisor was the only one). The record
+// is read once per node process and then kept in memory.
 func (n *Node) recordedRuntime(id string) string {
+	if name, ok := n.runtimeOf.Load(id); ok {
+		return name.(string)
+	}
 	b, err := os.ReadFile(n.runtimeRecordPath(id))
 	if name := strings.TrimSpace(string(b)); err == nil && name != "" {
+		n.runtimeOf.Store(id, name)
 		return name
 	}
 	return runtime.GVisor
@@ -91,16 +98,23 @@ func (n *Node) recordedRuntime(id string) string {
 // recordedRuntimeIDs are the sandboxes with a runtime record: those whose
 // release has not dropped it yet.
 func (n *Node) recordedRuntimeIDs() []string {
-	entries, _ := os.ReadDir(filepath.Join(n.cfg.StateDir, sandboxRuntimesDir))
-	ids := make([]string, 0, len(entries))
-	for _, e := range entries {
-		ids = append(ids, e.Name())
-	}
-	return ids
+	return dirNames(filepath.Join(n.cfg.StateDir, sandboxRuntimesDir))
 }
 
 func (n *Node) forgetRuntime(id string) {
+	n.runtimeOf.Delete(id)
 	_ = os.Remove(n.runtimeRecordPath(id))
+}
+
+// dirNames are the names in a directory of per-sandbox records (none if
+// it cannot be read: no record was ever written).
+func dirNames(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 // rt is the backend of sandbox id. A sandbox recorded on a backend this

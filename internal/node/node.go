@@ -91,6 +91,9 @@ type Node struct {
 	// lifecycle serialises the calls that make or unmake one sandbox's
 	// runtime (idlock.go).
 	lifecycle idLocks
+	// runtimeOf caches the backend names of sandboxes' runtime records
+	// (backends.go), which every call on a sandbox reads.
+	runtimeOf sync.Map // sandbox id → backend name
 }
 
 // Capacity is what a node offers in total.
