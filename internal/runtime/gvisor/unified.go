@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -28,30 +29,63 @@ const unifiedRoot = "/sys/fs/cgroup/unified"
 var v1Listers = []string{"pids", "memory", "cpu"}
 
 // leaveUnifiedParent moves sandbox id's processes to /space/<id> of the
-// v2 hierarchy of a hybrid host; elsewhere it does nothing.
+// v2 hierarchy of a hybrid host; elsewhere it does nothing. A process
+// that forks while the list is being moved may leave a child behind in
+// the parent's cgroup (the child is born where its parent still was), so
+// the move repeats until a pass finds nothing left to move.
 func leaveUnifiedParent(id string) error {
 	if !cgroupfs.IsV2(unifiedRoot) {
 		return nil
 	}
-	var procs []byte
+	dir := filepath.Join(unifiedRoot, "space", id)
+	made := false
+	for pass := 0; pass < maxUnifiedPasses; pass++ {
+		pids := v1Procs(id)
+		if pids == nil {
+			return nil // runsc made no v1 cgroup: nothing to mirror
+		}
+		if !made {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("cgroup of %s in the v2 hierarchy: %w", id, hostpath.Pathless(err))
+			}
+			made = true
+		}
+		there, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			return fmt.Errorf("processes of %s in the v2 hierarchy: %w", id, hostpath.Pathless(err))
+		}
+		moved := 0
+		for _, pid := range pids {
+			if slices.Contains(strings.Fields(string(there)), pid) {
+				continue
+			}
+			err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0o644)
+			if errors.Is(err, syscall.ESRCH) { // a process that exited meanwhile
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("move process %s of %s in the v2 hierarchy: %w", pid, id, hostpath.Pathless(err))
+			}
+			moved++
+		}
+		if moved == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("move the processes of %s in the v2 hierarchy: still forking outside it after %d passes", id, maxUnifiedPasses)
+}
+
+// maxUnifiedPasses bounds leaveUnifiedParent's repeats: a sandbox that is
+// starting forks a handful of processes, not an endless stream.
+const maxUnifiedPasses = 20
+
+// v1Procs lists the processes of sandbox id's v1 cgroup (nil when runsc
+// made none).
+func v1Procs(id string) []string {
 	for _, c := range v1Listers {
 		data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", c, "space", id, "cgroup.procs"))
 		if err == nil {
-			procs = data
-			break
-		}
-	}
-	if procs == nil {
-		return nil // runsc made no v1 cgroup: nothing to mirror
-	}
-	dir := filepath.Join(unifiedRoot, "space", id)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("cgroup of %s in the v2 hierarchy: %w", id, hostpath.Pathless(err))
-	}
-	for _, pid := range strings.Fields(string(procs)) {
-		err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0o644)
-		if err != nil && !errors.Is(err, syscall.ESRCH) { // a process that exited meanwhile
-			return fmt.Errorf("move process %s of %s in the v2 hierarchy: %w", pid, id, hostpath.Pathless(err))
+			return append([]string{}, strings.Fields(string(data))...)
 		}
 	}
 	return nil
