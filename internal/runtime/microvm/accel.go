@@ -95,7 +95,7 @@ func Probe(ctx context.Context, qemu string, k Kernel, accel, workDir string, bo
 	cmd := exec.CommandContext(ctx, qemu,
 		"-machine", "microvm", "-accel", acc, "-cpu", cpu,
 		"-m", "128M", "-smp", "1", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		"-kernel", k.Vmlinuz(), "-initrd", initrd,
+		"-kernel", k.Image(accel), "-initrd", initrd,
 		"-append", cmdline,
 		"-serial", "stdio")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -21,7 +21,8 @@ import (
 // v2 tree too (see gvisor/unified.go for why).
 const cgroupFS = "/sys/fs/cgroup"
 
-// qemuOverheadMB is what QEMU itself needs beside the guest's memory:
+// qemuOverheadMB is what QEMU itself needs beside the guest's memory and
+// its kernel image (kernelOverheadMB):
 // its code, device emulation, TCG's translation cache (32 MiB by
 // default in system mode on 7.2, bounded with tb-size below) and buffers.
 const qemuOverheadMB = 160
@@ -49,9 +50,20 @@ func cgroupDirs(id string) (v2 bool, dirs []string) {
 	return false, dirs
 }
 
+// kernelOverheadMB is what booting kernel image adds to QEMU's memory:
+// QEMU keeps a copy of the image it loaded for a reset, and maps the
+// file, both charged to the sandbox's cgroup; about the file's size.
+func kernelOverheadMB(image string) int {
+	fi, err := os.Stat(image)
+	if err != nil {
+		return 0 // QEMU fails to load it, and says so
+	}
+	return int((fi.Size() + 1<<20 - 1) >> 20)
+}
+
 // newCgroup makes the sandbox's cgroup with its limits: memory = guest
-// memory + QEMU's overhead, CPU = vCPUs, pids.
-func newCgroup(id string, l runtime.Limits) (*cgroup, error) {
+// memory + overheadMB for QEMU, CPU = vCPUs, pids.
+func newCgroup(id string, l runtime.Limits, overheadMB int) (*cgroup, error) {
 	v2, dirs := cgroupDirs(id)
 	cg := &cgroup{v2: v2, dirs: dirs}
 	if v2 {
@@ -70,7 +82,7 @@ func newCgroup(id string, l runtime.Limits) (*cgroup, error) {
 			return nil, fmt.Errorf("cgroup: %w", hostpath.Pathless(err))
 		}
 	}
-	mem := int64(l.MemoryMB+qemuOverheadMB) << 20
+	mem := int64(l.MemoryMB+overheadMB) << 20
 	var writes [][2]string
 	if v2 {
 		d := dirs[0]

@@ -186,7 +186,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) error {
 	}
 	conf := vmConfig{
 		Machine: r.cfg.Machine, Accel: r.accel, Limits: spec.Limits,
-		Initramfs: initramfs, Kernel: r.cfg.Kernel.Vmlinuz(),
+		Initramfs: initramfs, Kernel: r.cfg.Kernel.Image(r.accel),
 		Rootfs: spec.Rootfs.Path, NetNSPath: netns, Veth: link,
 	}
 	return r.launch(ctx, spec, conf, "")
@@ -317,7 +317,7 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, 
 	if err := os.WriteFile(filepath.Join(dir, "vm.json"), confJSON, 0o600); err != nil {
 		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
-	cg, err := newCgroup(id, conf.Limits)
+	cg, err := newCgroup(id, conf.Limits, qemuOverheadMB+kernelOverheadMB(conf.Kernel))
 	if err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
