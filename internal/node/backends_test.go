@@ -35,6 +35,9 @@ type fakeBackend struct {
 	started  []string
 	restored []string
 	specs    map[string]runtime.Spec // the last each sandbox ran with
+	// dies, when set, ends every sandbox right after its start, for that
+	// reason, before its agent ever answers (a guest that dies booting).
+	dies runtime.ExitReason
 }
 
 func newFakeBackend(name, isolation string) *fakeBackend {
@@ -49,6 +52,9 @@ func (f *fakeBackend) run(spec runtime.Spec) {
 	f.limits[spec.ID] = spec.Limits
 	f.ended[spec.ID] = make(chan struct{})
 	f.specs[spec.ID] = spec
+	if f.dies != "" {
+		close(f.ended[spec.ID])
+	}
 }
 
 func (f *fakeBackend) specOf(id string) runtime.Spec {
@@ -124,7 +130,11 @@ func (f *fakeBackend) Destroy(_ context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ch, ok := f.ended[id]; ok {
-		close(ch)
+		select {
+		case <-ch: // ended already (dies)
+		default:
+			close(ch)
+		}
 	}
 	delete(f.status, id)
 	delete(f.limits, id)
@@ -168,6 +178,9 @@ func (f *fakeBackend) DialAgent(_ context.Context, id string) (net.Conn, error) 
 	if !f.holds(id) {
 		return nil, fmt.Errorf("%s: dial %s: %w", f.name, id, runtime.ErrNotFound)
 	}
+	if f.dies != "" {
+		return nil, fmt.Errorf("%s: dial %s: connection refused", f.name, id)
+	}
 	client, server := net.Pipe()
 	mux := http.NewServeMux()
 	ok := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
@@ -186,6 +199,9 @@ func (f *fakeBackend) Wait(ctx context.Context, id string) (runtime.ExitReason, 
 	}
 	select {
 	case <-ch:
+		if f.dies != "" {
+			return f.dies, nil
+		}
 		return runtime.ExitDied, nil
 	case <-ctx.Done():
 		return "", ctx.Err()
@@ -494,5 +510,30 @@ func TestBlockBackendBootsAClonedImage(t *testing.T) {
 	}
 	if got := tb.gvisor.specs; len(got) != 0 {
 		t.Fatalf("gvisor ran %v", got)
+	}
+}
+
+// A sandbox whose backend reports it ended while its agent was starting
+// (a guest killed for its memory as it booted) fails its create with that
+// reason at once, rather than after polling a dead channel until the
+// start timeout, and leaves nothing on its backend.
+func TestStartThatDiesFailsWithTheReason(t *testing.T) {
+	tb := newTwoBackendNode(t)
+	tb.vm.dies = runtime.ExitOOM
+	n := tb.start(t)
+	tpl := TemplateSpec{ID: "tpl", RootfsVolume: "templates/tpl", Runtimes: []string{runtime.GVisor, "fakevm"}}
+	if _, err := n.cfg.Volumes.Create(tpl.RootfsVolume); err != nil {
+		t.Fatal(err)
+	}
+	const id = "dddddddddddddddddddd"
+	ctx, cancel := context.WithTimeout(context.Background(), agentStartTimeout/2)
+	defer cancel()
+	err := n.Create(ctx, nodeapi.CreateRequest{Spec: CreateSpec{ID: id, Template: tpl, AccessToken: "t", Runtime: "fakevm",
+		Limits: runtime.Limits{VCPUs: 1, MemoryMB: 128}}})
+	if err == nil || !strings.Contains(err.Error(), "ended before its agent answered (oom)") {
+		t.Fatalf("create of a sandbox that dies booting: %v; want it to say it ended (oom)", err)
+	}
+	if tb.vm.holds(id) {
+		t.Fatal("the failed create left its sandbox on the backend")
 	}
 }

@@ -418,7 +418,7 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 	sb.setAgent(agent)
 	readyCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
 	defer cancel()
-	if err := sb.Agent.waitHealthy(readyCtx); err != nil {
+	if err := n.waitStarted(readyCtx, sb); err != nil {
 		n.releaseRuntime(ctx, spec.ID)
 		if guessed {
 			return fmt.Errorf("restore %s: the image is older than agent digests and was restored with agent %.12s, which may not be the agent it was taken with: %w", spec.ID, agent, err)

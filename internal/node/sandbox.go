@@ -196,7 +196,7 @@ func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, limits
 	sb.setAgent(n.agentDigest)
 	startCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
 	defer cancel()
-	if err := sb.Agent.waitHealthy(startCtx); err != nil {
+	if err := n.waitStarted(startCtx, sb); err != nil {
 		return nil, err
 	}
 	in.Timestamp = time.Now().UTC()
@@ -205,6 +205,39 @@ func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, limits
 	}
 	return sb, nil
 }
+
+// waitStarted waits, within ctx, for the agent of a sandbox its backend
+// has just started or restored to answer, and gives up as soon as the
+// backend reports the sandbox ended meanwhile (a guest that died booting,
+// a QEMU killed for its memory), saying so, rather than polling a channel
+// nothing will ever answer until ctx ends. The watch begins only after
+// startWatchDelay: asking a backend (runsc state is a process) costs more
+// than most agents take to answer.
+func (n *Node) waitStarted(ctx context.Context, sb *Sandbox) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ended := make(chan runtime.ExitReason, 1)
+	watch := time.AfterFunc(startWatchDelay, func() {
+		if reason, err := n.rt(sb.ID).Wait(ctx, sb.ID); err == nil {
+			ended <- reason
+			cancel()
+		}
+	})
+	defer watch.Stop()
+	err := sb.Agent.waitHealthy(ctx)
+	if err != nil {
+		select {
+		case reason := <-ended:
+			return fmt.Errorf("sandbox %s ended before its agent answered (%s)", sb.ID, reason)
+		default:
+		}
+	}
+	return err
+}
+
+// startWatchDelay is how long waitStarted polls an agent before it also
+// watches for the sandbox's end.
+const startWatchDelay = 500 * time.Millisecond
 
 func (n *Node) newSandbox(id, token string) *Sandbox {
 	dial := func(ctx context.Context) (net.Conn, error) { return n.rt(id).DialAgent(ctx, id) }
