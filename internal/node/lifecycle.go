@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -86,6 +87,9 @@ func (n *Node) saveImage(ctx context.Context, id, imageDir string) error {
 	}
 	if err := n.rt(id).Checkpoint(ctx, id, partial, true); err != nil {
 		_ = os.RemoveAll(partial)
+		if errors.Is(err, runtime.ErrUnsupported) {
+			return unsupported(err, refusal(id, err))
+		}
 		return err
 	}
 	if err := n.stampImageRuntime(partial, id); err != nil {
@@ -376,7 +380,7 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", spec.ID, err)
 	}
-	binds, err := n.runtimeMounts(vol, spec.Mounts)
+	binds, err := n.runtimeMounts(backend, vol, spec.Mounts)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", spec.ID, err)
 	}
@@ -594,4 +598,28 @@ func (n *Node) BootFromDisk(ctx context.Context, spec CreateSpec) error {
 		return err
 	}
 	return nil
+}
+
+// unsupportedError is a backend's refusal (runtime.ErrUnsupported) as a
+// client sees it: a 409 with a plain sentence, here and across the wire
+// (an *AgentError), that still unwraps to the runtime's error.
+type unsupportedError struct {
+	err   error
+	agent *AgentError
+}
+
+func (e *unsupportedError) Error() string   { return e.agent.Message }
+func (e *unsupportedError) Unwrap() []error { return []error{e.err, e.agent} }
+
+func unsupported(err error, msg string) error {
+	return &unsupportedError{err: err, agent: &AgentError{Status: http.StatusConflict, Message: msg}}
+}
+
+// refusal is the sentence a client reads for a backend's refusal.
+func refusal(id string, err error) string {
+	var ue *runtime.UnsupportedError
+	if errors.As(err, &ue) {
+		return ue.Reason
+	}
+	return "the runtime of sandbox " + id + " cannot checkpoint it"
 }

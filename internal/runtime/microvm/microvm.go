@@ -214,7 +214,7 @@ func checkSpec(what string, spec runtime.Spec) error {
 
 // ErrSharesBlockCheckpoint is why a guest with persistent volumes cannot
 // be checkpointed: QEMU migrates no guest with a 9p share mounted.
-var ErrSharesBlockCheckpoint = fmt.Errorf("a microVM sandbox with persistent volumes mounted cannot be suspended, snapshotted or branched: %w", runtime.ErrUnsupported)
+var ErrSharesBlockCheckpoint error = &runtime.UnsupportedError{Reason: "a microVM sandbox with persistent volumes mounted cannot be suspended with its memory, snapshotted or branched (its hypervisor cannot save a guest with a shared folder); a suspend that drops memory, or a gVisor sandbox, can"}
 
 // slotOf is the network namespace and link a guest's tap joins, empty
 // for a sandbox without a slot.
