@@ -273,6 +273,9 @@ func (n *Node) Capture(ctx context.Context, req nodeapi.CaptureRequest) error {
 func (n *Node) capture(ctx context.Context, id, volume, imageDir string) error {
 	rt := n.rt(id)
 	wasPaused := n.paused(ctx, id)
+	if _, block := rt.(runtime.BlockRootfs); block && !wasPaused {
+		n.syncGuest(ctx, id)
+	}
 	if !wasPaused {
 		if err := rt.Pause(ctx, id); err != nil {
 			return fmt.Errorf("capture %s: %w", id, err)
@@ -291,6 +294,30 @@ func (n *Node) capture(ctx context.Context, id, volume, imageDir string) error {
 		return fmt.Errorf("capture %s: memory: %w", id, err)
 	}
 	return nil
+}
+
+// guestSyncTimeout bounds the sync inside a guest before a capture.
+const guestSyncTimeout = 30 * time.Second
+
+// syncGuest writes a guest's cached file data and metadata to its disk
+// image: a sandbox with a kernel of its own keeps recent writes in its
+// page cache and journal, where the captured volume, read on the host
+// (ReadVolumeFile), would not see them. The capture is consistent with
+// the memory image either way, so a failure is only logged.
+func (n *Node) syncGuest(ctx context.Context, id string) {
+	sb, err := n.lookup(id)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, guestSyncTimeout)
+	defer cancel()
+	res, err := sb.Exec(ctx, ExecSpec{Cmd: []string{"sync"}, User: "root", Timeout: guestSyncTimeout})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("sync exited %d", res.ExitCode)
+	}
+	if err != nil {
+		n.log.Warn("sync a guest's disk before a capture", "sandbox", id, "err", err)
+	}
 }
 
 // The contract's values for restores.
