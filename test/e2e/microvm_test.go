@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/runtime/microvm"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -271,6 +272,7 @@ func vmLeftovers(id string) []string {
 // hypervisor cannot save a guest with a share), and the guest runs on.
 func TestMicroVMVolumes(t *testing.T) {
 	requireVMTemplate(t)
+	requireGuest9p(t)
 	ctx := testContext(t)
 	vol := newVolume(t, env.client, "vm-data", 32)
 	if _, err := env.client.WriteVolumeFile(ctx, vol.ID, "/seed.txt", strings.NewReader("from the api")); err != nil {
@@ -336,5 +338,22 @@ func TestMicroVMVolumes(t *testing.T) {
 	}
 	if got := execOK(t, vm.ID, "cat /mnt/data/vm.txt"); got != "from-vm\n" {
 		t.Fatalf("after the refusals the VM reads %q", got)
+	}
+}
+
+// requireGuest9p skips where the guest kernel cache predates the 9p
+// modules (scripts/microvm-kernel.sh fetches them on its next run).
+func requireGuest9p(t *testing.T) {
+	t.Helper()
+	dir := os.Getenv("SPACE_MICROVM_KERNEL")
+	if dir == "" {
+		root, err := repoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(root, ".tools", "microvm", "current")
+	}
+	if k, err := microvm.LoadKernel(dir); err != nil || !k.Has9p() {
+		t.Skip("the guest kernel cache has no 9p modules: run scripts/microvm-kernel.sh again")
 	}
 }
