@@ -6,8 +6,10 @@
 # the guest's initramfs may need are kept, so the cache stays small.
 # Beside vmlinuz it keeps vmlinux, the kernel decompressed: QEMU boots
 # that ELF directly (PVH), skipping the self-decompression that takes a
-# TCG guest about four seconds of every cold boot.
-# Idempotent: a second run finds the stamp and only prints the version.
+# TCG guest about three seconds of every cold boot.
+# Idempotent: a second run finds the stamp and only prints the version; a
+# cache made by an older module list (its stamp names another list version)
+# is fetched again, so a module added to the list reaches every host.
 set -euo pipefail
 
 # extract_vmlinux DIR writes DIR/vmlinux from DIR/vmlinuz: Debian's bzImage
@@ -42,8 +44,9 @@ if [ -z "$pkg" ]; then
 fi
 ver=${pkg#linux-image-}
 out="$DEST/$ver"
-if [ -f "$out/.complete" ]; then
-  [ -f "$out/vmlinux" ] || extract_vmlinux "$out" # a cache from before vmlinux
+# Bump when the kept module list below changes (2: 9p for volume shares).
+list_version=2
+if [ -f "$out/.complete" ] && [ "$(cat "$out/.complete")" = "$list_version" ]; then
   echo "==> microvm kernel: $ver (cached)"
   ln -sfn "$ver" "$DEST/current"
   exit 0
@@ -70,18 +73,20 @@ if [ ! -s "$work/out/modules/modules.dep" ]; then
   cp "$moddir/modules.dep" "$work/out/modules/"
 fi
 # Keep only what a guest may load early: the virtio transports and
-# devices, ext4 with its helpers and checksum driver, virtio networking and
-# vsock. modules.dep stays whole; the initramfs builder follows it from the
+# devices, ext4 with its helpers and checksum driver, virtio networking,
+# vsock, and 9p over virtio with its netfs and fscache helpers (persistent
+# volumes are 9p shares, loaded only by a guest that mounts one). modules.dep stays whole; the initramfs builder follows it from the
 # modules it wants and names any file this list left out.
 (cd "$moddir" && find kernel/drivers/virtio kernel/drivers/char/hw_random kernel/fs/ext4 kernel/fs/jbd2 \
-    kernel/net/vmw_vsock -name '*.ko*'
+    kernel/net/vmw_vsock kernel/fs/9p kernel/fs/netfs kernel/fs/fscache -name '*.ko*'
+ ls kernel/net/9p/9pnet.ko* kernel/net/9p/9pnet_virtio.ko* 2>/dev/null
  ls kernel/drivers/block/virtio_blk.ko* kernel/drivers/char/virtio_console.ko* \
     kernel/drivers/net/virtio_net.ko* kernel/drivers/net/net_failover.ko* kernel/net/core/failover.ko* \
     kernel/fs/mbcache.ko* kernel/lib/crc16.ko* kernel/lib/libcrc32c.ko* kernel/crypto/crc32c_generic.ko* \
     kernel/arch/x86/crypto/crc32c-intel.ko* kernel/drivers/firmware/qemu_fw_cfg.ko* 2>/dev/null) |
   while read -r f; do mkdir -p "$work/out/modules/$(dirname "$f")"; cp "$moddir/$f" "$work/out/modules/$f"; done
 echo "$ver" > "$work/out/version"
-touch "$work/out/.complete"
+echo "$list_version" > "$work/out/.complete"
 rm -rf "$out"
 mv "$work/out" "$out"
 ln -sfn "$ver" "$DEST/current"

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -86,6 +87,9 @@ func (n *Node) saveImage(ctx context.Context, id, imageDir string) error {
 	}
 	if err := n.rt(id).Checkpoint(ctx, id, partial, true); err != nil {
 		_ = os.RemoveAll(partial)
+		if errors.Is(err, runtime.ErrUnsupported) {
+			return unsupported(err, refusal(id, err))
+		}
 		return err
 	}
 	if err := n.stampImageRuntime(partial, id); err != nil {
@@ -269,6 +273,9 @@ func (n *Node) Capture(ctx context.Context, req nodeapi.CaptureRequest) error {
 func (n *Node) capture(ctx context.Context, id, volume, imageDir string) error {
 	rt := n.rt(id)
 	wasPaused := n.paused(ctx, id)
+	if _, block := rt.(runtime.BlockRootfs); block && !wasPaused {
+		n.syncGuest(ctx, id)
+	}
 	if !wasPaused {
 		if err := rt.Pause(ctx, id); err != nil {
 			return fmt.Errorf("capture %s: %w", id, err)
@@ -287,6 +294,30 @@ func (n *Node) capture(ctx context.Context, id, volume, imageDir string) error {
 		return fmt.Errorf("capture %s: memory: %w", id, err)
 	}
 	return nil
+}
+
+// guestSyncTimeout bounds the sync inside a guest before a capture.
+const guestSyncTimeout = 30 * time.Second
+
+// syncGuest writes a guest's cached file data and metadata to its disk
+// image: a sandbox with a kernel of its own keeps recent writes in its
+// page cache and journal, where the captured volume, read on the host
+// (ReadVolumeFile), would not see them. The capture is consistent with
+// the memory image either way, so a failure is only logged.
+func (n *Node) syncGuest(ctx context.Context, id string) {
+	sb, err := n.lookup(id)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, guestSyncTimeout)
+	defer cancel()
+	res, err := sb.Exec(ctx, ExecSpec{Cmd: []string{"sync"}, User: "root", Timeout: guestSyncTimeout})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("sync exited %d", res.ExitCode)
+	}
+	if err != nil {
+		n.log.Warn("sync a guest's disk before a capture", "sandbox", id, "err", err)
+	}
 }
 
 // The contract's values for restores.
@@ -376,7 +407,7 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", spec.ID, err)
 	}
-	binds, err := n.runtimeMounts(vol, spec.Mounts)
+	binds, err := n.runtimeMounts(backend, vol, spec.Mounts)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", spec.ID, err)
 	}
@@ -594,4 +625,28 @@ func (n *Node) BootFromDisk(ctx context.Context, spec CreateSpec) error {
 		return err
 	}
 	return nil
+}
+
+// unsupportedError is a backend's refusal (runtime.ErrUnsupported) as a
+// client sees it: a 409 with a plain sentence, here and across the wire
+// (an *AgentError), that still unwraps to the runtime's error.
+type unsupportedError struct {
+	err   error
+	agent *AgentError
+}
+
+func (e *unsupportedError) Error() string   { return e.agent.Message }
+func (e *unsupportedError) Unwrap() []error { return []error{e.err, e.agent} }
+
+func unsupported(err error, msg string) error {
+	return &unsupportedError{err: err, agent: &AgentError{Status: http.StatusConflict, Message: msg}}
+}
+
+// refusal is the sentence a client reads for a backend's refusal.
+func refusal(id string, err error) string {
+	var ue *runtime.UnsupportedError
+	if errors.As(err, &ue) {
+		return ue.Reason
+	}
+	return "the runtime of sandbox " + id + " cannot checkpoint it"
 }

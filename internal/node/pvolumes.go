@@ -308,22 +308,33 @@ func checkPersistent(name string) error {
 // runtimeMounts resolves a sandbox's volume mounts to host directories and
 // makes their mount points inside its root volume (through an os.Root, so
 // a symlink in the sandbox's filesystem cannot send the mkdir elsewhere).
-func (n *Node) runtimeMounts(rootVolume string, mounts []nodeapi.VolumeMount) ([]runtime.Mount, error) {
+// A backend that boots a disk image (runtime.BlockRootfs) has no tree on
+// the host to make them in: its guest makes them in its own filesystem.
+func (n *Node) runtimeMounts(backend runtime.Runtime, rootVolume string, mounts []nodeapi.VolumeMount) ([]runtime.Mount, error) {
 	if len(mounts) == 0 {
 		return nil, nil
 	}
 	if err := nodeapi.CheckMounts(mounts); err != nil {
 		return nil, &AgentError{Status: http.StatusBadRequest, Message: err.Error()}
 	}
+	var out []runtime.Mount
+	if _, block := backend.(runtime.BlockRootfs); block {
+		for _, m := range mounts {
+			if !n.cfg.Volumes.Exists(m.Volume) {
+				return nil, volumeGone(m)
+			}
+			out = append(out, runtime.Mount{Source: n.cfg.Volumes.Path(m.Volume), Destination: m.Path, ReadOnly: m.ReadOnly})
+		}
+		return out, nil
+	}
 	rootfs, err := os.OpenRoot(n.cfg.Volumes.Path(rootVolume))
 	if err != nil {
 		return nil, fmt.Errorf("open root volume for mount points: %w", err)
 	}
 	defer rootfs.Close()
-	var out []runtime.Mount
 	for _, m := range mounts {
 		if !n.cfg.Volumes.Exists(m.Volume) {
-			return nil, &AgentError{Status: http.StatusConflict, Message: fmt.Sprintf("volume %s is gone; it cannot be mounted at %s", path.Base(m.Volume), m.Path)}
+			return nil, volumeGone(m)
 		}
 		rel := strings.TrimPrefix(m.Path, "/")
 		if err := rootfs.MkdirAll(rel, 0o755); err != nil {
@@ -338,6 +349,10 @@ func (n *Node) runtimeMounts(rootVolume string, mounts []nodeapi.VolumeMount) ([
 		out = append(out, runtime.Mount{Source: n.cfg.Volumes.Path(m.Volume), Destination: m.Path, ReadOnly: m.ReadOnly})
 	}
 	return out, nil
+}
+
+func volumeGone(m nodeapi.VolumeMount) error {
+	return &AgentError{Status: http.StatusConflict, Message: fmt.Sprintf("volume %s is gone; it cannot be mounted at %s", path.Base(m.Volume), m.Path)}
 }
 
 func unwrapPath(err error) error {

@@ -177,7 +177,7 @@ func TestRuntimeMountsStayInTheRootVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binds, err := n.runtimeMounts("sandboxes/sb1", []nodeapi.VolumeMount{{Volume: vol, Path: "/mnt/data"}})
+	binds, err := n.runtimeMounts(nil, "sandboxes/sb1", []nodeapi.VolumeMount{{Volume: vol, Path: "/mnt/data"}})
 	if err != nil || len(binds) != 1 || binds[0].Source != n.cfg.Volumes.Path(vol) || binds[0].Destination != "/mnt/data" {
 		t.Fatalf("mounts: %+v %v", binds, err)
 	}
@@ -188,14 +188,14 @@ func TestRuntimeMountsStayInTheRootVolume(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(root, "evil")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.runtimeMounts("sandboxes/sb1", []nodeapi.VolumeMount{{Volume: vol, Path: "/evil/x"}}); err == nil {
+	if _, err := n.runtimeMounts(nil, "sandboxes/sb1", []nodeapi.VolumeMount{{Volume: vol, Path: "/evil/x"}}); err == nil {
 		t.Fatal("a mount point through a symlink out of the root volume was accepted")
 	}
 	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
 		t.Fatal("a mount point was made on the host")
 	}
 	for _, m := range []nodeapi.VolumeMount{{Volume: vol, Path: "/proc/x"}, {Volume: "persistent/vol-gone", Path: "/data"}, {Volume: "sandboxes/sb1", Path: "/data"}} {
-		if _, err := n.runtimeMounts("sandboxes/sb1", []nodeapi.VolumeMount{m}); err == nil {
+		if _, err := n.runtimeMounts(nil, "sandboxes/sb1", []nodeapi.VolumeMount{m}); err == nil {
 			t.Errorf("mount %+v accepted", m)
 		}
 	}

@@ -156,7 +156,7 @@ func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, limits
 	if err != nil {
 		return nil, err
 	}
-	binds, err := n.runtimeMounts(volume, mounts)
+	binds, err := n.runtimeMounts(backend, volume, mounts)
 	if err != nil {
 		return nil, err
 	}

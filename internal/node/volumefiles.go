@@ -24,16 +24,20 @@ import (
 // the node, so that the control plane recovers one earlier file without a
 // restore and without ever seeing where the node keeps the volume. Every
 // lookup goes through an os.Root of the volume: neither ".." nor a symlink
-// the sandbox planted leads outside it.
+// the sandbox planted leads outside it. A volume holding a microVM's root
+// image is read inside the image (imagefiles.go), behind the same calls.
 
 // ReadVolumeFile opens an absolute path, as the sandbox saw it, inside a
 // captured volume: a regular file's bytes, or a directory's entry alone.
-func (n *Node) ReadVolumeFile(_ context.Context, volume, p string) (io.ReadCloser, *filesystempb.EntryInfo, error) {
+func (n *Node) ReadVolumeFile(ctx context.Context, volume, p string) (io.ReadCloser, *filesystempb.EntryInfo, error) {
 	root, rel, err := n.volumeRoot(volume, p)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer root.Close()
+	if img, ok := n.volumeImage(volume, root); ok {
+		return n.readImageFile(ctx, img, volume, p)
+	}
 	// Stat before opening: opening a FIFO the sandbox left would block
 	// until someone writes to it.
 	fi, err := root.Stat(rel)
@@ -78,6 +82,9 @@ func (n *Node) ListVolumeDir(ctx context.Context, volume, p string, opts ListOpt
 		return nil, err
 	}
 	defer root.Close()
+	if img, ok := n.volumeImage(volume, root); ok {
+		return n.listImageDir(ctx, img, volume, p, depth, limit, after)
+	}
 	dir, err := root.OpenRoot(rel)
 	if err != nil {
 		return nil, volumeLookupError(volume, p, err)

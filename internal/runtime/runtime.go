@@ -22,6 +22,13 @@ var ErrNotFound = errors.New("runtime sandbox not found")
 // root filesystem of a kind it does not take.
 var ErrUnsupported = errors.New("not supported by this runtime backend")
 
+// UnsupportedError is ErrUnsupported with the backend's reason, a
+// sentence the node can hand to a client as it is.
+type UnsupportedError struct{ Reason string }
+
+func (e *UnsupportedError) Error() string { return e.Reason + ": " + ErrUnsupported.Error() }
+func (e *UnsupportedError) Unwrap() error { return ErrUnsupported }
+
 // Runtime is a sandbox backend. It owns everything between a spec and a
 // running agent: how the root filesystem, the agent and the network slot
 // get into the sandbox, and how the sandbox's end is noticed.

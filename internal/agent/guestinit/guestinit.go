@@ -34,9 +34,25 @@ const (
 )
 
 // FwCfgEnv is the fw_cfg item holding the agent's environment as JSON
-// ({"env": ["K=V", ...]}): it carries the boot token, which the kernel
-// command line (readable by every guest process) must not.
+// ({"env": ["K=V", ...], "shares": [...]}): it carries the boot token,
+// which the kernel command line (readable by every guest process) must
+// not, and the persistent volumes to mount (paths of any spelling, which
+// JSON carries as they are).
 const FwCfgEnv = "opt/space/env"
+
+// Share is a persistent volume the host exports as a virtio-9p device
+// with mount tag Tag, to be mounted at Path in the guest's root.
+type Share struct {
+	Tag      string `json:"tag"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// shareOptions: 9P2000.L as the host's helper speaks it, credentials
+// of the guest's user on each request (access=user, the default of
+// 9p2000.L, spelled out), no page cache, so a gVisor sandbox mounting
+// the same volume and this guest see each other's writes at once.
+const shareOptions = "trans=virtio,version=9p2000.L,access=user,cache=none,msize=262144"
 
 // Paths inside the initramfs (microvm's initramfs.go writes them).
 const (
@@ -44,6 +60,9 @@ const (
 	modulesDir = "/space/modules"
 	newRoot    = "/newroot"
 	rootDevice = "/dev/vda"
+	// The module lists (microvm's initramfs.go): every boot's, and 9p's.
+	orderFile      = "order"
+	shareOrderFile = "order-9p"
 )
 
 // MountPoint is where the agent's directory appears in the guest's root.
@@ -69,14 +88,23 @@ func Setup(logf func(string, ...any)) (net.Listener, error) {
 		return nil, err
 	}
 	params := parseCmdline(string(cmdline))
-	if err := loadModules(params, logf); err != nil {
+	if err := loadModules(orderFile, params, logf); err != nil {
 		return nil, err
 	}
-	if err := readEnv(); err != nil {
+	shares, err := readEnv()
+	if err != nil {
 		logf("guestinit: no environment from fw_cfg: %v", err)
 	}
 	if err := mountRoot(); err != nil {
 		return nil, err
+	}
+	if len(shares) > 0 {
+		if err := loadModules(shareOrderFile, params, logf); err != nil {
+			return nil, err
+		}
+		if err := mountShares(shares); err != nil {
+			return nil, err
+		}
 	}
 	if err := enterRoot(); err != nil {
 		return nil, err
@@ -122,8 +150,8 @@ func parseCmdline(s string) map[string]string {
 // resolved, each with its "<module>.<param>=" options from the command
 // line (the kernel applies those only to built-in modules; for loadable
 // ones it is modprobe's job, and there is no modprobe here).
-func loadModules(params map[string]string, logf func(string, ...any)) error {
-	order, err := os.ReadFile(filepath.Join(modulesDir, "order"))
+func loadModules(list string, params map[string]string, logf func(string, ...any)) error {
+	order, err := os.ReadFile(filepath.Join(modulesDir, list))
 	if err != nil {
 		return fmt.Errorf("module order: %w", err)
 	}
@@ -153,8 +181,9 @@ func loadModules(params map[string]string, logf func(string, ...any)) error {
 	return nil
 }
 
-// readEnv puts the host's environment for the agent into this process's.
-func readEnv() error {
+// readEnv puts the host's environment for the agent into this process's
+// and returns the shares to mount.
+func readEnv() ([]Share, error) {
 	path := "/sys/firmware/qemu_fw_cfg/by_name/" + FwCfgEnv + "/raw"
 	var data []byte
 	var err error
@@ -165,13 +194,14 @@ func readEnv() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var cfg struct {
-		Env []string `json:"env"`
+		Env    []string `json:"env"`
+		Shares []Share  `json:"shares"`
 	}
 	if err := json.Unmarshal(data, &cfg); err != nil {
-		return fmt.Errorf("parse %s: %w", FwCfgEnv, err)
+		return nil, fmt.Errorf("parse %s: %w", FwCfgEnv, err)
 	}
 	for _, kv := range cfg.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -179,6 +209,31 @@ func readEnv() error {
 		}
 	}
 	os.Unsetenv(FlagParam)
+	return cfg.Shares, nil
+}
+
+// mountShares mounts each share at its path in the new root. The path is
+// resolved in the guest's own filesystem: a symlink there leads only
+// elsewhere in the guest. A share that cannot be mounted fails the boot:
+// a sandbox that silently wrote to its root instead of its volume would
+// lose the writes.
+func mountShares(shares []Share) error {
+	for _, s := range shares {
+		if !filepath.IsAbs(s.Path) {
+			return fmt.Errorf("share %s: mount path %q is not absolute", s.Tag, s.Path)
+		}
+		target := filepath.Join(newRoot, s.Path)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return fmt.Errorf("share %s: mount point: %w", s.Path, err)
+		}
+		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+		if s.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		if err := unix.Mount(s.Tag, target, "9p", flags, shareOptions); err != nil {
+			return fmt.Errorf("mount share %s at %s: %w", s.Tag, s.Path, err)
+		}
+	}
 	return nil
 }
 

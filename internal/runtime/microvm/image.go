@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/space-platform/space/internal/hostpath"
 )
 
 // ImageHeadroom is the free space a root image gets beyond its content
@@ -50,12 +52,21 @@ func BuildImage(ctx context.Context, rootfs, image string, size int64) error {
 		os.Remove(tmp)
 		return fmt.Errorf("mkfs.ext4: %w: %s", err, bytes.TrimSpace(out))
 	}
+	if err := os.Chmod(tmp, imageMode); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("build image: %w", err)
+	}
 	if err := os.Rename(tmp, image); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("build image: %w", err)
 	}
 	return nil
 }
+
+// imageMode is a root image's, whatever the umask: readable by others,
+// since the node reads a snapshot's image as nobody (internal/ext4image,
+// which never runs a parser of the guest's filesystem with privilege).
+const imageMode = 0o644
 
 // treeBytes sums the apparent sizes of a tree's files.
 func treeBytes(root string) (int64, error) {
@@ -82,6 +93,9 @@ func CloneImage(ctx context.Context, src, dst string) error {
 		// cp names both paths; a create's error may reach a client.
 		msg := strings.NewReplacer(src, "<image>", dst, "<clone>").Replace(strings.TrimSpace(string(out)))
 		return fmt.Errorf("clone image: %w: %s", err, msg)
+	}
+	if err := os.Chmod(dst, imageMode); err != nil {
+		return fmt.Errorf("clone image: %w", hostpath.Pathless(err))
 	}
 	return nil
 }

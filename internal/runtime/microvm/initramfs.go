@@ -68,6 +68,35 @@ var earlyModules = []string{
 	"vmw_vsock_virtio_transport",
 }
 
+// shareModules are 9p over virtio, for persistent volumes (shares.go).
+// They go into the initramfs when the kernel cache has them, as a list of
+// their own: only a guest that mounts a share loads them (each module
+// costs boot time under TCG).
+var shareModules = []string{"9pnet_virtio", "9p"}
+
+// Has9p reports whether the kernel cache holds the 9p modules (a cache
+// made before they were on scripts/microvm-kernel.sh's list does not).
+func (k Kernel) Has9p() bool {
+	mods, err := k.resolve(shareModules)
+	if err != nil {
+		return false
+	}
+	for _, m := range mods {
+		if _, err := os.Stat(filepath.Join(k.modulesDir(), m)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (k Kernel) resolve(names []string) ([]string, error) {
+	depFile, err := os.ReadFile(filepath.Join(k.modulesDir(), "modules.dep"))
+	if err != nil {
+		return nil, err
+	}
+	return resolveModules(bytes.NewReader(depFile), names)
+}
+
 // moduleName is a module's name as modprobe spells it: the file's base
 // name without .ko, dashes as underscores.
 func moduleName(path string) string {
@@ -137,6 +166,9 @@ func resolveModules(modulesDep io.Reader, names []string) ([]string, error) {
 const (
 	initramfsAgent   = "space/bin/space-agent"
 	initramfsModules = "space/modules"
+	// The module lists: loaded at every boot, and for shares.
+	initramfsOrder      = "order"
+	initramfsShareOrder = "order-9p"
 )
 
 // Initramfs returns the path of an initramfs holding the kernel's early
@@ -144,13 +176,22 @@ const (
 // no archive of the same content is there yet (the name is a hash of what
 // goes in, so an agent upgrade makes a new one and a rebuild is free).
 func (k Kernel) Initramfs(agentBinary, cacheDir string) (string, error) {
-	depFile, err := os.ReadFile(filepath.Join(k.modulesDir(), "modules.dep"))
-	if err != nil {
-		return "", fmt.Errorf("initramfs: %w", err)
-	}
-	mods, err := resolveModules(bytes.NewReader(depFile), earlyModules)
+	mods, err := k.resolve(earlyModules)
 	if err != nil {
 		return "", fmt.Errorf("initramfs for kernel %s: %w", k.Version, err)
+	}
+	var shareMods []string
+	if k.Has9p() {
+		all, _ := k.resolve(shareModules)
+		early := map[string]bool{}
+		for _, m := range mods {
+			early[m] = true
+		}
+		for _, m := range all {
+			if !early[m] {
+				shareMods = append(shareMods, m)
+			}
+		}
 	}
 	agent, err := os.ReadFile(agentBinary)
 	if err != nil {
@@ -162,6 +203,9 @@ func (k Kernel) Initramfs(agentBinary, cacheDir string) (string, error) {
 	fmt.Fprintf(h, "agent %x\n", agentSum)
 	for _, m := range mods {
 		fmt.Fprintf(h, "module %s\n", m)
+	}
+	for _, m := range shareMods {
+		fmt.Fprintf(h, "share module %s\n", m)
 	}
 	path := filepath.Join(cacheDir, "initramfs-"+hex.EncodeToString(h.Sum(nil))[:24]+".cpio")
 	if _, err := os.Stat(path); err == nil {
@@ -185,17 +229,22 @@ func (k Kernel) Initramfs(agentBinary, cacheDir string) (string, error) {
 	c.CharDev("dev/console", 0o600, 5, 1)
 	c.File(initramfsAgent, 0o755, agent)
 	c.Symlink("init", initramfsAgent)
-	var order strings.Builder
-	for _, m := range mods {
-		data, err := os.ReadFile(filepath.Join(k.modulesDir(), m))
-		if err != nil {
-			return "", fmt.Errorf("initramfs: module %s (is it in scripts/microvm-kernel.sh's list?): %w", moduleName(m), err)
+	for _, list := range []struct {
+		file string
+		mods []string
+	}{{initramfsOrder, mods}, {initramfsShareOrder, shareMods}} {
+		var order strings.Builder
+		for _, m := range list.mods {
+			data, err := os.ReadFile(filepath.Join(k.modulesDir(), m))
+			if err != nil {
+				return "", fmt.Errorf("initramfs: module %s (is it in scripts/microvm-kernel.sh's list?): %w", moduleName(m), err)
+			}
+			name := moduleName(m) + ".ko"
+			c.File(initramfsModules+"/"+name, 0o644, data)
+			order.WriteString(name + "\n")
 		}
-		name := moduleName(m) + ".ko"
-		c.File(initramfsModules+"/"+name, 0o644, data)
-		order.WriteString(name + "\n")
+		c.File(initramfsModules+"/"+list.file, 0o644, []byte(order.String()))
 	}
-	c.File(initramfsModules+"/order", 0o644, []byte(order.String()))
 	if err := c.Close(); err != nil {
 		return "", fmt.Errorf("initramfs: %w", err)
 	}

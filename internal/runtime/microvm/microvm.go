@@ -57,7 +57,10 @@ type Config struct {
 	Accel string
 	// Machine is QEMU's machine type: "microvm" (default) or "q35".
 	Machine string
-	Logger  *slog.Logger
+	// VirtFSHelper is virtfs-proxy-helper, which serves persistent
+	// volumes to guests (shares.go); default DefaultVirtFSHelper.
+	VirtFSHelper string
+	Logger       *slog.Logger
 }
 
 // The microVM takes a runtime.Spec with a RootfsBlock root filesystem: a
@@ -101,6 +104,7 @@ type vmConfig struct {
 	Rootfs    string         `json:"rootfs"`
 	NetNSPath string         `json:"netns,omitempty"`
 	Veth      string         `json:"veth,omitempty"`
+	Shares    []share        `json:"shares,omitempty"`
 }
 
 // vm is the backend's handle of one running QEMU.
@@ -133,6 +137,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.Machine == "" {
 		cfg.Machine = "microvm"
+	}
+	if cfg.VirtFSHelper == "" {
+		cfg.VirtFSHelper = DefaultVirtFSHelper
 	}
 	if cfg.Kernel.Dir == "" {
 		return nil, errors.New("microvm: no guest kernel configured")
@@ -179,6 +186,9 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) error {
 	if err := checkSpec("start", spec); err != nil {
 		return err
 	}
+	if err := r.checkShares(spec.ID, spec.Mounts); err != nil {
+		return err
+	}
 	netns, link := slotOf(spec)
 	initramfs, err := r.cfg.Kernel.Initramfs(spec.Agent, filepath.Join(r.cfg.StateDir, "initramfs"))
 	if err != nil {
@@ -188,22 +198,23 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) error {
 		Machine: r.cfg.Machine, Accel: r.accel, Limits: spec.Limits,
 		Initramfs: initramfs, Kernel: r.cfg.Kernel.Image(r.accel),
 		Rootfs: spec.Rootfs.Path, NetNSPath: netns, Veth: link,
+		Shares: sharesOf(spec.Mounts),
 	}
 	return r.launch(ctx, spec, conf, "")
 }
 
-// checkSpec refuses what the microVM cannot run yet, before anything is
-// made: a directory root filesystem (a guest boots from a disk) and host
-// directories bound in (a guest has no shared host filesystem).
+// checkSpec refuses what the microVM cannot run, before anything is
+// made: a directory root filesystem (a guest boots from a disk).
 func checkSpec(what string, spec runtime.Spec) error {
 	if spec.Rootfs.Kind != runtime.RootfsBlock {
 		return fmt.Errorf("%s %s: a %q root filesystem: %w (the microVM boots from a raw ext4 image)", what, spec.ID, spec.Rootfs.Kind, runtime.ErrUnsupported)
 	}
-	if len(spec.Mounts) > 0 {
-		return fmt.Errorf("%s %s: persistent volume mounts: %w (a microVM has no shared host filesystem yet)", what, spec.ID, runtime.ErrUnsupported)
-	}
 	return nil
 }
+
+// ErrSharesBlockCheckpoint is why a guest with persistent volumes cannot
+// be checkpointed: QEMU migrates no guest with a 9p share mounted.
+var ErrSharesBlockCheckpoint error = &runtime.UnsupportedError{Reason: "a microVM sandbox with persistent volumes mounted cannot be suspended with its memory, snapshotted or branched (its hypervisor cannot save a guest with a shared folder); a suspend that drops memory, or a gVisor sandbox, can"}
 
 // slotOf is the network namespace and link a guest's tap joins, empty
 // for a sandbox without a slot.
@@ -233,6 +244,12 @@ func (r *Runtime) PrepareTemplate(ctx context.Context, rootfsDir, outDir string)
 func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, imageDir string) error {
 	if err := checkSpec("restore", spec); err != nil {
 		return err
+	}
+	if len(spec.Mounts) > 0 {
+		// No image of a guest with shares exists (Checkpoint refuses
+		// them), and a guest restored from one without has no devices
+		// to mount them from.
+		return fmt.Errorf("restore %s: persistent volume mounts: %w (a microVM restored from an image cannot mount volumes)", spec.ID, runtime.ErrUnsupported)
 	}
 	data, err := os.ReadFile(filepath.Join(imageDir, "vm.json"))
 	if err != nil {
@@ -271,7 +288,7 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, 
 			_ = r.Destroy(context.WithoutCancel(ctx), id)
 		}
 	}()
-	envJSON, _ := json.Marshal(map[string]any{"env": spec.Env})
+	envJSON, _ := json.Marshal(map[string]any{"env": spec.Env, "shares": guestMounts(conf.Shares)})
 	if err := os.WriteFile(filepath.Join(dir, "env.json"), envJSON, 0o600); err != nil {
 		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
@@ -304,7 +321,37 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, 
 	if conf.Cmdline == "" { // a restore keeps the one its guest booted with
 		conf.Cmdline = kernelCmdline(spec, conf)
 	}
+	cg, err := newCgroup(id, conf.Limits, qemuOverheadMB+kernelOverheadMB(conf.Kernel))
+	if err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	log, err := os.OpenFile(filepath.Join(dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		cg.remove()
+		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
+	}
+	defer log.Close()
 	args := qemuArgs(dir, conf)
+	if len(conf.Shares) > 0 {
+		// vm.json names the helpers and exports before they exist, so
+		// a failure part way is undone by Destroy (the deferred one).
+		ends, err := r.startShares(dir, conf.Shares, cg, log)
+		if confJSON, jerr := json.MarshalIndent(conf, "", "  "); jerr == nil {
+			_ = os.WriteFile(filepath.Join(dir, "vm.json"), confJSON, 0o600)
+		}
+		if err != nil {
+			r.mu.Lock()
+			r.vms[id] = &vm{id: id, dir: dir, conf: conf, cg: cg, exited: closedChan()}
+			r.mu.Unlock()
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+		var fds []int
+		for _, f := range ends {
+			extra = append(extra, f)
+			fds = append(fds, 2+len(extra))
+		}
+		args = append(args, shareArgs(busOf(conf), conf.Shares, fds)...)
+	}
 	if incoming != "" {
 		f, err := os.Open(incoming)
 		if err != nil {
@@ -317,16 +364,6 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, 
 	if err := os.WriteFile(filepath.Join(dir, "vm.json"), confJSON, 0o600); err != nil {
 		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
-	cg, err := newCgroup(id, conf.Limits, qemuOverheadMB+kernelOverheadMB(conf.Kernel))
-	if err != nil {
-		return fmt.Errorf("start %s: %w", id, err)
-	}
-	log, err := os.OpenFile(filepath.Join(dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		cg.remove()
-		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
-	}
-	defer log.Close()
 	cmd := exec.Command(r.cfg.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.ExtraFiles = extra
@@ -470,10 +507,8 @@ func hostTSCkHz() int {
 // machine keeps its defaults (PIT, PIC, RTC): under TCG there is no
 // kvmclock, and Debian's kernel hangs in its timer setup without them.
 func qemuArgs(dir string, c vmConfig) []string {
-	bus := "device"
-	machine := "microvm"
+	bus, machine := busOf(c), "microvm"
 	if c.Machine == "q35" {
-		bus = "pci"
 		machine = "q35"
 	}
 	accel := "tcg,tb-size=" + strconv.Itoa(tbSizeMB)
@@ -516,6 +551,20 @@ func qemuArgs(dir string, c vmConfig) []string {
 		args = append(args, "-netdev", "tap,id=net0,fd=3", "-device", nic)
 	}
 	return args
+}
+
+// busOf is the suffix of virtio devices on the guest's machine.
+func busOf(c vmConfig) string {
+	if c.Machine == "q35" {
+		return "pci"
+	}
+	return "device"
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }
 
 // qmpOf returns the guest's QMP client, connecting on first use (after a
@@ -676,6 +725,11 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", id, err)
 	}
+	if len(v.conf.Shares) > 0 {
+		// Said before anything is stopped: QEMU would refuse the
+		// migration only once it is under way.
+		return fmt.Errorf("checkpoint %s: %w", id, ErrSharesBlockCheckpoint)
+	}
 	q, err := r.qmpOf(ctx, v)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", id, err)
@@ -798,9 +852,22 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 		if v.conf.NetNSPath != "" {
 			detachTap(v.conf.NetNSPath, v.conf.Veth)
 		}
+		if err := r.stopShares(v.dir, v.conf.Shares); err != nil {
+			// Leave the directory: removing it would walk the export.
+			return fmt.Errorf("destroy %s: %w", id, err)
+		}
 		r.mu.Lock()
 		delete(r.vms, id)
 		r.mu.Unlock()
+	} else if data, err := os.ReadFile(filepath.Join(r.dir(id), "vm.json")); err == nil {
+		// A start that died before QEMU ran may have left helpers and
+		// read-only exports.
+		var conf vmConfig
+		if json.Unmarshal(data, &conf) == nil {
+			if err := r.stopShares(r.dir(id), conf.Shares); err != nil {
+				return fmt.Errorf("destroy %s: %w", id, err)
+			}
+		}
 	}
 	_, dirs := cgroupDirs(id)
 	(&cgroup{dirs: dirs}).remove()
