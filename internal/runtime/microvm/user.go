@@ -23,7 +23,11 @@ import (
 // then -chroot's into the sandbox's state directory and -runas's to the
 // guest's uid and gid before its main loop serves anything: before any
 // QMP command is answered, before an incoming migration's state (the
-// guest's, so untrusted) is read, and before a restored guest runs.
+// guest's, so untrusted) is read, and before a restored guest runs. (A
+// cold boot's vCPUs are let go a moment before the drop, QEMU 7.2's
+// vm_start preceding os_setup_post; what runs then is the node's own
+// kernel and initramfs, the sandbox's code comes from its disk seconds
+// later.)
 //
 // The uids and gids are [uidBase, uidBase+uidCount): 1879048192 to
 // 1895825407 (0x70000000 up). That lies above systemd's range for
