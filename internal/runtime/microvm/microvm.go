@@ -829,13 +829,18 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 		if v.conf.NetNSPath != "" {
 			detachTap(v.conf.NetNSPath, v.conf.Veth)
 		}
-		defer releaseUID(v.conf.UID, v.dir)
 		r.mu.Lock()
 		delete(r.vms, id)
 		r.mu.Unlock()
 	}
 	_, dirs := cgroupDirs(id)
 	(&cgroup{dirs: dirs}).remove()
+	// QEMU is gone (or was never found: killed while no backend object
+	// watched it), so its uid is free; the record says which it was.
+	var rec vmConfig
+	if data, err := os.ReadFile(filepath.Join(r.dir(id), "vm.json")); err == nil && json.Unmarshal(data, &rec) == nil {
+		releaseUID(rec.UID, r.dir(id))
+	}
 	if err := os.RemoveAll(r.dir(id)); err != nil {
 		return fmt.Errorf("destroy %s: %w", id, hostpath.Pathless(err))
 	}

@@ -507,6 +507,17 @@ func TestGuestExitReported(t *testing.T) {
 	if st, err := r.State(context.Background(), spec.ID); err != nil || st.Status != runtime.StatusStopped {
 		t.Errorf("State after exit = %+v, %v", st, err)
 	}
+	// A backend object that never saw the guest run (a node restart
+	// after its exit) frees its uid at the destroy all the same.
+	v, _ := r.lookup(spec.ID)
+	r.Close()
+	r2 := newRuntimeAt(t, r.cfg.StateDir)
+	if err := r2.Destroy(context.Background(), spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if v == nil || v.conf.UID == 0 || leaseHolder(v.conf.UID) == r.dir(spec.ID) {
+		t.Errorf("the exited guest's uid is still leased to it (%+v)", v)
+	}
 }
 
 func TestOOMReported(t *testing.T) {
