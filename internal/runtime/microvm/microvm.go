@@ -10,7 +10,9 @@
 // host has /dev/vhost-vsock. The lifecycle is QMP: stop and cont for
 // pause and resume, a migration to a file for suspend and snapshots, a
 // start with that file as incoming state for restore (any number of times
-// from one file, side by side). QEMU runs in the sandbox's cgroup; its
+// from one file, side by side). QEMU runs in the sandbox's cgroup, as a
+// user of its own and chrooted into the sandbox's state directory once it
+// has opened its devices (user.go); its
 // network is a tap device in the sandbox's namespace joined to the slot's
 // veth.
 //
@@ -105,6 +107,9 @@ type vmConfig struct {
 	NetNSPath string         `json:"netns,omitempty"`
 	Veth      string         `json:"veth,omitempty"`
 	Shares    []share        `json:"shares,omitempty"`
+	// UID is the uid and gid QEMU runs as (leaseUID); a sandbox's own,
+	// never an image's: a restore leases one afresh.
+	UID uint32 `json:"uid,omitempty"`
 }
 
 // vm is the backend's handle of one running QEMU.
@@ -283,9 +288,14 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("start %s: %w", id, hostpath.Pathless(err))
 	}
+	if conf.UID, err = leaseUID(id, dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("start %s: %w", id, err)
+	}
 	defer func() {
 		if err != nil {
 			_ = r.Destroy(context.WithoutCancel(ctx), id)
+			releaseUID(conf.UID, dir)
 		}
 	}()
 	envJSON, _ := json.Marshal(map[string]any{"env": spec.Env, "shares": guestMounts(conf.Shares)})
@@ -375,7 +385,7 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, 
 		defer fd.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(fd.Fd())
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startBounded(cmd, qemuKeepCaps); err != nil {
 		cg.remove()
 		return fmt.Errorf("start %s: qemu: %w", id, err)
 	}
@@ -405,6 +415,14 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, 
 	q, err := r.qmpOf(ctx, v)
 	if err != nil {
 		return fmt.Errorf("start %s: %w%s", id, err, r.logTail(id))
+	}
+	// QEMU answers a command only from its main loop, which it enters
+	// after the drop; a restored guest has not run yet.
+	if _, err := q.status(ctx); err != nil {
+		return fmt.Errorf("start %s: %w%s", id, err, r.logTail(id))
+	}
+	if err := checkDropped(v.pid, conf.UID); err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
 	}
 	if incoming != "" {
 		// The image was taken of a stopped guest, and the state it
@@ -524,15 +542,26 @@ func qemuArgs(dir string, c vmConfig) []string {
 		"-smp", strconv.Itoa(vcpus), "-m", strconv.Itoa(mem) + "M",
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		// QEMU's own seccomp filter: a guest that takes over a device
-		// model gets no new processes, no setuid, no obsolete system
-		// calls and no changes to its scheduling or limits.
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		// model gets no new processes, no obsolete system calls and no
+		// changes to its scheduling or limits. The set*id calls stay
+		// allowed (elevateprivileges=deny kills QEMU at -runas's setuid,
+		// for it installs the filter first); after the drop QEMU has no
+		// capability left to make one succeed.
+		"-sandbox", "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny",
+		// Once its devices are open: the state directory as its root
+		// (root's, 0700: it can open nothing there or anywhere else) and
+		// the sandbox's own uid and gid, no supplementary groups.
+		"-chroot", dir, "-runas", fmt.Sprintf("%d:%d", c.UID, c.UID),
 		"-kernel", c.Kernel, "-initrd", c.Initramfs, "-append", c.Cmdline,
 		"-chardev", "file,id=console,path=" + filepath.Join(dir, "console.log") + ",append=on",
 		"-serial", "chardev:console",
 		"-qmp", "unix:" + filepath.Join(dir, "qmp.sock") + ",server=on,wait=off",
 		"-fw_cfg", "name=" + guestinit.FwCfgEnv + ",file=" + filepath.Join(dir, "env.json"),
-		"-drive", "id=root,file=" + c.Rootfs + ",format=raw,if=none,cache=writeback,discard=unmap",
+		// auto-read-only=off: -drive's default reopens the image file
+		// read-only by its path when a migration stops the guest's
+		// writes, and read-write at the cont; after the drop QEMU
+		// can no longer open it (a suspend's migration then fails).
+		"-drive", "id=root,file=" + c.Rootfs + ",format=raw,if=none,cache=writeback,discard=unmap,auto-read-only=off",
 		"-device", "virtio-blk-" + bus + ",drive=root",
 	}
 	if c.Vsock != 0 {
@@ -631,12 +660,12 @@ func (r *Runtime) lookup(id string) (*vm, error) {
 		return nil, fmt.Errorf("%s: %w", id, runtime.ErrNotFound)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidData)))
-	if !r.isOurQEMU(pid, dir) {
-		return nil, fmt.Errorf("%s: %w", id, runtime.ErrNotFound)
-	}
 	var conf vmConfig
 	if data, err := os.ReadFile(filepath.Join(dir, "vm.json")); err == nil {
 		_ = json.Unmarshal(data, &conf)
+	}
+	if !r.isOurQEMU(pid, dir, conf.UID) {
+		return nil, fmt.Errorf("%s: %w", id, runtime.ErrNotFound)
 	}
 	_, dirs := cgroupDirs(id)
 	v := &vm{id: id, dir: dir, conf: conf, pid: pid, cg: &cgroup{dirs: dirs}, exited: make(chan struct{}), status: -1}
@@ -646,16 +675,18 @@ func (r *Runtime) lookup(id string) (*vm, error) {
 }
 
 // isOurQEMU reports whether pid is this backend's QEMU of dir (a pid may
-// have been reused since the file was written).
-func (r *Runtime) isOurQEMU(pid int, dir string) bool {
+// have been reused since the file was written), running as the
+// sandbox's uid (or still root, in the moment before its drop).
+func (r *Runtime) isOurQEMU(pid int, dir string, uid uint32) bool {
 	if pid <= 0 {
 		return false
 	}
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
+	if err != nil || !strings.Contains(string(data), filepath.Join(dir, "qmp.sock")) {
 		return false
 	}
-	return strings.Contains(string(data), filepath.Join(dir, "qmp.sock"))
+	c, err := readCreds(fmt.Sprintf("/proc/%d/status", pid))
+	return err == nil && (c.UID[1] == uid || c.UID[1] == 0)
 }
 
 // watchAdopted closes v.exited when a QEMU this process did not start
@@ -757,7 +788,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string, leaveRunn
 		return fail(err)
 	}
 	conf := v.conf
-	conf.Rootfs, conf.NetNSPath, conf.Veth = "", "", ""
+	conf.Rootfs, conf.NetNSPath, conf.Veth, conf.UID = "", "", "", 0
 	confJSON, _ := json.MarshalIndent(conf, "", "  ")
 	if err := os.WriteFile(filepath.Join(imageDir, "vm.json"), confJSON, 0o600); err != nil {
 		return fail(hostpath.Pathless(err))
@@ -871,6 +902,12 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	}
 	_, dirs := cgroupDirs(id)
 	(&cgroup{dirs: dirs}).remove()
+	// QEMU is gone (or was never found: killed while no backend object
+	// watched it), so its uid is free; the record says which it was.
+	var rec vmConfig
+	if data, err := os.ReadFile(filepath.Join(r.dir(id), "vm.json")); err == nil && json.Unmarshal(data, &rec) == nil {
+		releaseUID(rec.UID, r.dir(id))
+	}
 	if err := os.RemoveAll(r.dir(id)); err != nil {
 		return fmt.Errorf("destroy %s: %w", id, hostpath.Pathless(err))
 	}

@@ -449,9 +449,11 @@ func TestBootExecPauseResumeDestroy(t *testing.T) {
 	if !strings.Contains(string(procs), fmt.Sprint(pid)) {
 		t.Errorf("QEMU %d is not in its cgroup %s (%q)", pid, dirs[0], procs)
 	}
-	// QEMU runs under its seccomp filter (-sandbox): mode 2 in every thread.
-	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err != nil || !strings.Contains(string(status), "Seccomp:\t2") {
-		t.Errorf("QEMU %d is not under a seccomp filter (%v): %s", pid, err, status)
+	// QEMU runs as the sandbox's own user, without capabilities, under
+	// its seccomp filter (-sandbox), chrooted.
+	uid, _ := assertUnprivileged(t, r, spec.ID)
+	if leaseHolder(uid) != r.dir(spec.ID) {
+		t.Errorf("uid %d is not leased to the sandbox", uid)
 	}
 
 	// A new backend object finds the running guest again.
@@ -478,6 +480,9 @@ func TestBootExecPauseResumeDestroy(t *testing.T) {
 		t.Error("Wait did not return after destroy")
 	}
 	assertGone(t, r2, spec.ID, pid)
+	if leaseHolder(uid) == r.dir(spec.ID) {
+		t.Errorf("destroy left uid %d leased", uid)
+	}
 }
 
 func newRuntimeAt(t *testing.T, stateDir string) *Runtime {
@@ -505,6 +510,17 @@ func TestGuestExitReported(t *testing.T) {
 	}
 	if st, err := r.State(context.Background(), spec.ID); err != nil || st.Status != runtime.StatusStopped {
 		t.Errorf("State after exit = %+v, %v", st, err)
+	}
+	// A backend object that never saw the guest run (a node restart
+	// after its exit) frees its uid at the destroy all the same.
+	v, _ := r.lookup(spec.ID)
+	r.Close()
+	r2 := newRuntimeAt(t, r.cfg.StateDir)
+	if err := r2.Destroy(context.Background(), spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if v == nil || v.conf.UID == 0 || leaseHolder(v.conf.UID) == r.dir(spec.ID) {
+		t.Errorf("the exited guest's uid is still leased to it (%+v)", v)
 	}
 }
 
@@ -613,6 +629,14 @@ func TestSuspendAndRestoreTwice(t *testing.T) {
 		t.Logf("restore %s from file to agent ready: %s", id, time.Since(start).Round(time.Millisecond))
 		clients[id] = bc
 	}
+	// Each runs as a user of its own: neither can reach the other.
+	uid1, pid1 := assertUnprivileged(t, r, "branch1")
+	uid2, pid2 := assertUnprivileged(t, r, "branch2")
+	if uid1 == uid2 {
+		t.Errorf("two restores of one image share uid %d", uid1)
+	}
+	assertCannotReach(t, uid1, r.dir("branch1"), pid2, r.dir("branch2"))
+	assertCannotReach(t, uid2, r.dir("branch2"), pid1, r.dir("branch1"))
 	// Each continues from the image: the counter, the running sleeper.
 	for id, bc := range clients {
 		if got := bc.run(t, token, "cat /root/counter; kill -0 "+sleeper+" && echo alive"); got != "1\nalive\n" {
