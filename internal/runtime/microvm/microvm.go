@@ -856,6 +856,12 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// RestoreKeepsBootLimits says a restored guest has the CPUs and memory it
+// was booted with, whatever the restore's spec asks: they are part of the
+// machine its migration state describes. The node boots template images
+// at the size of the sandboxes it restores from them.
+func (r *Runtime) RestoreKeepsBootLimits() bool { return true }
+
 // Limits are those the guest was started with.
 func (r *Runtime) Limits(id string) (runtime.Limits, error) {
 	v, err := r.lookup(id)
