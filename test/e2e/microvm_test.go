@@ -28,15 +28,7 @@ func TestMicroVMLifecycle(t *testing.T) {
 		t.Skip(env.noMicroVM)
 	}
 	ctx := testContext(t)
-	if _, err := env.client.GetTemplate(ctx, vmTemplate); err != nil {
-		if _, err := env.client.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Name: vmTemplate, Recipe: "from: minimal\nruntime: [gvisor, microvm]\n"}); err != nil {
-			t.Fatalf("create template: %v", err)
-		}
-	}
-	tpl := waitTemplate(t, vmTemplate)
-	if strings.Join(tpl.Runtimes, ",") != "gvisor,microvm" || tpl.DefaultRuntime != "gvisor" {
-		t.Fatalf("template runtimes %v, default %q", tpl.Runtimes, tpl.DefaultRuntime)
-	}
+	requireVMTemplate(t, vmTemplate, "gvisor", "microvm")
 
 	begin := time.Now()
 	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: vmTemplate, Runtime: "microvm", MemoryMB: 128, VCPUs: 1})
@@ -137,6 +129,35 @@ func TestMicroVMLifecycle(t *testing.T) {
 		}
 		requireNothingLeft(t, b.ID)
 	}
+}
+
+// requireVMTemplate builds (once per server) a minimal-based template for
+// runtimes, the first its default, and checks the server says so.
+func requireVMTemplate(t *testing.T, name string, runtimes ...string) *apiv1.Template {
+	t.Helper()
+	requireServer(t)
+	if env.noMicroVM != "" {
+		t.Skip(env.noMicroVM)
+	}
+	ctx := testContext(t)
+	if _, err := env.client.GetTemplate(ctx, name); err != nil {
+		recipe := "from: minimal\nruntime: [" + strings.Join(runtimes, ", ") + "]\n"
+		if _, err := env.client.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Name: name, Recipe: recipe}); err != nil {
+			t.Fatalf("create template %s: %v", name, err)
+		}
+	}
+	tpl := waitTemplate(t, name)
+	if strings.Join(tpl.Runtimes, ",") != strings.Join(runtimes, ",") || tpl.DefaultRuntime != runtimes[0] {
+		t.Fatalf("template %s: runtimes %v, default %q; want %v", name, tpl.Runtimes, tpl.DefaultRuntime, runtimes)
+	}
+	return tpl
+}
+
+// templateImageOf reports whether the server's node holds a complete
+// pre-booted image of the template by that name (e.g. "<id>@microvm-1cpu-128mb").
+func templateImageOf(name string) bool {
+	_, err := os.Stat(filepath.Join(env.dataDir, "images", "templates", name, "space-complete"))
+	return err == nil
 }
 
 // reattachByOffset runs a session that prints numbered lines and reads
