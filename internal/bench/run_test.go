@@ -326,7 +326,7 @@ func TestRunOnMicroVM(t *testing.T) {
 	if got := strings.Join(keys, ","); !strings.Contains(got, KeyBaselineQEMUBoot) || strings.Contains(got, "runsc") {
 		t.Errorf("latencies %s; want QEMU's floors and not runsc's", got)
 	}
-	if res.Lifecycle == nil || res.Lifecycle.MemoryMB != DefaultMicroVMMemoryMB {
+	if res.Lifecycle == nil || res.Lifecycle.MemoryMB != DefaultMicroVMMemoryMB || res.Lifecycle.FillMiB != DefaultMicroVMFillMiB(DefaultMicroVMMemoryMB) {
 		t.Errorf("lifecycle sandbox %+v; want %d MiB", res.Lifecycle, DefaultMicroVMMemoryMB)
 	}
 	if sbs, snaps := f.leftovers(); sbs != 0 || snaps != 0 {

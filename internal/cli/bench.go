@@ -49,7 +49,7 @@ server's machine for those.`)
 	fs.IntVar(&cfg.DensityMax, "density-max", bench.DefaultDensityMax, "most idle sandboxes the density measurement creates")
 	fs.IntVar(&cfg.MemoryMB, "memory-mb", 0, fmt.Sprintf("memory of the sandbox the lifecycle figures are taken on (default %d; %d on microvm)", bench.DefaultMemoryMB, bench.DefaultMicroVMMemoryMB))
 	var fill optionalInt
-	fs.Var(&fill, "fill-mib", "`MiB` of random data the lifecycle sandbox keeps in memory (default: an eighth of --memory-mb; see docs/performance.md)")
+	fs.Var(&fill, "fill-mib", "`MiB` of random data the lifecycle sandbox keeps in memory (default: an eighth of --memory-mb, a sixteenth on microvm; see docs/performance.md)")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "the server's --data-dir (for the baselines)")
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary for the baselines (default: as space serve finds it)")
 	fs.DurationVar(&cfg.ThroughputWindow, "throughput-window", bench.DefaultThroughputWindow, "how long each throughput level runs")
