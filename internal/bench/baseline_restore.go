@@ -43,7 +43,13 @@ func (r *runner) measureRunscRestore(ctx context.Context) (*Summary, error) {
 	if !fileExists(booted) {
 		return nil, absent("pre-booted image without its booted volume %s", booted)
 	}
+	// The agent the image holds in memory: the node keeps each binary
+	// under its digest (node/agents/<digest>), which the image records;
+	// nodes from before the store kept one, in node/agent.
 	agentDir := filepath.Join(r.cfg.DataDir, "node", "agent")
+	if digest, err := os.ReadFile(filepath.Join(imageDir, "agent-digest")); err == nil {
+		agentDir = filepath.Join(r.cfg.DataDir, "node", "agents", strings.TrimSpace(string(digest)))
+	}
 	if !fileExists(agentDir) {
 		return nil, absent("no agent directory %s (is --data-dir %s the server's?)", agentDir, r.cfg.DataDir)
 	}

@@ -22,6 +22,8 @@ const (
 	KeyBranch               = "branch"
 	KeyBaselineRunscRun     = "baseline_runsc_run"
 	KeyBaselineRunscRestore = "baseline_runsc_restore"
+	KeyBaselineQEMUKernel   = "baseline_qemu_kernel"
+	KeyBaselineQEMUBoot     = "baseline_qemu_boot"
 	KeyThroughput           = "throughput"
 	KeyDensity              = "density"
 )
@@ -30,9 +32,12 @@ const (
 // prints. A latency that was skipped or could not be measured is null, with
 // the reason in Notes under its key.
 type Result struct {
-	StartedAt time.Time    `json:"started_at"`
-	Template  TemplateInfo `json:"template"`
-	Server    ServerInfo   `json:"server"`
+	StartedAt time.Time `json:"started_at"`
+	// Runtime is the backend the sandboxes ran on when not gVisor
+	// ("microvm"); a gVisor run's JSON is as it was before the choice.
+	Runtime  string       `json:"runtime,omitempty"`
+	Template TemplateInfo `json:"template"`
+	Server   ServerInfo   `json:"server"`
 	// Samples is the number of samples asked for per latency measurement.
 	Samples int `json:"samples"`
 	// Lifecycle describes the sandbox pause_resume, suspend,
@@ -51,6 +56,9 @@ type Result struct {
 	Branch               *Summary `json:"branch"`
 	BaselineRunscRun     *Summary `json:"baseline_runsc_run"`
 	BaselineRunscRestore *Summary `json:"baseline_runsc_restore"`
+	// The microvm runtime's floors, in place of runsc's.
+	BaselineQEMUKernel *Summary `json:"baseline_qemu_kernel,omitempty"`
+	BaselineQEMUBoot   *Summary `json:"baseline_qemu_boot,omitempty"`
 
 	// Throughput is completed creates per second keyed by concurrency
 	// ("1", "8", "32").
@@ -71,6 +79,9 @@ type TemplateInfo struct {
 	PoolAPI bool `json:"pool_api"`
 	// BootedImage reports whether a pre-booted image was found on this host.
 	BootedImage bool `json:"booted_image"`
+	// DefaultRuntime is the template's default backend, which its warm
+	// pool holds.
+	DefaultRuntime string `json:"default_runtime,omitempty"`
 }
 
 // ServerInfo describes the server and the machine the benchmark ran on.
@@ -119,14 +130,25 @@ type Latency struct {
 	Summary *Summary
 }
 
-// Latencies lists the latency measurements in a stable, readable order.
+// Latencies lists the latency measurements of the result's runtime in a
+// stable, readable order: runsc's baselines for gVisor, QEMU's for microvm.
 func (r *Result) Latencies() []Latency {
-	fields := r.latencyFields()
-	out := make([]Latency, len(fields))
-	for i, f := range fields {
-		out[i] = Latency{Key: f.key, Summary: *f.field}
+	var out []Latency
+	for _, f := range r.latencyFields() {
+		if otherRuntimes(r.Runtime)[f.key] {
+			continue
+		}
+		out = append(out, Latency{Key: f.key, Summary: *f.field})
 	}
 	return out
+}
+
+// otherRuntimes are the keys that a run on runtime rt does not take.
+func otherRuntimes(rt string) map[string]bool {
+	if rt == runtimeMicroVM {
+		return map[string]bool{KeyBaselineRunscRun: true, KeyBaselineRunscRestore: true, KeyThroughput: true, KeyDensity: true}
+	}
+	return map[string]bool{KeyBaselineQEMUKernel: true, KeyBaselineQEMUBoot: true}
 }
 
 type latencyField struct {
@@ -148,6 +170,8 @@ func (r *Result) latencyFields() []latencyField {
 		{KeyBranch, &r.Branch},
 		{KeyBaselineRunscRun, &r.BaselineRunscRun},
 		{KeyBaselineRunscRestore, &r.BaselineRunscRestore},
+		{KeyBaselineQEMUKernel, &r.BaselineQEMUKernel},
+		{KeyBaselineQEMUBoot, &r.BaselineQEMUBoot},
 	}
 }
 
@@ -179,6 +203,11 @@ var ratioPairs = [][2]string{
 	{KeyCreatePooled, KeyBaselineRunscRestore},
 	{KeyCreateFirstExec, KeyBaselineRunscRun},
 	{KeyCreateUnpooled, KeyBaselineRunscRun},
+	// microvm: a create (a restore of the template's image) and its
+	// first command against a bare boot of the same guest.
+	{KeyCreateUnpooled, KeyBaselineQEMUBoot},
+	{KeyCreatePooled, KeyBaselineQEMUBoot},
+	{KeyCreateFirstExec, KeyBaselineQEMUBoot},
 }
 
 // computeRatios fills Ratios from the p50s of every pair measured on both

@@ -39,6 +39,18 @@ func TestResultJSONShape(t *testing.T) {
 	if got := sortedKeysOf(top); !reflect.DeepEqual(got, sorted(wantKeys)) {
 		t.Errorf("top-level keys:\n got %v\nwant %v", got, sorted(wantKeys))
 	}
+	// A microvm run says so, and has QEMU's floors.
+	vm := &Result{Runtime: "microvm", BaselineQEMUKernel: &Summary{N: 1}, BaselineQEMUBoot: &Summary{N: 1}}
+	rawVM, _ := json.Marshal(vm)
+	var topVM map[string]json.RawMessage
+	if err := json.Unmarshal(rawVM, &topVM); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"runtime", "baseline_qemu_kernel", "baseline_qemu_boot"} {
+		if _, ok := topVM[k]; !ok {
+			t.Errorf("a microvm result has no %s", k)
+		}
+	}
 	if string(top["create_pooled"]) != "null" {
 		t.Errorf("unmeasured create_pooled = %s, want null", top["create_pooled"])
 	}

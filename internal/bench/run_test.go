@@ -19,8 +19,11 @@ import (
 // warm pool refills at once, and it records what is left behind.
 type fakeServer struct {
 	withPool bool
+	// runtimes the template was built for (none: gVisor only).
+	runtimes []string
 
 	mu        sync.Mutex
+	asked     map[string]int // creates by the runtime they asked for
 	poolSize  int
 	sizes     []int // every size the pool was set to
 	sandboxes map[string]*apiv1.Sandbox
@@ -58,6 +61,10 @@ func (f *fakeServer) handler() http.Handler {
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		sb := f.add(apiv1.StateStarting, req.Metadata)
 		f.mu.Lock()
+		if f.asked == nil {
+			f.asked = map[string]int{}
+		}
+		f.asked[req.Runtime]++
 		f.creates++
 		n, hook := f.creates, f.onCreate
 		f.mu.Unlock()
@@ -145,6 +152,7 @@ func (f *fakeServer) template(name string) apiv1.Template {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	tpl := apiv1.Template{Name: name, ID: "tpl123", State: apiv1.TemplateReady}
+	tpl.SetRuntimes(f.runtimes)
 	if f.withPool {
 		tpl.Pool = &apiv1.PoolStatus{Size: f.poolSize, Ready: f.poolSize}
 	}
@@ -286,5 +294,52 @@ func TestRunCleansUpWhenInterrupted(t *testing.T) {
 	defer f.mu.Unlock()
 	if f.poolSize != 1 {
 		t.Errorf("pool size = %d after the interruption, want the original 1 (sizes set: %v)", f.poolSize, f.sizes)
+	}
+}
+
+// With --runtime microvm every create names the runtime, the template's
+// pool (of its default runtime, gVisor here) is no figure of microvm's,
+// the lifecycle sandbox is a 128 MiB guest, and QEMU's floors replace
+// runsc's; a template without the runtime is refused before anything runs.
+func TestRunOnMicroVM(t *testing.T) {
+	f := newFakeServer(true, 2)
+	f.runtimes = []string{"gvisor", "microvm"}
+	cfg := fakeConfig(t, f)
+	cfg.Runtime = "microvm"
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if f.asked["microvm"] == 0 || len(f.asked) != 1 {
+		t.Errorf("creates asked for runtimes %v; want microvm only", f.asked)
+	}
+	if res.Runtime != "microvm" || res.CreatePooled != nil || !strings.Contains(res.Notes[KeyCreatePooled], "default runtime gvisor") {
+		t.Errorf("runtime %q, create_pooled %+v, note %q; want absent, naming the pool's runtime", res.Runtime, res.CreatePooled, res.Notes[KeyCreatePooled])
+	}
+	if res.CreateUnpooled == nil || res.CreateUnpooled.N != 3 || res.ExecRTT == nil || res.Branch == nil {
+		t.Errorf("create_unpooled %+v, exec_rtt %+v, branch %+v; want 3 samples each", res.CreateUnpooled, res.ExecRTT, res.Branch)
+	}
+	var keys []string
+	for _, l := range res.Latencies() {
+		keys = append(keys, l.Key)
+	}
+	if got := strings.Join(keys, ","); !strings.Contains(got, KeyBaselineQEMUBoot) || strings.Contains(got, "runsc") {
+		t.Errorf("latencies %s; want QEMU's floors and not runsc's", got)
+	}
+	if res.Lifecycle == nil || res.Lifecycle.MemoryMB != DefaultMicroVMMemoryMB || res.Lifecycle.FillMiB != DefaultMicroVMFillMiB(DefaultMicroVMMemoryMB) {
+		t.Errorf("lifecycle sandbox %+v; want %d MiB", res.Lifecycle, DefaultMicroVMMemoryMB)
+	}
+	if sbs, snaps := f.leftovers(); sbs != 0 || snaps != 0 {
+		t.Errorf("left behind %d sandboxes and %d snapshots", sbs, snaps)
+	}
+
+	gOnly := newFakeServer(true, 0)
+	cfg = fakeConfig(t, gOnly)
+	cfg.Runtime = "microvm"
+	if _, err := Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "has no microvm runtime") {
+		t.Fatalf("Run on a gVisor-only template: %v; want refused", err)
+	}
+	if gOnly.creates != 0 {
+		t.Errorf("%d creates on a refused run", gOnly.creates)
 	}
 }

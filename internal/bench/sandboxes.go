@@ -86,12 +86,16 @@ func (t *tracker) pending() ([]string, []snapshotRef) {
 // the limit to the server, which keeps the request eligible for a warm
 // pool that holds sandboxes of the template's default size.
 func (r *runner) request(memoryMB, lifetimeS int) apiv1.CreateSandboxRequest {
-	return apiv1.CreateSandboxRequest{
+	req := apiv1.CreateSandboxRequest{
 		Template: r.cfg.Template,
 		MemoryMB: memoryMB,
 		TimeoutS: lifetimeS,
 		Metadata: map[string]string{benchMetadataKey: r.runID},
 	}
+	if r.cfg.Runtime != runtimeGVisor {
+		req.Runtime = r.cfg.Runtime
+	}
+	return req
 }
 
 // create posts req and tracks the sandbox for cleanup.
@@ -115,7 +119,11 @@ func (r *runner) createRunning(ctx context.Context, req apiv1.CreateSandboxReque
 	if sb, err = r.settle(ctx, sb, apiv1.StateRunning); err != nil {
 		return nil, 0, err
 	}
-	return sb, time.Since(start), nil
+	d := time.Since(start)
+	if r.isolation == "" {
+		r.isolation = sb.Isolation
+	}
+	return sb, d, nil
 }
 
 // settle waits until sb is in state want, unless it already is: lifecycle

@@ -13,14 +13,14 @@ var lifecycleKeys = []string{KeyPauseResume, KeySuspend, KeyResumeSuspended, Key
 var skipGroups = map[string][]string{
 	"create":    {KeyCreatePooled, KeyCreateUnpooled, KeyCreateFirstExec},
 	"lifecycle": lifecycleKeys,
-	"baselines": {KeyBaselineRunscRun, KeyBaselineRunscRestore},
+	"baselines": {KeyBaselineRunscRun, KeyBaselineRunscRestore, KeyBaselineQEMUKernel, KeyBaselineQEMUBoot},
 }
 
-// Keys lists every measurement key in result order.
+// Keys lists every measurement key in result order, of every runtime.
 func Keys() []string {
 	var keys []string
-	for _, l := range (&Result{}).Latencies() {
-		keys = append(keys, l.Key)
+	for _, f := range (&Result{}).latencyFields() {
+		keys = append(keys, f.key)
 	}
 	return append(keys, KeyThroughput, KeyDensity)
 }

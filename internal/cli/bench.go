@@ -27,18 +27,29 @@ concurrencies, idle sandboxes per node, and bare runsc run/restore
 baselines. Prints min/p50/p95/p99 in
 milliseconds; see docs/performance.md for what each figure means.
 
+--runtime microvm measures microVM sandboxes instead (the template must be
+built for microvm; its warm pool serves them only when microvm is its
+default runtime): the creates, exec, file, lifecycle figures, and beside
+them two floors booted by bare QEMU on this host, the guest kernel alone
+(baseline_qemu_kernel) and the kernel with the server's initramfs and the
+template's image up to the agent (baseline_qemu_boot). Throughput and
+density are not taken on microvm.
+
 Every sandbox it creates is deleted again. The density measurement and the
 baselines read the server host's cgroups and run runsc: run as root on the
 server's machine for those.`)
 	cfg := bench.Config{FillMiB: -1}
 	fs.StringVar(&cfg.Template, "template", "minimal", "template to create sandboxes from")
+	fs.StringVar(&cfg.Runtime, "runtime", "gvisor", "sandbox runtime to measure: gvisor or microvm")
+	fs.StringVar(&cfg.QEMUPath, "qemu", "", "qemu-system-x86_64 for the microvm floors (default: from PATH)")
+	fs.StringVar(&cfg.KernelDir, "microvm-kernel", "", "guest kernel directory for the microvm floors (default: as space serve finds it)")
 	fs.IntVar(&cfg.Samples, "n", bench.DefaultSamples, "samples per latency measurement")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	skip := fs.String("skip", "", "comma-separated measurements to skip, e.g. density,throughput (groups: create, lifecycle, baselines)")
 	fs.IntVar(&cfg.DensityMax, "density-max", bench.DefaultDensityMax, "most idle sandboxes the density measurement creates")
-	fs.IntVar(&cfg.MemoryMB, "memory-mb", bench.DefaultMemoryMB, "memory of the sandbox the lifecycle figures are taken on")
+	fs.IntVar(&cfg.MemoryMB, "memory-mb", 0, fmt.Sprintf("memory of the sandbox the lifecycle figures are taken on (default %d; %d on microvm)", bench.DefaultMemoryMB, bench.DefaultMicroVMMemoryMB))
 	var fill optionalInt
-	fs.Var(&fill, "fill-mib", "`MiB` of random data the lifecycle sandbox keeps in memory (default: an eighth of --memory-mb; see docs/performance.md)")
+	fs.Var(&fill, "fill-mib", "`MiB` of random data the lifecycle sandbox keeps in memory (default: an eighth of --memory-mb, a sixteenth on microvm; see docs/performance.md)")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "the server's --data-dir (for the baselines)")
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary for the baselines (default: as space serve finds it)")
 	fs.DurationVar(&cfg.ThroughputWindow, "throughput-window", bench.DefaultThroughputWindow, "how long each throughput level runs")
@@ -56,14 +67,25 @@ server's machine for those.`)
 	if cfg.Concurrency, err = parseLevels(*concurrency); err != nil {
 		return fs.usageErrorf("--concurrency: %v", err)
 	}
+	if err := bench.CheckRuntime(cfg.Runtime); err != nil {
+		return fs.usageErrorf("--runtime: %v", err)
+	}
+	if cfg.MemoryMB == 0 {
+		cfg.MemoryMB = bench.DefaultMemoryMB
+		if cfg.Runtime == "microvm" {
+			cfg.MemoryMB = bench.DefaultMicroVMMemoryMB
+		}
+	}
 	if cfg.Samples < 1 || cfg.DensityMax < 1 || cfg.MemoryMB < 32 || cfg.ThroughputWindow <= 0 {
 		return fs.usageErrorf("--n and --density-max must be at least 1, --memory-mb at least 32, --throughput-window positive")
 	}
 	if fill.set && (fill.value < 0 || fill.value >= cfg.MemoryMB) {
 		return fs.usageErrorf("--fill-mib %d must be at least 0 and well below --memory-mb %d: a sandbox at its limit stalls", fill.value, cfg.MemoryMB)
 	}
-	if cfg.RunscPath, err = bench.FindRunsc(cfg.RunscPath); err != nil {
-		fmt.Fprintf(stderr, "bench: %v; the baselines will be absent\n", err)
+	if cfg.Runtime == "gvisor" {
+		if cfg.RunscPath, err = bench.FindRunsc(cfg.RunscPath); err != nil {
+			fmt.Fprintf(stderr, "bench: %v; the baselines will be absent\n", err)
+		}
 	}
 	if err := connectBench(&cfg); err != nil {
 		return err
@@ -114,8 +136,12 @@ func defaultDataDir() string {
 // printBenchTable prints the result for people: latencies as a table,
 // then throughput, density, ratios and notes.
 func printBenchTable(res *bench.Result) error {
-	fmt.Fprintf(stdout, "template %s (%s) on %s, %d CPUs, %d MiB, kernel %s, %s\n\n",
-		res.Template.Name, shortID(res.Template.ID), res.Server.URL, res.Server.CPUs, res.Server.MemoryMiB, res.Server.Kernel, res.StartedAt.Format(time.RFC3339))
+	on := ""
+	if res.Runtime != "" {
+		on = " on " + res.Runtime
+	}
+	fmt.Fprintf(stdout, "template %s (%s)%s on %s, %d CPUs, %d MiB, kernel %s, %s\n\n",
+		res.Template.Name, shortID(res.Template.ID), on, res.Server.URL, res.Server.CPUs, res.Server.MemoryMiB, res.Server.Kernel, res.StartedAt.Format(time.RFC3339))
 	t := newTable(stdout, "MEASUREMENT", "N", "MIN ms", "P50 ms", "P95 ms", "P99 ms")
 	for _, l := range res.Latencies() {
 		if l.Summary == nil {

@@ -174,6 +174,7 @@ func TestUsageErrorsAndHelp(t *testing.T) {
 		{args: []string{"template", "pool", "base"}, code: 2, inStderr: "a template name and a size"},
 		{args: []string{"template", "pool", "--all", "base", "1"}, code: 2, inStderr: "a template name and a size"},
 		{args: []string{"template", "pool", "base", "many"}, code: 2, inStderr: "0 or more"},
+		{args: []string{"bench", "--runtime", "kvm"}, code: 2, inStderr: "--runtime: unknown runtime \"kvm\""},
 		{args: []string{"node", "wait-empty", "extra"}, code: 2, inStderr: "node wait-empty"},
 		{args: []string{"control-plane", "--store", "postgres://x/y", "--admin-key-file", "/nonexistent/key"}, code: 1, inStderr: "read the admin key"},
 		{args: []string{"serve", "--http-idle-timeout", "0s"}, code: 2, inStderr: "--http-idle-timeout must be positive"},

@@ -23,7 +23,9 @@ var templateCommands = []command{
 func runTemplatePool(ctx context.Context, args []string) error {
 	fs := newFlagSet("space template pool NAME SIZE | --all SIZE", `
 Set the warm pool of a template: how many sandboxes of it are kept started
-and idle so that a create only gives one its identity. --all sets every
+and idle so that a create only gives one its identity. The pool is of the
+template's default runtime (the first of its recipe's runtime list), and
+serves creates with the default limits on it. --all sets every
 template's pool the key may set (0 empties every pool, as an uninstall does).`)
 	all := fs.Bool("all", false, "set the pool of every template")
 	positional, err := fs.parse(args, true)

@@ -168,7 +168,7 @@ func TestCollectAgentsIgnoresTemplateImagesOfOtherAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	mkImage(t, n, "templates/tpl1", true)
-	if err := n.stampImage(n.templateImageDir("tpl1"), digestOf("v1")); err != nil {
+	if err := n.stampImage(n.templateImageDir(imageKey{template: "tpl1", legacy: true}), digestOf("v1")); err != nil {
 		t.Fatal(err)
 	}
 	n.collectAgents()

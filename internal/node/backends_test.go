@@ -258,6 +258,8 @@ type twoBackendNode struct {
 	gvisor, vm     *fakeBackend
 	// block makes fakevm a backend that boots from a disk image.
 	block bool
+	// sized makes fakevm a backend whose restores keep the boot's size.
+	sized bool
 }
 
 func newTwoBackendNode(t *testing.T) *twoBackendNode {
@@ -291,6 +293,9 @@ func (tb *twoBackendNode) start(t *testing.T) *Node {
 	var vm runtime.Runtime = tb.vm
 	if tb.block {
 		vm = blockBackend{tb.vm}
+	}
+	if tb.sized {
+		vm = sizedBackend{tb.vm}
 	}
 	n, err := New(Config{
 		Runtimes:    map[string]runtime.Runtime{runtime.GVisor: tb.gvisor, "fakevm": vm},

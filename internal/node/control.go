@@ -60,8 +60,9 @@ func checkCreateSpec(spec CreateSpec) error {
 }
 
 // Create starts a sandbox: cold, booted on a copy of its template's root
-// volume, or (req.Warm) restored from the template's booted image, made on
-// first use. A template that cannot be booted warm is booted cold.
+// volume, or (req.Warm) restored from the template's booted image of the
+// create's backend, made on first use. A template that cannot be booted
+// warm is booted cold.
 func (n *Node) Create(ctx context.Context, req nodeapi.CreateRequest) (err error) {
 	spec := req.Spec
 	if err := checkCreateSpec(spec); err != nil {
@@ -84,14 +85,14 @@ func (n *Node) Create(ctx context.Context, req nodeapi.CreateRequest) (err error
 	// The template's booted image was checkpointed without the
 	// sandbox's volume mounts, and a restore must find the mounts its
 	// image was taken with: a sandbox that mounts volumes boots.
-	// The template's image is booted on its default backend (an image is
-	// restored by the backend that took it): another backend boots.
-	if !req.Warm || len(spec.Mounts) > 0 || spec.RuntimeName() != spec.Template.DefaultRuntime() {
+	if !req.Warm || len(spec.Mounts) > 0 {
 		return n.create(ctx, spec)
 	}
-	img, err := n.templateImage(ctx, spec.Template)
+	// Each backend restores its own image of the template; a bootSized
+	// one, an image of the create's own size.
+	img, err := n.templateImage(ctx, spec.Template, n.imageKeyFor(spec.Template, spec.RuntimeName(), spec.Limits), false)
 	if err != nil {
-		n.log.Warn("no template image; booting instead", "template", spec.Template.ID, "err", err)
+		n.log.Warn("no template image; booting instead", "template", spec.Template.ID, "runtime", spec.RuntimeName(), "err", err)
 		return n.create(ctx, spec)
 	}
 	return n.createFromImage(ctx, img, spec, req.Identity)

@@ -249,13 +249,15 @@ func (n *Node) fill(templateID string) {
 func (n *Node) restorePooled(tpl TemplateSpec, limits PoolLimits, waiting network.Policy) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	img, err := n.templateImage(ctx, tpl)
+	// A pool is of the template's default backend (the control plane
+	// claims from it only for creates on that backend).
+	img, err := n.templateImage(ctx, tpl, n.imageKeyFor(tpl, tpl.DefaultRuntime(), limits.Limits), true)
 	if err != nil {
 		return "", err
 	}
 	id := sandboxid.New()
 	err = n.resumeFrom(ctx, RestoreSpec{
-		ID: id, FromVolume: img.Volume, Limits: limits.Limits, DiskMB: limits.DiskMB,
+		ID: id, Runtime: img.Runtime, FromVolume: img.Volume, Limits: limits.Limits, DiskMB: limits.DiskMB,
 		AccessToken: img.Token, Network: waiting,
 	}, img.ImageDir)
 	if err != nil {

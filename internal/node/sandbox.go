@@ -64,6 +64,14 @@ const (
 	readyTimeout      = 2 * time.Minute
 )
 
+// agentStartBound is a backend whose sandboxes may take longer than
+// agentStartTimeout from their start to their agent answering: a guest
+// boots a kernel first, and under emulation (TCG) on a busy host that
+// takes tens of seconds.
+type agentStartBound interface {
+	AgentStartTimeout() time.Duration
+}
+
 func volumeName(id string) string { return path.Join("sandboxes", id) }
 
 // create boots a sandbox cold: a copy-on-write snapshot of the template's
@@ -194,7 +202,11 @@ func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, limits
 	}
 	sb := n.newSandbox(id, bootToken)
 	sb.setAgent(n.agentDigest)
-	startCtx, cancel := context.WithTimeout(ctx, agentStartTimeout)
+	bound := agentStartTimeout
+	if b, ok := backend.(agentStartBound); ok {
+		bound = b.AgentStartTimeout()
+	}
+	startCtx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	if err := n.waitStarted(startCtx, sb); err != nil {
 		return nil, err

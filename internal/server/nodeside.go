@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -324,13 +323,7 @@ func microVMTools() (string, microvm.Kernel, error) {
 	if err != nil {
 		missing = append(missing, "QEMU (qemu-system-x86_64)")
 	}
-	var kernel microvm.Kernel
-	var kerr error = errors.New("not found")
-	for _, dir := range microVMKernelDirs() {
-		if kernel, kerr = microvm.LoadKernel(dir); kerr == nil {
-			break
-		}
-	}
+	kernel, kerr := microvm.FindKernel()
 	if kerr != nil {
 		missing = append(missing, "the guest kernel (.tools/microvm/current, or $SPACE_MICROVM_KERNEL)")
 	}
@@ -338,21 +331,4 @@ func microVMTools() (string, microvm.Kernel, error) {
 		return "", microvm.Kernel{}, fmt.Errorf("--runtimes microvm: this host lacks %s: install with scripts/install-deps.sh, or run with --runtimes gvisor", strings.Join(missing, " and "))
 	}
 	return qemu, kernel, nil
-}
-
-// microVMKernelDirs are where the guest kernel may be, in order.
-func microVMKernelDirs() []string {
-	if dir := os.Getenv("SPACE_MICROVM_KERNEL"); dir != "" {
-		return []string{dir}
-	}
-	var dirs []string
-	if exe, err := os.Executable(); err == nil {
-		dirs = append(dirs, filepath.Join(filepath.Dir(exe), ".tools", "microvm", "current"))
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for dir := wd; dir != "/"; dir = filepath.Dir(dir) {
-			dirs = append(dirs, filepath.Join(dir, ".tools", "microvm", "current"))
-		}
-	}
-	return dirs
 }

@@ -328,7 +328,8 @@ type Template struct {
 	// Sandboxes counts sandboxes using this template.
 	Sandboxes int `json:"sandboxes"`
 	// Pool is the template's warm pool: sandboxes kept restored and idle
-	// so that a create only has to give one its identity.
+	// so that a create only has to give one its identity. They run on
+	// the template's default runtime.
 	Pool *PoolStatus `json:"pool,omitempty"`
 	// Runtimes are the sandbox backends the template was built for
 	// ("gvisor", "microvm"; recipe field runtime); DefaultRuntime, the

@@ -22,26 +22,6 @@ import (
 // its default.
 const vmTemplate = "vm-minimal"
 
-// requireVMTemplate skips without the microVM backend and otherwise makes
-// (once per run) and waits for vmTemplate, built for both runtimes.
-func requireVMTemplate(t *testing.T) {
-	t.Helper()
-	requireServer(t)
-	if env.noMicroVM != "" {
-		t.Skip(env.noMicroVM)
-	}
-	ctx := testContext(t)
-	if _, err := env.client.GetTemplate(ctx, vmTemplate); err != nil {
-		if _, err := env.client.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Name: vmTemplate, Recipe: "from: minimal\nruntime: [gvisor, microvm]\n"}); err != nil && !client.IsConflict(err) {
-			t.Fatalf("create template: %v", err)
-		}
-	}
-	tpl := waitTemplate(t, vmTemplate)
-	if strings.Join(tpl.Runtimes, ",") != "gvisor,microvm" || tpl.DefaultRuntime != "gvisor" {
-		t.Fatalf("template runtimes %v, default %q", tpl.Runtimes, tpl.DefaultRuntime)
-	}
-}
-
 // readVMSnapshot reads the snapshot a VM's lifecycle took before it
 // changed note.txt: the file as it was, its directory listed (read inside
 // the snapshot's disk image on the host), a symlink reported, not
@@ -96,11 +76,12 @@ func readVMSnapshot(t *testing.T, id, snap string) {
 // three branches diverging with the counter going on in each; deleted,
 // it leaves no QEMU, cgroup, network slot or volume.
 func TestMicroVMLifecycle(t *testing.T) {
-	requireVMTemplate(t)
-	ctx := testContext(t)
+	requireVMTemplate(t, vmTemplate, "gvisor", "microvm")
 
 	begin := time.Now()
-	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: vmTemplate, Runtime: "microvm", MemoryMB: 128, VCPUs: 1})
+	// A warm create: the first of its size boots the image of it first.
+	sb := newVMSandbox(t, apiv1.CreateSandboxRequest{Template: vmTemplate, Runtime: "microvm", MemoryMB: 128, VCPUs: 1})
+	ctx := testContext(t)
 	t.Logf("create on microvm to running: %s", time.Since(begin).Round(time.Millisecond))
 	// The harness's server runs its guests under TCG (--accel tcg).
 	if sb.Runtime != "microvm" || sb.Isolation != "microvm-tcg" {
@@ -202,6 +183,35 @@ func TestMicroVMLifecycle(t *testing.T) {
 	}
 }
 
+// requireVMTemplate builds (once per server) a minimal-based template for
+// runtimes, the first its default, and checks the server says so.
+func requireVMTemplate(t *testing.T, name string, runtimes ...string) *apiv1.Template {
+	t.Helper()
+	requireServer(t)
+	if env.noMicroVM != "" {
+		t.Skip(env.noMicroVM)
+	}
+	ctx := testContext(t)
+	if _, err := env.client.GetTemplate(ctx, name); err != nil {
+		recipe := "from: minimal\nruntime: [" + strings.Join(runtimes, ", ") + "]\n"
+		if _, err := env.client.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Name: name, Recipe: recipe}); err != nil && !client.IsConflict(err) {
+			t.Fatalf("create template %s: %v", name, err)
+		}
+	}
+	tpl := waitTemplate(t, name)
+	if strings.Join(tpl.Runtimes, ",") != strings.Join(runtimes, ",") || tpl.DefaultRuntime != runtimes[0] {
+		t.Fatalf("template %s: runtimes %v, default %q; want %v", name, tpl.Runtimes, tpl.DefaultRuntime, runtimes)
+	}
+	return tpl
+}
+
+// templateImageOf reports whether the server's node holds a complete
+// pre-booted image of the template by that name (e.g. "<id>@microvm-1cpu-128mb").
+func templateImageOf(name string) bool {
+	_, err := os.Stat(filepath.Join(env.dataDir, "images", "templates", name, "space-complete"))
+	return err == nil
+}
+
 // reattachByOffset runs a session that prints numbered lines and reads
 // it through several short attaches, each from the offset the last one
 // reached: every line arrives once, in order.
@@ -271,7 +281,7 @@ func vmLeftovers(id string) []string {
 // writes. A suspend or snapshot is refused with a 409 that says why (the
 // hypervisor cannot save a guest with a share), and the guest runs on.
 func TestMicroVMVolumes(t *testing.T) {
-	requireVMTemplate(t)
+	requireVMTemplate(t, vmTemplate, "gvisor", "microvm")
 	requireGuest9p(t)
 	ctx := testContext(t)
 	vol := newVolume(t, env.client, "vm-data", 32)

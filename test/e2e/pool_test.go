@@ -10,15 +10,20 @@ import (
 )
 
 // setPool sets the minimal template's warm pool and waits until it is full.
-func setPool(t *testing.T, size int) {
+func setPool(t *testing.T, size int) { setTemplatePool(t, "minimal", size) }
+
+// setTemplatePool sets a template's warm pool and waits until it is full.
+func setTemplatePool(t *testing.T, name string, size int) {
 	t.Helper()
-	ctx := testContext(t)
-	if _, err := env.client.SetTemplatePool(ctx, "minimal", size); err != nil {
+	// A microVM pool boots its image under TCG first.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	if _, err := env.client.SetTemplatePool(ctx, name, size); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		tpl, err := env.client.GetTemplate(ctx, "minimal")
+		tpl, err := env.client.GetTemplate(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -26,7 +31,7 @@ func setPool(t *testing.T, size int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pool did not fill: %+v", tpl.Pool)
+			t.Fatalf("pool of %s did not fill: %+v", name, tpl.Pool)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

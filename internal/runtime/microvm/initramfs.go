@@ -35,6 +35,33 @@ func LoadKernel(dir string) (Kernel, error) {
 	return k, nil
 }
 
+// FindKernel loads the guest kernel scripts/microvm-kernel.sh unpacks:
+// $SPACE_MICROVM_KERNEL if set, else .tools/microvm/current beside the
+// running binary or in the working directory or one above it.
+func FindKernel() (Kernel, error) {
+	var dirs []string
+	if dir := os.Getenv("SPACE_MICROVM_KERNEL"); dir != "" {
+		dirs = []string{dir}
+	} else {
+		if exe, err := os.Executable(); err == nil {
+			dirs = append(dirs, filepath.Join(filepath.Dir(exe), ".tools", "microvm", "current"))
+		}
+		if wd, err := os.Getwd(); err == nil {
+			for dir := wd; dir != "/"; dir = filepath.Dir(dir) {
+				dirs = append(dirs, filepath.Join(dir, ".tools", "microvm", "current"))
+			}
+		}
+	}
+	err := errors.New("not found (.tools/microvm/current, or $SPACE_MICROVM_KERNEL)")
+	for _, dir := range dirs {
+		var k Kernel
+		if k, err = LoadKernel(dir); err == nil {
+			return k, nil
+		}
+	}
+	return Kernel{}, err
+}
+
 // Vmlinuz is the kernel as Debian ships it, compressed.
 func (k Kernel) Vmlinuz() string { return filepath.Join(k.Dir, "vmlinuz") }
 

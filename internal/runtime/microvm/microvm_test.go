@@ -826,3 +826,25 @@ func TestRefusesDirRootfsAndRestoredMounts(t *testing.T) {
 		}
 	}
 }
+
+// BootFloor boots a guest as Start would, outside the backend, and times
+// it to the agent's ready line; the agent then answers the handshake, and
+// no QEMU is left.
+func TestBootFloor(t *testing.T) {
+	requireEnv(t)
+	qemu, _ := exec.LookPath("qemu-system-x86_64")
+	work := filepath.Join(env.dir, "floor-test")
+	initramfs, err := env.kernel.Initramfs(env.agent, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took, err := BootFloor(context.Background(), qemu, env.kernel, "tcg", initramfs, sandboxImage(t, "floor"), work,
+		runtime.Limits{VCPUs: 1, MemoryMB: 128}, 2*time.Minute)
+	if err != nil || took <= 0 {
+		t.Fatalf("boot floor: %s, %v", took, err)
+	}
+	t.Logf("bare QEMU to the agent under TCG: %s", took.Round(time.Millisecond))
+	if out, _ := exec.Command("pgrep", "-f", work).Output(); len(out) > 0 {
+		t.Errorf("QEMU left running: %s", out)
+	}
+}
