@@ -42,6 +42,13 @@ func BootFloor(ctx context.Context, qemu string, k Kernel, accel, initramfs, roo
 		return 0, fmt.Errorf("boot floor: %w", hostpath.Pathless(err))
 	}
 	conf := vmConfig{Machine: "microvm", Accel: accel, Limits: limits, Initramfs: initramfs, Kernel: k.Image(accel), Rootfs: rootImage}
+	// QEMU drops to a uid of its own, as a sandbox's does.
+	uid, err := leaseUID("floor", dir)
+	if err != nil {
+		return 0, fmt.Errorf("boot floor: %w", err)
+	}
+	defer releaseUID(uid, dir)
+	conf.UID = uid
 	conf.Cmdline = kernelCmdline(runtime.Spec{Hostname: "floor"}, conf)
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
