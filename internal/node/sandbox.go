@@ -134,6 +134,9 @@ func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 	for k, v := range spec.Template.Env {
 		env[k] = v
 	}
+	// As a restored or claimed sandbox's identity has it (the create's
+	// own env may still say otherwise).
+	env["SPACE_SANDBOX_ID"] = spec.ID
 	for k, v := range spec.Env {
 		env[k] = v
 	}

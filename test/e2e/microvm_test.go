@@ -297,6 +297,13 @@ func TestMicroVMVolumes(t *testing.T) {
 	}
 	g := newSandbox(t, apiv1.CreateSandboxRequest{Template: vmTemplate, VolumeMounts: []apiv1.VolumeMount{{Volume: vol.ID, Path: "/data"}}})
 
+	// Booted, not restored (a sandbox that mounts volumes boots): each
+	// knows its id as a restored one does.
+	for _, sb := range []string{vm.ID, g.ID} {
+		if got := execOK(t, sb, "echo $SPACE_SANDBOX_ID"); got != sb+"\n" {
+			t.Fatalf("SPACE_SANDBOX_ID of a booted sandbox %s is %q", sb, got)
+		}
+	}
 	owner := execOK(t, vm.ID, "cat /mnt/data/seed.txt >/dev/null && echo from-vm > /mnt/data/vm.txt && mkdir /mnt/data/d && stat -c %u:%g /mnt/data/vm.txt")
 	if got := execOK(t, g.ID, "cat /data/vm.txt; stat -c %u:%g /data/vm.txt; ls /data/d"); got != "from-vm\n"+owner {
 		t.Fatalf("gVisor sandbox reads %q, want the VM's file owned by %q", got, owner)
