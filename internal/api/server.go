@@ -442,8 +442,9 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, controlplane.ErrTemplateNotReady), errors.Is(err, ErrTemplateInUse):
 		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, nodeapi.ErrNoRuntime):
-		// A backend the node or the template does not have.
+	case errors.Is(err, nodeapi.ErrNoRuntime), errors.Is(err, nodeapi.ErrNoCheckpoint):
+		// A backend the node or the template does not have, or one that
+		// cannot save this sandbox's memory.
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, nodeapi.ErrNoSandbox):
 		// The sandbox stopped between finding it running and the call

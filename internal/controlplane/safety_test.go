@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path"
 	"path/filepath"
 	"slices"
@@ -628,4 +629,42 @@ func TestRestorePassesOverAnotherProjectsSnapshot(t *testing.T) {
 			}
 		}
 	}
+}
+
+// An idle sandbox whose runtime cannot save its memory (a microVM with
+// volumes mounted) is still suspended by the idle check: it drops the
+// memory, as keep_memory false would, rather than stay running and be
+// refused again at every check. An explicit suspend is refused as it was.
+func TestIdleSuspendDropsMemoryTheRuntimeCannotSave(t *testing.T) {
+	fn := newFakeNode()
+	fn.alive["a"], fn.volumes["sandboxes/a"] = true, true
+	fn.suspendErr = fmt.Errorf("a VM with a share cannot be saved (%w)", nodeapi.ErrNoCheckpoint)
+	cp := newTestCPWith(t, Config{Nodes: OneNode("local", unsyncable{fn})}, t.TempDir(), fn, sandbox("a", apiv1.StateRunning))
+	ctx := context.Background()
+	if _, err := cp.Suspend(ctx, "a"); !errors.Is(err, nodeapi.ErrNoCheckpoint) {
+		t.Fatalf("explicit suspend: %v, want the refusal", err)
+	}
+	if s := mustGet(t, cp, "a"); s.State != apiv1.StateRunning {
+		t.Fatalf("after the refused suspend: %s", s.State)
+	}
+	cp.mu.Lock()
+	cp.sandboxes["a"].Lifecycle.IdleSuspendS = 1
+	cp.lastActive["a"] = time.Now().Add(-time.Minute)
+	cp.mu.Unlock()
+	cp.reap(ctx)
+	s := waitState(t, cp, "a", apiv1.StateSuspended)
+	if !s.DiskOnly || s.Image != "" || !strings.Contains(s.Reason, "its memory could not be saved") {
+		t.Fatalf("idle suspend of a sandbox whose memory cannot be saved: %+v", s)
+	}
+	if fn.called("halt a") != 1 {
+		t.Fatal("the sandbox was not stopped")
+	}
+}
+
+// unsyncable is a node whose sandboxes take no calls (a suspend's sync of
+// their disk is skipped, as it is best effort).
+type unsyncable struct{ *fakeNode }
+
+func (unsyncable) Sandbox(context.Context, string) (nodeapi.Sandbox, error) {
+	return nil, nodeapi.ErrNoSandbox
 }

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,12 +36,21 @@ func (cp *ControlPlane) SuspendWith(ctx context.Context, id string, opts Suspend
 }
 
 // suspendAsConfigured is the timeout's and the idle check's suspend: it
-// keeps memory unless the sandbox was created with keep_memory false.
+// keeps memory unless the sandbox was created with keep_memory false, or
+// its runtime cannot save it.
 func (cp *ControlPlane) suspendAsConfigured(ctx context.Context, r *record, reason string) error {
 	if keep := cp.snapshot(r).Lifecycle.KeepMemory; keep != nil && !*keep {
 		return cp.suspendDisk(ctx, r, reason)
 	}
-	return cp.suspend(ctx, r, reason)
+	err := cp.suspend(ctx, r, reason)
+	if errors.Is(err, nodeapi.ErrNoCheckpoint) {
+		// Its runtime cannot save its memory as it runs now (a microVM
+		// with volumes mounted refuses before it stops anything): an
+		// automatic suspend still frees what the sandbox holds, as one
+		// that drops memory, rather than fail again at every check.
+		return cp.suspendDisk(ctx, r, reason+" (its memory could not be saved)")
+	}
+	return err
 }
 
 // suspendDisk is a suspend that drops memory, with r.lock held. The

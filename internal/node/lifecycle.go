@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -88,7 +87,7 @@ func (n *Node) saveImage(ctx context.Context, id, imageDir string) error {
 	if err := n.rt(id).Checkpoint(ctx, id, partial, true); err != nil {
 		_ = os.RemoveAll(partial)
 		if errors.Is(err, runtime.ErrUnsupported) {
-			return unsupported(err, refusal(id, err))
+			return noCheckpoint(id, err)
 		}
 		return err
 	}
@@ -627,26 +626,14 @@ func (n *Node) BootFromDisk(ctx context.Context, spec CreateSpec) error {
 	return nil
 }
 
-// unsupportedError is a backend's refusal (runtime.ErrUnsupported) as a
-// client sees it: a 409 with a plain sentence, here and across the wire
-// (an *AgentError), that still unwraps to the runtime's error.
-type unsupportedError struct {
-	err   error
-	agent *AgentError
-}
-
-func (e *unsupportedError) Error() string   { return e.agent.Message }
-func (e *unsupportedError) Unwrap() []error { return []error{e.err, e.agent} }
-
-func unsupported(err error, msg string) error {
-	return &unsupportedError{err: err, agent: &AgentError{Status: http.StatusConflict, Message: msg}}
-}
-
-// refusal is the sentence a client reads for a backend's refusal.
-func refusal(id string, err error) string {
+// noCheckpoint is a backend's refusal to checkpoint (runtime.ErrUnsupported)
+// as the node's callers see it: nodeapi.ErrNoCheckpoint, here and across
+// the wire, with the backend's sentence for a client to read.
+func noCheckpoint(id string, err error) error {
+	reason := "the runtime of sandbox " + id + " cannot checkpoint it"
 	var ue *runtime.UnsupportedError
 	if errors.As(err, &ue) {
-		return ue.Reason
+		reason = ue.Reason
 	}
-	return "the runtime of sandbox " + id + " cannot checkpoint it"
+	return fmt.Errorf("%s (%w)", reason, nodeapi.ErrNoCheckpoint)
 }

@@ -115,6 +115,19 @@ func TestWarmCreatesOnEachBackend(t *testing.T) {
 	if err := n.SetPool(ctx, nodeapi.PoolRequest{Template: vmTpl}); err != nil {
 		t.Fatal(err)
 	}
+	// The claim started a refill: it ends (and releases what it made)
+	// before the test's directories go.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n.pools.mu.Lock()
+		filling := n.pools.byTpl[vmTpl.ID].filling
+		n.pools.mu.Unlock()
+		if !filling {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool's refill never ended")
+		}
+	}
 
 	if err := n.DropTemplateImage(ctx, tpl.ID); err != nil {
 		t.Fatal(err)

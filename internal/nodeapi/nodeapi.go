@@ -432,6 +432,10 @@ var (
 	// ErrNoRuntime refuses a sandbox on a backend its template was not
 	// built for, or that the node does not have.
 	ErrNoRuntime = errors.New("runtime not available")
+	// ErrNoCheckpoint: the sandbox's runtime cannot save its memory as
+	// it runs now (a microVM with persistent volumes mounted); a suspend
+	// that drops memory still can stop it.
+	ErrNoCheckpoint = errors.New("its runtime cannot save its memory")
 )
 
 // AgentError is a failed call to a sandbox's agent, with the HTTP status

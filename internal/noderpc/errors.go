@@ -31,6 +31,7 @@ const (
 	kindInvalidName = "invalid_name"
 	kindExists      = "exists"
 	kindNoRuntime   = "no_runtime"
+	kindNoCkpt      = "no_checkpoint"
 	kindAgent       = "agent"
 )
 
@@ -46,6 +47,7 @@ var sentinels = []struct {
 	{kindInvalidName, nodeapi.ErrInvalidName, connect.CodeInvalidArgument},
 	{kindExists, nodeapi.ErrExists, connect.CodeAlreadyExists},
 	{kindNoRuntime, nodeapi.ErrNoRuntime, connect.CodeFailedPrecondition},
+	{kindNoCkpt, nodeapi.ErrNoCheckpoint, connect.CodeFailedPrecondition},
 }
 
 // describe classifies err for the wire: its NodeError detail and the
