@@ -78,6 +78,31 @@ blocked "$(cat "${DATA_DIR:-/var/lib/space}/admin.key" 2>&1 | sed 's/.*: //')"`)
 			},
 		},
 		{
+			Name: "fw_cfg items from the host", Category: Credentials,
+			Expected: "only the sandbox's own environment", Escape: "a host path, key or another sandbox's secret handed to the guest by QEMU's fw_cfg",
+			Run: func(ctx context.Context, s *Scene) Verdict {
+				// QEMU hands a microVM guest its agent's environment this
+				// way (opt/space/env): it must hold nothing of the host's
+				// or of another sandbox's. Its content is scanned for the
+				// host's secrets; host paths are looked for here.
+				return s.sh(ctx, `d=/sys/firmware/qemu_fw_cfg
+[ -d $d ] || modprobe qemu_fw_cfg 2>/dev/null
+if [ ! -d $d/by_name ]; then blocked "no fw_cfg in $(ls /sys/firmware 2>&1 | tr '\n' ' ')"; exit 0; fi
+items=$(cd $d/by_name && find . -name raw | sed 's#^\./##; s#/raw$##')
+for i in $items; do echo "== $i ($(stat -c %s $d/by_name/$i/raw 2>/dev/null) bytes)"; head -c 8192 $d/by_name/$i/raw | tr -c '[:print:]\n' '.'; echo; done
+hits=""
+for i in $items; do
+  for p in "$DATA_DIR" "$CANARY_DIR" /var/lib/space; do
+    [ -n "$p" ] && grep -qaF "$p" $d/by_name/$i/raw 2>/dev/null && hits="$hits $i:$p"
+  done
+  grep -qaF "$VICTIM_ID" $d/by_name/$i/raw 2>/dev/null && hits="$hits $i:the-victim's-id"
+done
+[ -n "$hits" ] && escaped "fw_cfg items name host paths or the victim:$hits"
+(echo x > $d/by_name/opt/space/env/raw) 2>/dev/null && w="writable" || w="read-only"
+blocked "$(echo $items | wc -w) fw_cfg items ($(echo $items | tr '\n' ' ' | cut -c1-120)); the environment item is $w in the guest"`)
+			},
+		},
+		{
 			Name: "call the victim's agent or the host proxy", Category: Credentials,
 			Expected: "refused", Escape: "driving another sandbox's agent",
 			Run: controlled(`
@@ -116,6 +141,12 @@ func injectedSecret(ctx context.Context, s *Scene) Verdict {
 			{"host": host, "header": "Authorization", "value": "Bearer ${" + name + "}"},
 			{"host": host, "env": "RT_PLACEHOLDER", "secret": name},
 		},
+	}
+	if s.cfg.Runtime != "" {
+		body["runtime"] = s.cfg.Runtime
+	}
+	if s.cfg.MemoryMB > 0 {
+		body["memory_mb"] = s.cfg.MemoryMB
 	}
 	_, out, err := s.raw.do(ctx, http.MethodPost, "/v1/sandboxes", body)
 	if err != nil {
