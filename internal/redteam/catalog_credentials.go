@@ -87,15 +87,15 @@ blocked "$(cat "${DATA_DIR:-/var/lib/space}/admin.key" 2>&1 | sed 's/.*: //')"`)
 				// host's secrets; host paths are looked for here.
 				return s.sh(ctx, `d=/sys/firmware/qemu_fw_cfg
 [ -d $d ] || modprobe qemu_fw_cfg 2>/dev/null
-if [ ! -d $d/by_name ]; then blocked "no fw_cfg in $(ls /sys/firmware 2>&1 | tr '\n' ' ')"; exit 0; fi
-items=$(cd $d/by_name && find . -name raw | sed 's#^\./##; s#/raw$##')
-for i in $items; do echo "== $i ($(stat -c %s $d/by_name/$i/raw 2>/dev/null) bytes)"; head -c 8192 $d/by_name/$i/raw | tr -c '[:print:]\n' '.'; echo; done
-hits=""
-for i in $items; do
+if [ ! -d $d/by_key ]; then blocked "no fw_cfg in $(ls /sys/firmware 2>&1 | tr '\n' ' ')"; exit 0; fi
+items=""; hits=""
+for k in $d/by_key/*; do
+  i=$(cat $k/name 2>/dev/null); [ -n "$i" ] || i=key-${k##*/}; items="$items $i"
+  echo "== $i ($(cat $k/size 2>/dev/null) bytes)"; head -c 8192 $k/raw 2>/dev/null | tr -c '[:print:]\n' '.'; echo
   for p in "$DATA_DIR" "$CANARY_DIR" /var/lib/space; do
-    [ -n "$p" ] && grep -qaF "$p" $d/by_name/$i/raw 2>/dev/null && hits="$hits $i:$p"
+    [ -n "$p" ] && grep -qaF "$p" $k/raw 2>/dev/null && hits="$hits $i:$p"
   done
-  grep -qaF "$VICTIM_ID" $d/by_name/$i/raw 2>/dev/null && hits="$hits $i:the-victim's-id"
+  grep -qaF "$VICTIM_ID" $k/raw 2>/dev/null && hits="$hits $i:the-victim's-id"
 done
 [ -n "$hits" ] && escaped "fw_cfg items name host paths or the victim:$hits"
 (echo x > $d/by_name/opt/space/env/raw) 2>/dev/null && w="writable" || w="read-only"

@@ -281,21 +281,16 @@ func (r *runner) setup(ctx context.Context, attempts []Attempt) error {
 		err error
 	}
 	var victim, bystander, attacker made
-	var wg sync.WaitGroup
+	// One after the other: emulated guests booting side by side on a
+	// small host each take long enough to miss the agent's start bound,
+	// and gVisor sandboxes start in about a second anyway.
 	for _, m := range []struct {
 		out    *made
 		policy *apiv1.NetworkPolicy
 	}{{&victim, nil}, {&bystander, nil}, {&attacker, r.attackerPolicy()}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.out.sb, m.out.err = r.newSandbox(ctx, nil, m.policy)
-		}()
-	}
-	wg.Wait()
-	for _, m := range []made{victim, bystander, attacker} {
-		if m.err != nil {
-			return fmt.Errorf("create sandbox: %w", m.err)
+		m.out.sb, m.out.err = r.newSandbox(ctx, nil, m.policy)
+		if m.out.err != nil {
+			return fmt.Errorf("create sandbox: %w", m.out.err)
 		}
 	}
 	s.Victim, s.Bystander, s.Attacker = victim.sb.ID, bystander.sb.ID, attacker.sb.ID
@@ -399,7 +394,7 @@ func addrString(a interface {
 // and the template's root image that every sandbox's is cloned from.
 func (r *runner) watchGuests(ctx context.Context) {
 	h, dir := r.scene.host, filepath.Join(r.cfg.DataDir, "microvm")
-	initrds, _ := filepath.Glob(filepath.Join(dir, "initramfs-*.cpio"))
+	initrds, _ := filepath.Glob(filepath.Join(dir, "initramfs", "initramfs-*.cpio"))
 	if len(initrds) == 0 {
 		r.notes = append(r.notes, "no guest initramfs found in the server's data directory: none is checked")
 	}
@@ -417,7 +412,15 @@ func (r *runner) watchGuests(ctx context.Context) {
 	if tpl, err := r.api.GetTemplate(ctx, r.cfg.Template); err != nil {
 		r.notes = append(r.notes, fmt.Sprintf("the template's root image is not checked: %v", err))
 	} else {
-		h.watchStat("the template's root image", filepath.Join(r.cfg.DataDir, "volumes", "templates", tpl.ID, "rootfs.img"))
+		// The artifact volume of the template's microVM build
+		// (<id>.microvm, beside its tree).
+		images, _ := filepath.Glob(filepath.Join(r.cfg.DataDir, "volumes", "templates", tpl.ID+"*", "rootfs.img"))
+		if len(images) == 0 {
+			r.notes = append(r.notes, "the template's root image was not found: not checked")
+		}
+		for _, p := range images {
+			h.watchStat("the template's root image", p)
+		}
 	}
 }
 
