@@ -70,14 +70,15 @@ except MemoryError:
 			},
 		},
 		{
-			// Small: an emulated guest writes a few MiB a second.
-			Name: "disk fill past disk_mb", Category: Resources, Own: &Sandbox{VCPUs: 1, MemoryMB: 256, DiskMB: 128},
-			Expected: "no space left at 128 MiB (ENOSPC/EDQUOT, EIO in a guest)", Escape: "writing past the disk quota onto the host's disk",
-			Timeout: 3 * time.Minute,
+			// Not smaller: the base template's start needs room. An
+			// emulated guest writes a few MiB a second, hence the bound.
+			Name: "disk fill past disk_mb", Category: Resources, Own: &Sandbox{VCPUs: 1, MemoryMB: 256, DiskMB: 512},
+			Expected: "no space left at 512 MiB (ENOSPC/EDQUOT, EIO in a guest)", Escape: "writing past the disk quota onto the host's disk",
+			Timeout: 6 * time.Minute,
 			Run: func(ctx context.Context, s *Scene) Verdict {
-				return s.sh(ctx, `out=$(dd if=/dev/zero of=/home/user/rt-fill bs=1M count=192 conv=fsync 2>&1); rc=$?
+				return s.sh(ctx, `out=$(dd if=/dev/zero of=/home/user/rt-fill bs=1M count=768 conv=fsync 2>&1); rc=$?
 sync; size=$(du -m /home/user/rt-fill 2>/dev/null | cut -f1); rm -f /home/user/rt-fill
-[ $rc -eq 0 ] && escaped "wrote ${size} MiB to a 128 MiB volume"
+[ $rc -eq 0 ] && escaped "wrote ${size} MiB to a 512 MiB volume"
 blocked "dd stopped at ${size} MiB: $(echo "$out" | grep -m1 -i -E 'space|quota|error' )"`)
 			},
 		},
