@@ -28,7 +28,7 @@ blocked "$(echo "$files" | grep -c .) files mention keys or tokens; their conten
 		{
 			Name: "strings in the agent's memory", Category: Credentials,
 			Expected: "only this sandbox's own token", Escape: "the API key or other sandboxes' tokens in the agent's memory",
-			Timeout: 90 * time.Second,
+			Timeout: 3 * time.Minute, // an emulated guest's Python is slow
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.py(ctx, `
 import re
@@ -42,12 +42,17 @@ for line in maps:
     if "r" not in f[1] or (len(f) > 5 and f[5].startswith("[v")): continue
     lo, hi = (int(x, 16) for x in f[0].split("-"))
     if hi - lo > 256 << 20: continue
+    # In chunks: a 128 MiB guest has no room for a whole Go heap arena.
     try:
         with open("/proc/1/mem", "rb") as m:
-            m.seek(lo); data = m.read(hi - lo)
+            m.seek(lo); prev = b""
+            for off in range(lo, hi, 1 << 20):
+                data = m.read(min(1 << 20, hi - off))
+                total += len(data)
+                for w in pat.findall(prev + data):
+                    if len(seen) < 60000: seen.add(w)
+                prev = data[-256:]
     except (OSError, ValueError, OverflowError): continue
-    total += len(data)
-    for w in pat.findall(data): seen.add(w)
 for w in sorted(seen)[:60000]: print(w.decode("latin-1"))
 blocked("read %d MiB of the agent's memory, %d distinct token-like strings (scanned for the host's secrets)" % (total >> 20, len(seen)))`)
 			},

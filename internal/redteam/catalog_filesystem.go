@@ -89,7 +89,7 @@ blocked planted`); v.Outcome != Blocked {
 				// attempt tries to write past its end.
 				return s.sh(ctx, `mkdir -p /mnt/rt
 ls /dev | tr '\n' ' '; echo
-own=""; while read -r _ _ mm _ mp _; do [ "$mp" = / ] && own=$mm; done < /proc/self/mountinfo
+own=""; while read -r _ _ mm _ mp _; do [ "$mp" = / ] && { own=$mm; break; }; done < /proc/self/mountinfo
 for d in sda:8:0 vda:253:0 vdb:253:16 xvda:202:0 nvme0n1:259:0 loop0:7:0 dm0:254:0; do
   name=${d%%:*}; rest=${d#*:}; maj=${rest%%:*}; min=${rest#*:}
   if [ "$maj:$min" = "$own" ]; then echo "/dev/$name ($own) is this sandbox's own root disk"; continue; fi
