@@ -92,8 +92,12 @@ ls /dev | tr '\n' ' '; echo
 own=""; while read -r _ _ mm _ mp _; do [ "$mp" = / ] && { own=$mm; break; }; done < /proc/self/mountinfo
 for d in sda:8:0 vda:253:0 vdb:253:16 xvda:202:0 nvme0n1:259:0 loop0:7:0 dm0:254:0; do
   name=${d%%:*}; rest=${d#*:}; maj=${rest%%:*}; min=${rest#*:}
-  if [ "$maj:$min" = "$own" ]; then echo "/dev/$name ($own) is this sandbox's own root disk"; continue; fi
   [ -e /dev/$name ] || mknod /dev/$name b $maj $min 2>/dev/null
+  # By the node's real numbers: a guest's virtio disk takes a dynamic major.
+  real=$(stat -L -c '%t %T' /dev/$name 2>/dev/null)
+  if [ -n "$real" ] && [ "$((0x${real% *})):$((0x${real#* }))" = "$own" ]; then
+    echo "/dev/$name ($own) is this sandbox's own root disk"; continue
+  fi
   n=$(head -c 512 /dev/$name 2>/dev/null | wc -c)
   [ "$n" -gt 0 ] && escaped "read $n bytes from /dev/$name ($maj:$min)"
   for t in ext4 btrfs xfs; do
