@@ -27,6 +27,8 @@ listener on every host address, a process) and checks them after every
 attempt. Every sandbox it creates is deleted again. See docs/security.md.`)
 	cfg := redteam.Config{}
 	fs.StringVar(&cfg.Template, "template", "base", "template of the sandboxes (the scripts need bash, python3 and curl)")
+	fs.StringVar(&cfg.Runtime, "runtime", "", "backend of the sandboxes and templates: gvisor or microvm (default: the template's; it must be built for it)")
+	fs.IntVar(&cfg.MemoryMB, "memory-mb", 0, "memory of the sandboxes that need no more (default: the server's; small guests keep a microvm run affordable)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	only := fs.String("only", "", "run one category: "+categoryNames())
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "the server's --data-dir, whose agent binary and keys are checked (empty: not checked)")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -42,6 +43,7 @@ type agentDialBound interface {
 type AgentConn struct {
 	mu        sync.Mutex
 	conns     map[net.Conn]bool // every connection dialed, for Reset
+	closed    bool              // Close was called: no more dials
 	token     atomic.Pointer[string]
 	transport *http2.Transport
 	http      *http.Client
@@ -62,6 +64,9 @@ func newAgentConn(dial dialFunc, token string, dialTimeout time.Duration) *Agent
 			// The transport shares one dial among waiting requests and may
 			// not bound it; an unanswered SYN (the sandbox's network stack
 			// not up yet) would otherwise stall every call for minutes.
+			if a.isClosed() {
+				return nil, errAgentConnClosed
+			}
 			ctx, cancel := context.WithTimeout(ctx, a.dialTimeout)
 			defer cancel()
 			conn, err := dial(ctx)
@@ -112,6 +117,27 @@ func (a *AgentConn) Reset() {
 		_ = c.Close()
 	}
 	a.transport.CloseIdleConnections()
+}
+
+// errAgentConnClosed answers the calls of a node that let go of its
+// sandboxes.
+var errAgentConnClosed = errors.New("agent channel closed: the node let go of the sandbox")
+
+// Close closes every connection and refuses to dial again, for a node
+// that lets go of the sandbox while its goroutines (session followers)
+// may still call: each redial would take back a channel that serves one
+// connection at a time from the node that adopts the sandbox next.
+func (a *AgentConn) Close() {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.Reset()
+}
+
+func (a *AgentConn) isClosed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
 }
 
 // track remembers a dialed connection until it is closed.

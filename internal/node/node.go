@@ -158,6 +158,25 @@ func (n *Node) rootfs(backend runtime.Runtime, volume string) runtime.Rootfs {
 	return runtime.Rootfs{Kind: runtime.RootfsDir, Path: n.cfg.Volumes.Path(volume)}
 }
 
+// CloseAgents closes the node's channels to every sandbox's agent for
+// good (the sandboxes run on). A process that stops its node without exiting (a server shut
+// down and started again in one process) must: a microVM's virtio-serial
+// port serves one connection at a time, and the HTTP/2 pings of a channel
+// left open would keep it from the node that adopts the guest.
+func (n *Node) CloseAgents() {
+	n.mu.Lock()
+	sbs := make([]*Sandbox, 0, len(n.sandboxes))
+	for _, sb := range n.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	n.mu.Unlock()
+	for _, sb := range sbs {
+		if sb.Agent != nil {
+			sb.Agent.Close()
+		}
+	}
+}
+
 func (n *Node) register(sb *Sandbox) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

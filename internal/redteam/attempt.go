@@ -97,6 +97,12 @@ type Attempt struct {
 	// check themselves). If the sandbox lacks one, the attempt is skipped
 	// and says which: a missing tool proves nothing either way.
 	Tools []string
+	// Runtimes are the sandbox backends the attempt means something on
+	// (all when empty); on another it is skipped with NotOn as the reason.
+	// Only for attempts about a backend's own surface (a guest's power
+	// switch, QEMU's sockets): everything else runs on every backend.
+	Runtimes []string
+	NotOn    string
 	// Own runs the attempt in a throwaway sandbox of its own, for attempts
 	// that may kill or exhaust their sandbox.
 	Own *Sandbox

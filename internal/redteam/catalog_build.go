@@ -111,7 +111,14 @@ func (s *Scene) build(ctx context.Context, what, base string, run []string) (*ap
 			env[k] = v
 		}
 	}
-	recipe, err := yaml.Marshal(map[string]any{"name": name, "from": base, "run": run, "env": env})
+	fields := map[string]any{"name": name, "from": base, "run": run, "env": env}
+	if s.Runtime != "" && s.Runtime != "gvisor" {
+		// Built for the run's backend too, so that its image builder
+		// (for a microVM, an ext4 image made on the host from the
+		// recipe's tree) is attacked as well.
+		fields["runtime"] = []string{"gvisor", s.Runtime}
+	}
+	recipe, err := yaml.Marshal(fields)
 	if err != nil {
 		return nil, "", err
 	}

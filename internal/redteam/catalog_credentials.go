@@ -28,7 +28,7 @@ blocked "$(echo "$files" | grep -c .) files mention keys or tokens; their conten
 		{
 			Name: "strings in the agent's memory", Category: Credentials,
 			Expected: "only this sandbox's own token", Escape: "the API key or other sandboxes' tokens in the agent's memory",
-			Timeout: 90 * time.Second,
+			Timeout: 3 * time.Minute, // an emulated guest's Python is slow
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.py(ctx, `
 import re
@@ -42,12 +42,21 @@ for line in maps:
     if "r" not in f[1] or (len(f) > 5 and f[5].startswith("[v")): continue
     lo, hi = (int(x, 16) for x in f[0].split("-"))
     if hi - lo > 256 << 20: continue
+    # In chunks: a 128 MiB guest has no room for a whole Go heap arena.
     try:
         with open("/proc/1/mem", "rb") as m:
-            m.seek(lo); data = m.read(hi - lo)
+            m.seek(lo); prev = b""
+            for off in range(lo, hi, 1 << 20):
+                data = m.read(min(1 << 20, hi - off))
+                total += len(data)
+                # Untouched pages read as zeros and hold no token; skipped
+                # fast, for an emulated guest's Python is slow.
+                if not data.strip(b"\0"):
+                    prev = b""; continue
+                for w in pat.findall(prev + data):
+                    if len(seen) < 60000: seen.add(w)
+                prev = data[-256:]
     except (OSError, ValueError, OverflowError): continue
-    total += len(data)
-    for w in pat.findall(data): seen.add(w)
 for w in sorted(seen)[:60000]: print(w.decode("latin-1"))
 blocked("read %d MiB of the agent's memory, %d distinct token-like strings (scanned for the host's secrets)" % (total >> 20, len(seen)))`)
 			},
@@ -75,6 +84,31 @@ blocked "$(cat "${DATA_DIR:-/var/lib/space}/admin.key" 2>&1 | sed 's/.*: //')"`)
 					return api
 				}
 				return blocked("in the sandbox: %s; through the files API: %s", v.Evidence, tail(api.Evidence, 160))
+			},
+		},
+		{
+			Name: "fw_cfg items from the host", Category: Credentials,
+			Expected: "only the sandbox's own environment", Escape: "a host path, key or another sandbox's secret handed to the guest by QEMU's fw_cfg",
+			Run: func(ctx context.Context, s *Scene) Verdict {
+				// QEMU hands a microVM guest its agent's environment this
+				// way (opt/space/env): it must hold nothing of the host's
+				// or of another sandbox's. Its content is scanned for the
+				// host's secrets; host paths are looked for here.
+				return s.sh(ctx, `d=/sys/firmware/qemu_fw_cfg
+[ -d $d ] || modprobe qemu_fw_cfg 2>/dev/null
+if [ ! -d $d/by_key ]; then blocked "no fw_cfg in $(ls /sys/firmware 2>&1 | tr '\n' ' ')"; exit 0; fi
+items=""; hits=""
+for k in $d/by_key/*; do
+  i=$(cat $k/name 2>/dev/null); [ -n "$i" ] || i=key-${k##*/}; items="$items $i"
+  echo "== $i ($(cat $k/size 2>/dev/null) bytes)"; head -c 8192 $k/raw 2>/dev/null | tr -c '[:print:]\n' '.'; echo
+  for p in "$DATA_DIR" "$CANARY_DIR" /var/lib/space; do
+    [ -n "$p" ] && grep -qaF "$p" $k/raw 2>/dev/null && hits="$hits $i:$p"
+  done
+  grep -qaF "$VICTIM_ID" $k/raw 2>/dev/null && hits="$hits $i:the-victim's-id"
+done
+[ -n "$hits" ] && escaped "fw_cfg items name host paths or the victim:$hits"
+(echo x > $d/by_name/opt/space/env/raw) 2>/dev/null && w="writable" || w="read-only"
+blocked "$(echo $items | wc -w) fw_cfg items ($(echo $items | tr '\n' ' ' | cut -c1-120)); the environment item is $w in the guest"`)
 			},
 		},
 		{
@@ -116,6 +150,12 @@ func injectedSecret(ctx context.Context, s *Scene) Verdict {
 			{"host": host, "header": "Authorization", "value": "Bearer ${" + name + "}"},
 			{"host": host, "env": "RT_PLACEHOLDER", "secret": name},
 		},
+	}
+	if s.cfg.Runtime != "" {
+		body["runtime"] = s.cfg.Runtime
+	}
+	if s.cfg.MemoryMB > 0 {
+		body["memory_mb"] = s.cfg.MemoryMB
 	}
 	_, out, err := s.raw.do(ctx, http.MethodPost, "/v1/sandboxes", body)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -80,25 +82,41 @@ blocked planted`); v.Outcome != Blocked {
 		},
 		{
 			Name: "mount a host block device", Category: Filesystem, Tools: []string{"mount"},
-			Expected: "no device to open", Escape: "mounting or reading the host's disk",
+			Expected: "no device to open but a guest's own disk", Escape: "mounting or reading the host's disk",
 			Run: func(ctx context.Context, s *Scene) Verdict {
+				// A microVM guest's root is a virtual disk of its own (the
+				// image cloned for it): that one it may read; the next
+				// attempt tries to write past its end.
 				return s.sh(ctx, `mkdir -p /mnt/rt
 ls /dev | tr '\n' ' '; echo
+own=""; while read -r _ _ mm _ mp _; do [ "$mp" = / ] && { own=$mm; break; }; done < /proc/self/mountinfo
 for d in sda:8:0 vda:253:0 vdb:253:16 xvda:202:0 nvme0n1:259:0 loop0:7:0 dm0:254:0; do
   name=${d%%:*}; rest=${d#*:}; maj=${rest%%:*}; min=${rest#*:}
   [ -e /dev/$name ] || mknod /dev/$name b $maj $min 2>/dev/null
+  # By the node's real numbers: a guest's virtio disk takes a dynamic major.
+  real=$(stat -L -c '%t %T' /dev/$name 2>/dev/null)
+  if [ -n "$real" ] && [ "$((0x${real% *})):$((0x${real#* }))" = "$own" ]; then
+    echo "/dev/$name ($own) is this sandbox's own root disk"; continue
+  fi
   n=$(head -c 512 /dev/$name 2>/dev/null | wc -c)
   [ "$n" -gt 0 ] && escaped "read $n bytes from /dev/$name ($maj:$min)"
   for t in ext4 btrfs xfs; do
     if mount -o ro -t $t /dev/$name /mnt/rt 2>/dev/null; then escaped "mounted /dev/$name as $t: $(ls /mnt/rt | head)"; umount /mnt/rt; fi
   done
 done
-blocked "block devices cannot be opened: $(head -c1 /dev/sda 2>&1 | sed 's/.*: //')"`)
+blocked "block devices cannot be opened: $(head -c1 /dev/sda 2>&1 | sed 's/.*: //') (root is $own)"`)
 			},
 		},
 		{
-			Name: "write the read-only agent binary", Category: Filesystem,
-			Expected: "read-only file system", Escape: "replacing the agent every sandbox runs (host file)",
+			Name: "write the root disk past its end", Category: Filesystem,
+			Expected: "no space on the device, the host image unchanged", Escape: "a guest's writes reaching beyond its disk image on the host",
+			Run: writePastRootDisk,
+		},
+		{
+			// Own: in a microVM guest root may remount its agent's
+			// directory and unlink the binary, which later commands need.
+			Name: "write the read-only agent binary", Category: Filesystem, Own: &Sandbox{},
+			Expected: "read-only file system, or only a guest's own copy", Escape: "replacing the agent every sandbox runs (host file)",
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `a=/.space/bin/space-agent
 before=$(sha256sum $a | cut -d' ' -f1)
@@ -107,7 +125,12 @@ mount -o remount,rw /.space/bin 2>/dev/null && echo x >> $a 2>/dev/null && echo 
 mkdir -p /mnt/rtbin && mount --bind /.space/bin /mnt/rtbin 2>/dev/null && mount -o remount,rw,bind /mnt/rtbin 2>/dev/null && echo x >> /mnt/rtbin/space-agent 2>/dev/null && echo "rw bind went through"
 cp /bin/true $a 2>/dev/null; rm -f $a 2>/dev/null; mv $a $a.old 2>/dev/null
 after=$(sha256sum $a 2>/dev/null | cut -d' ' -f1)
-if [ "$before" != "$after" ]; then escaped "agent binary changed: $before -> $after"; fi
+if [ "$before" != "$after" ]; then
+  # A guest's agent is a copy in its initramfs, in the guest's memory; the
+  # host's copies (the agent store, the initramfs) are checked from outside.
+  [ "$RUNTIME" = microvm ] && blocked "only the guest's own copy, in its memory, changed: $before -> ${after:-removed}"
+  [ "$RUNTIME" = microvm ] || escaped "agent binary changed: $before -> $after"
+fi
 blocked "unchanged: $(echo x 2>&1 >> $a | sed 's/.*: //')"`)
 			},
 		},
@@ -131,9 +154,10 @@ try -t nfs 169.254.0.22:/
 			},
 		},
 		{
+			// A guest's kernel resolves handles in the guest's own disk.
 			Name: "shocker: open_by_handle_at", Category: Filesystem,
-			Expected: "handles not supported", Escape: "opening a host inode by file handle (CVE-2014-3519 style)",
-			Run: func(ctx context.Context, s *Scene) Verdict {
+			Expected: "handles not supported, or a guest's own", Escape: "opening a host inode by file handle (CVE-2014-3519 style)",
+			Run: guestKernel(func(ctx context.Context, s *Scene) Verdict {
 				return s.py(ctx, `
 libc = ctypes.CDLL(None, use_errno=True)
 mnt = ctypes.c_int()
@@ -151,7 +175,7 @@ for htype, payload in [(1, struct.pack("<II", 2, 0)), (0x4d, struct.pack("<QQ", 
         else:
             fds.append(errno.errorcode.get(ctypes.get_errno(), "?"))
 blocked("open_by_handle_at: " + ",".join(sorted(set(fds))))`)
-			},
+			}),
 		},
 		{
 			Name: "write /proc/sys and a core_pattern pipe", Category: Filesystem,
@@ -273,4 +297,54 @@ blocked planted`); v.Outcome != Blocked {
 		}
 	}
 	return blocked("%s", strings.Join(notes, "; "))
+}
+
+// writePastRootDisk writes at and past the end of the attacker's root
+// block device (a microVM guest's disk, an image file on the host): the
+// guest's kernel and QEMU must refuse, and the image on the host keeps
+// its size. On a backend whose root is no block device there is nothing
+// to write to.
+func writePastRootDisk(ctx context.Context, s *Scene) Verdict {
+	image := ""
+	before := ""
+	if s.cfg.DataDir != "" {
+		image = filepath.Join(s.cfg.DataDir, "volumes", "sandboxes", s.Attacker, "rootfs.img")
+		if fi, err := os.Stat(image); err == nil {
+			before = fmt.Sprint(fi.Size())
+		}
+	}
+	v := s.py(ctx, `
+import fcntl
+root = open("/proc/self/mountinfo").read().split("\n")
+dev = next((l.split()[2] for l in root if len(l.split()) > 4 and l.split()[4] == "/"), "")
+sysdev = "/sys/dev/block/" + dev
+if not os.path.exists(sysdev):
+    blocked("the root (%s) is no block device: nothing to write past" % dev); sys.exit(0)
+name = os.path.basename(os.path.realpath(sysdev))
+size = int(open(sysdev + "/size").read()) * 512
+path = "/dev/" + name
+if not os.path.exists(path): os.mknod(path, 0o600 | 0o060000, os.makedev(*map(int, dev.split(":"))))
+fd = os.open(path, os.O_RDWR)
+res = []
+for off in (size, size + 4096, size + (1 << 30), (1 << 62)):
+    try:
+        n = os.pwrite(fd, b"space-redteam" * 40, off); os.fsync(fd)
+        escaped("wrote %d bytes at %d, past the %d-byte disk %s" % (n, off, size, path))
+    except OSError as e: res.append("%d:%s" % (off, errno.errorcode.get(e.errno, "?")))
+try:
+    fcntl.ioctl(fd, 0x1277, struct.pack("QQ", size - 4096, 1 << 20))  # BLKDISCARD across the end
+    escaped("BLKDISCARD across the end of %s accepted" % path)
+except OSError as e: res.append("discard:" + errno.errorcode.get(e.errno, "?"))
+blocked("%s is %d bytes; past its end: %s" % (path, size, " ".join(res)))`)
+	if before != "" && v.Outcome == Blocked {
+		after := ""
+		if fi, err := os.Stat(image); err == nil {
+			after = fmt.Sprint(fi.Size())
+		}
+		if after != before {
+			return escaped("the sandbox's image on the host went from %s to %s bytes", before, after)
+		}
+		v.Evidence += "; the image on the host is still " + before + " bytes"
+	}
+	return v
 }

@@ -113,7 +113,7 @@ blocked("%d UDP datagrams sent (the host listener checks none arrived); ping %s"
 		{
 			Name: "raw IP sockets", Category: Network,
 			Expected: "EPERM", Escape: "crafting arbitrary packets (spoofing, scanning below TCP)",
-			Run: func(ctx context.Context, s *Scene) Verdict {
+			Run: guestKernel(func(ctx context.Context, s *Scene) Verdict {
 				return s.py(ctx, `
 r = []
 for name, fam, typ, proto in [("raw", socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW), ("icmp-raw", socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),
@@ -122,12 +122,12 @@ for name, fam, typ, proto in [("raw", socket.AF_INET, socket.SOCK_RAW, socket.IP
         socket.socket(fam, typ, proto).close(); escaped(name + " socket created")
     except OSError as e: r.append(name + ":" + errno.errorcode.get(e.errno, "?"))
 blocked(" ".join(r))`)
-			},
+			}),
 		},
 		{
 			Name: "ARP and Ethernet frames (AF_PACKET)", Category: Network,
 			Expected: "EPERM", Escape: "spoofing the gateway's or a neighbour's MAC address",
-			Run: func(ctx context.Context, s *Scene) Verdict {
+			Run: guestKernel(func(ctx context.Context, s *Scene) Verdict {
 				return s.py(ctx, `
 try:
     p = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
@@ -137,6 +137,56 @@ try:
     escaped("sent a gratuitous ARP claiming the gateway's address")
 except OSError as e:
     blocked("AF_PACKET: " + errno.errorcode.get(e.errno, "?"))`)
+			}),
+		},
+		{
+			Name: "vsock to the host (CID 2) and other guests", Category: Network,
+			Expected: "no vsock, or refused", Escape: "a guest talking to host services or other guests over vsock, outside the network policy",
+			Run: func(ctx context.Context, s *Scene) Verdict {
+				// The node's agent channel is a vsock only where the host
+				// has /dev/vhost-vsock; a guest then has a vsock device,
+				// and every CID but its own must be out of reach.
+				return s.py(ctx, `
+if not hasattr(socket, "AF_VSOCK"):
+    blocked("this Python has no AF_VSOCK"); sys.exit(0)
+dev = "present" if os.path.exists("/dev/vsock") else "absent"
+try:
+    probe = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM); probe.close()
+except OSError as e:
+    blocked("/dev/vsock %s; AF_VSOCK socket: %s" % (dev, errno.errorcode.get(e.errno, "?"))); sys.exit(0)
+import concurrent.futures
+def vconnect(t):
+    v = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM); v.settimeout(2)
+    try:
+        v.connect(t); return "connected"
+    except socket.timeout: return "timeout"
+    except OSError as e: return errno.errorcode.get(e.errno, "?")
+    finally: v.close()
+# The guest's own CID (and 1, the local loopback) reach its own agent.
+own = None
+try:
+    import fcntl
+    fd = os.open("/dev/vsock", os.O_RDONLY)
+    own = struct.unpack("I", fcntl.ioctl(fd, 0x7b9, b"\0" * 4))[0]  # IOCTL_VM_SOCKETS_GET_LOCAL_CID
+    os.close(fd)
+except OSError: pass
+first = vconnect((2, 49983))
+if first == "connected": escaped("connected to the host's vsock CID 2 port 49983")
+if first == "ENODEV":
+    # A vsock driver and no transport: no CID is reachable.
+    blocked("/dev/vsock %s (own CID %s), but no transport: CID 2 gives ENODEV" % (dev, own)); sys.exit(0)
+cids = [c for c in [2, 0, 0xffffffff] + list(range(3, 20)) if c != own]
+targets = [(cid, port) for cid in cids for port in (49983, 1024, 22)]
+with concurrent.futures.ThreadPoolExecutor(16) as pool:
+    got = list(pool.map(vconnect, targets))
+for t, r in zip(targets, got):
+    if r == "connected": escaped("connected to vsock CID %d port %d" % t)
+res = {}
+for r in got: res[r] = res.get(r, 0) + 1
+try:
+    d = socket.socket(socket.AF_VSOCK, socket.SOCK_DGRAM); d.sendto(b"space-redteam", (2, 9999)); res["dgram-sent"] = 1
+except OSError as e: res["dgram:" + errno.errorcode.get(e.errno, "?")] = 1
+blocked("/dev/vsock %s (own CID %s); %s" % (dev, own, ", ".join("%s %d" % kv for kv in sorted(res.items()))))`)
 			},
 		},
 		{

@@ -3,6 +3,9 @@ package redteam
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/space-platform/space/pkg/apiv1"
 )
@@ -15,8 +18,9 @@ func processAttempts() []Attempt {
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `ps -eo pid,user,args
 cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' '; echo
-hits=$(ps -eo args | grep -E 'runsc|space serve|containerd|sshd|systemd' | grep -v grep | head -3)
+hits=$(ps -eo args | grep -E 'runsc|qemu|space serve|containerd|sshd|systemd' | grep -v grep | head -3)
 [ -n "$hits" ] && escaped "host processes visible: $hits"
+[ -n "$VICTIM_VMM_PID" ] && grep -qs qemu /proc/$VICTIM_VMM_PID/cmdline && escaped "the victim's QEMU (host pid $VICTIM_VMM_PID) is visible"
 [ -n "$SENTINEL_PID" ] && [ -r /proc/$SENTINEL_PID/cmdline ] && grep -q sleep /proc/$SENTINEL_PID/cmdline && escaped "the host sentinel $SENTINEL_PID is visible"
 blocked "$(ps -e --no-headers | wc -l) processes visible, PID 1 is $(tr '\0' ' ' </proc/1/cmdline)"`)
 			},
@@ -58,7 +62,7 @@ blocked(" ".join(res) + " (a host attach would show the host's command line)")`)
 				// SIGSTOP, not SIGKILL: the runner itself is a target, and a
 				// stopped host sentinel is what the host check looks for.
 				return s.sh(ctx, `r=""
-for p in $SENTINEL_PID $RUNNER_PID; do
+for p in $SENTINEL_PID $RUNNER_PID $VICTIM_VMM_PID; do
   if kill -STOP $p 2>/dev/null; then r="$r $p:stopped-a-sandbox-process"; kill -CONT $p; else r="$r $p:$(kill -STOP $p 2>&1 | sed 's/.*: //')"; fi
 done
 blocked "kill -STOP:$r (host processes are checked from outside)"`)
@@ -85,6 +89,42 @@ blocked "kill -STOP:$r (host processes are checked from outside)"`)
 					out = tail(res.Stdout+res.Stderr, 80)
 				}
 				return blocked("signals to PID 1: %s %v; agent alive: %v", out, errOrNil(err), agentAlive(ctx, s))
+			},
+		},
+		{
+			Name: "QEMU's QMP and agent sockets on the host", Category: Process,
+			Runtimes: []string{"microvm"}, NotOn: "no QMP or agent socket exists for a gVisor sandbox (runsc's are looked for among open descriptors)",
+			Expected: "no such path in the guest", Escape: "a guest driving QEMU's monitor or the node's end of an agent channel",
+			Run: func(ctx context.Context, s *Scene) Verdict {
+				var paths []string
+				for _, id := range []string{s.Attacker, s.Victim} {
+					for _, f := range []string{"qmp.sock", "agent.sock", "env.json", "console.log"} {
+						paths = append(paths, filepath.Join(s.cfg.DataDir, "microvm", id, f))
+					}
+				}
+				return s.py(ctx, `
+paths = `+pyList(paths)+`
+res = []
+for p in paths:
+    for pre in ("", "/proc/1/root", "/.space/bin/../../.."):
+        q = pre + p
+        if q.endswith(".sock"):
+            u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); u.settimeout(2)
+            try:
+                u.connect(q); u.sendall(b'{"execute": "qmp_capabilities"}\n')
+                escaped("connected to %s: %r" % (q, u.recv(200)))
+            except OSError as e: res.append(errno.errorcode.get(e.errno, "?"))
+            finally: u.close()
+        else:
+            try: escaped("read %s: %r" % (q, open(q, "rb").read(200)))
+            except OSError as e: res.append(errno.errorcode.get(e.errno, "?"))
+pid = env("VICTIM_VMM_PID")
+try:
+    cmd = open("/proc/%s/cmdline" % pid, "rb").read().replace(b"\0", b" ")
+    if b"qemu" in cmd: escaped("the victim's QEMU is visible: %r" % cmd[:200])
+    res.append("pid %s is a guest process: %r" % (pid, cmd[:40]))
+except OSError as e: res.append("pid %s:%s" % (pid, errno.errorcode.get(e.errno, "?")))
+blocked("%d host paths of QEMU tried: %s" % (len(paths), ", ".join(sorted(set(res)))))`)
 			},
 		},
 		{
@@ -129,4 +169,13 @@ func errOrNil(err error) string {
 		return ""
 	}
 	return fmt.Sprintf("(%v)", err)
+}
+
+// pyList renders strings as a Python list literal.
+func pyList(items []string) string {
+	q := make([]string, len(items))
+	for i, it := range items {
+		q[i] = strconv.Quote(it)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }

@@ -35,8 +35,13 @@ type host struct {
 
 	// sysctls are host kernel settings no sandbox may change.
 	sysctls map[string]string
-	// files are host files no sandbox may change (path → sha256).
+	// files are host files no sandbox may change (path → sha256); stats
+	// those too large to hash each time (path → size and mtime).
 	files map[string]string
+	stats map[string]string
+	// procs are host processes no sandbox may stop or kill (pid → what),
+	// besides the sentinel: the neighbours' QEMU.
+	procs map[int]string
 	// secrets must never appear in anything a sandbox prints: name → value.
 	secrets map[string]string
 	// notes say which host checks could not be set up.
@@ -55,7 +60,7 @@ func randomHex(n int) string {
 // not on the server's host) is noted and its check left out; the canary
 // file, the listener and the secrets always exist.
 func plantHost(canaryRoot string) (*host, error) {
-	h := &host{sysctls: map[string]string{}, files: map[string]string{}, secrets: map[string]string{}}
+	h := &host{sysctls: map[string]string{}, files: map[string]string{}, stats: map[string]string{}, procs: map[int]string{}, secrets: map[string]string{}}
 	var err error
 	if h.canaryDir, err = os.MkdirTemp(canaryRoot, "space-redteam-"); err != nil {
 		return nil, fmt.Errorf("canary directory: %w", err)
@@ -167,6 +172,34 @@ func (h *host) watchFile(what, path string) {
 	h.files[path] = sum
 }
 
+// watchStat records a large host file's size and modification time.
+func (h *host) watchStat(what, path string) {
+	st, err := statOf(path)
+	if err != nil {
+		h.notes = append(h.notes, fmt.Sprintf("%s (%s) is not checked: %v", what, path, err))
+		return
+	}
+	h.stats[path] = st
+}
+
+func statOf(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d bytes, modified %s", fi.Size(), fi.ModTime().Format(time.RFC3339Nano)), nil
+}
+
+// watchProcess checks after each attempt that a host process still runs
+// (or sleeps): not stopped, not killed.
+func (h *host) watchProcess(what string, pid int) {
+	if processState(pid) == "" {
+		h.notes = append(h.notes, fmt.Sprintf("%s (pid %d) is not checked: not running", what, pid))
+		return
+	}
+	h.procs[pid] = what
+}
+
 // secretFile adds a host file's content, raw and encoded, to the secrets.
 func (h *host) secretFile(what, path string) {
 	b, err := os.ReadFile(path)
@@ -219,6 +252,16 @@ func (h *host) check() []string {
 	if h.sentinel != nil {
 		if state := processState(h.sentinel.Process.Pid); state != "S" && state != "R" && state != "D" {
 			bad = append(bad, fmt.Sprintf("the host sentinel process %d is in state %q (signalled?)", h.sentinel.Process.Pid, state))
+		}
+	}
+	for pid, what := range h.procs {
+		if state := processState(pid); state != "S" && state != "R" && state != "D" {
+			bad = append(bad, fmt.Sprintf("%s (host pid %d) is in state %q (signalled?)", what, pid, state))
+		}
+	}
+	for path, was := range h.stats {
+		if now, err := statOf(path); err != nil || now != was {
+			bad = append(bad, fmt.Sprintf("host file %s changed: %s, was %s (%v)", path, now, was, err))
 		}
 	}
 	for key, was := range h.sysctls {

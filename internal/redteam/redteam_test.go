@@ -30,6 +30,9 @@ func TestCatalogIsComplete(t *testing.T) {
 		if a.Expected == "" || a.Escape == "" || a.Run == nil {
 			t.Errorf("attempt %q lacks an expectation, an escape or a body", a.Name)
 		}
+		if len(a.Runtimes) > 0 && a.NotOn == "" {
+			t.Errorf("attempt %q is for %v only and does not say why", a.Name, a.Runtimes)
+		}
 		if _, err := ParseCategory(string(a.Category)); err != nil {
 			t.Errorf("attempt %q: %v", a.Name, err)
 		}

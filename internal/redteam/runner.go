@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +31,15 @@ type Config struct {
 	// Template of every sandbox the run creates (default "base": the
 	// scripts need bash, python3 and curl).
 	Template string
+	// Runtime is the backend of every sandbox and template the run
+	// creates ("gvisor", "microvm"; empty: the template's default).
+	// Attempts read it from the sandboxes the server made, so that they
+	// judge by the backend the attacker really runs on.
+	Runtime string
+	// MemoryMB is the memory of the run's sandboxes that name none of
+	// their own (0: the server's default); small guests keep a microVM
+	// run affordable.
+	MemoryMB int
 	// Only restricts the run to these categories (all when empty); Names
 	// to these attempts.
 	Only  []Category
@@ -60,6 +70,7 @@ type Config struct {
 type Report struct {
 	Server    string    `json:"server"`
 	Template  string    `json:"template"`
+	Runtime   string    `json:"runtime,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	Results   []Result  `json:"results"`
 	// Notes say which checks could not be set up and why.
@@ -122,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		api:      client.New(cfg.URL, cfg.APIKey, client.WithHTTPClient(hc), client.WithUserAgent("space-redteam")),
 		features: map[Feature]bool{},
 	}
-	report := &Report{Server: cfg.URL, Template: cfg.Template, StartedAt: time.Now().UTC()}
+	report := &Report{Server: cfg.URL, Template: cfg.Template, Runtime: cfg.Runtime, StartedAt: time.Now().UTC()}
 	attempts := Select(Catalog(), cfg.Only, cfg.Names)
 	if len(attempts) == 0 {
 		return report, errors.New("no attempt matches the selection")
@@ -136,7 +147,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.scene = &Scene{api: r.api, raw: rawAPI{url: strings.TrimRight(cfg.URL, "/"), key: cfg.APIKey, hc: hc}, cfg: cfg, host: h}
 	defer r.cleanup()
 
-	if err := r.setup(ctx, attempts); err != nil {
+	err = r.setup(ctx, attempts)
+	report.Runtime = r.scene.Runtime
+	if err != nil {
 		report.Notes = append(h.notes, r.notes...)
 		return report, err
 	}
@@ -200,9 +213,12 @@ func splitHostPort(hp string) (string, string, error) {
 
 // newSandbox creates a sandbox and waits until it runs.
 func (r *runner) newSandbox(ctx context.Context, shape *Sandbox, policy *apiv1.NetworkPolicy) (*apiv1.Sandbox, error) {
-	req := apiv1.CreateSandboxRequest{Template: r.cfg.Template, TimeoutS: 3600, Network: policy, Metadata: map[string]string{"space-redteam": "1"}}
+	req := apiv1.CreateSandboxRequest{Template: r.cfg.Template, Runtime: r.cfg.Runtime, TimeoutS: 3600, Network: policy, Metadata: map[string]string{"space-redteam": "1"}}
 	if shape != nil {
 		req.VCPUs, req.MemoryMB, req.DiskMB = shape.VCPUs, shape.MemoryMB, shape.DiskMB
+	}
+	if req.MemoryMB == 0 {
+		req.MemoryMB = r.cfg.MemoryMB
 	}
 	sb, err := r.api.CreateSandbox(ctx, req)
 	if err != nil {
@@ -265,24 +281,24 @@ func (r *runner) setup(ctx context.Context, attempts []Attempt) error {
 		err error
 	}
 	var victim, bystander, attacker made
-	var wg sync.WaitGroup
+	// One after the other: emulated guests booting side by side on a
+	// small host each take long enough to miss the agent's start bound,
+	// and gVisor sandboxes start in about a second anyway.
 	for _, m := range []struct {
 		out    *made
 		policy *apiv1.NetworkPolicy
 	}{{&victim, nil}, {&bystander, nil}, {&attacker, r.attackerPolicy()}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.out.sb, m.out.err = r.newSandbox(ctx, nil, m.policy)
-		}()
-	}
-	wg.Wait()
-	for _, m := range []made{victim, bystander, attacker} {
-		if m.err != nil {
-			return fmt.Errorf("create sandbox: %w", m.err)
+		m.out.sb, m.out.err = r.newSandbox(ctx, nil, m.policy)
+		if m.out.err != nil {
+			return fmt.Errorf("create sandbox: %w", m.out.err)
 		}
 	}
 	s.Victim, s.Bystander, s.Attacker = victim.sb.ID, bystander.sb.ID, attacker.sb.ID
+	s.Runtime = attacker.sb.Runtime
+	if s.Runtime == "" {
+		s.Runtime = "gvisor" // a server from before the runtime choice
+	}
+	r.logf("the sandboxes run on %s (%s)", s.Runtime, attacker.sb.Isolation)
 	h.secrets["victim access token"] = victim.sb.AccessToken
 	h.secrets["bystander access token"] = bystander.sb.AccessToken
 	h.secrets["API key"] = r.cfg.APIKey
@@ -311,6 +327,9 @@ func (r *runner) setup(ctx context.Context, attempts []Attempt) error {
 		}
 		for _, a := range agents {
 			h.watchFile("the agent binary", a)
+		}
+		if s.Runtime == "microvm" {
+			r.watchGuests(ctx)
 		}
 		h.secretFile("server admin key file", filepath.Join(r.cfg.DataDir, "admin.key"))
 		h.secretFile("secrets key", filepath.Join(r.cfg.DataDir, "secrets.key"))
@@ -345,6 +364,10 @@ func (r *runner) setup(ctx context.Context, attempts []Attempt) error {
 		"DENIED_NAME":  r.cfg.DeniedName,
 		"REBIND_NAME":  r.cfg.RebindName,
 		"RUNNER_PID":   fmt.Sprint(os.Getpid()),
+		"RUNTIME":      s.Runtime,
+	}
+	if pid := vmmPID(r.cfg.DataDir, s.Victim); pid > 0 {
+		s.facts["VICTIM_VMM_PID"] = fmt.Sprint(pid)
 	}
 	if h.sentinel != nil {
 		s.facts["SENTINEL_PID"] = fmt.Sprint(h.sentinel.Process.Pid)
@@ -363,6 +386,55 @@ func addrString(a interface {
 		return ""
 	}
 	return a.String()
+}
+
+// watchGuests watches what a microVM guest could reach for on the host:
+// the initramfs every guest boots its agent from, the victim's and the
+// bystander's QEMU processes and the files their QEMU was started with,
+// and the template's root image that every sandbox's is cloned from.
+func (r *runner) watchGuests(ctx context.Context) {
+	h, dir := r.scene.host, filepath.Join(r.cfg.DataDir, "microvm")
+	initrds, _ := filepath.Glob(filepath.Join(dir, "initramfs", "initramfs-*.cpio"))
+	if len(initrds) == 0 {
+		r.notes = append(r.notes, "no guest initramfs found in the server's data directory: none is checked")
+	}
+	for _, p := range initrds {
+		h.watchFile("the guests' initramfs (their agent)", p)
+	}
+	for who, id := range map[string]string{"victim": r.scene.Victim, "bystander": r.scene.Bystander} {
+		if pid := vmmPID(r.cfg.DataDir, id); pid > 0 {
+			h.watchProcess("the "+who+"'s QEMU", pid)
+		} else {
+			r.notes = append(r.notes, "the "+who+"'s QEMU is not checked: no pid file")
+		}
+		h.watchFile("the "+who+"'s QEMU environment", filepath.Join(dir, id, "env.json"))
+	}
+	if tpl, err := r.api.GetTemplate(ctx, r.cfg.Template); err != nil {
+		r.notes = append(r.notes, fmt.Sprintf("the template's root image is not checked: %v", err))
+	} else {
+		// The artifact volume of the template's microVM build
+		// (<id>.microvm, beside its tree).
+		images, _ := filepath.Glob(filepath.Join(r.cfg.DataDir, "volumes", "templates", tpl.ID+"*", "rootfs.img"))
+		if len(images) == 0 {
+			r.notes = append(r.notes, "the template's root image was not found: not checked")
+		}
+		for _, p := range images {
+			h.watchStat("the template's root image", p)
+		}
+	}
+}
+
+// vmmPID is the host pid of a microVM sandbox's QEMU, 0 if it has none.
+func vmmPID(dataDir, id string) int {
+	if dataDir == "" {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, "microvm", id, "qemu.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
 }
 
 // watchLimits watches the attacker's cgroup limits on the host (v1 and v2
@@ -448,33 +520,38 @@ func (r *runner) play(ctx context.Context, a Attempt) Result {
 		res.Outcome, res.Evidence = Skipped, "needs "+strings.Join(missing, ", ")
 		return res
 	}
+	if len(a.Runtimes) > 0 && !slices.Contains(a.Runtimes, r.scene.Runtime) {
+		res.Outcome, res.Evidence = Skipped, "not on "+r.scene.Runtime+": "+a.NotOn
+		return res
+	}
 	if v, ok := r.scene.lacks(ctx, a.Tools...); !ok {
 		res.Outcome, res.Evidence = v.Outcome, v.Evidence
 		return res
 	}
 	began := time.Now()
-	timeout := a.Timeout
-	if timeout <= 0 {
-		timeout = r.cfg.AttemptTimeout
-	}
-	actx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
 	s := r.scene
 	s.transcript.Reset()
 	attacker := s.Attacker
+	// The attempt's own sandbox is made before its time starts: a guest's
+	// boot (long under emulation) is not the attempt.
 	if a.Own != nil {
-		sb, err := r.newSandbox(actx, a.Own, r.attackerPolicy())
+		sb, err := r.newSandbox(ctx, a.Own, r.attackerPolicy())
 		if err != nil {
 			res.Outcome, res.Evidence = Errored, "could not create the attempt's own sandbox: "+err.Error()
 			return res
 		}
 		s.Attacker = sb.ID
 		defer func() { s.Attacker = attacker; r.deleteSandbox(sb.ID) }()
-	} else if err := r.ensureAttacker(actx); err != nil {
+	} else if err := r.ensureAttacker(ctx); err != nil {
 		res.Outcome, res.Evidence = Errored, err.Error()
 		return res
 	}
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = r.cfg.AttemptTimeout
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 
 	v := a.Run(actx, s)
 	// Evidence from outside the sandbox overrides what the attempt found.

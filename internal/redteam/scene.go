@@ -26,6 +26,8 @@ type Scene struct {
 	Attacker  string
 	Victim    string
 	Bystander string
+	// Runtime is the backend the sandboxes run on, as the server said.
+	Runtime string
 	// facts are the environment of every script: what a well-informed
 	// attacker would know about the host.
 	facts map[string]string
@@ -70,6 +72,26 @@ func (s *Scene) lacks(ctx context.Context, tools ...string) (Verdict, bool) {
 		return Verdict{}, true
 	}
 	return skipped("needs %s, which the sandbox's template lacks", strings.Join(missing, ", ")), false
+}
+
+// guest reports whether the sandboxes are microVM guests: a kernel of
+// their own, which root inside may use as it likes, between them and the
+// host.
+func (s *Scene) guest() bool { return s.Runtime == "microvm" }
+
+// guestKernel runs an attempt on the sandbox's kernel. In a microVM that
+// kernel is the guest's own: what it grants root there (a module, a BPF
+// program, I/O ports, its symbols) is no way out, so there a success
+// inside is evidence only, and the verdict is the host's checks, which
+// run after every attempt and overrule it.
+func guestKernel(run func(ctx context.Context, s *Scene) Verdict) func(ctx context.Context, s *Scene) Verdict {
+	return func(ctx context.Context, s *Scene) Verdict {
+		v := run(ctx, s)
+		if s.guest() && v.Outcome == Escaped {
+			return blocked("granted by the guest's own kernel, behind the hypervisor (the host is checked from outside): %s", v.Evidence)
+		}
+		return v
+	}
 }
 
 // record keeps what an attempt saw for the secret scan.

@@ -269,6 +269,11 @@ func (ns *nodeSide) releaseHost() error {
 }
 
 func (ns *nodeSide) close() {
+	if ns.node != nil {
+		// Before the backends let go of the guests: their agent channels
+		// too must be free for the next process.
+		ns.node.CloseAgents()
+	}
 	if ns.microvm != nil {
 		// Lets go of the guests' QMP sockets; the guests run on, for the
 		// next process to adopt.

@@ -57,7 +57,8 @@ func requireCounting(t *testing.T, id string, before int, pid uint32) int {
 	deadline := time.Now().Add(10 * time.Second)
 	for count(t, id) <= after {
 		if time.Now().After(deadline) {
-			t.Fatalf("counter stuck at %d", after)
+			ps, _ := env.client.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: []string{"ps", "-o", "pid,stat,args"}})
+			t.Fatalf("counter stuck at %d; processes: %+v", after, ps)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

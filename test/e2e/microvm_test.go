@@ -212,6 +212,122 @@ func templateImageOf(name string) bool {
 	return err == nil
 }
 
+// Across a restart of the server: a microVM sandbox that idleness
+// suspended stays suspended and resumes afterwards with its memory (the
+// counter goes on) and files; a running one is adopted, the same QEMU
+// and nothing started twice, and goes on serving and taking its rolling
+// snapshots. Both leave nothing once deleted.
+func TestMicroVMServerRestart(t *testing.T) {
+	requireVMTemplate(t, vmTemplate, "gvisor", "microvm")
+	ctx := testContext(t)
+	began := time.Now()
+	// One after the other: emulated guests booting side by side on a
+	// loaded host miss the agent's start bound.
+	// The idle one last, so that it does not go idle while the other
+	// boots.
+	var ids [2]string
+	for i, req := range []apiv1.CreateSandboxRequest{
+		{IdleSuspendS: -1, SnapshotIntervalS: 60, SnapshotRetentionS: 3600},
+		{IdleSuspendS: 5},
+	} {
+		req.Template, req.Runtime, req.MemoryMB, req.VCPUs = vmTemplate, "microvm", 128, 1
+		sb, err := env.client.CreateSandbox(ctx, req)
+		if err != nil {
+			t.Fatalf("create sandbox: %v", err)
+		}
+		ids[i] = sb.ID
+		t.Cleanup(func() { _ = env.client.DeleteSandbox(context.Background(), sb.ID) })
+		if _, err := env.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, 2*time.Minute); err != nil {
+			t.Fatalf("wait for %s: %v", sb.ID, err)
+		}
+	}
+	running, idle := ids[0], ids[1]
+	created := time.Now()
+	idlePID, runningPID := startCounter(t, idle), startCounter(t, running)
+	execOK(t, idle, "echo idle > /home/user/mark")
+	execOK(t, running, "echo running > /home/user/mark")
+	idleBefore := count(t, idle)
+	if got, err := env.client.WaitSandbox(ctx, idle, apiv1.StateSuspended, time.Minute); err != nil || got.Reason != "idle" {
+		t.Fatalf("idle microvm sandbox: %+v, %v; want suspended for idleness", got, err)
+	}
+	if left := qemuPIDs(idle); len(left) != 0 {
+		t.Fatalf("a suspended guest keeps QEMU %v running", left)
+	}
+	runningBefore := count(t, running)
+	qemu := qemuPIDs(running)
+	if len(qemu) != 1 {
+		t.Fatalf("running guest: QEMU processes %v", qemu)
+	}
+
+	restarted := time.Now()
+	restartServer(t)
+	t.Logf("server restart: %s", time.Since(restarted).Round(time.Millisecond))
+	ctx = testContext(t) // the old client's server is gone
+
+	// The running guest was adopted: its QEMU, its processes.
+	if got, err := env.client.GetSandbox(ctx, running); err != nil || got.State != apiv1.StateRunning || got.Runtime != "microvm" {
+		t.Fatalf("running sandbox after the restart: %+v, %v", got, err)
+	}
+	requireCounting(t, running, runningBefore, runningPID)
+	if now := qemuPIDs(running); len(now) != 1 || now[0] != qemu[0] {
+		t.Fatalf("adopted guest: QEMU %v after the restart, %v before", now, qemu)
+	}
+	if got := strings.TrimSpace(execOK(t, running, "cat /home/user/mark")); got != "running" {
+		t.Fatalf("adopted guest's file: %q", got)
+	}
+
+	// The suspended one stayed so, and comes back with its memory.
+	if got, err := env.client.GetSandbox(ctx, idle); err != nil || got.State != apiv1.StateSuspended {
+		t.Fatalf("suspended sandbox after the restart: %+v, %v", got, err)
+	}
+	resumed := time.Now()
+	if got, err := env.client.Resume(ctx, idle); err != nil || got.State != apiv1.StateRunning || got.Runtime != "microvm" {
+		t.Fatalf("resume after the restart: %+v, %v", got, err)
+	}
+	t.Logf("resume after the restart: %s", time.Since(resumed).Round(time.Millisecond))
+	requireCounting(t, idle, idleBefore, idlePID)
+	if got := strings.TrimSpace(execOK(t, idle, "cat /home/user/mark")); got != "idle" {
+		t.Fatalf("resumed guest's file: %q", got)
+	}
+
+	// The adopted guest's rolling snapshots go on (the first one
+	// interval after its start).
+	for {
+		list, err := env.client.ListSnapshots(ctx, running)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) >= 1 && strings.HasPrefix(list[0].Name, "auto-") {
+			break
+		}
+		if time.Since(created) > 150*time.Second {
+			t.Fatalf("no rolling snapshot of the adopted guest: %+v", list)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	requireCounting(t, running, runningBefore, runningPID)
+
+	for _, id := range ids {
+		if err := env.client.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		requireNothingLeft(t, id)
+	}
+	t.Logf("whole test: %s", time.Since(began).Round(time.Second))
+}
+
+// qemuPIDs lists the host's QEMU processes of a sandbox.
+func qemuPIDs(id string) []string {
+	var pids []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "qemu") && strings.Contains(string(b), id) {
+			pids = append(pids, filepath.Base(filepath.Dir(p)))
+		}
+	}
+	return pids
+}
+
 // reattachByOffset runs a session that prints numbered lines and reads
 // it through several short attaches, each from the offset the last one
 // reached: every line arrives once, in order.
@@ -254,11 +370,8 @@ func requireNothingLeft(t *testing.T, id string) {
 
 func vmLeftovers(id string) []string {
 	var left []string
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "qemu") && strings.Contains(string(b), id) {
-			left = append(left, "a QEMU process ("+filepath.Base(filepath.Dir(p))+")")
-		}
+	for _, pid := range qemuPIDs(id) {
+		left = append(left, "a QEMU process ("+pid+")")
 	}
 	for _, p := range []string{
 		filepath.Join("/sys/fs/cgroup/space", id),
