@@ -30,26 +30,27 @@ func TestRedteam(t *testing.T) {
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}
-	runRedteam(t, redteam.Config{Template: "base"}, 10*time.Minute)
+	runRedteam(t, redteam.Config{Template: "base"}, 40, 10*time.Minute)
 }
 
 // vmBase is the base template built for both runtimes (from it): the battery's
 // scripts need its bash, python3 and curl.
 const vmBase = "vm-base"
 
-// The same battery with every sandbox a microVM guest (TCG here) of
-// 128 MiB unless an attempt needs more: the guest's own surface too (its
-// kernel, fw_cfg, vsock, its disk, its power switch, QEMU's sockets and
-// process on the host).
+// The battery with every sandbox a microVM guest (TCG here) of 128 MiB
+// unless an attempt needs more: the guest's own surface too (its kernel,
+// fw_cfg, vsock, its disk, its power switch, QEMU's sockets and process
+// on the host). The whole battery takes about 10 minutes in emulated
+// guests, beyond what the default suite can spend: by default it plays
+// the attempts on what a guest adds or changes (vmSurface), and all of
+// them with SPACE_MICROVM_REDTEAM=1.
 func TestMicroVMRedteam(t *testing.T) {
 	requireServer(t)
 	if env.noMicroVM != "" {
 		t.Skip(env.noMicroVM)
 	}
-	// About 15 minutes under TCG on two cores: beyond what the default
-	// suite can spend, so it runs when asked.
-	if os.Getenv("SPACE_MICROVM_REDTEAM") == "" {
-		t.Skip("set SPACE_MICROVM_REDTEAM=1: the battery in emulated guests takes about 15 minutes")
+	if testing.Short() {
+		t.Skip("builds the base template for microVMs and boots guests")
 	}
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
@@ -61,18 +62,43 @@ func TestMicroVMRedteam(t *testing.T) {
 		}
 	}
 	waitTemplate(t, vmBase)
-	report := runRedteam(t, redteam.Config{Template: vmBase, Runtime: "microvm", MemoryMB: 128,
+	cfg := redteam.Config{Template: vmBase, Runtime: "microvm", MemoryMB: 128,
 		// Python and the tools start slowly in an emulated guest.
-		AttemptTimeout: 3 * time.Minute}, 45*time.Minute)
+		AttemptTimeout: 3 * time.Minute}
+	least := 40
+	if os.Getenv("SPACE_MICROVM_REDTEAM") == "" {
+		cfg.Names, least = vmSurface, len(vmSurface)
+	}
+	report := runRedteam(t, cfg, least, 45*time.Minute)
 	if report.Runtime != "microvm" {
 		t.Errorf("the battery ran on %q", report.Runtime)
 	}
 }
 
+// vmSurface are the attempts on what a guest has that a gVisor sandbox
+// has not, or has otherwise: its own kernel, devices, disk and power
+// switch, the QEMU process and sockets on the host, its channel to the
+// agent, and its neighbours reached through them.
+var vmSurface = []string{
+	"fw_cfg items from the host",
+	"vsock to the host (CID 2) and other guests",
+	"write the root disk past its end",
+	"QEMU's QMP and agent sockets on the host",
+	"load a kernel module",
+	"read /dev/mem, /dev/kmem, /dev/port",
+	"guest poweroff",
+	"see the victim sandbox's processes and files",
+	"call the victim's agent or the host proxy",
+	"the victim's uplink and agent port",
+	"services on the gateway",
+	"API keys and tokens in env, files and /run",
+}
+
 // runRedteam plays the battery with cfg against the shared server, with a
 // fake internet for the network attempts, and fails the test by the name
-// of every attempt that escaped or could not run.
-func runRedteam(t *testing.T, cfg redteam.Config, timeout time.Duration) *redteam.Report {
+// of every attempt that escaped or could not run, and when fewer than
+// least attempts ran.
+func runRedteam(t *testing.T, cfg redteam.Config, least int, timeout time.Duration) *redteam.Report {
 	t.Helper()
 	inet := nettest.StartInternet(t, "redteam", netip.MustParsePrefix("192.94.77.0/24"))
 	unallowed := "192.94.77.20"
@@ -112,8 +138,8 @@ func runRedteam(t *testing.T, cfg redteam.Config, timeout time.Duration) *redtea
 			t.Logf("note: %s", n)
 		}
 	}
-	if len(report.Results) < 40 {
-		t.Errorf("only %d attempts ran", len(report.Results))
+	if len(report.Results) < least {
+		t.Errorf("only %d attempts ran, want at least %d", len(report.Results), least)
 	}
 	var failures []string
 	for _, r := range report.Failures() {
