@@ -224,32 +224,26 @@ func (r *runner) steps() []step {
 			return nil
 		}}
 	}
-	if r.cfg.Runtime == runtimeMicroVM {
-		// Not throughput or density yet: dozens of guests under TCG
-		// would take the run's hour.
-		return []step{
-			one(KeyCreateUnpooled, r.measureCreateUnpooled),
-			one(KeyCreatePooled, r.measureCreatePooled),
-			one(KeyCreateFirstExec, r.measureCreateFirstExec),
-			one(KeyExecRTT, r.measureExecRTT),
-			one(KeyFile1MiB, r.measureFile1MiB),
-			{keys: lifecycleKeys, run: r.measureLifecycle},
-			one(KeyBaselineQEMUKernel, r.measureQEMUKernel),
-			one(KeyBaselineQEMUBoot, r.measureQEMUBoot),
-		}
-	}
-	return []step{
+	steps := []step{
 		one(KeyCreateUnpooled, r.measureCreateUnpooled),
 		one(KeyCreatePooled, r.measureCreatePooled),
 		one(KeyCreateFirstExec, r.measureCreateFirstExec),
 		one(KeyExecRTT, r.measureExecRTT),
 		one(KeyFile1MiB, r.measureFile1MiB),
 		{keys: lifecycleKeys, run: r.measureLifecycle},
-		{keys: []string{KeyThroughput}, run: r.measureThroughput},
+	}
+	if r.cfg.Runtime == runtimeMicroVM {
+		// Not throughput or density yet: dozens of guests under TCG
+		// would take the run's hour.
+		return append(steps,
+			one(KeyBaselineQEMUKernel, r.measureQEMUKernel),
+			one(KeyBaselineQEMUBoot, r.measureQEMUBoot))
+	}
+	return append(steps,
+		step{keys: []string{KeyThroughput}, run: r.measureThroughput},
 		one(KeyBaselineRunscRun, r.measureRunscRun),
 		one(KeyBaselineRunscRestore, r.measureRunscRestore),
-		{keys: []string{KeyDensity}, run: r.measureDensity},
-	}
+		step{keys: []string{KeyDensity}, run: r.measureDensity})
 }
 
 func (r *runner) skipped(keys []string) bool {
