@@ -298,11 +298,22 @@ func (n *Node) capture(ctx context.Context, id, volume, imageDir string) error {
 // guestSyncTimeout bounds the sync inside a guest before a capture.
 const guestSyncTimeout = 30 * time.Second
 
+// guestFlush is syncGuest's script: the freeze and the thaw follow each
+// other in one shell, whose binaries are in memory by then (a frozen
+// filesystem still reads); a guest without fsfreeze gets the sync alone.
+// The long options are the ones both util-linux and busybox take.
+const guestFlush = `sync; if command -v fsfreeze >/dev/null 2>&1; then fsfreeze --freeze / && fsfreeze --unfreeze /; fi`
+
 // syncGuest writes a guest's cached file data and metadata to its disk
 // image: a sandbox with a kernel of its own keeps recent writes in its
 // page cache and journal, where the captured volume, read on the host
-// (ReadVolumeFile), would not see them. The capture is consistent with
-// the memory image either way, so a failure is only logged.
+// (ReadVolumeFile), would not see them. A sync commits them to the
+// journal only; the reader (debugfs) does not replay a journal, and the
+// kernel checkpoints it to the filesystem's own blocks when it likes (a
+// file written just before was then missing from the snapshot's reads),
+// so the root filesystem is also frozen and thawed, which checkpoints
+// the whole journal. The capture is consistent with the memory image
+// either way, so a failure is only logged.
 func (n *Node) syncGuest(ctx context.Context, id string) {
 	sb, err := n.lookup(id)
 	if err != nil {
@@ -310,7 +321,7 @@ func (n *Node) syncGuest(ctx context.Context, id string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, guestSyncTimeout)
 	defer cancel()
-	res, err := sb.Exec(ctx, ExecSpec{Cmd: []string{"sync"}, User: "root", Timeout: guestSyncTimeout})
+	res, err := sb.Exec(ctx, ExecSpec{Cmd: []string{"/bin/sh", "-c", guestFlush}, User: "root", Timeout: guestSyncTimeout})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("sync exited %d", res.ExitCode)
 	}
