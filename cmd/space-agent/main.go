@@ -56,13 +56,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("guest init: %w", err)
 		}
-		a, err := agent.New(cfg)
-		if err != nil {
-			return fmt.Errorf("create agent: %w", err)
-		}
-		defer a.Close()
-		cfg.Logger.Info("agent serving the host channel", "addr", ln.Addr().String())
-		return a.Serve(context.Background(), ln)
+		cfg.Listener, cfg.OutlivesSignals = ln, true
 	}
 	a, err := agent.New(cfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"log/slog"
+	"net"
 	"time"
 )
 
@@ -13,6 +14,9 @@ const DefaultListenAddr = ":49983"
 type Config struct {
 	// ListenAddr is the TCP address to serve on. Default ":49983".
 	ListenAddr string
+	// Listener, when set, is what Run serves on instead of ListenAddr (a
+	// microVM guest's host channel).
+	Listener net.Listener
 	// AccessToken is the initial X-Access-Token. Empty means no auth
 	// (E2B "secure: false") until POST /init sets one.
 	AccessToken string
@@ -44,6 +48,12 @@ type Config struct {
 	// to the started process groups, and SIGTERM/SIGINT too before shutting
 	// down.
 	ForwardSignals bool
+	// OutlivesSignals keeps Run serving through every signal that would
+	// end it: the agent is a guest kernel's init, whose exit panics the
+	// kernel, and the host never ends a guest by signalling it (its VMM
+	// does), so any such signal came from a process in the guest. The
+	// forwarded ones are still forwarded; the rest are only logged.
+	OutlivesSignals bool
 	// ApplySystemSettings lets POST /init set the hostname and system clock
 	// and feed entropy to /dev/urandom. Only the sandbox's PID 1 should;
 	// tests leave it off so they never modify the host.

@@ -37,6 +37,7 @@ type testEnv struct {
 	userHome  string
 	h1Client  *http.Client // HTTP/1.1 without any auth header
 	h2cClient *http.Client // h2c prior knowledge, without any auth header
+	stopped   chan struct{} // closed when the agent stops serving
 }
 
 func newTestEnv(t *testing.T, mutate ...func(*Config)) *testEnv {
@@ -73,21 +74,35 @@ func newTestEnv(t *testing.T, mutate ...func(*Config)) *testEnv {
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An agent that handles signals is run as the binary runs it.
+	run := cfg.ForwardSignals
+	if run {
+		cfg.Listener = ln
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(ctx, ln) }()
+	env.stopped = make(chan struct{})
+	var serveErr error
+	go func() {
+		defer close(env.stopped)
+		if run {
+			serveErr = a.Run(ctx)
+		} else {
+			serveErr = a.Serve(ctx, ln)
+		}
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
+		<-env.stopped
+		if serveErr != nil {
+			t.Errorf("serve: %v", serveErr)
 		}
 		_ = a.Close()
 	})

@@ -151,13 +151,17 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Run listens on Config.ListenAddr and serves until ctx is cancelled or a
-// termination signal arrives (when Config.ForwardSignals is set; the signal
-// is forwarded to all started process groups first).
+// Run listens on Config.ListenAddr (or serves Config.Listener) until ctx
+// is cancelled or a termination signal arrives (when Config.ForwardSignals
+// is set; the signal is forwarded to all started process groups first,
+// and with Config.OutlivesSignals it only is forwarded).
 func (a *Agent) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", a.cfg.ListenAddr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", a.cfg.ListenAddr, err)
+	ln := a.cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", a.cfg.ListenAddr); err != nil {
+			return fmt.Errorf("listen on %s: %w", a.cfg.ListenAddr, err)
+		}
 	}
 	a.log.Info("agent listening", "addr", ln.Addr().String(), "pid", os.Getpid())
 	ctx, cancel := context.WithCancel(ctx)
