@@ -31,6 +31,8 @@ attempt. Every sandbox it creates is deleted again. See docs/security.md.`)
 	fs.IntVar(&cfg.MemoryMB, "memory-mb", 0, "memory of the sandboxes that need no more (default: the server's; small guests keep a microvm run affordable)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	only := fs.String("only", "", "run one category: "+categoryNames())
+	var names stringList
+	fs.Var(&names, "name", "run the attempt of this `NAME` (repeatable; with --only, only those of the category)")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "the server's --data-dir, whose agent binary and keys are checked (empty: not checked)")
 	fs.StringVar(&cfg.Reach, "reach", "", "host:port of an HTTP server the attacker is allowed to reach (the control for network attempts)")
 	fs.StringVar(&cfg.Unallowed, "unallowed", "", "host:port of an HTTP server outside the attacker's policy")
@@ -47,6 +49,12 @@ attempt. Every sandbox it creates is deleted again. See docs/security.md.`)
 		}
 		cfg.Only = []redteam.Category{c}
 	}
+	for _, n := range names {
+		if len(redteam.Select(redteam.Catalog(), nil, []string{n})) == 0 {
+			return fs.usageErrorf("--name %q: no attempt has that name (docs/security.md lists them)", n)
+		}
+	}
+	cfg.Names = names
 	c, err := connect()
 	if err != nil {
 		return err
