@@ -247,6 +247,9 @@ type Sandbox struct {
 	Owner string `json:"owner,omitempty"`
 	// LastSnapshotAt drives rolling snapshots.
 	LastSnapshotAt *time.Time `json:"last_snapshot_at,omitempty"`
+	// SnapshotTriedAt is when a rolling snapshot last failed: the next is
+	// tried an interval after it, not at every check.
+	SnapshotTriedAt *time.Time `json:"snapshot_tried_at,omitempty"`
 	// Network is the egress policy (network.go); nil is the default.
 	Network *NetworkPolicy `json:"network,omitempty"`
 	// Credentials are the credential rules (credentials.go): secret names

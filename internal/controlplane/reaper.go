@@ -2,10 +2,12 @@ package controlplane
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/space-platform/space/internal/cluster"
-
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -139,6 +141,9 @@ func snapshotDue(s Sandbox, now time.Time) bool {
 	if last == nil {
 		last = s.StartedAt
 	}
+	if t := s.SnapshotTriedAt; t != nil && (last == nil || t.After(*last)) {
+		last = t
+	}
 	return last != nil && now.Sub(*last) >= time.Duration(s.Lifecycle.SnapshotIntervalS)*time.Second
 }
 
@@ -171,8 +176,26 @@ func (cp *ControlPlane) doChore(ctx context.Context, c chore) error {
 		if s.State != apiv1.StateRunning {
 			return nil
 		}
-		_, err := cp.snapshot1(ctx, c.r, "", true)
-		return err
+		if _, err := cp.snapshot1(ctx, c.r, "", true); err != nil {
+			cp.rollingSnapshotFailed(c.r, err)
+			return err
+		}
 	}
 	return nil
+}
+
+// rollingSnapshotFailed records a failed rolling snapshot, so that the next
+// is tried an interval later, and tells the sandbox's events why in words
+// a client may see (the error itself is logged by the caller).
+func (cp *ControlPlane) rollingSnapshotFailed(r *record, err error) {
+	now := time.Now().UTC()
+	_ = cp.update(r, func(s *Sandbox) { s.SnapshotTriedAt = &now })
+	why := "it failed"
+	if errors.Is(err, nodeapi.ErrNoCheckpoint) {
+		// A microVM with volumes mounted: QEMU saves no guest with a 9p
+		// share, and the sandbox runs on untouched.
+		why = "its runtime cannot save its memory while volumes are mounted"
+	}
+	cp.recordEvent(r.ID, Event{Type: "snapshot", Message: fmt.Sprintf("rolling snapshot not taken: %s; the next is tried in %d s",
+		why, cp.snapshot(r).Lifecycle.SnapshotIntervalS)})
 }

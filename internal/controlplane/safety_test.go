@@ -35,6 +35,7 @@ type fakeNode struct {
 	images  map[string]bool // name → complete
 
 	suspendErr error
+	captureErr error
 	// restoreErr fails ResumeFrom for the specs it matches.
 	restoreErr func(nodeapi.RestoreSpec) error
 	// entered and proceed, when set, hold a restore from a volume inside
@@ -109,6 +110,9 @@ func (f *fakeNode) ResumeFrom(_ context.Context, spec nodeapi.RestoreSpec) error
 
 func (f *fakeNode) Capture(_ context.Context, req nodeapi.CaptureRequest) error {
 	f.record("capture " + req.ID)
+	if f.captureErr != nil {
+		return f.captureErr
+	}
 	f.mu.Lock()
 	f.volumes[req.Volume] = true
 	f.images[req.Image] = true
@@ -658,6 +662,58 @@ func TestIdleSuspendDropsMemoryTheRuntimeCannotSave(t *testing.T) {
 	}
 	if fn.called("halt a") != 1 {
 		t.Fatal("the sandbox was not stopped")
+	}
+}
+
+// A rolling snapshot the runtime refuses (a microVM with volumes mounted)
+// leaves the sandbox running, says why in its events, and is tried again
+// an interval later, not at every check of the lifecycle loop.
+func TestRefusedRollingSnapshotWaitsAnInterval(t *testing.T) {
+	fn := newFakeNode()
+	fn.alive["a"], fn.volumes["sandboxes/a"] = true, true
+	fn.captureErr = fmt.Errorf("a VM with a share cannot be saved (%w)", nodeapi.ErrNoCheckpoint)
+	started := time.Now().Add(-2 * time.Minute).UTC()
+	sb := sandbox("a", apiv1.StateRunning)
+	sb.StartedAt, sb.Lifecycle.SnapshotIntervalS = &started, 60
+	cp := newTestCPWith(t, Config{Nodes: OneNode("local", fn)}, t.TempDir(), fn, sb)
+	ctx := context.Background()
+	reapUntilIdle := func() {
+		cp.reap(ctx)
+		r, err := cp.lookup("a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.lock.Lock() // the chore runs in the background under the lock
+		r.lock.Unlock()
+	}
+	reapUntilIdle()
+	if n := fn.called("capture a"); n != 1 {
+		t.Fatalf("%d captures at the first check, want 1", n)
+	}
+	s := mustGet(t, cp, "a")
+	if s.State != apiv1.StateRunning || s.SnapshotTriedAt == nil {
+		t.Fatalf("after the refused rolling snapshot: %s, tried at %v", s.State, s.SnapshotTriedAt)
+	}
+	events, err := cp.Events("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := events[len(events)-1]; !strings.Contains(last.Message, "rolling snapshot not taken: its runtime cannot save its memory") {
+		t.Errorf("last event %q does not say why", last.Message)
+	}
+	for range 3 {
+		reapUntilIdle()
+	}
+	if n := fn.called("capture a"); n != 1 {
+		t.Fatalf("%d captures within the interval, want 1", n)
+	}
+	cp.mu.Lock()
+	earlier := time.Now().Add(-61 * time.Second)
+	cp.sandboxes["a"].SnapshotTriedAt = &earlier
+	cp.mu.Unlock()
+	reapUntilIdle()
+	if n := fn.called("capture a"); n != 2 {
+		t.Fatalf("%d captures an interval later, want 2", n)
 	}
 }
 
