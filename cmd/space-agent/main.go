@@ -57,6 +57,7 @@ func run() error {
 			return fmt.Errorf("guest init: %w", err)
 		}
 		cfg.Listener, cfg.OutlivesSignals = ln, true
+		go guestinit.GrowRoot(func(f string, args ...any) { cfg.Logger.Info(fmt.Sprintf(f, args...)) })
 	}
 	a, err := agent.New(cfg)
 	if err != nil {

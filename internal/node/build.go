@@ -44,7 +44,7 @@ func (n *Node) StartBuild(ctx context.Context, volume string, limits runtime.Lim
 	}()
 	// Recipes' steps run under gVisor, whichever backends the template is
 	// built for.
-	sb, err := n.startAgent(ctx, id, runtime.GVisor, volume, limits, policy, nil, agentInit{
+	sb, err := n.startAgent(ctx, id, runtime.GVisor, volume, 0, limits, policy, nil, agentInit{
 		AccessToken: randomHex(32), DefaultUser: "root", DefaultWorkdir: "/",
 		Hostname: "space-build",
 	})

@@ -380,7 +380,7 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 	}
 	vol := volumeName(spec.ID)
 	if spec.FromVolume != "" && spec.Rollback {
-		if err := n.stageVolume(spec); err != nil {
+		if err := n.stageVolume(backend, spec); err != nil {
 			return err
 		}
 		if err := n.swapIn(spec.ID); err != nil {
@@ -404,7 +404,7 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 		if _, err := n.cfg.Volumes.Snapshot(spec.FromVolume, vol, false); err != nil {
 			return fmt.Errorf("restore %s: root volume: %w", spec.ID, err)
 		}
-		if err := n.setDiskLimit(vol, spec.DiskMB); err != nil {
+		if err := n.setDiskLimit(backend, vol, spec.DiskMB); err != nil {
 			return fmt.Errorf("restore %s: %w", spec.ID, err)
 		}
 		crashpoint.Hit("copy-volume")
@@ -432,7 +432,7 @@ func (n *Node) resumeFrom(ctx context.Context, spec RestoreSpec, imageDir string
 		return err
 	}
 	rs := runtime.Spec{
-		ID: spec.ID, Rootfs: n.rootfs(backend, vol), Network: slot,
+		ID: spec.ID, Rootfs: n.rootfs(backend, vol, spec.DiskMB), Network: slot,
 		Agent: n.agents.binary(agent), Hostname: spec.ID, Limits: spec.Limits,
 		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Mounts: binds,
@@ -498,7 +498,7 @@ func previousVolumeName(id string) string { return path.Join("previous", id) }
 // stageVolume makes the writable copy of the snapshot that a restore in
 // place will swap in, with the sandbox's disk limit. Nothing of the
 // sandbox is touched yet.
-func (n *Node) stageVolume(spec RestoreSpec) error {
+func (n *Node) stageVolume(backend runtime.Runtime, spec RestoreSpec) error {
 	staged := stagedVolumeName(spec.ID)
 	if err := n.cfg.Volumes.Delete(staged); err != nil {
 		return fmt.Errorf("restore %s: %w", spec.ID, err)
@@ -506,18 +506,34 @@ func (n *Node) stageVolume(spec RestoreSpec) error {
 	if _, err := n.cfg.Volumes.Snapshot(spec.FromVolume, staged, false); err != nil {
 		return fmt.Errorf("restore %s: root volume: %w", spec.ID, err)
 	}
-	if err := n.setDiskLimit(staged, spec.DiskMB); err != nil {
+	if err := n.setDiskLimit(backend, staged, spec.DiskMB); err != nil {
 		_ = n.cfg.Volumes.Delete(staged)
 		return fmt.Errorf("restore %s: %w", spec.ID, err)
 	}
 	return nil
 }
 
-func (n *Node) setDiskLimit(vol string, diskMB int) error {
+func (n *Node) setDiskLimit(backend runtime.Runtime, vol string, diskMB int) error {
 	if diskMB <= 0 {
 		return nil
 	}
-	return n.cfg.Volumes.SetLimit(vol, int64(diskMB)<<20)
+	return n.cfg.Volumes.SetLimit(vol, diskLimitBytes(backend, diskMB))
+}
+
+// diskLimitBytes is the limit of a root volume for a sandbox of diskMB.
+// A backend that boots a disk image has its disk grown to diskMB
+// (Rootfs.Bytes), so that the guest's own filesystem says "no space left"
+// at the sandbox's limit; the volume's limit sits above that, by what the
+// filesystem's metadata and btrfs's copy-on-write of partly rewritten
+// extents may add, so that it bounds the host's bytes without tripping
+// first: a write the host refuses is an I/O error to the guest, which
+// aborts its filesystem's journal.
+func diskLimitBytes(backend runtime.Runtime, diskMB int) int64 {
+	limit := int64(diskMB) << 20
+	if _, block := backend.(runtime.BlockRootfs); block {
+		limit += limit/8 + 64<<20
+	}
+	return limit
 }
 
 // swapIn sets the root volume aside as the previous volume and moves the

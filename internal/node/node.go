@@ -150,10 +150,11 @@ func (n *Node) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 }
 
 // rootfs is backend's handle of a root volume: the directory, or the
-// image in it for a backend that boots one (makeRootVolume).
-func (n *Node) rootfs(backend runtime.Runtime, volume string) runtime.Rootfs {
+// image in it for a backend that boots one (makeRootVolume), whose disk is
+// grown to diskMB (0: as it is).
+func (n *Node) rootfs(backend runtime.Runtime, volume string, diskMB int) runtime.Rootfs {
 	if block, ok := backend.(runtime.BlockRootfs); ok {
-		return runtime.Rootfs{Kind: runtime.RootfsBlock, Path: filepath.Join(n.cfg.Volumes.Path(volume), block.RootImage())}
+		return runtime.Rootfs{Kind: runtime.RootfsBlock, Path: filepath.Join(n.cfg.Volumes.Path(volume), block.RootImage()), Bytes: int64(diskMB) << 20}
 	}
 	return runtime.Rootfs{Kind: runtime.RootfsDir, Path: n.cfg.Volumes.Path(volume)}
 }

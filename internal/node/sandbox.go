@@ -89,7 +89,11 @@ func (n *Node) create(ctx context.Context, spec CreateSpec) (err error) {
 	if err := n.makeRootVolume(ctx, spec.Template, spec.RuntimeName(), vol); err != nil {
 		return fmt.Errorf("root volume: %w", err)
 	}
-	if err := n.setDiskLimit(vol, spec.DiskMB); err != nil {
+	backend, err := n.backendNamed(spec.RuntimeName())
+	if err != nil {
+		return err
+	}
+	if err := n.setDiskLimit(backend, vol, spec.DiskMB); err != nil {
 		return fmt.Errorf("disk limit: %w", err)
 	}
 	crashpoint.Hit("copy-volume")
@@ -142,7 +146,7 @@ func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 	}
 	entropy := make([]byte, 64)
 	_, _ = rand.Read(entropy)
-	sb, err := n.startAgent(ctx, spec.ID, spec.RuntimeName(), volumeName(spec.ID), spec.Limits, spec.Network, spec.Mounts, agentInit{
+	sb, err := n.startAgent(ctx, spec.ID, spec.RuntimeName(), volumeName(spec.ID), spec.DiskMB, spec.Limits, spec.Network, spec.Mounts, agentInit{
 		AccessToken:    spec.AccessToken,
 		EnvVars:        env,
 		DefaultUser:    spec.Template.User,
@@ -159,10 +163,11 @@ func (n *Node) boot(ctx context.Context, spec CreateSpec) error {
 }
 
 // startAgent is the start every sandbox shares, users' and builds': a
-// network slot under policy, the runtime on volume with the agent as its
+// network slot under policy, the runtime on volume (a disk image grown to
+// diskMB, 0 leaving it) with the agent as its
 // first process (holding a boot token only), then the agent's init with in
 // (stamped with the time now). The sandbox it returns is not registered.
-func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, limits runtime.Limits, policy network.Policy, mounts []nodeapi.VolumeMount, in agentInit) (*Sandbox, error) {
+func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, diskMB int, limits runtime.Limits, policy network.Policy, mounts []nodeapi.VolumeMount, in agentInit) (*Sandbox, error) {
 	backend, err := n.backendNamed(rtName)
 	if err != nil {
 		return nil, err
@@ -189,7 +194,7 @@ func (n *Node) startAgent(ctx context.Context, id, rtName, volume string, limits
 	bootToken := randomHex(32)
 	rs := runtime.Spec{
 		ID:      id,
-		Rootfs:  n.rootfs(backend, volume),
+		Rootfs:  n.rootfs(backend, volume, diskMB),
 		Network: slot,
 		Agent:   n.agents.binary(n.agentDigest),
 		Env: []string{

@@ -173,6 +173,10 @@ const (
 type Rootfs struct {
 	Kind RootfsKind
 	Path string
+	// Bytes is the size a block root filesystem's disk is grown to when it
+	// is smaller (the sandbox's disk limit), its filesystem growing with
+	// it; 0 leaves the disk as it is. A directory ignores it.
+	Bytes int64
 }
 
 // Mount is one host directory bound into a sandbox.

@@ -14,9 +14,12 @@ import (
 )
 
 // ImageHeadroom is the free space a root image gets beyond its content
-// when the caller asks for no size: room for the sandbox's writes. The
+// when the caller asks for no size: room for the template's own boot and
+// start command. A sandbox's disk is grown to its disk limit when it
+// starts (Rootfs.Bytes), so a template's image stays small: a sandbox
+// with a limit below the image's size could not keep within it. The
 // image is sparse, so headroom costs nothing until written.
-const ImageHeadroom = 1 << 30
+const ImageHeadroom = 128 << 20
 
 // BuildImage makes a raw ext4 image at image from the directory rootfs
 // with mkfs.ext4 -d (no mount, no loop device): size bytes, or the

@@ -437,6 +437,32 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, conf vmConfig, 
 	if err := waitStatus(ctx, q, "running", time.Minute); err != nil {
 		return fmt.Errorf("start %s: %w%s", id, err, r.logTail(id))
 	}
+	if err := growDisk(ctx, q, conf.Rootfs, spec.Rootfs.Bytes); err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	return nil
+}
+
+// growDisk grows a running guest's root disk to bytes when it is smaller:
+// QEMU extends the (sparse) image and tells the guest, whose kernel
+// announces the new size and whose init grows the root filesystem online
+// (guestinit.GrowRoot). Growing after the start, rather than before, is
+// what a restored guest needs: its kernel knows the disk's size from the
+// image, and learns of a change only from the device.
+func growDisk(ctx context.Context, q *qmp, image string, bytes int64) error {
+	if bytes <= 0 {
+		return nil
+	}
+	info, err := os.Stat(image)
+	if err != nil {
+		return fmt.Errorf("grow the disk: %w", hostpath.Pathless(err))
+	}
+	if info.Size() >= bytes {
+		return nil
+	}
+	if _, err := q.execute(ctx, "block_resize", map[string]any{"device": "root", "size": bytes &^ 511}); err != nil {
+		return fmt.Errorf("grow the disk to %d MiB: %w", bytes>>20, err)
+	}
 	return nil
 }
 

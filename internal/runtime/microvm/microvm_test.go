@@ -382,6 +382,12 @@ func processRuns(pid int) bool {
 func TestBootExecPauseResumeDestroy(t *testing.T) {
 	r := newRuntime(t)
 	spec := testSpec(t, "boot1")
+	// A disk limit above the image's size: a cold boot grows it too.
+	fi, err := os.Stat(spec.Rootfs.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Rootfs.Bytes = fi.Size() + 64<<20
 	c, boot := startVM(t, r, spec)
 	t.Logf("cold boot to agent ready (TCG, 128 MiB, 1 vCPU): %s", boot.Round(time.Millisecond))
 
@@ -389,6 +395,7 @@ func TestBootExecPauseResumeDestroy(t *testing.T) {
 	if got := c.run(t, token, "echo hi from $(hostname); cat /proc/1/comm; grep ' / ' /proc/mounts | cut -d' ' -f3"); got != "hi from boot1\ninit\next4\n" {
 		t.Errorf("exec output %q", got)
 	}
+	waitRootGrown(t, c, token, spec.Rootfs.Bytes)
 	// The agent is read-only at its mount point.
 	if got := c.run(t, token, "touch /.space/bin/x 2>&1 || echo refused"); !strings.Contains(got, "refused") {
 		t.Errorf("agent directory is writable: %q", got)
@@ -611,12 +618,23 @@ func TestSuspendAndRestoreTwice(t *testing.T) {
 
 	// Two restores of the one image, side by side.
 	clients := map[string]*client{}
+	var grownTo int64
 	for _, id := range []string{"branch1", "branch2"} {
 		bs := testSpec(t, id)
 		// What a snapshot of the suspended sandbox's volume holds.
 		_ = os.Remove(bs.Rootfs.Path)
 		if err := CloneImage(context.Background(), spec.Rootfs.Path, bs.Rootfs.Path); err != nil {
 			t.Fatal(err)
+		}
+		if id == "branch2" {
+			// A larger disk limit than the image's: the restored guest
+			// learns of its grown disk and grows its filesystem.
+			fi, err := os.Stat(bs.Rootfs.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			grownTo = fi.Size() + 96<<20
+			bs.Rootfs.Bytes = grownTo
 		}
 		start := time.Now()
 		if err := r.Restore(context.Background(), bs, image); err != nil {
@@ -637,6 +655,7 @@ func TestSuspendAndRestoreTwice(t *testing.T) {
 	}
 	assertCannotReach(t, uid1, r.dir("branch1"), pid2, r.dir("branch2"))
 	assertCannotReach(t, uid2, r.dir("branch2"), pid1, r.dir("branch1"))
+	waitRootGrown(t, clients["branch2"], token, grownTo)
 	// Each continues from the image: the counter, the running sleeper.
 	for id, bc := range clients {
 		if got := bc.run(t, token, "cat /root/counter; kill -0 "+sleeper+" && echo alive"); got != "1\nalive\n" {
@@ -660,6 +679,21 @@ func TestSuspendAndRestoreTwice(t *testing.T) {
 	if got := clients["branch1"].run(t, token, "cat /root/counter"); got != "2\n" {
 		t.Errorf("branch1 after its snapshot: %q", got)
 	}
+}
+
+// waitRootGrown waits until the guest's root disk is bytes and its root
+// filesystem fills it (less ext4's own overhead).
+func waitRootGrown(t *testing.T, c *client, token string, bytes int64) {
+	t.Helper()
+	var got string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		got = c.run(t, token, "cat /sys/block/vda/size; df -k / | awk 'NR==2 {print $2}'")
+		var sectors, fsKiB int64
+		if _, err := fmt.Sscan(got, &sectors, &fsKiB); err == nil && sectors*512 == bytes && fsKiB<<10 >= bytes*9/10 {
+			return
+		}
+	}
+	t.Fatalf("the guest's disk and root filesystem (sectors, KiB): %q, want a disk of %d bytes filled", got, bytes)
 }
 
 func TestNetworkThroughSlot(t *testing.T) {
