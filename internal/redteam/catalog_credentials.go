@@ -31,34 +31,42 @@ blocked "$(echo "$files" | grep -c .) files mention keys or tokens; their conten
 			Timeout: 3 * time.Minute, // an emulated guest's Python is slow
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.py(ctx, `
-import re
-seen, total = set(), 0
+import re, time
+seen, total, began = set(), 0, time.time()
+# Within the attempt's time: an emulated guest short of memory reads slowly.
+deadline, cut = began + 140, ""
 pat = re.compile(rb"[A-Za-z0-9_\-\.=+/]{24,200}")
 try: maps = open("/proc/1/maps").readlines()
 except OSError as e:
     blocked("the agent's memory map is not readable: " + e.strerror); sys.exit(0)
+# Small: a 128 MiB guest has about 20 MiB to spare, and a scan that
+# pushes it into reclaim crawls under emulation. So the memory is read in
+# 256 KiB chunks, strings are printed as they are found (the runner scans
+# the output), and only their hashes are kept to skip repeats.
+chunk = 256 << 10
 for line in maps:
     f = line.split()
     if "r" not in f[1] or (len(f) > 5 and f[5].startswith("[v")): continue
     lo, hi = (int(x, 16) for x in f[0].split("-"))
     if hi - lo > 256 << 20: continue
-    # In chunks: a 128 MiB guest has no room for a whole Go heap arena.
     try:
-        with open("/proc/1/mem", "rb") as m:
+        with open("/proc/1/mem", "rb", buffering=0) as m:
             m.seek(lo); prev = b""
-            for off in range(lo, hi, 1 << 20):
-                data = m.read(min(1 << 20, hi - off))
+            for off in range(lo, hi, chunk):
+                if time.time() > deadline:
+                    cut = " (cut short at %ds)" % (time.time() - began); break
+                data = m.read(min(chunk, hi - off))
                 total += len(data)
-                # Untouched pages read as zeros and hold no token; skipped
-                # fast, for an emulated guest's Python is slow.
-                if not data.strip(b"\0"):
+                # Untouched pages read as zeros and hold no token.
+                if data.count(0) == len(data):
                     prev = b""; continue
                 for w in pat.findall(prev + data):
-                    if len(seen) < 60000: seen.add(w)
+                    h = hash(w)
+                    if h not in seen and len(seen) < 60000:
+                        seen.add(h); sys.stdout.write(w.decode("latin-1") + "\n")
                 prev = data[-256:]
     except (OSError, ValueError, OverflowError): continue
-for w in sorted(seen)[:60000]: print(w.decode("latin-1"))
-blocked("read %d MiB of the agent's memory, %d distinct token-like strings (scanned for the host's secrets)" % (total >> 20, len(seen)))`)
+blocked("read %d MiB of the agent's memory in %ds%s, %d distinct token-like strings (scanned for the host's secrets)" % (total >> 20, time.time() - began, cut, len(seen)))`)
 			},
 		},
 		{
@@ -97,14 +105,16 @@ blocked "$(cat "${DATA_DIR:-/var/lib/space}/admin.key" 2>&1 | sed 's/.*: //')"`)
 				return s.sh(ctx, `d=/sys/firmware/qemu_fw_cfg
 [ -d $d ] || modprobe qemu_fw_cfg 2>/dev/null
 if [ ! -d $d/by_key ]; then blocked "no fw_cfg in $(ls /sys/firmware 2>&1 | tr '\n' ' ')"; exit 0; fi
-items=""; hits=""
+items=""; hits=""; pats=""
+for p in "$VICTIM_ID" "$DATA_DIR" "$CANARY_DIR" /var/lib/space; do [ -n "$p" ] && pats="$pats -e $p"; done
 for k in $d/by_key/*; do
   i=$(cat $k/name 2>/dev/null); [ -n "$i" ] || i=key-${k##*/}; items="$items $i"
   echo "== $i ($(cat $k/size 2>/dev/null) bytes)"; head -c 8192 $k/raw 2>/dev/null | tr -c '[:print:]\n' '.'; echo
-  for p in "$DATA_DIR" "$CANARY_DIR" /var/lib/space; do
-    [ -n "$p" ] && grep -qaF "$p" $k/raw 2>/dev/null && hits="$hits $i:$p"
+  # One read of each item: the kernel and initramfs are items too, tens
+  # of MiB that an emulated guest reads slowly.
+  for h in $(grep -aoF $pats $k/raw 2>/dev/null | sort -u); do
+    [ "$h" = "$VICTIM_ID" ] && h="the-victim's-id"; hits="$hits $i:$h"
   done
-  grep -qaF "$VICTIM_ID" $k/raw 2>/dev/null && hits="$hits $i:the-victim's-id"
 done
 [ -n "$hits" ] && escaped "fw_cfg items name host paths or the victim:$hits"
 (echo x > $d/by_name/opt/space/env/raw) 2>/dev/null && w="writable" || w="read-only"

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,34 @@ func readVMSnapshot(t *testing.T, id, snap string) {
 	}
 }
 
+// vmDiskMB is the lifecycle sandbox's disk_mb: above its template's image
+// (the content and some headroom), so that the guest's disk is grown.
+const vmDiskMB = 320
+
+// requireDiskLimit checks that a microVM sandbox's disk is its disk_mb:
+// the guest's root filesystem was grown to it, a write past it ends with
+// "no space left" in the guest (not an I/O error from the host's quota,
+// which would abort the guest's journal), and writes succeed again once
+// the space is freed.
+func requireDiskLimit(t *testing.T, id string, diskMB int) {
+	t.Helper()
+	size, err := strconv.Atoi(strings.TrimSpace(execOK(t, id, "df -m / | awk 'NR==2 {print $2}'")))
+	if err != nil || size < diskMB*9/10 || size > diskMB {
+		t.Fatalf("the guest's root filesystem is %d MiB (%v), want about its disk_mb %d", size, err, diskMB)
+	}
+	res, err := env.client.Exec(testContext(t), id, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c",
+		fmt.Sprintf("dd if=/dev/zero of=/home/user/fill bs=1M count=%d conv=fsync", diskMB+64)}, TimeoutS: 240})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "No space left") {
+		t.Fatalf("a write past disk_mb: exit %d, %q; want no space left", res.ExitCode, res.Stderr)
+	}
+	if out := execOK(t, id, "rm /home/user/fill && echo kept > /home/user/after && cat /home/user/after"); out != "kept\n" {
+		t.Fatalf("after the disk was full: %q", out)
+	}
+}
+
 // A sandbox of a template built for both runtimes, created on microvm,
 // runs in a QEMU guest (TCG here) and does what a gVisor sandbox does
 // through the API: exec, files, a session re-attached by offset, pause
@@ -80,7 +109,7 @@ func TestMicroVMLifecycle(t *testing.T) {
 
 	begin := time.Now()
 	// A warm create: the first of its size boots the image of it first.
-	sb := newVMSandbox(t, apiv1.CreateSandboxRequest{Template: vmTemplate, Runtime: "microvm", MemoryMB: 128, VCPUs: 1})
+	sb := newVMSandbox(t, apiv1.CreateSandboxRequest{Template: vmTemplate, Runtime: "microvm", MemoryMB: 128, VCPUs: 1, DiskMB: vmDiskMB})
 	ctx := testContext(t)
 	t.Logf("create on microvm to running: %s", time.Since(begin).Round(time.Millisecond))
 	// The harness's server runs its guests under TCG (--accel tcg).
@@ -97,6 +126,14 @@ func TestMicroVMLifecycle(t *testing.T) {
 		t.Fatalf("exec said %q", out)
 	}
 	t.Logf("exec round trip: %s", time.Since(begin).Round(time.Millisecond))
+	requireDiskLimit(t, sb.ID, vmDiskMB)
+	// Signals from the guest's root to its init end neither the agent nor
+	// the guest (an init's exit panics the guest's kernel); the shell
+	// that sends them may die of the forwarded SIGTERM.
+	_, _ = env.client.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", "kill -SEGV 1; kill -TERM 1; kill -QUIT 1; kill -9 1"}, User: "root"})
+	if out := execOK(t, sb.ID, "echo alive"); out != "alive\n" {
+		t.Fatalf("after signals to the guest's init: %q", out)
+	}
 	if _, err := env.client.WriteFile(ctx, sb.ID, "/home/user/note.txt", strings.NewReader("kept on the guest's disk")); err != nil {
 		t.Fatal(err)
 	}
