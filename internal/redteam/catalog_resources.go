@@ -73,7 +73,7 @@ except MemoryError:
 			// Not smaller: the base template's start needs room. An
 			// emulated guest writes a few MiB a second, hence the bound.
 			Name: "disk fill past disk_mb", Category: Resources, Own: &Sandbox{VCPUs: 1, MemoryMB: 256, DiskMB: 512},
-			Expected: "no space left at 512 MiB (ENOSPC/EDQUOT, EIO in a guest)", Escape: "writing past the disk quota onto the host's disk",
+			Expected: "no space left at 512 MiB (EDQUOT under gVisor, ENOSPC in a guest)", Escape: "writing past the disk quota onto the host's disk",
 			Timeout: 6 * time.Minute,
 			Run: func(ctx context.Context, s *Scene) Verdict {
 				return s.sh(ctx, `out=$(dd if=/dev/zero of=/home/user/rt-fill bs=1M count=768 conv=fsync 2>&1); rc=$?
