@@ -35,8 +35,8 @@ type testEnv struct {
 	dir       string // world-traversable temp dir
 	rootHome  string
 	userHome  string
-	h1Client  *http.Client // HTTP/1.1 without any auth header
-	h2cClient *http.Client // h2c prior knowledge, without any auth header
+	h1Client  *http.Client  // HTTP/1.1 without any auth header
+	h2cClient *http.Client  // h2c prior knowledge, without any auth header
 	stopped   chan struct{} // closed when the agent stops serving
 }
 
