@@ -64,6 +64,8 @@ type Result struct {
 	// ("1", "8", "32").
 	Throughput map[string]float64 `json:"throughput"`
 	Density    *Density           `json:"density"`
+	// Churn is the kernel's cost of create → delete cycles.
+	Churn *Churn `json:"churn,omitempty"`
 	// Ratios divide our p50 figures by the p50 of a baseline; keys read
 	// "ours/baseline", e.g. "create_unpooled/baseline_runsc_restore".
 	Ratios map[string]float64 `json:"ratios"`
@@ -146,7 +148,7 @@ func (r *Result) Latencies() []Latency {
 // otherRuntimes are the keys that a run on runtime rt does not take.
 func otherRuntimes(rt string) map[string]bool {
 	if rt == runtimeMicroVM {
-		return map[string]bool{KeyBaselineRunscRun: true, KeyBaselineRunscRestore: true, KeyThroughput: true, KeyDensity: true}
+		return map[string]bool{KeyBaselineRunscRun: true, KeyBaselineRunscRestore: true, KeyThroughput: true, KeyDensity: true, KeyChurn: true}
 	}
 	return map[string]bool{KeyBaselineQEMUKernel: true, KeyBaselineQEMUBoot: true}
 }

@@ -209,7 +209,7 @@ func writeTestJSON(w http.ResponseWriter, status int, v any) {
 func fakeConfig(t *testing.T, f *fakeServer) Config {
 	srv := httptest.NewServer(f.handler())
 	t.Cleanup(srv.Close)
-	skip, err := ParseSkip("throughput,density,baselines")
+	skip, err := ParseSkip("throughput,churn,density,baselines")
 	if err != nil {
 		t.Fatal(err)
 	}

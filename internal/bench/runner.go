@@ -45,6 +45,9 @@ type Config struct {
 	// Concurrency lists the levels.
 	ThroughputWindow time.Duration
 	Concurrency      []int
+	// ChurnCycles is how many create → delete cycles the churn
+	// measurement makes.
+	ChurnCycles int
 	// Progress receives one line per measurement as it starts and ends, and
 	// periodic lines from the long ones.
 	Progress io.Writer
@@ -117,6 +120,9 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.Concurrency) == 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.ChurnCycles <= 0 {
+		c.ChurnCycles = DefaultChurnCycles
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
@@ -241,6 +247,7 @@ func (r *runner) steps() []step {
 	}
 	return append(steps,
 		step{keys: []string{KeyThroughput}, run: r.measureThroughput},
+		step{keys: []string{KeyChurn}, run: r.measureChurn},
 		one(KeyBaselineRunscRun, r.measureRunscRun),
 		one(KeyBaselineRunscRestore, r.measureRunscRestore),
 		step{keys: []string{KeyDensity}, run: r.measureDensity})

@@ -22,7 +22,7 @@ func Keys() []string {
 	for _, f := range (&Result{}).latencyFields() {
 		keys = append(keys, f.key)
 	}
-	return append(keys, KeyThroughput, KeyDensity)
+	return append(keys, KeyThroughput, KeyChurn, KeyDensity)
 }
 
 // ParseSkip turns a comma-separated list of measurement keys and group

@@ -23,8 +23,9 @@ Measure a running space server: create latency (with and without a warm
 pool), create to first command, exec round trip, 1 MiB file write+read,
 pause/resume, suspend, resume from suspend, snapshot and branch of a
 sandbox holding data in memory, creates per second at several
-concurrencies, idle sandboxes per node, and bare runsc run/restore
-baselines. Prints min/p50/p95/p99 in
+concurrencies, the kernel's CPU per create → delete cycle (churn: btrfs
+deleting subvolumes, read from /proc), idle sandboxes per node, and bare
+runsc run/restore baselines. Prints min/p50/p95/p99 in
 milliseconds; see docs/performance.md for what each figure means.
 
 --runtime microvm measures microVM sandboxes instead (the template must be
@@ -32,12 +33,12 @@ built for microvm; its warm pool serves them only when microvm is its
 default runtime): the creates, exec, file, lifecycle figures, and beside
 them two floors booted by bare QEMU on this host, the guest kernel alone
 (baseline_qemu_kernel) and the kernel with the server's initramfs and the
-template's image up to the agent (baseline_qemu_boot). Throughput and
-density are not taken on microvm.
+template's image up to the agent (baseline_qemu_boot). Throughput, churn
+and density are not taken on microvm.
 
-Every sandbox it creates is deleted again. The density measurement and the
-baselines read the server host's cgroups and run runsc: run as root on the
-server's machine for those.`)
+Every sandbox it creates is deleted again. The density and churn
+measurements and the baselines read the server host's cgroups and /proc and
+run runsc: run as root on the server's machine for those.`)
 	cfg := bench.Config{FillMiB: -1}
 	fs.StringVar(&cfg.Template, "template", "minimal", "template to create sandboxes from")
 	fs.StringVar(&cfg.Runtime, "runtime", "gvisor", "sandbox runtime to measure: gvisor or microvm")
@@ -53,6 +54,7 @@ server's machine for those.`)
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "the server's --data-dir (for the baselines)")
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary for the baselines (default: as space serve finds it)")
 	fs.DurationVar(&cfg.ThroughputWindow, "throughput-window", bench.DefaultThroughputWindow, "how long each throughput level runs")
+	fs.IntVar(&cfg.ChurnCycles, "churn-cycles", bench.DefaultChurnCycles, "create → delete cycles of the churn measurement (the kernel's CPU per cycle)")
 	concurrency := fs.String("concurrency", joinLevels(bench.DefaultConcurrency), "comma-separated throughput concurrency levels")
 	if err := parseNoArgs(fs, args, "bench"); err != nil {
 		return err
@@ -76,8 +78,8 @@ server's machine for those.`)
 			cfg.MemoryMB = bench.DefaultMicroVMMemoryMB
 		}
 	}
-	if cfg.Samples < 1 || cfg.DensityMax < 1 || cfg.MemoryMB < 32 || cfg.ThroughputWindow <= 0 {
-		return fs.usageErrorf("--n and --density-max must be at least 1, --memory-mb at least 32, --throughput-window positive")
+	if cfg.Samples < 1 || cfg.DensityMax < 1 || cfg.MemoryMB < 32 || cfg.ThroughputWindow <= 0 || cfg.ChurnCycles < 1 {
+		return fs.usageErrorf("--n, --density-max and --churn-cycles must be at least 1, --memory-mb at least 32, --throughput-window positive")
 	}
 	if fill.set && (fill.value < 0 || fill.value >= cfg.MemoryMB) {
 		return fs.usageErrorf("--fill-mib %d must be at least 0 and well below --memory-mb %d: a sandbox at its limit stalls", fill.value, cfg.MemoryMB)
@@ -169,6 +171,14 @@ func printBenchTable(res *bench.Result) error {
 	if d := res.Density; d != nil {
 		fmt.Fprintf(stdout, "\ndensity: %d idle sandboxes (%s); per sandbox: %s MiB by cgroup, %s MiB RSS, %s MiB PSS\n",
 			d.Sandboxes, d.StoppedBy, optionalCell(d.MiBPerSandbox), optionalCell(d.RSSMiBPerSandbox), optionalCell(d.PSSMiBPerSandbox))
+	}
+	if c := res.Churn; c != nil {
+		settled := fmt.Sprintf("quiet %.1f s after the last delete", c.SettleS)
+		if !c.Settled {
+			settled = fmt.Sprintf("still busy %.0f s after the last delete", c.SettleS)
+		}
+		fmt.Fprintf(stdout, "\nchurn: %d create → delete cycles cost the kernel %.1f ms of CPU each (btrfs-cleaner %.1f); %s\n",
+			c.Cycles, c.KernelCPUMSPerCycle, c.CleanerCPUMSPerCycle, settled)
 	}
 	if l := res.Lifecycle; l != nil {
 		fmt.Fprintf(stdout, "\nlifecycle sandbox: memory_mb %d holding %d MiB of data (%.0f MiB accounted)\n", l.MemoryMB, l.FillMiB, l.UsedMiB)
