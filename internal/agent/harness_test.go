@@ -287,6 +287,22 @@ func startRequest(cmd string, args ...string) *connect.Request[processpb.StartRe
 	})
 }
 
+// startProcess starts req and reads its start event: the stream to go on
+// reading, and what it said so far (the pid).
+func startProcess(ctx context.Context, t *testing.T, c processpbconnect.ProcessClient, req *connect.Request[processpb.StartRequest]) (*connect.ServerStreamForClient[processpb.StartResponse], *runResult) {
+	t.Helper()
+	stream, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() {
+		t.Fatal(stream.Err())
+	}
+	res := &runResult{}
+	recordEvent(t, res, stream.Msg().GetEvent())
+	return stream, res
+}
+
 func shell(script string) *connect.Request[processpb.StartRequest] {
 	return startRequest("/bin/sh", "-c", script)
 }

@@ -30,15 +30,7 @@ func TestSignalsToTheAgent(t *testing.T) {
 			c := env.processClient(clientOptions{})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			stream, err := c.Start(ctx, shell("sleep 30; echo never"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !stream.Receive() {
-				t.Fatal(stream.Err())
-			}
-			var res runResult
-			recordEvent(t, &res, stream.Msg().GetEvent())
+			stream, res := startProcess(ctx, t, c, shell("sleep 30; echo never"))
 			// Until the process is running, the handler is installed:
 			// Run starts it before it serves.
 			signals := []unix.Signal{unix.SIGTERM}
@@ -50,7 +42,7 @@ func TestSignalsToTheAgent(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := collectInto(t, &res, stream); err != nil {
+			if err := collectInto(t, res, stream); err != nil {
 				t.Fatal(err)
 			}
 			if got := res.end.GetStatus(); got != "signal: terminated" {
@@ -68,12 +60,8 @@ func TestSignalsToTheAgent(t *testing.T) {
 				}
 			}
 			// Still serving: a new process runs to its end.
-			stream, err = c.Start(ctx, shell("echo alive"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var again runResult
-			if err := collectInto(t, &again, stream); err != nil || string(again.stdout) != "alive\n" {
+			stream, again := startProcess(ctx, t, c, shell("echo alive"))
+			if err := collectInto(t, again, stream); err != nil || string(again.stdout) != "alive\n" {
 				t.Errorf("after the signals: %q, %v", again.stdout, err)
 			}
 		})

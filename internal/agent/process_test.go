@@ -150,18 +150,10 @@ func TestPTYRoundTripAndResize(t *testing.T) {
 	c := env.processClient(clientOptions{h2c: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := c.Start(ctx, connect.NewRequest(&processpb.StartRequest{
+	stream, res := startProcess(ctx, t, c, connect.NewRequest(&processpb.StartRequest{
 		Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-i"}, Envs: map[string]string{"PS1": "$ ", "TERM": "xterm"}},
 		Pty:     &processpb.PTY{Size: &processpb.PTY_Size{Cols: 80, Rows: 24}},
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res runResult
-	if !stream.Receive() {
-		t.Fatal(stream.Err())
-	}
-	recordEvent(t, &res, stream.Msg().GetEvent())
 	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: res.pid}}
 	send := func(s string) {
 		t.Helper()
@@ -178,7 +170,7 @@ func TestPTYRoundTripAndResize(t *testing.T) {
 			if !stream.Receive() {
 				t.Fatalf("stream ended before %q: %v; pty %q", want, stream.Err(), res.pty)
 			}
-			recordEvent(t, &res, stream.Msg().GetEvent())
+			recordEvent(t, res, stream.Msg().GetEvent())
 		}
 	}
 	send("echo $((6*7))\n")
@@ -194,7 +186,7 @@ func TestPTYRoundTripAndResize(t *testing.T) {
 	waitFor("50 100")
 	send("exit 7\n")
 	for res.end == nil && stream.Receive() {
-		recordEvent(t, &res, stream.Msg().GetEvent())
+		recordEvent(t, res, stream.Msg().GetEvent())
 	}
 	if res.end.GetExitCode() != 7 {
 		t.Errorf("end %v, err %v", res.end, stream.Err())
@@ -267,26 +259,18 @@ func TestSendSignalTerminatesGroupAndUnknownIsNotFound(t *testing.T) {
 	c := env.processClient(clientOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := c.Start(ctx, shell("sleep 30; echo never"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !stream.Receive() {
-		t.Fatal(stream.Err())
-	}
-	var res runResult
-	recordEvent(t, &res, stream.Msg().GetEvent())
+	stream, res := startProcess(ctx, t, c, shell("sleep 30; echo never"))
 	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: res.pid}}
 	if _, err := c.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: sel, Signal: processpb.Signal_SIGNAL_SIGTERM})); err != nil {
 		t.Fatal(err)
 	}
-	if err := collectInto(t, &res, stream); err != nil {
+	if err := collectInto(t, res, stream); err != nil {
 		t.Fatal(err)
 	}
 	if res.end.GetStatus() != "signal: terminated" || res.end.GetExitCode() != -1 || res.end.GetExited() {
 		t.Errorf("end %v", res.end)
 	}
-	_, err = c.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: sel, Signal: processpb.Signal_SIGNAL_SIGKILL}))
+	_, err := c.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: sel, Signal: processpb.Signal_SIGNAL_SIGKILL}))
 	if connectCode(err) != connect.CodeNotFound {
 		t.Errorf("signal to exited process: %v", err)
 	}
