@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -16,9 +17,9 @@ import (
 // ext4 filesystem to a number of blocks.
 const ext4ResizeFS = 0x40086610
 
-// rootDiskSectors is the root disk's size in 512-byte sectors, as the
-// guest's kernel knows it now.
-const rootDiskSectors = "/sys/block/vda/size"
+// rootDiskName is rootDevice's kernel name: its size in 512-byte sectors
+// is /sys/block/<name>/size, and its uevents' paths end in /block/<name>.
+var rootDiskName = filepath.Base(rootDevice)
 
 // GrowRoot keeps the root filesystem as large as its disk, for as long as
 // the guest runs: the host grows a sandbox's disk to the sandbox's disk
@@ -53,7 +54,7 @@ func GrowRoot(logf func(string, ...any)) {
 		}
 		// "change@/devices/.../block/vda\x00ACTION=change\x00...".
 		head, _, _ := bytes.Cut(buf[:n], []byte{0})
-		if bytes.HasPrefix(head, []byte("change@")) && bytes.HasSuffix(head, []byte("/block/vda")) {
+		if bytes.HasPrefix(head, []byte("change@")) && bytes.HasSuffix(head, []byte("/block/"+rootDiskName)) {
 			growRootOnce(logf)
 		}
 	}
@@ -69,7 +70,7 @@ func growRootOnce(logf func(string, ...any)) {
 }
 
 func growRoot() error {
-	raw, err := os.ReadFile(rootDiskSectors)
+	raw, err := os.ReadFile(filepath.Join("/sys/block", rootDiskName, "size"))
 	if err != nil {
 		return err
 	}
