@@ -232,12 +232,13 @@ func (v dirVolumes) Snapshot(_, dst string, _ bool) (string, error) {
 func (v dirVolumes) Create(name string) (string, error) {
 	return v.Path(name), os.MkdirAll(v.Path(name), 0o755)
 }
-func (v dirVolumes) Delete(name string) error     { return os.RemoveAll(v.Path(name)) }
-func (v dirVolumes) SetLimit(string, int64) error { return nil }
-func (v dirVolumes) Usage(string) (int64, error)  { return 0, nil }
-func (v dirVolumes) Sync(string) error            { return nil }
-func (v dirVolumes) Rename(src, dst string) error { return os.Rename(v.Path(src), v.Path(dst)) }
-func (v dirVolumes) Exists(name string) bool      { _, err := os.Stat(v.Path(name)); return err == nil }
+func (v dirVolumes) Delete(name string) error          { return os.RemoveAll(v.Path(name)) }
+func (v dirVolumes) SetLimit(string, int64) error      { return nil }
+func (v dirVolumes) SetWriteLimit(string, int64) error { return nil }
+func (v dirVolumes) Usage(string) (int64, error)       { return 0, nil }
+func (v dirVolumes) Sync(string) error                 { return nil }
+func (v dirVolumes) Rename(src, dst string) error      { return os.Rename(v.Path(src), v.Path(dst)) }
+func (v dirVolumes) Exists(name string) bool           { _, err := os.Stat(v.Path(name)); return err == nil }
 func (v dirVolumes) List(prefix string) ([]string, error) {
 	entries, err := os.ReadDir(v.Path(prefix))
 	if errors.Is(err, os.ErrNotExist) {

@@ -517,6 +517,9 @@ func (n *Node) setDiskLimit(backend runtime.Runtime, vol string, diskMB int) err
 	if diskMB <= 0 {
 		return nil
 	}
+	if _, block := backend.(runtime.BlockRootfs); block {
+		return n.cfg.Volumes.SetWriteLimit(vol, diskLimitBytes(backend, diskMB))
+	}
 	return n.cfg.Volumes.SetLimit(vol, diskLimitBytes(backend, diskMB))
 }
 

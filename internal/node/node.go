@@ -22,6 +22,7 @@ type Volumes interface {
 	Snapshot(src, dst string, readOnly bool) (string, error)
 	Delete(name string) error
 	SetLimit(name string, bytes int64) error
+	SetWriteLimit(name string, bytes int64) error
 	Path(name string) string
 	List(prefix string) ([]string, error)
 	Exists(name string) bool

@@ -25,7 +25,11 @@ const subvolumeRootInode = 256
 type btrfsBackend struct {
 	root   string
 	quotas bool
-	logf   func(string, ...any)
+	// simple is set when quotas are btrfs simple quotas (squota.go); limits
+	// then subtract what a snapshot inherited from its source.
+	simple    bool
+	inherited inheritance
+	logf      func(string, ...any)
 	// qgroupState is the kernel's sysfs directory for this filesystem's
 	// quota state ("" when the kernel has none).
 	qgroupState string
@@ -34,14 +38,25 @@ type btrfsBackend struct {
 	rescanMu sync.Mutex
 }
 
-func newBtrfsBackend(ctx context.Context, root string, logf func(string, ...any)) *btrfsBackend {
+func newBtrfsBackend(ctx context.Context, root string, simpleQuotas bool, logf func(string, ...any)) *btrfsBackend {
 	b := &btrfsBackend{root: root, logf: logf}
-	if _, err := run(ctx, "btrfs", "quota", "enable", root); err != nil {
+	sysfsDir := sysfsDir(ctx, root)
+	enable := b.enableQuotas
+	if !simpleQuotas {
+		enable = b.enableFullQgroups
+	}
+	if err := enable(ctx, sysfsDir); err != nil {
 		logf("storage: WARNING: cannot enable btrfs quotas (%v); sandbox disk limits will not be enforced", err)
 		return b
 	}
 	b.quotas = true
-	b.qgroupState = qgroupStateDir(ctx, root)
+	if b.simple {
+		// Nothing below applies: simple quotas have no rescan and never
+		// go inconsistent, and the kernel drops a deleted subvolume's
+		// qgroup itself.
+		return b
+	}
+	b.qgroupState = qgroupStateDir(sysfsDir)
 	// Qgroups of subvolumes deleted before a crash linger; drop them.
 	if _, err := run(ctx, "btrfs", "qgroup", "clear-stale", root); err != nil {
 		if busy := strings.Count(err.Error(), "Device or resource busy"); busy > 0 {
@@ -73,9 +88,9 @@ func newBtrfsBackend(ctx context.Context, root string, logf func(string, ...any)
 // threshold of it means "always account".
 const maxTreeLevel = 8
 
-// qgroupStateDir finds /sys/fs/btrfs/<fsid>/qgroups for the filesystem at
-// root; kernels that stop accounting on inconsistency all have it.
-func qgroupStateDir(ctx context.Context, root string) string {
+// sysfsDir finds /sys/fs/btrfs/<fsid> for the filesystem at root ("" when
+// it cannot).
+func sysfsDir(ctx context.Context, root string) string {
 	out, err := run(ctx, "btrfs", "filesystem", "show", root)
 	if err != nil {
 		return ""
@@ -88,7 +103,17 @@ func qgroupStateDir(ctx context.Context, root string) string {
 	if len(fields) == 0 {
 		return ""
 	}
-	dir := filepath.Join("/sys/fs/btrfs", fields[0], "qgroups")
+	return filepath.Join("/sys/fs/btrfs", fields[0])
+}
+
+// qgroupStateDir is the filesystem's sysfs qgroups directory, "" where the
+// kernel does not say when it stopped accounting (kernels that stop on
+// inconsistency all say so there).
+func qgroupStateDir(sysfsDir string) string {
+	if sysfsDir == "" {
+		return ""
+	}
+	dir := filepath.Join(sysfsDir, "qgroups")
 	if _, err := os.Stat(filepath.Join(dir, "inconsistent")); err != nil {
 		return ""
 	}
@@ -143,8 +168,13 @@ func (b *btrfsBackend) snapshot(src, dst string, readOnly bool) error {
 	if readOnly {
 		args = append(args, "-r")
 	}
-	_, err := run(context.Background(), "btrfs", append(args, src, dst)...)
-	return err
+	if _, err := run(context.Background(), "btrfs", append(args, src, dst)...); err != nil {
+		return err
+	}
+	if b.simple {
+		b.inherited.recordSnapshot(src, dst)
+	}
+	return nil
 }
 
 func (b *btrfsBackend) setReadOnly(p string, ro bool) error {
@@ -193,6 +223,7 @@ func (b *btrfsBackend) removeSubvolume(p string) error {
 			return err
 		}
 	}
+	b.inherited.forget(p)
 	// The qgroup stays: the kernel removes it once the cleaner has dropped
 	// the tree (clear-stale at the next Open does on older kernels).
 	// Destroying it here would either be refused or, if it still showed
@@ -211,6 +242,15 @@ func (b *btrfsBackend) setLimit(p string, bytes int64) error {
 		return fmt.Errorf("limit %s: %w", p, err)
 	}
 	size := "none"
+	if bytes > 0 && b.simple {
+		// The qgroup is charged only for what the volume writes; what it
+		// shares with its snapshot source counts towards the limit too.
+		inherited, err := b.inherited.inheritedBytes(p)
+		if err != nil {
+			return fmt.Errorf("limit %s: %w", p, err)
+		}
+		bytes = max(bytes-inherited, 1)
+	}
 	if bytes > 0 {
 		size = strconv.FormatInt(bytes, 10)
 	}

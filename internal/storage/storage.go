@@ -4,7 +4,8 @@
 // Volumes live under one root directory and are addressed by slash-separated
 // relative names such as "templates/<id>" or "sandboxes/<id>/rootfs". On
 // btrfs every volume is a subvolume, so snapshots are constant-time and
-// copy-on-write, and disk limits are btrfs qgroup limits. When the root is
+// copy-on-write, and disk limits are btrfs qgroup limits (simple quotas
+// where the kernel has them: squota.go says why). When the root is
 // not on btrfs, Open creates a sparse loop-backed btrfs image and mounts it
 // there. When btrfs cannot be used at all, a plain-directory backend that
 // copies on snapshot keeps the platform working, without limits.
@@ -52,6 +53,10 @@ type Options struct {
 	// ForceCopy selects the plain-directory backend even where btrfs would
 	// work; for tests and for hosts whose operator wants no loop image.
 	ForceCopy bool
+
+	// fullQgroups keeps full qgroups where simple quotas would be used,
+	// so that tests cover the fallback for kernels older than 6.7.
+	fullQgroups bool
 }
 
 // Pool is the set of volumes under one root. It is safe for concurrent use;
@@ -106,7 +111,7 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 		p.backend = copyBackend{}
 		return p, nil
 	}
-	p.backend = newBtrfsBackend(ctx, root, p.logf)
+	p.backend = newBtrfsBackend(ctx, root, !opts.fullQgroups, p.logf)
 	p.cleanStaging()
 	return p, nil
 }
@@ -311,6 +316,11 @@ func (p *Pool) List(prefix string) ([]string, error) {
 // including data shared with the template it was snapshotted from); writes
 // beyond it fail with EDQUOT. bytes <= 0 removes the limit. Backends that
 // cannot enforce limits return an error wrapping ErrNoLimits.
+//
+// Under btrfs simple quotas a volume is charged only for what it writes, so
+// the limit put on it is bytes less the size of its snapshot source; that is
+// known for a snapshot this pool made, limited before the pool was reopened
+// (the node limits a volume right after making it).
 func (p *Pool) SetLimit(name string, bytes int64) error {
 	dst, err := p.abs(name)
 	if err != nil {
@@ -322,8 +332,29 @@ func (p *Pool) SetLimit(name string, bytes int64) error {
 	return nil
 }
 
-// Usage returns the bytes the volume references (the quantity SetLimit
-// caps): qgroup accounting on btrfs, a du-style walk otherwise.
+// SetWriteLimit caps what the volume writes itself, for a volume whose
+// own contents bound what it can see (a disk image of fixed size): there a
+// template's data the volume rewrites is charged twice, and a cap on what
+// it sees could trip before the image is full. Under full qgroups, which
+// cannot tell the two apart, it is SetLimit.
+func (p *Pool) SetWriteLimit(name string, bytes int64) error {
+	dst, err := p.abs(name)
+	if err != nil {
+		return err
+	}
+	if b, ok := p.backend.(*btrfsBackend); ok {
+		b.inherited.forget(dst)
+	}
+	if err := p.backend.setLimit(dst, bytes); err != nil {
+		return fmt.Errorf("set disk limit of volume %s: %w", name, err)
+	}
+	return nil
+}
+
+// Usage returns the bytes charged to the volume: under btrfs simple quotas
+// what the volume itself wrote (its snapshot source keeps the charge for
+// data they share), under full qgroups everything it references, and a
+// du-style walk without quotas.
 func (p *Pool) Usage(name string) (int64, error) {
 	dst, err := p.abs(name)
 	if err != nil {

@@ -398,7 +398,7 @@ func TestFallbackToCopyWhenMkfsFails(t *testing.T) {
 // for quickly, dropping a deep shared tree), and a limit then never trips.
 // The pool must notice and have the numbers rebuilt before relying on one.
 func TestQuotaEnforcedAfterAccountingWentInconsistent(t *testing.T) {
-	p, _ := openTestPool(t)
+	p := openFullQgroupsPool(t)
 	if _, err := p.Create("templates/t"); err != nil {
 		t.Fatal(err)
 	}
@@ -430,6 +430,30 @@ func TestQuotaEnforcedAfterAccountingWentInconsistent(t *testing.T) {
 	if !errors.Is(err, syscall.EDQUOT) {
 		t.Fatalf("writing 64 MiB under a 16 MiB limit: %v, want EDQUOT", err)
 	}
+}
+
+// openFullQgroupsPool opens a pool on full qgroups, as kernels older than
+// 6.7 (without simple quotas) have it.
+func openFullQgroupsPool(t *testing.T) *Pool {
+	t.Helper()
+	requireRoot(t)
+	dir := t.TempDir()
+	p, err := Open(context.Background(), Options{
+		Root:           filepath.Join(dir, "volumes"),
+		ImagePath:      filepath.Join(dir, "volumes.img"),
+		ImageSizeBytes: 1 << 30,
+		Logf:           t.Logf,
+		fullQgroups:    true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return p
 }
 
 func quotaInconsistent(t *testing.T, p *Pool) bool {
