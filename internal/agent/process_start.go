@@ -21,8 +21,19 @@ import (
 // gone.
 const outputDrainGrace = 2 * time.Second
 
-// readChunkSize bounds one data event.
-const readChunkSize = 32 << 10
+// Output is read in chunks that grow from minReadChunk while reads fill
+// them, up to maxReadChunk (which also bounds one data event): an idle or
+// chatty process costs little memory, and a process that streams moves a
+// megabyte per system call, each of which is a trip through gVisor.
+const (
+	minReadChunk = 32 << 10
+	maxReadChunk = 1 << 20
+)
+
+// outputPipeSize is asked of the kernel for each output pipe (F_SETPIPE_SZ):
+// a writer of large blocks then hands the agent a whole one per read
+// instead of the default 64 KiB.
+const outputPipeSize = 1 << 20
 
 type startOptions struct {
 	config   *processpb.ProcessConfig
@@ -178,6 +189,8 @@ func prepareStdio(cmd *exec.Cmd, opts startOptions) (s *processStdio, err error)
 		if err != nil {
 			return nil, fmt.Errorf("create output pipe: %w", err)
 		}
+		// Best effort: a smaller pipe only costs more reads.
+		_, _ = unix.FcntlInt(r.Fd(), unix.F_SETPIPE_SZ, outputPipeSize)
 		s.readers[r] = kind
 		s.childEnds = append(s.childEnds, w)
 		if kind == outputStdout {
@@ -228,11 +241,14 @@ func (s *processStdio) startPumps(log *outputLog) {
 		s.pumps.Add(1)
 		go func() {
 			defer s.pumps.Done()
-			buf := make([]byte, readChunkSize)
+			buf := make([]byte, minReadChunk)
 			for {
 				n, err := f.Read(buf)
 				if n > 0 {
 					log.append(kind, buf[:n])
+				}
+				if n == len(buf) && len(buf) < maxReadChunk {
+					buf = make([]byte, 2*len(buf))
 				}
 				if err != nil {
 					// EOF, EIO from a PTY whose slave side is gone, or

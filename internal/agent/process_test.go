@@ -582,3 +582,30 @@ func TestListShowsRunningProcesses(t *testing.T) {
 		return err == nil && len(list.Msg.GetProcesses()) == 0
 	})
 }
+
+// A process that writes large blocks has them delivered in large events:
+// each read of its output is a trip through gVisor, so the agent reads up
+// to a megabyte at a time from a megabyte pipe instead of 32 KiB from the
+// default 64 KiB one.
+func TestLargeWritesArriveInLargeEvents(t *testing.T) {
+	env := newTestEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := env.processClient(clientOptions{h2c: true, binary: true}).Start(ctx, shell("dd if=/dev/zero bs=1M count=16 2>/dev/null"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total, largest int
+	for stream.Receive() {
+		if out := stream.Msg().GetEvent().GetData().GetStdout(); out != nil {
+			total += len(out)
+			largest = max(largest, len(out))
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if total != 16<<20 || largest < 512<<10 {
+		t.Fatalf("%d bytes in events of at most %d bytes; want 16 MiB with some events of ≥ 512 KiB", total, largest)
+	}
+}
