@@ -367,6 +367,21 @@ func (p *Pool) Usage(name string) (int64, error) {
 	return n, nil
 }
 
+// Size returns the bytes the volume's files occupy, shared or not (a
+// du-style walk): what a template weighs to the sandboxes made from it,
+// where Usage says only what the volume wrote itself.
+func (p *Pool) Size(name string) (int64, error) {
+	dst, err := p.abs(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := duBytes(dst)
+	if err != nil {
+		return 0, fmt.Errorf("size of volume %s: %w", name, err)
+	}
+	return n, nil
+}
+
 // Sync flushes the filesystem holding the volume (syncfs).
 func (p *Pool) Sync(name string) error {
 	dst, err := p.abs(name)

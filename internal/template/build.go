@@ -398,7 +398,7 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 		vols.Delete(final)
 		return 0, err
 	}
-	size, err = vols.Usage(final)
+	size, err = vols.Size(final)
 	if err != nil {
 		logLine("size: " + err.Error())
 		err = nil
