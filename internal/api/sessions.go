@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -99,9 +100,11 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 // keepaliveInterval keeps proxies from closing an idle attach stream.
 const keepaliveInterval = 15 * time.Second
 
-// attachSession streams the session's output as server-sent events. Each
-// event's id is the output offset after it, so a client that reconnects
-// with Last-Event-ID (or ?from=) gets exactly the bytes it missed.
+// attachSession streams the session's output as server-sent events, or as
+// binary frames to a client that accepts apiv1.OutputFramesMediaType. Each
+// event's id (frame's offset) is the output offset after it, so a client
+// that reconnects with Last-Event-ID (or ?from=) gets exactly the bytes it
+// missed.
 func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
 	sb, sess, ok := s.sessionTarget(w, r)
 	if !ok {
@@ -119,8 +122,9 @@ func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
 		}
 		from = n
 	}
+	out := newAttachWriter(w, r.Header.Get("Accept"))
 	flusher, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Content-Type", out.contentType())
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
@@ -139,6 +143,7 @@ func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
 	defer func() { close(stopKeepalive); <-keepaliveDone }()
 	var writeMu = make(chan struct{}, 1)
 	writeMu <- struct{}{}
+	next := from // past the last event sent
 	write := func(f func()) {
 		<-writeMu
 		f()
@@ -154,29 +159,24 @@ func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
 			case <-stopKeepalive:
 				return
 			case <-t.C:
-				write(func() { _, _ = io.WriteString(w, ": keepalive\n\n") })
+				write(func() { out.keepalive(next) })
 			}
 		}
 	}()
 
-	next := from // past the last event sent
 	end, err := sb.Attach(ctx, sess.ID, from,
 		func(requested, first int64) error {
-			next = first
 			write(func() {
-				writeEvent(w, apiv1.EventTruncated, first, apiv1.TruncatedEvent{Requested: requested, From: first})
+				next = first
+				out.event(apiv1.EventTruncated, first, apiv1.TruncatedEvent{Requested: requested, From: first})
 			})
 			return nil
 		},
 		func(c nodeapi.Chunk) error {
-			var chunk apiv1.OutputChunk
-			if utf8.Valid(c.Data) {
-				chunk.Text = string(c.Data)
-			} else {
-				chunk.Base64 = base64.StdEncoding.EncodeToString(c.Data)
-			}
-			next = c.Offset + int64(len(c.Data))
-			write(func() { writeEvent(w, c.Stream.String(), next, chunk) })
+			write(func() {
+				next = c.Offset + int64(len(c.Data))
+				out.output(c.Stream.String(), next, c.Data)
+			})
 			return nil
 		})
 	if err != nil {
@@ -187,12 +187,73 @@ func (s *Server) attachSession(w http.ResponseWriter, r *http.Request) {
 	}
 	// The exit event's id is where the journal ends, which is past the
 	// last chunk when the agent lost output just before the exit.
-	if final, err := sb.Session(ctx, sess.ID); err == nil {
-		next = max(next, final.OutputBytes)
-	}
+	final, ferr := sb.Session(ctx, sess.ID)
 	write(func() {
-		writeEvent(w, apiv1.EventExit, next, apiv1.ExitEvent{ExitCode: end.ExitCode, Error: end.Error})
+		if ferr == nil {
+			next = max(next, final.OutputBytes)
+		}
+		out.event(apiv1.EventExit, next, apiv1.ExitEvent{ExitCode: end.ExitCode, Error: end.Error})
 	})
+}
+
+// attachWriter writes an attach stream in the encoding the client asked
+// for: server-sent events by default, binary frames
+// (apiv1.OutputFramesMediaType) for a client that accepts them.
+type attachWriter interface {
+	contentType() string
+	output(stream string, next int64, data []byte)
+	event(name string, next int64, data any)
+	keepalive(next int64)
+}
+
+func newAttachWriter(w io.Writer, accept string) attachWriter {
+	for _, part := range strings.Split(accept, ",") {
+		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == apiv1.OutputFramesMediaType {
+			return frameWriter{w}
+		}
+	}
+	return sseWriter{w}
+}
+
+type sseWriter struct{ w io.Writer }
+
+func (sseWriter) contentType() string { return "text/event-stream" }
+
+func (s sseWriter) output(stream string, next int64, data []byte) {
+	var chunk apiv1.OutputChunk
+	if utf8.Valid(data) {
+		chunk.Text = string(data)
+	} else {
+		chunk.Base64 = base64.StdEncoding.EncodeToString(data)
+	}
+	writeEvent(s.w, stream, next, chunk)
+}
+
+func (s sseWriter) event(name string, next int64, data any) { writeEvent(s.w, name, next, data) }
+
+func (s sseWriter) keepalive(int64) { _, _ = io.WriteString(s.w, ": keepalive\n\n") }
+
+type frameWriter struct{ w io.Writer }
+
+func (frameWriter) contentType() string { return apiv1.OutputFramesMediaType }
+
+// frameKinds maps the journal's stream names to frame kinds.
+var frameKinds = map[string]byte{
+	apiv1.EventStdout: apiv1.FrameStdout, apiv1.EventStderr: apiv1.FrameStderr, apiv1.EventPTY: apiv1.FramePTY,
+	apiv1.EventTruncated: apiv1.FrameTruncated, apiv1.EventExit: apiv1.FrameExit,
+}
+
+func (f frameWriter) output(stream string, next int64, data []byte) {
+	_ = apiv1.WriteFrame(f.w, frameKinds[stream], next, data)
+}
+
+func (f frameWriter) event(name string, next int64, data any) {
+	b, _ := json.Marshal(data)
+	_ = apiv1.WriteFrame(f.w, frameKinds[name], next, b)
+}
+
+func (f frameWriter) keepalive(next int64) {
+	_ = apiv1.WriteFrame(f.w, apiv1.FrameKeepalive, next, nil)
 }
 
 func writeEvent(w io.Writer, event string, id int64, data any) {

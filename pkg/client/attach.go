@@ -64,6 +64,7 @@ func (c *Client) Attach(ctx context.Context, id, sid string, from int64) (*Attac
 		reconnecting = true
 		return req, nil
 	})
+	a.stream.frames = true
 	if err := a.stream.connect(); err != nil {
 		a.stream.close()
 		return nil, err
@@ -116,14 +117,17 @@ func (a *AttachStream) decode(raw sseEvent) (ev Event, deliver bool, err error) 
 	ev.Type = raw.Type
 	switch raw.Type {
 	case apiv1.EventStdout, apiv1.EventStderr, apiv1.EventPTY:
-		var chunk apiv1.OutputChunk
-		if err := json.Unmarshal(raw.Data, &chunk); err != nil {
-			return Event{}, false, fmt.Errorf("decode %s event: %w", raw.Type, err)
-		}
-		data := []byte(chunk.Text)
-		if chunk.Base64 != "" {
-			if data, err = base64.StdEncoding.DecodeString(chunk.Base64); err != nil {
-				return Event{}, false, fmt.Errorf("decode %s event: base64: %w", raw.Type, err)
+		data := raw.Data
+		if !raw.Raw {
+			var chunk apiv1.OutputChunk
+			if err := json.Unmarshal(raw.Data, &chunk); err != nil {
+				return Event{}, false, fmt.Errorf("decode %s event: %w", raw.Type, err)
+			}
+			data = []byte(chunk.Text)
+			if chunk.Base64 != "" {
+				if data, err = base64.StdEncoding.DecodeString(chunk.Base64); err != nil {
+					return Event{}, false, fmt.Errorf("decode %s event: base64: %w", raw.Type, err)
+				}
 			}
 		}
 		if hasOffset {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +43,9 @@ type fakeAttachServer struct {
 	dropped  int64 // bytes dropped from the front of the journal
 	exitCode int
 	cuts     []connectionCut // connection i follows cuts[i]; later ones run to the end
+	// frames answers binary output frames to a client that accepts them.
+	frames         bool
+	answeredFrames atomic.Int32
 
 	mu          sync.Mutex
 	lastEventID []string // Last-Event-ID header of each connection ("" if absent)
@@ -66,12 +70,21 @@ func (f *fakeAttachServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cut = f.cuts[conn]
 	}
 
-	w.Header().Set("Content-Type", "text/event-stream")
+	frames := f.frames && strings.Contains(r.Header.Get("Accept"), apiv1.OutputFramesMediaType)
+	if frames {
+		f.answeredFrames.Add(1)
+		w.Header().Set("Content-Type", apiv1.OutputFramesMediaType)
+	} else {
+		w.Header().Set("Content-Type", "text/event-stream")
+	}
 	w.WriteHeader(http.StatusOK)
 	sent := 0
 	// send writes one event, or cuts the connection instead when the plan
 	// says so; it reports whether the handler should go on.
 	send := func(event string, id int64, data any) bool {
+		if frames {
+			return f.sendFrame(w, &sent, cut, event, id, data)
+		}
 		payload, _ := json.Marshal(data)
 		if sent == cut.events {
 			// Half an event: the client must discard it.
@@ -116,6 +129,40 @@ func (f *fakeAttachServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	send(apiv1.EventExit, offset, apiv1.ExitEvent{ExitCode: f.exitCode})
 }
 
+// sendFrame is send for the binary encoding: output goes as it is, and a
+// planned cut leaves half a frame.
+func (f *fakeAttachServer) sendFrame(w http.ResponseWriter, sent *int, cut connectionCut, event string, id int64, data any) bool {
+	kinds := map[string]byte{apiv1.EventStdout: apiv1.FrameStdout, apiv1.EventStderr: apiv1.FrameStderr,
+		apiv1.EventTruncated: apiv1.FrameTruncated, apiv1.EventExit: apiv1.FrameExit}
+	var payload []byte
+	switch d := data.(type) {
+	case apiv1.OutputChunk:
+		payload = []byte(d.Text)
+		if d.Base64 != "" {
+			payload, _ = base64.StdEncoding.DecodeString(d.Base64)
+		}
+	default:
+		payload, _ = json.Marshal(d)
+	}
+	var frame bytes.Buffer
+	apiv1.WriteFrame(&frame, apiv1.FrameKeepalive, id, nil)
+	apiv1.WriteFrame(&frame, kinds[event], id, payload)
+	if *sent == cut.events {
+		w.Write(frame.Bytes()[:frame.Len()-max(1, len(payload)/2)])
+		w.(http.Flusher).Flush()
+		if cut.abrupt {
+			if netConn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				netConn.Close()
+			}
+		}
+		return false
+	}
+	w.Write(frame.Bytes())
+	w.(http.Flusher).Flush()
+	*sent++
+	return true
+}
+
 func testClient(t *testing.T, handler http.Handler) *Client {
 	t.Helper()
 	srv := httptest.NewServer(handler)
@@ -124,7 +171,14 @@ func testClient(t *testing.T, handler http.Handler) *Client {
 }
 
 func TestAttachResumesAfterDroppedConnections(t *testing.T) {
+	for _, frames := range []bool{false, true} {
+		t.Run(fmt.Sprintf("frames=%v", frames), func(t *testing.T) { testAttachResumes(t, frames) })
+	}
+}
+
+func testAttachResumes(t *testing.T, frames bool) {
 	fake := &fakeAttachServer{
+		frames: frames,
 		records: []outputRecord{
 			{apiv1.EventStdout, []byte("hello ")},
 			{apiv1.EventStderr, []byte("warn\n")},
@@ -201,6 +255,9 @@ func TestAttachResumesAfterDroppedConnections(t *testing.T) {
 	}
 	if _, err := stream.Next(); !errors.Is(err, io.EOF) {
 		t.Errorf("Next after exit = %v, want io.EOF", err)
+	}
+	if frames && int(fake.answeredFrames.Load()) != len(wantIDs) {
+		t.Errorf("%d of %d connections were answered in frames: the client did not ask for them", fake.answeredFrames.Load(), len(wantIDs))
 	}
 }
 

@@ -20,6 +20,9 @@ type sseEvent struct {
 	// as in the HTML specification); HasID says this event set it itself.
 	ID    string
 	HasID bool
+	// Raw says Data of an output event is the output itself (a binary
+	// frame), not the JSON of an apiv1.OutputChunk.
+	Raw bool
 }
 
 // maxSSELine bounds one line so a broken server cannot exhaust memory; output
@@ -51,6 +54,8 @@ type sseReader struct {
 func newSSEReader(r io.Reader) *sseReader {
 	return &sseReader{in: bufio.NewReaderSize(r, 32<<10)}
 }
+
+func (r *sseReader) retry() time.Duration { return r.Retry }
 
 // Next returns the next complete event. It returns io.EOF when the stream
 // ends (cleanly or in the middle of an event) and the read error otherwise.

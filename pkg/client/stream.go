@@ -8,7 +8,17 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
 )
+
+// eventSource is what a stream's events are read from: a text/event-stream
+// or binary output frames.
+type eventSource interface {
+	Next() (sseEvent, error)
+	// retry is the reconnection delay the server asked for (0 if none).
+	retry() time.Duration
+}
 
 // resumingStream reads a text/event-stream endpoint and reopens it when the
 // connection drops before the caller is done with it. The caller decides
@@ -22,7 +32,10 @@ type resumingStream struct {
 	mu   sync.Mutex // guards body against a concurrent close
 	body interface{ Close() error }
 
-	events *sseReader
+	// frames makes the stream ask for binary output frames
+	// (apiv1.OutputFramesMediaType) before an event stream.
+	frames bool
+	events eventSource
 	// failures counts consecutive reconnects that have not yet delivered an
 	// event; it bounds retries against a server that keeps failing.
 	failures int
@@ -41,14 +54,23 @@ func (s *resumingStream) connect() error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", "text/event-stream")
+	accept := "text/event-stream"
+	if s.frames {
+		accept = apiv1.OutputFramesMediaType + ", " + accept
+	}
+	req.Header.Set("Accept", accept)
 	req.Header.Set("Cache-Control", "no-cache")
 	resp, err := s.client.send(req)
 	if err != nil {
 		return err
 	}
-	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if mediaType != "text/event-stream" {
+	var events eventSource
+	switch mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); {
+	case mediaType == "text/event-stream":
+		events = newSSEReader(resp.Body)
+	case mediaType == apiv1.OutputFramesMediaType && s.frames:
+		events = newFrameReader(resp.Body)
+	default:
 		resp.Body.Close()
 		return &notEventStreamError{path: req.URL.Path, contentType: resp.Header.Get("Content-Type")}
 	}
@@ -59,7 +81,7 @@ func (s *resumingStream) connect() error {
 		return s.ctx.Err()
 	}
 	s.body = resp.Body
-	s.events = newSSEReader(resp.Body)
+	s.events = events
 	return nil
 }
 
@@ -83,14 +105,14 @@ func (s *resumingStream) next() (sseEvent, error) {
 			s.failures = 0
 			return ev, nil
 		}
-		if s.events.Retry > 0 {
-			s.retryHint = s.events.Retry
+		if retry := s.events.retry(); retry > 0 {
+			s.retryHint = retry
 		}
 		s.closeBody()
 		if ctxErr := s.ctx.Err(); ctxErr != nil {
 			return sseEvent{}, ctxErr
 		}
-		if errors.Is(err, errSSELineTooLong) {
+		if errors.Is(err, errSSELineTooLong) || errors.Is(err, apiv1.ErrFrameTooLarge) {
 			return sseEvent{}, err
 		}
 		// EOF or a network error: the connection dropped; reconnect.
