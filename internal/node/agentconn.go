@@ -25,6 +25,9 @@ import (
 // sandbox's own channel, never resolved.
 const agentBaseURL = "http://agent"
 
+// agentMaxFrame is the largest HTTP/2 frame the node reads from an agent.
+const agentMaxFrame = 1 << 20
+
 // agentDialTimeout bounds one connection attempt to an agent, unless its
 // backend says otherwise (agentDialBound).
 const agentDialTimeout = time.Second
@@ -75,6 +78,10 @@ func newAgentConn(dial dialFunc, token string, dialTimeout time.Duration) *Agent
 			}
 			return a.track(conn), nil
 		},
+		// Output and downloads come in frames of up to 1 MiB rather than
+		// HTTP/2's default 16 KiB: each frame costs the agent a write
+		// through gVisor's network stack.
+		MaxReadFrameSize: agentMaxFrame,
 		// A restored or frozen sandbox silently keeps the old connection;
 		// pings notice it so calls redial instead of hanging.
 		ReadIdleTimeout: 15 * time.Second,
