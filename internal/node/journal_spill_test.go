@@ -147,7 +147,7 @@ func TestJournalSpillReadsBackByteExact(t *testing.T) {
 
 // waitAttached waits until n readers follow j: output appended from then
 // on waits for them.
-func waitAttached(t *testing.T, j *Journal, n int) {
+func waitAttached(t testing.TB, j *Journal, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		j.mu.Lock()
