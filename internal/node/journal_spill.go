@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -36,13 +37,35 @@ const spillSuffix = ".spill"
 // fileSpill is a spill file on disk.
 type fileSpill struct{ *os.File }
 
-// Close closes and removes the file.
+// Close closes and removes the file. It may be gone already: a node
+// started again in the same process swept it, while this journal went on
+// with the file open.
 func (f fileSpill) Close() error {
 	err := f.File.Close()
-	if rerr := os.Remove(f.Name()); rerr != nil && err == nil {
+	if rerr := os.Remove(f.Name()); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
 		err = rerr
 	}
 	return err
+}
+
+// checkSpillDir refuses a spill directory among the volumes: a sandbox
+// must never see another's output, nor its own journal's files.
+func checkSpillDir(dir string, volumes Volumes) error {
+	if dir == "" || volumes == nil {
+		return nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("node: session spill directory: %w", err)
+	}
+	root, err := filepath.Abs(volumes.Path(""))
+	if err != nil {
+		return fmt.Errorf("node: volumes: %w", err)
+	}
+	if rel, err := filepath.Rel(root, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return errors.New("node: the session spill directory lies among the volumes")
+	}
+	return nil
 }
 
 // spillDir is the directory of a sandbox's spill files, "" without a

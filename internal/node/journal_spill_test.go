@@ -688,6 +688,25 @@ func TestSpillFilesGoWithTheirSessions(t *testing.T) {
 	}
 }
 
+// A spill directory among the volumes is refused.
+func TestSpillDirOutsideVolumes(t *testing.T) {
+	root := t.TempDir()
+	vols := dirVolumes{root: filepath.Join(root, "volumes")}
+	for dir, ok := range map[string]bool{
+		filepath.Join(root, "node", "sessions"):          true,
+		filepath.Join(root, "volumes-sessions"):          true,
+		filepath.Join(root, "volumes"):                   false,
+		filepath.Join(root, "volumes", "sandboxes", "x"): false,
+		filepath.Join(root, "volumes", "..", "volumes"):  false,
+	} {
+		if err := checkSpillDir(dir, vols); (err == nil) != ok {
+			t.Errorf("spill directory %s: %v", dir, err)
+		} else if err != nil && strings.Contains(err.Error(), root) {
+			t.Errorf("the refusal names the host path: %v", err)
+		}
+	}
+}
+
 // A started node sweeps the spill files of its predecessor, and a sandbox
 // destroyed takes its spill files along.
 func TestNodeSweepsSpillsAtStartAndDestroy(t *testing.T) {

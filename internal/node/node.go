@@ -138,6 +138,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.SessionReaderTimeout <= 0 {
 		cfg.SessionReaderTimeout = defaultReaderTimeout
 	}
+	if err := checkSpillDir(cfg.SessionSpillDir, cfg.Volumes); err != nil {
+		return nil, err
+	}
 	if cfg.ImagesDir == "" {
 		cfg.ImagesDir = filepath.Join(cfg.StateDir, "images")
 	}
