@@ -52,35 +52,52 @@ type exportedChunk struct {
 	Size   int    `json:"size"`
 }
 
-// export returns what the journal holds: its chunks (which are never
-// changed once appended), its offsets and its end.
-func (j *Journal) export() (chunks []Chunk, next, first int64, end *End) {
+// exportTo writes the output the journal holds to w, in order, spilled
+// output included, and returns where each chunk lies and the offsets and
+// end it had when it began. It follows the journal like a reader, so
+// appends meanwhile (there are none while its sandbox is suspended) wait
+// for it rather than drop what it has yet to write.
+func (j *Journal) exportTo(w io.Writer) (chunks []exportedChunk, next, first int64, end *End, err error) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	chunks = append([]Chunk(nil), j.chunks...)
+	next, first = j.next, j.first
 	if j.end != nil {
 		e := *j.end
 		end = &e
 	}
-	return chunks, j.next, j.first, end
+	r := &journalReader{pos: first}
+	j.readers[r] = struct{}{}
+	j.mu.Unlock()
+	defer j.detach(r)
+	for at := first; at < next; {
+		batch, _, _, _ := j.Read(at)
+		if err := j.advance(r, at); err != nil {
+			return nil, 0, 0, nil, err
+		}
+		if len(batch) == 0 {
+			break // the rest was skipped
+		}
+		for _, c := range batch {
+			if c.Offset >= next {
+				break
+			}
+			data := c.Data[:min(int64(len(c.Data)), next-c.Offset)]
+			if _, err := w.Write(data); err != nil {
+				return nil, 0, 0, nil, err
+			}
+			chunks = append(chunks, exportedChunk{Stream: c.Stream, Offset: c.Offset, Size: len(data)})
+			at = c.Offset + int64(len(data))
+		}
+		if batch[len(batch)-1].Offset >= next {
+			break
+		}
+	}
+	return chunks, next, first, end, nil
 }
 
-// restoredJournal is a journal holding chunks, bounded to limit like any
-// other (the oldest chunks go first).
-func restoredJournal(limit int64, chunks []Chunk, next, first int64, end *End) *Journal {
-	j := NewJournal(limit)
-	j.chunks, j.next, j.first, j.end = chunks, next, first, end
-	for _, c := range chunks {
-		j.held += int64(len(c.Data))
-	}
-	for j.held > j.limit && len(j.chunks) > 1 {
-		j.held -= int64(len(j.chunks[0].Data))
-		j.chunks = j.chunks[1:]
-	}
-	if len(j.chunks) > 0 {
-		j.first = j.chunks[0].Offset
-	}
-	return j
+// restoreChunk appends an imported chunk at its offset, data kept as is.
+func (j *Journal) restoreChunk(c Chunk) {
+	j.Skip(c.Offset)
+	j.add(c.Stream, c.Data)
 }
 
 // setSuspendImage records the image the sandbox was suspended into (""
@@ -119,18 +136,15 @@ func (n *Node) exportSessions(image, dir string) error {
 	// The data file first: a sessions file always finds its data.
 	err := writeFileStream(filepath.Join(dir, sessionsDataFile), func(w io.Writer) error {
 		for _, s := range sb.Sessions() {
-			chunks, next, first, end := s.Journal.export()
+			chunks, next, first, end, err := s.Journal.exportTo(w)
+			if err != nil {
+				return fmt.Errorf("session %s: %w", s.ID, err)
+			}
 			es := exportedSession{SessionInfo: nodeapi.SessionInfo{
 				PID: s.PID, Spec: s.Spec, StartedAt: s.StartedAt, End: end, OutputBytes: next, DroppedBytes: first,
-			}}
+			}, Chunks: chunks}
 			if end != nil {
 				es.EndedAt = s.EndedAt()
-			}
-			for _, c := range chunks {
-				if _, err := w.Write(c.Data); err != nil {
-					return err
-				}
-				es.Chunks = append(es.Chunks, exportedChunk{Stream: c.Stream, Offset: c.Offset, Size: len(c.Data)})
 			}
 			exp.Sessions = append(exp.Sessions, es)
 		}
@@ -174,17 +188,17 @@ func (sb *Sandbox) importSessions(dir string) error {
 	}
 	defer f.Close()
 	r := bufio.NewReader(f)
-	limit := sb.node.cfg.SessionOutputLimit
 	type imported struct {
 		s   *Session
 		ctx context.Context
 	}
 	var sessions []imported
 	for _, es := range exp.Sessions {
-		j, err := readJournal(r, es, limit)
+		j, err := readJournal(r, es, sb.node.journalConfig(sb.ID, sessionID(es.PID)))
 		if err != nil {
 			for _, im := range sessions {
 				im.s.cancel()
+				im.s.Journal.Close()
 			}
 			return fmt.Errorf("read the sessions of %s: session %s: %w", sb.ID, sessionID(es.PID), err)
 		}
@@ -202,6 +216,7 @@ func (sb *Sandbox) importSessions(dir string) error {
 	for _, im := range sessions {
 		if old, ok := sb.sessions[im.s.ID]; ok {
 			old.cancel()
+			old.Journal.Close()
 		}
 		sb.sessions[im.s.ID] = im.s
 	}
@@ -216,14 +231,23 @@ func (sb *Sandbox) importSessions(dir string) error {
 	return nil
 }
 
-// readJournal reads one session's chunks from r, checking that they lie
-// in order between the journal's offsets.
-func readJournal(r io.Reader, es exportedSession, limit int64) (*Journal, error) {
+// readJournal reads one session's chunks from r into a journal of cfg,
+// checking that they lie in order between the journal's offsets. A journal
+// that holds less than the sender's keeps the newest output, like any
+// other (no reader waits for the oldest yet); a chunk at a time is in
+// memory beyond its bounds.
+func readJournal(r io.Reader, es exportedSession, cfg JournalConfig) (_ *Journal, err error) {
 	first, next := es.DroppedBytes, es.OutputBytes
 	if first < 0 || next < first {
 		return nil, fmt.Errorf("offsets %d..%d are out of order", first, next)
 	}
-	chunks := make([]Chunk, 0, len(es.Chunks))
+	j := newJournal(cfg)
+	defer func() {
+		if err != nil {
+			j.Close()
+		}
+	}()
+	j.Skip(first)
 	at := first
 	for _, c := range es.Chunks {
 		if c.Size <= 0 || c.Offset < at || c.Offset+int64(c.Size) > next || c.Stream < Stdout || c.Stream > PTY {
@@ -233,10 +257,14 @@ func readJournal(r io.Reader, es exportedSession, limit int64) (*Journal, error)
 		if _, err := io.ReadFull(r, data); err != nil {
 			return nil, fmt.Errorf("chunk at %d: %w", c.Offset, err)
 		}
-		chunks = append(chunks, Chunk{Stream: c.Stream, Offset: c.Offset, Data: data})
+		j.restoreChunk(Chunk{Stream: c.Stream, Offset: c.Offset, Data: data})
 		at = c.Offset + int64(c.Size)
 	}
-	return restoredJournal(limit, chunks, next, first, es.End), nil
+	j.Skip(next)
+	if es.End != nil {
+		j.Finish(*es.End)
+	}
+	return j, nil
 }
 
 // writeFileStream writes path from fill through a temporary file renamed

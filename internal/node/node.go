@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/network"
@@ -47,8 +48,22 @@ type Config struct {
 	StateDir    string
 	// ImagesDir holds template images (images/templates/<id>).
 	ImagesDir string
-	// SessionOutputLimit bounds each session's journal (bytes).
+	// SessionOutputLimit bounds the output each session's journal holds
+	// in memory (bytes, 8 MiB by default).
 	SessionOutputLimit int64
+	// SessionSpillDir holds the files session output spills to past
+	// SessionOutputLimit (journal_spill.go); StateDir/sessions by
+	// default. It must not lie in any sandbox's volume. Its contents are
+	// the node process's own: they go when it starts.
+	SessionSpillDir string
+	// SessionSpillLimit bounds each session's spill file (bytes);
+	// defaultSessionSpillLimit when 0, no spill when negative.
+	SessionSpillLimit int64
+	// SessionReaderTimeout is how long a session's output waits for an
+	// attached reader that has not read what the journal must let go of
+	// and makes no progress, before the reader is cut off (20 s by
+	// default; see Journal).
+	SessionReaderTimeout time.Duration
 	// Namespaces is the directory of the slots' network namespaces
 	// (<data-dir>/netns); required.
 	Namespaces *network.Namespaces
@@ -115,6 +130,18 @@ func New(cfg Config) (*Node, error) {
 	if cfg.SessionOutputLimit <= 0 {
 		cfg.SessionOutputLimit = 8 << 20
 	}
+	if cfg.SessionSpillDir == "" && cfg.StateDir != "" {
+		cfg.SessionSpillDir = filepath.Join(cfg.StateDir, "sessions")
+	}
+	if cfg.SessionSpillLimit == 0 {
+		cfg.SessionSpillLimit = defaultSessionSpillLimit
+	}
+	if cfg.SessionReaderTimeout <= 0 {
+		cfg.SessionReaderTimeout = defaultReaderTimeout
+	}
+	if err := checkSpillDir(cfg.SessionSpillDir, cfg.Volumes); err != nil {
+		return nil, err
+	}
 	if cfg.ImagesDir == "" {
 		cfg.ImagesDir = filepath.Join(cfg.StateDir, "images")
 	}
@@ -128,6 +155,7 @@ func New(cfg Config) (*Node, error) {
 	if err := n.setupAgents(cfg.AgentBinary); err != nil {
 		return nil, err
 	}
+	n.sweepSpills()
 	return n, nil
 }
 

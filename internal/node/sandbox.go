@@ -365,7 +365,7 @@ func (n *Node) release(ctx context.Context, id string) error {
 	n.metrics.forget(id)
 	n.uncommit(id)
 	if sb := n.unregister(id); sb != nil {
-		sb.closeSessions("sandbox stopped")
+		sb.discardSessions("sandbox stopped")
 		sb.closePortConns()
 		sb.Agent.Reset()
 	}

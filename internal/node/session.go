@@ -88,13 +88,14 @@ func (sb *Sandbox) addSession(pid uint32, spec SessionSpec, cancel context.Cance
 		PID:       pid,
 		Spec:      spec,
 		StartedAt: time.Now().UTC(),
-		Journal:   NewJournal(sb.node.cfg.SessionOutputLimit),
+		Journal:   sb.newJournal(sessionID(pid)),
 		cancel:    cancel,
 		onOutput:  func() { sb.node.activity(sb.ID) },
 	}
 	sb.mu.Lock()
 	if old, ok := sb.sessions[s.ID]; ok {
 		old.cancel()
+		old.Journal.Close()
 	}
 	sb.sessions[s.ID] = s
 	sb.mu.Unlock()
@@ -124,12 +125,28 @@ func (sb *Sandbox) adoptProcesses(ctx context.Context) {
 	}
 }
 
-// dropSessions ends every session; their processes are gone (a rollback).
+// dropSessions ends every session and forgets it; their processes are
+// gone (a rollback).
 func (sb *Sandbox) dropSessions(reason string) {
 	sb.closeSessions(reason)
 	sb.mu.Lock()
+	old := sb.sessions
 	sb.sessions = map[string]*Session{}
 	sb.mu.Unlock()
+	for _, s := range old {
+		s.Journal.Close()
+	}
+}
+
+// discardSessions ends every session and removes their spill files: the
+// sandbox is released. Readers still attached read the rest of what
+// memory holds.
+func (sb *Sandbox) discardSessions(reason string) {
+	sb.closeSessions(reason)
+	for _, s := range sb.Sessions() {
+		s.Journal.Close()
+	}
+	sb.node.removeSpills(sb.ID)
 }
 
 // startStream is what Start and Connect both return.

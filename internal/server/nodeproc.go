@@ -72,6 +72,8 @@ type NodeConfig struct {
 	TemplateRegistryPrivate bool
 	MemoryOvercommit        float64
 	SessionOutputLimit      int64
+	// SessionSpillLimit is as serve's Config.SessionSpillLimit.
+	SessionSpillLimit int64
 	// HeartbeatInterval is membership.DefaultInterval when zero.
 	HeartbeatInterval time.Duration
 	Progress          io.Writer
@@ -86,7 +88,8 @@ func DefaultNodeConfig() NodeConfig {
 		DataDir: d.DataDir, Listen: "127.0.0.1:7071", Platform: d.Platform, Runtimes: d.Runtimes, Accel: d.Accel,
 		Network: d.Network, BandwidthMbit: d.Defaults.BandwidthMbit, MaxConnections: d.Defaults.MaxConnections,
 		BuildTemplates: d.BuildTemplates, MemoryOvercommit: d.MemoryOvercommit, SessionOutputLimit: d.SessionOutputLimit,
-		Progress: os.Stderr,
+		SessionSpillLimit: d.SessionSpillLimit,
+		Progress:          os.Stderr,
 	}
 }
 
@@ -173,9 +176,10 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
 		Limits:    network.Limits{BandwidthMbit: cfg.BandwidthMbit, MaxConnections: cfg.MaxConnections},
 		TrustedCA: ca.CertPEM(), MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
-		BuildLimits:    runtime.Limits{VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), Pids: d.Pids},
-		BuildDiskBytes: int64(d.DiskMB) << 20,
-		Logger:         cfg.Logger, say: say,
+		SessionSpillLimit: cfg.SessionSpillLimit,
+		BuildLimits:       runtime.Limits{VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), Pids: d.Pids},
+		BuildDiskBytes:    int64(d.DiskMB) << 20,
+		Logger:            cfg.Logger, say: say,
 	})
 	if err != nil {
 		return nil, err

@@ -52,6 +52,9 @@ type nodeSideConfig struct {
 	TrustedCA          []byte
 	MemoryOvercommit   float64
 	SessionOutputLimit int64
+	// SessionSpillLimit bounds each session's output spilled to disk
+	// (node.Config.SessionSpillLimit).
+	SessionSpillLimit int64
 	// BuildLimits and BuildDiskBytes size the sandboxes templates are
 	// built in.
 	BuildLimits    runtime.Limits
@@ -177,8 +180,12 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 		Runtimes: backends, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
-		ID:        cfg.ID,
-		Capacity:  node.Capacity{VCPUs: ns.capacity.VCPUs, MemoryMB: ns.capacity.MemoryMB, DiskMB: ns.capacity.DiskMB},
+		// Sessions' output past their memory tail: the node's own,
+		// apart from every sandbox's volume.
+		SessionSpillDir:   filepath.Join(cfg.DataDir, "node", "sessions"),
+		SessionSpillLimit: cfg.SessionSpillLimit,
+		ID:                cfg.ID,
+		Capacity:          node.Capacity{VCPUs: ns.capacity.VCPUs, MemoryMB: ns.capacity.MemoryMB, DiskMB: ns.capacity.DiskMB},
 	}); err != nil {
 		return nil, err
 	}

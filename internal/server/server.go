@@ -65,8 +65,13 @@ type Config struct {
 	Defaults         controlplane.Defaults
 	// MemoryOvercommit bounds the sum of sandbox memory limits (see
 	// controlplane.Capacity).
-	MemoryOvercommit   float64
+	MemoryOvercommit float64
+	// SessionOutputLimit bounds the output a session keeps in memory,
+	// SessionSpillLimit what it spills to disk behind that (0: the node's
+	// default, 256 MiB; negative: no spill). Past both, an attached client
+	// that is behind holds the process back; output nobody reads goes.
 	SessionOutputLimit int64
+	SessionSpillLimit  int64
 	// E2BListen and ProxyListen are the E2B API's and the sandbox
 	// proxy's addresses (empty: off); Domain is the sandbox domain they
 	// announce and route (empty: none, header routing only).
@@ -218,6 +223,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		// them.
 		Limits:    network.Limits{BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections},
 		TrustedCA: ca.CertPEM(), MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
+		SessionSpillLimit: cfg.SessionSpillLimit,
 		BuildLimits: runtime.Limits{
 			VCPUs: cfg.Defaults.VCPUs, MemoryMB: max(cfg.Defaults.MemoryMB, buildMemoryMB), Pids: cfg.Defaults.Pids,
 		},

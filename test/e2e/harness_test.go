@@ -96,6 +96,9 @@ func run(m *testing.M) (int, error) {
 	cfg.VolumeImageBytes = 16 << 30
 	// Small, so that templates_test.go can exceed it cheaply.
 	cfg.MaxTemplateArchiveBytes = e2eMaxArchive
+	// Small, so that sessions_test.go can print past a journal (memory
+	// tail and spill) cheaply.
+	cfg.SessionSpillLimit = e2eSessionSpill
 	// The registries of e2b_tpl_test.go serve on the loopback.
 	cfg.TemplateRegistryPrivate = true
 	cfg.Defaults.Template = "minimal"

@@ -145,14 +145,18 @@ func waitForOutput(t *testing.T, id, sid, want string) {
 	}
 }
 
-// A session that printed more than its journal holds reports what was
-// dropped: its dropped_bytes, and a truncated event to a client that asks
-// for an offset no longer held, before the output that is; the exit
-// event's id is where the output ends.
+// e2eSessionSpill is the e2e server's spill per session (the default is
+// 256 MiB): its journals hold 8 MiB in memory and this much on disk.
+const e2eSessionSpill = 8 << 20
+
+// A session that printed more than its journal holds, with nobody
+// attached, reports what was dropped: its dropped_bytes, and a truncated
+// event to a client that asks for an offset no longer held, before the
+// output that is; the exit event's id is where the output ends.
 func TestSessionAttachReportsDroppedOutput(t *testing.T) {
 	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
 	ctx := testContext(t)
-	const total = 12_000_000 // more than the server's 8 MiB journal
+	const total = 24_000_000 // more than the journal's 8 MiB in memory and e2eSessionSpill on disk
 	sess, err := env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{
 		Cmd: []string{"/bin/sh", "-c", fmt.Sprintf("yes 0123456789abcdef | head -c %d", total)},
 	})
@@ -216,6 +220,59 @@ func TestSessionAttachReportsDroppedOutput(t *testing.T) {
 	from := info.DroppedBytes + 1000
 	if truncated, received, end := read(from); truncated != nil || received != total-from || end != total {
 		t.Fatalf("attach from %d: truncated %+v, %d bytes, exit at %d; want none, %d, %d", from, truncated, received, end, total-from, total)
+	}
+}
+
+// A client attached to a session that prints faster than it reads, and
+// that stops reading for a while, holds the process back instead of
+// losing output: it reads every byte of more than the journal holds, from
+// the spill as it catches up, and no truncated event.
+func TestSessionSlowClientLosesNothing(t *testing.T) {
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{})
+	ctx := testContext(t)
+	const total = 40_000_000 // 2.4 times the journal: 8 MiB in memory, e2eSessionSpill on disk
+	sess, err := env.client.CreateSession(ctx, sb.ID, apiv1.CreateSessionRequest{
+		Cmd: []string{"/bin/sh", "-c", fmt.Sprintf("yes 0123456789abcdef | head -c %d", total)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := env.client.Attach(ctx, sb.ID, sess.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var received int64
+	paused := false
+	for {
+		ev, err := stream.Next()
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", received, err)
+		}
+		switch ev.Type {
+		case apiv1.EventTruncated:
+			t.Fatalf("output dropped under a client that was reading: %+v", *ev.Truncated)
+		case apiv1.EventExit:
+			if ev.ExitCode != 0 || received != total || ev.Offset != total {
+				t.Fatalf("exit %d at %d after %d bytes; want 0 at %d after all of them", ev.ExitCode, ev.Offset, received, total)
+			}
+			return
+		default:
+			received += int64(len(ev.Data))
+		}
+		// A pause shorter than the node's reader timeout (20 s), long
+		// enough for the process to fill the journal meanwhile.
+		if !paused && received > 1<<20 {
+			paused = true
+			time.Sleep(5 * time.Second)
+			info, err := env.client.GetSession(ctx, sb.ID, sess.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State == apiv1.SessionExited || info.OutputBytes >= total {
+				t.Fatalf("the process went on while its client paused: %+v", info)
+			}
+		}
 	}
 }
 
