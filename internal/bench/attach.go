@@ -22,11 +22,19 @@ const (
 	// something else: attach sends valid UTF-8 as JSON text, where each
 	// NUL becomes the six bytes \u0000.
 	attachLine = "space-bench attach stream: printable text, 64 bytes a line ...."
+	// attachSource holds 1 MiB of attachLine in the sandbox's memory. The
+	// session cats it once per MiB: busybox yes | head -c makes only some
+	// 37 MB/s under gVisor (a few KiB per write), so the figure and its
+	// floor would both be yes's; cat of a tmpfs file makes ~700 MB/s.
+	attachSource = "/dev/shm/space-bench-attach-1mib"
 )
 
-// attachCommand prints total bytes of attachLine (and its newline).
-func attachCommand(total int64) string {
-	return fmt.Sprintf("yes '%s' | head -c %d", attachLine, total)
+// attachPrepare writes attachSource.
+var attachPrepare = fmt.Sprintf("yes '%s' | head -c %d > %s", attachLine, 1<<20, attachSource)
+
+// attachCommand prints mib MiB of attachLine lines.
+func attachCommand(mib int) string {
+	return "cat" + strings.Repeat(" "+attachSource, mib)
 }
 
 // measureAttachStream starts a session that prints AttachMiB and reads it
@@ -34,13 +42,20 @@ func attachCommand(total int64) string {
 // inside the sandbox (the floor: the bytes made and moved through a pipe
 // without the agent, the node, SSE and the client).
 func (r *runner) measureAttachStream(ctx context.Context) error {
-	total := int64(r.cfg.AttachMiB) << 20
+	mib := r.cfg.AttachMiB
 	return r.withSandbox(ctx, func(id string) error {
-		a := &AttachStream{MiB: r.cfg.AttachMiB, Runs: attachRuns}
+		res, err := r.api.Exec(ctx, id, apiv1.ExecRequest{Cmd: []string{"sh", "-c", attachPrepare}, TimeoutS: 60})
+		if err != nil {
+			return fmt.Errorf("write %s in %s: %w", attachSource, id, err)
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("write %s in %s: exit %d: %s", attachSource, id, res.ExitCode, res.Stderr)
+		}
+		a := &AttachStream{MiB: mib, Runs: attachRuns}
 		if r.wants(KeyAttachStream) {
 			rates := make([]float64, 0, attachRuns)
 			for i := range attachRuns {
-				got, dropped, d, err := r.attachOnce(ctx, id, total)
+				got, dropped, d, err := r.attachOnce(ctx, id, mib)
 				if err != nil {
 					return fmt.Errorf("run %d of %d: %w", i+1, attachRuns, err)
 				}
@@ -52,7 +67,7 @@ func (r *runner) measureAttachStream(ctx context.Context) error {
 			}
 			a.MBPerS = median(rates)
 			r.res.AttachStream = a
-			note := fmt.Sprintf("a session running %q (sh -c), read through attach by this client from the session's create to its exit event; the median of %d runs, MB = 10^6 bytes", attachCommand(total), attachRuns)
+			note := fmt.Sprintf("a session running cat of %s (1 MiB of 64-byte text lines, in tmpfs) %d times, read through attach by this client from the session's create to its exit event; the median of %d runs, MB = 10^6 bytes", attachSource, mib, attachRuns)
 			if a.DroppedBytes > 0 {
 				note += fmt.Sprintf("; the server dropped %d bytes (truncated events: the client fell more than the node's session journal behind)", a.DroppedBytes)
 			}
@@ -61,7 +76,7 @@ func (r *runner) measureAttachStream(ctx context.Context) error {
 		if !r.wants(KeyFloorAttachStream) {
 			return nil
 		}
-		floor, err := r.attachFloor(ctx, id, total)
+		floor, err := r.attachFloor(ctx, id, mib)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -79,9 +94,10 @@ func (r *runner) measureAttachStream(ctx context.Context) error {
 
 // attachOnce streams one session's output and returns the bytes received
 // and dropped and how long from create to exit.
-func (r *runner) attachOnce(ctx context.Context, id string, total int64) (got, dropped int64, d time.Duration, err error) {
+func (r *runner) attachOnce(ctx context.Context, id string, mib int) (got, dropped int64, d time.Duration, err error) {
+	total := int64(mib) << 20
 	start := time.Now()
-	sess, err := r.api.CreateSession(ctx, id, apiv1.CreateSessionRequest{Cmd: []string{"sh", "-c", attachCommand(total)}})
+	sess, err := r.api.CreateSession(ctx, id, apiv1.CreateSessionRequest{Cmd: []string{"sh", "-c", attachCommand(mib)}})
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("create session in %s: %w", id, err)
 	}
@@ -123,14 +139,15 @@ func (r *runner) attachOnce(ctx context.Context, id string, total int64) (got, d
 
 // attachFloor pipes the session's command into dd inside sandbox id,
 // attachRuns times, and returns the median rate.
-func (r *runner) attachFloor(ctx context.Context, id string, total int64) (float64, error) {
+func (r *runner) attachFloor(ctx context.Context, id string, mib int) (float64, error) {
+	total := int64(mib) << 20
 	c, err := r.clockIn(ctx, id)
 	if err != nil {
 		return 0, err
 	}
 	rates := make([]float64, 0, attachRuns)
 	for i := range attachRuns {
-		d, err := r.timeInside(ctx, id, c, attachCommand(total)+" | dd of=/dev/null bs=1048576")
+		d, err := r.timeInside(ctx, id, c, attachCommand(mib)+" | dd of=/dev/null bs=1048576")
 		if err != nil {
 			return 0, fmt.Errorf("run %d of %d: %w", i+1, attachRuns, err)
 		}

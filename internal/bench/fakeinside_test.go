@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,8 +35,6 @@ type fakeInside struct {
 	// timed counts the timed scripts run.
 	timed int
 }
-
-var headBytes = regexp.MustCompile(`head -c (\d+)`)
 
 // execIn answers an exec: `true`, `echo hi` and untimed scripts succeed
 // with "hi"; timed scripts answer as the clock they ask for would.
@@ -91,12 +87,12 @@ func (f *fakeServer) createSession(w http.ResponseWriter, r *http.Request) {
 		writeTestJSON(w, http.StatusNotFound, apiv1.Error{Code: 404, Message: "no such sandbox"})
 		return
 	}
-	m := headBytes.FindStringSubmatch(strings.Join(req.Cmd, " "))
-	if m == nil {
-		writeTestJSON(w, http.StatusBadRequest, apiv1.Error{Code: 400, Message: "the fake runs head -c N sessions only"})
+	// cat of attachSource, once per MiB.
+	n := int64(strings.Count(strings.Join(req.Cmd, " "), attachSource)) << 20
+	if n == 0 {
+		writeTestJSON(w, http.StatusBadRequest, apiv1.Error{Code: 400, Message: "the fake runs cat sessions of " + attachSource + " only"})
 		return
 	}
-	n, _ := strconv.ParseInt(m[1], 10, 64)
 	f.mu.Lock()
 	sid := fmt.Sprintf("sess%d", len(f.sessions)+1)
 	f.sessions[r.PathValue("id")+"/"+sid] = fakeSession{bytes: n, drop: f.inside.drop, exit: f.inside.sessionExit}
