@@ -47,21 +47,57 @@ func (r *runner) measureCreateUnpooled(ctx context.Context) (*Summary, error) {
 }
 
 // measureCreatePooled times the same with a warm pool of at least
-// pooledSize, waiting (untimed) before each sample until one is ready.
-func (r *runner) measureCreatePooled(ctx context.Context) (*Summary, error) {
+// pooledSize, waiting (untimed) before each sample until one is ready, and
+// takes its floor from the server: the node's claim of each sample's
+// sandbox, as the control plane timed it (space_pool_claim_seconds).
+func (r *runner) measureCreatePooled(ctx context.Context) error {
 	if !r.res.Template.PoolAPI {
-		return nil, absent("the server has no warm pool API (GET /v1/templates/%s has no pool field)", r.cfg.Template)
+		return absent("the server has no warm pool API (GET /v1/templates/%s has no pool field)", r.cfg.Template)
 	}
 	if !r.poolServesRuntime() {
-		return nil, absent("template %s's pool holds sandboxes of its default runtime %s: bench a template whose default runtime is %s",
+		return absent("template %s's pool holds sandboxes of its default runtime %s: bench a template whose default runtime is %s",
 			r.cfg.Template, r.res.Template.DefaultRuntime, r.cfg.Runtime)
+	}
+	floor := &claimFloor{baseURL: r.api.BaseURL(), on: r.wants(KeyFloorCreatePooled)}
+	if floor.on {
+		_, found, err := readClaims(ctx, floor.baseURL)
+		switch {
+		case err != nil:
+			floor.on, floor.err = false, err
+		case !found:
+			floor.on = false
+			r.record([]string{KeyFloorCreatePooled}, absent("the server's /metrics has no %s (a server older than this bench)", claimMetric))
+		}
 	}
 	restore, err := r.resizePool(ctx, func(size int) int { return max(size, pooledSize) })
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer restore()
-	return r.sample(ctx, KeyCreatePooled, r.whenWarm(r.createAndDelete))
+	s, err := r.sample(ctx, KeyCreatePooled, r.whenWarm(func(ctx context.Context, i int) (time.Duration, error) {
+		return floor.around(ctx, func() (time.Duration, error) { return r.createAndDelete(ctx, i) })
+	}))
+	if err != nil {
+		return err
+	}
+	if r.wants(KeyCreatePooled) {
+		r.res.setLatency(KeyCreatePooled, s)
+	}
+	if !floor.on && floor.err == nil {
+		return nil // skipped, or absent and noted
+	}
+	return r.takeFloor(ctx, KeyFloorCreatePooled, func() (*Summary, error) {
+		fs, err := floor.summary()
+		if err != nil {
+			return nil, err
+		}
+		how := fmt.Sprintf("the node's claim of each sample's pooled sandbox, as the control plane timed it around the node call (%s on GET /metrics, read before and after each sample): the agent's re-key (POST /init over the node's agent channel) and the owner's network policy; without the HTTP API, admission, the store and the client's wait", claimMetric)
+		if floor.missed+floor.crowded > 0 {
+			how += fmt.Sprintf("; %d samples not counted (%d not served by the pool, %d alongside other claims)", floor.missed+floor.crowded, floor.missed, floor.crowded)
+		}
+		r.res.note(KeyFloorCreatePooled, how)
+		return fs, nil
+	})
 }
 
 // whenWarm wraps a sample so that it starts only once the pool has a

@@ -14,7 +14,10 @@ const (
 	KeyCreateUnpooled       = "create_unpooled"
 	KeyCreateFirstExec      = "create_first_exec"
 	KeyExecRTT              = "exec_rtt"
+	KeyFileStat             = "file_stat"
+	KeyFileRead4KiB         = "file_read_4kib"
 	KeyFile1MiB             = "file_1mib"
+	KeyAttachStream         = "attach_stream"
 	KeyPauseResume          = "pause_resume"
 	KeySuspend              = "suspend"
 	KeyResumeSuspended      = "resume_suspended"
@@ -27,6 +30,29 @@ const (
 	KeyThroughput           = "throughput"
 	KeyDensity              = "density"
 )
+
+// Keys of the floors: the work of a figure done by the sandbox itself, or
+// by the node alone, measured in the same run on the same sandbox, so that
+// figure/floor says what the platform adds around it.
+const (
+	KeyFloorCreatePooled = "floor_create_pooled"
+	KeyFloorExecRTT      = "floor_exec_rtt"
+	KeyFloorFile1MiB     = "floor_file_1mib"
+	KeyFloorAttachStream = "floor_attach_stream"
+)
+
+// floorOf pairs each floor with its figure: a skipped figure skips its
+// floor, which is taken on the figure's sandbox or samples.
+var floorOf = map[string]string{
+	KeyCreatePooled: KeyFloorCreatePooled,
+	KeyExecRTT:      KeyFloorExecRTT,
+	KeyFile1MiB:     KeyFloorFile1MiB,
+	KeyAttachStream: KeyFloorAttachStream,
+}
+
+// fileCallTargetMS is issue #15's target for an agent call that spawns
+// nothing (file_stat, file_read_4kib): a p50 of at most 2 ms.
+const fileCallTargetMS = 2
 
 // Result is everything one run measured, in the shape `space bench --json`
 // prints. A latency that was skipped or could not be measured is null, with
@@ -48,6 +74,8 @@ type Result struct {
 	CreateUnpooled       *Summary `json:"create_unpooled"`
 	CreateFirstExec      *Summary `json:"create_first_exec"`
 	ExecRTT              *Summary `json:"exec_rtt"`
+	FileStat             *Summary `json:"file_stat"`
+	FileRead4KiB         *Summary `json:"file_read_4kib"`
 	File1MiB             *Summary `json:"file_1mib"`
 	PauseResume          *Summary `json:"pause_resume"`
 	Suspend              *Summary `json:"suspend"`
@@ -60,14 +88,26 @@ type Result struct {
 	BaselineQEMUKernel *Summary `json:"baseline_qemu_kernel,omitempty"`
 	BaselineQEMUBoot   *Summary `json:"baseline_qemu_boot,omitempty"`
 
+	// Floors of the hot-path figures (see floorOf), timed where the work
+	// happens: inside the sandbox, or by the control plane around the
+	// node's claim. Their notes say how.
+	FloorCreatePooled *Summary `json:"floor_create_pooled"`
+	FloorExecRTT      *Summary `json:"floor_exec_rtt"`
+	FloorFile1MiB     *Summary `json:"floor_file_1mib"`
+	// AttachStream is a session's output streamed to the client, with
+	// its floor inside.
+	AttachStream *AttachStream `json:"attach_stream"`
+
 	// Throughput is completed creates per second keyed by concurrency
 	// ("1", "8", "32").
 	Throughput map[string]float64 `json:"throughput"`
 	Density    *Density           `json:"density"`
 	// Churn is the kernel's cost of create → delete cycles.
 	Churn *Churn `json:"churn,omitempty"`
-	// Ratios divide our p50 figures by the p50 of a baseline; keys read
-	// "ours/baseline", e.g. "create_unpooled/baseline_runsc_restore".
+	// Ratios divide our p50 figures by the p50 of a baseline or floor;
+	// keys read "ours/baseline", e.g. "create_unpooled/baseline_runsc_restore",
+	// "exec_rtt/floor_exec_rtt". attach_stream's is the floor's rate over
+	// the client's: a time ratio too, above 1 when slower than the floor.
 	Ratios map[string]float64 `json:"ratios"`
 	// Notes explain absent figures and caveats, keyed like the figures.
 	Notes map[string]string `json:"notes"`
@@ -107,6 +147,24 @@ type LifecycleSandbox struct {
 	MemoryMB int     `json:"memory_mb"`
 	FillMiB  int     `json:"fill_mib"`
 	UsedMiB  float64 `json:"used_mib"`
+}
+
+// AttachStream is how fast a session's output reaches the client through
+// attach (GET .../sessions/{sid}/attach), against the same bytes piped to
+// dd inside the sandbox. MB are 10^6 bytes.
+type AttachStream struct {
+	MiB  int `json:"mib"`
+	Runs int `json:"runs"`
+	// MBPerS is the median over the runs of the bytes the client received
+	// per second, from the session's create to its exit event.
+	MBPerS float64 `json:"mb_per_s"`
+	// DroppedBytes is the output the server dropped over all runs
+	// (truncated events): the client fell more than the node's session
+	// journal behind the process. Those bytes are not in MBPerS.
+	DroppedBytes int64 `json:"dropped_bytes"`
+	// FloorMBPerS is the median rate of the same command piped into dd to
+	// /dev/null inside the sandbox, timed there; null when not taken.
+	FloorMBPerS *float64 `json:"floor_mb_per_s"`
 }
 
 // Density is how many idle sandboxes the node held and what each cost.
@@ -161,10 +219,15 @@ type latencyField struct {
 func (r *Result) latencyFields() []latencyField {
 	return []latencyField{
 		{KeyCreatePooled, &r.CreatePooled},
+		{KeyFloorCreatePooled, &r.FloorCreatePooled},
 		{KeyCreateUnpooled, &r.CreateUnpooled},
 		{KeyCreateFirstExec, &r.CreateFirstExec},
 		{KeyExecRTT, &r.ExecRTT},
+		{KeyFloorExecRTT, &r.FloorExecRTT},
+		{KeyFileStat, &r.FileStat},
+		{KeyFileRead4KiB, &r.FileRead4KiB},
 		{KeyFile1MiB, &r.File1MiB},
+		{KeyFloorFile1MiB, &r.FloorFile1MiB},
 		{KeyPauseResume, &r.PauseResume},
 		{KeySuspend, &r.Suspend},
 		{KeyResumeSuspended, &r.ResumeSuspended},
@@ -210,6 +273,10 @@ var ratioPairs = [][2]string{
 	{KeyCreateUnpooled, KeyBaselineQEMUBoot},
 	{KeyCreatePooled, KeyBaselineQEMUBoot},
 	{KeyCreateFirstExec, KeyBaselineQEMUBoot},
+	// The hot paths against their floors.
+	{KeyCreatePooled, KeyFloorCreatePooled},
+	{KeyExecRTT, KeyFloorExecRTT},
+	{KeyFile1MiB, KeyFloorFile1MiB},
 }
 
 // computeRatios fills Ratios from the p50s of every pair measured on both
@@ -221,8 +288,16 @@ func (r *Result) computeRatios() {
 		if ours == nil || base == nil || base.P50MS <= 0 {
 			continue
 		}
-		r.Ratios[pair[0]+"/"+pair[1]] = math.Round(ours.P50MS/base.P50MS*1000) / 1000
+		r.Ratios[pair[0]+"/"+pair[1]] = ratio(ours.P50MS, base.P50MS)
 	}
+	if a := r.AttachStream; a != nil && a.FloorMBPerS != nil && a.MBPerS > 0 {
+		r.Ratios[KeyAttachStream+"/"+KeyFloorAttachStream] = ratio(*a.FloorMBPerS, a.MBPerS)
+	}
+}
+
+// ratio is ours/base to three decimals.
+func ratio(ours, base float64) float64 {
+	return math.Round(ours/base*1000) / 1000
 }
 
 // note records an explanation for key after the earlier ones, once.

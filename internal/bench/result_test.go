@@ -15,6 +15,10 @@ func TestResultJSONShape(t *testing.T) {
 	res.CreateFirstExec = &Summary{N: 20, MinMS: 45, P50MS: 55, P95MS: 75, P99MS: 95}
 	res.BaselineRunscRestore = &Summary{N: 20, MinMS: 20, P50MS: 25, P95MS: 30, P99MS: 31}
 	res.BaselineRunscRun = &Summary{N: 20, MinMS: 100, P50MS: 220, P95MS: 300, P99MS: 350}
+	res.ExecRTT = &Summary{N: 20, MinMS: 8, P50MS: 10, P95MS: 12, P99MS: 13}
+	res.FloorExecRTT = &Summary{N: 20, MinMS: 0.9, P50MS: 1, P95MS: 1.2, P99MS: 1.3}
+	floorRate := 800.0
+	res.AttachStream = &AttachStream{MiB: 256, Runs: 3, MBPerS: 200, FloorMBPerS: &floorRate}
 	res.Throughput = map[string]float64{"1": 3.5, "8": 12.25, "32": 11}
 	cgroup, rss := 30.5, 60.1
 	res.Density = &Density{Sandboxes: 300, MiBPerSandbox: &cgroup, RSSMiBPerSandbox: &rss, StoppedBy: "reached --density-max 300"}
@@ -31,7 +35,8 @@ func TestResultJSONShape(t *testing.T) {
 	}
 	wantKeys := []string{
 		"started_at", "template", "server", "samples", "lifecycle_sandbox",
-		"create_pooled", "create_unpooled", "create_first_exec", "exec_rtt", "file_1mib",
+		"create_pooled", "create_unpooled", "create_first_exec", "exec_rtt", "file_stat", "file_read_4kib", "file_1mib",
+		"floor_create_pooled", "floor_exec_rtt", "floor_file_1mib", "attach_stream",
 		"pause_resume", "suspend", "resume_suspended", "snapshot", "branch",
 		"baseline_runsc_run", "baseline_runsc_restore",
 		"throughput", "density", "ratios", "notes",
@@ -66,6 +71,14 @@ func TestResultJSONShape(t *testing.T) {
 		t.Errorf("summary = %v", summary)
 	}
 
+	var attach map[string]any
+	if err := json.Unmarshal(top["attach_stream"], &attach); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sortedKeysOf(attach), []string{"dropped_bytes", "floor_mb_per_s", "mb_per_s", "mib", "runs"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("attach_stream keys = %v, want %v", got, want)
+	}
+
 	var throughput map[string]float64
 	if err := json.Unmarshal(top["throughput"], &throughput); err != nil {
 		t.Fatal(err)
@@ -90,9 +103,13 @@ func TestResultJSONShape(t *testing.T) {
 		"create_unpooled/baseline_runsc_restore": 2,
 		"create_first_exec/baseline_runsc_run":   0.25,
 		"create_unpooled/baseline_runsc_run":     0.227,
+		"exec_rtt/floor_exec_rtt":                10,
+		// A rate's ratio is the floor's over ours, a time ratio like the
+		// others: 4 times slower than the floor.
+		"attach_stream/floor_attach_stream": 4,
 	}
 	if !reflect.DeepEqual(ratios, wantRatios) {
-		t.Errorf("ratios = %v, want %v (p50 over p50, pooled left out: not measured)", ratios, wantRatios)
+		t.Errorf("ratios = %v, want %v (p50 over p50, pooled and files left out: not measured)", ratios, wantRatios)
 	}
 }
 
@@ -106,7 +123,8 @@ func TestLatenciesCoverEveryLatencyKeyInOrder(t *testing.T) {
 		}
 	}
 	want := []string{
-		KeyCreatePooled, KeyCreateUnpooled, KeyCreateFirstExec, KeyExecRTT, KeyFile1MiB,
+		KeyCreatePooled, KeyFloorCreatePooled, KeyCreateUnpooled, KeyCreateFirstExec,
+		KeyExecRTT, KeyFloorExecRTT, KeyFileStat, KeyFileRead4KiB, KeyFile1MiB, KeyFloorFile1MiB,
 		KeyPauseResume, KeySuspend, KeyResumeSuspended, KeySnapshot, KeyBranch,
 		KeyBaselineRunscRun, KeyBaselineRunscRestore,
 	}
@@ -123,9 +141,17 @@ func TestParseSkip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{KeyBranch, KeyDensity, KeyExecRTT, KeyPauseResume, KeyResumeSuspended, KeySnapshot, KeySuspend, KeyThroughput}
+	// exec_rtt takes its floor with it.
+	want := []string{KeyBranch, KeyDensity, KeyExecRTT, KeyFloorExecRTT, KeyPauseResume, KeyResumeSuspended, KeySnapshot, KeySuspend, KeyThroughput}
 	if got := sortedKeysOf(skip); !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseSkip = %v, want %v", got, want)
+	}
+	floors, err := ParseSkip("floors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sortedKeysOf(floors), []string{KeyFloorAttachStream, KeyFloorCreatePooled, KeyFloorExecRTT, KeyFloorFile1MiB}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseSkip(floors) = %v, want %v", got, want)
 	}
 	if _, err := ParseSkip("densty"); err == nil {
 		t.Error("ParseSkip accepted a misspelt key")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
@@ -33,11 +34,22 @@ type fakeServer struct {
 	creates   int
 	// onCreate runs (unlocked) after every create, for tests to interfere.
 	onCreate func(n int)
+
+	// inside is how the fake's sandboxes answer the floors' timed
+	// scripts and sessions (fakeinside_test.go).
+	inside fakeInside
+	// claimMetric serves space_pool_claim_seconds; claims and claimSum
+	// count the pooled creates (memory_mb 0 with a pool) and a fixed
+	// fakeClaim each.
+	claimMetric bool
+	claims      int
+	claimSum    float64
+	sessions    map[string]fakeSession
 }
 
 func newFakeServer(withPool bool, poolSize int) *fakeServer {
 	return &fakeServer{withPool: withPool, poolSize: poolSize, sandboxes: map[string]*apiv1.Sandbox{},
-		snapshots: map[string]bool{}, files: map[string][]byte{}}
+		snapshots: map[string]bool{}, files: map[string][]byte{}, claimMetric: true, sessions: map[string]fakeSession{}}
 }
 
 func (f *fakeServer) handler() http.Handler {
@@ -66,6 +78,10 @@ func (f *fakeServer) handler() http.Handler {
 		}
 		f.asked[req.Runtime]++
 		f.creates++
+		if f.withPool && f.poolSize > 0 && req.MemoryMB == 0 && req.Runtime == "" {
+			f.claims++
+			f.claimSum += fakeClaim.Seconds()
+		}
 		n, hook := f.creates, f.onCreate
 		f.mu.Unlock()
 		if hook != nil {
@@ -102,7 +118,22 @@ func (f *fakeServer) handler() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", func(w http.ResponseWriter, r *http.Request) {
-		f.withSandbox(w, r, nil)
+		var req apiv1.ExecRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if !f.exists(r.PathValue("id")) {
+			writeTestJSON(w, http.StatusNotFound, apiv1.Error{Code: 404, Message: "no such sandbox"})
+			return
+		}
+		writeTestJSON(w, http.StatusOK, f.execIn(req.Cmd))
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/sessions", f.createSession)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/sessions/{sid}/attach", f.attach)
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.claimMetric {
+			fmt.Fprintf(w, "space_pool_claim_seconds_sum %g\nspace_pool_claim_seconds_count %d\n", f.claimSum, f.claims)
+		}
 	})
 	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
 		data, _ := io.ReadAll(r.Body)
@@ -113,8 +144,19 @@ func (f *fakeServer) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
-		data := f.files[r.PathValue("id")+r.URL.Query().Get("path")]
+		key := r.PathValue("id") + r.URL.Query().Get("path")
+		data, isFile := f.files[key]
+		var list apiv1.FileList
+		for name, content := range f.files {
+			if strings.HasPrefix(name, key+"/") {
+				list.Entries = append(list.Entries, apiv1.FileEntry{Name: name[len(key)+1:], Type: "file", Size: int64(len(content))})
+			}
+		}
 		f.mu.Unlock()
+		if !isFile && len(list.Entries) > 0 {
+			writeTestJSON(w, http.StatusOK, list)
+			return
+		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_, _ = w.Write(data)
 	})
@@ -169,8 +211,14 @@ func (f *fakeServer) add(state string, metadata map[string]string) *apiv1.Sandbo
 	return &copy
 }
 
-// withSandbox applies change to the sandbox and answers with it; exec
-// calls get the result of `echo hi` (which also passes for `true`).
+func (f *fakeServer) exists(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.sandboxes[id]
+	return ok
+}
+
+// withSandbox applies change to the sandbox and answers with it.
 func (f *fakeServer) withSandbox(w http.ResponseWriter, r *http.Request, change func(*apiv1.Sandbox)) {
 	f.mu.Lock()
 	sb, ok := f.sandboxes[r.PathValue("id")]
@@ -184,10 +232,6 @@ func (f *fakeServer) withSandbox(w http.ResponseWriter, r *http.Request, change 
 	f.mu.Unlock()
 	if !ok {
 		writeTestJSON(w, http.StatusNotFound, apiv1.Error{Code: 404, Message: "no such sandbox"})
-		return
-	}
-	if strings.HasSuffix(r.URL.Path, "/exec") {
-		writeTestJSON(w, http.StatusOK, apiv1.ExecResult{Stdout: "hi\n"})
 		return
 	}
 	writeTestJSON(w, http.StatusOK, copy)
@@ -214,11 +258,12 @@ func fakeConfig(t *testing.T, f *fakeServer) Config {
 		t.Fatal(err)
 	}
 	return Config{
-		Client:   client.New(srv.URL, "key"),
-		Template: "minimal",
-		Samples:  3,
-		Skip:     skip,
-		FillMiB:  -1,
+		Client:    client.New(srv.URL, "key"),
+		Template:  "minimal",
+		Samples:   3,
+		Skip:      skip,
+		FillMiB:   -1,
+		AttachMiB: 1,
 	}
 }
 
@@ -254,7 +299,32 @@ func TestRunWithPoolMeasuresBothCreatesAndRestoresThePool(t *testing.T) {
 	if res.Lifecycle == nil || res.Lifecycle.MemoryMB != DefaultMemoryMB || res.Lifecycle.FillMiB != DefaultFillMiB(DefaultMemoryMB) {
 		t.Errorf("lifecycle sandbox = %+v", res.Lifecycle)
 	}
+	// The floors, as the fake's clocks report them: a claim takes
+	// fakeClaim, a timed body fakeBody (spawnLoop spawns of /bin/true, one
+	// dd copy, 1 MiB piped).
+	for key, want := range map[string]float64{
+		KeyFloorCreatePooled: ms(fakeClaim),
+		KeyFloorExecRTT:      ms(fakeBody / spawnLoop),
+		KeyFloorFile1MiB:     ms(fakeBody),
+	} {
+		if s := res.latency(key); s == nil || s.P50MS != want {
+			t.Errorf("%s = %+v, want p50 %v ms (note %q)", key, s, want, res.Notes[key])
+		}
+		if !strings.Contains(res.Notes[key], "ts -i") && key != KeyFloorCreatePooled {
+			t.Errorf("note of %s = %q; want it to say how it was timed", key, res.Notes[key])
+		}
+	}
+	if a := res.AttachStream; a == nil || a.MBPerS <= 0 || a.DroppedBytes != 0 || a.FloorMBPerS == nil || *a.FloorMBPerS != mbPerS(1<<20, fakeBody) {
+		t.Errorf("attach_stream = %+v; want a rate, nothing dropped, and the floor 1 MiB in %s", a, fakeBody)
+	}
+	for _, k := range []string{"create_pooled/floor_create_pooled", "exec_rtt/floor_exec_rtt", "file_1mib/floor_file_1mib", "attach_stream/floor_attach_stream"} {
+		if res.Ratios[k] <= 0 {
+			t.Errorf("no ratio %s in %v", k, res.Ratios)
+		}
+	}
 }
+
+func ms(d time.Duration) float64 { return millis(d) }
 
 func TestRunWithoutPoolAPIMarksPooledAbsent(t *testing.T) {
 	f := newFakeServer(false, 0)

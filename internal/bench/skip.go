@@ -14,6 +14,7 @@ var skipGroups = map[string][]string{
 	"create":    {KeyCreatePooled, KeyCreateUnpooled, KeyCreateFirstExec},
 	"lifecycle": lifecycleKeys,
 	"baselines": {KeyBaselineRunscRun, KeyBaselineRunscRestore, KeyBaselineQEMUKernel, KeyBaselineQEMUBoot},
+	"floors":    {KeyFloorCreatePooled, KeyFloorExecRTT, KeyFloorFile1MiB, KeyFloorAttachStream},
 }
 
 // Keys lists every measurement key in result order, of every runtime.
@@ -22,11 +23,13 @@ func Keys() []string {
 	for _, f := range (&Result{}).latencyFields() {
 		keys = append(keys, f.key)
 	}
-	return append(keys, KeyThroughput, KeyChurn, KeyDensity)
+	return append(keys, KeyAttachStream, KeyFloorAttachStream, KeyThroughput, KeyChurn, KeyDensity)
 }
 
 // ParseSkip turns a comma-separated list of measurement keys and group
-// names (create, lifecycle, baselines) into the set of keys to skip.
+// names (create, lifecycle, baselines, floors) into the set of keys to
+// skip. A skipped figure takes its floor with it: the floor is measured on
+// the figure's sandbox or alongside its samples.
 func ParseSkip(list string) (map[string]bool, error) {
 	known := map[string]bool{}
 	for _, k := range Keys() {
@@ -51,6 +54,11 @@ func ParseSkip(list string) (map[string]bool, error) {
 			sort.Strings(groups)
 			return nil, fmt.Errorf("unknown measurement %q (known: %s; groups: %s)",
 				item, strings.Join(Keys(), ", "), strings.Join(groups, ", "))
+		}
+	}
+	for figure, floor := range floorOf {
+		if skip[figure] {
+			skip[floor] = true
 		}
 	}
 	return skip, nil

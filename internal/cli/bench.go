@@ -20,13 +20,20 @@ import (
 func runBench(ctx context.Context, args []string) error {
 	fs := newFlagSet("space bench [flags]", `
 Measure a running space server: create latency (with and without a warm
-pool), create to first command, exec round trip, 1 MiB file write+read,
+pool), create to first command, exec round trip, a stat and a 4 KiB read,
+1 MiB file write+read, a session's output streamed through attach,
 pause/resume, suspend, resume from suspend, snapshot and branch of a
 sandbox holding data in memory, creates per second at several
 concurrencies, the kernel's CPU per create → delete cycle (churn: btrfs
 deleting subvolumes, read from /proc), idle sandboxes per node, and bare
 runsc run/restore baselines. Prints min/p50/p95/p99 in
 milliseconds; see docs/performance.md for what each figure means.
+
+The hot paths come with floors taken in the same run (skip them with
+--skip floors): the same work done inside the same sandbox and timed there
+(a spawn of /bin/true, dd of 1 MiB with fsync, the session's output piped
+to dd), and the node's claim of a pooled sandbox as the server times it;
+the ratios divide each figure by its floor.
 
 --runtime microvm measures microVM sandboxes instead (the template must be
 built for microvm; its warm pool serves them only when microvm is its
@@ -46,7 +53,7 @@ run runsc: run as root on the server's machine for those.`)
 	fs.StringVar(&cfg.KernelDir, "microvm-kernel", "", "guest kernel directory for the microvm floors (default: as space serve finds it)")
 	fs.IntVar(&cfg.Samples, "n", bench.DefaultSamples, "samples per latency measurement")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	skip := fs.String("skip", "", "comma-separated measurements to skip, e.g. density,throughput (groups: create, lifecycle, baselines)")
+	skip := fs.String("skip", "", "comma-separated measurements to skip, e.g. density,throughput (groups: create, lifecycle, baselines, floors)")
 	fs.IntVar(&cfg.DensityMax, "density-max", bench.DefaultDensityMax, "most idle sandboxes the density measurement creates")
 	fs.IntVar(&cfg.MemoryMB, "memory-mb", 0, fmt.Sprintf("memory of the sandbox the lifecycle figures are taken on (default %d; %d on microvm)", bench.DefaultMemoryMB, bench.DefaultMicroVMMemoryMB))
 	var fill optionalInt
@@ -55,6 +62,7 @@ run runsc: run as root on the server's machine for those.`)
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary for the baselines (default: as space serve finds it)")
 	fs.DurationVar(&cfg.ThroughputWindow, "throughput-window", bench.DefaultThroughputWindow, "how long each throughput level runs")
 	fs.IntVar(&cfg.ChurnCycles, "churn-cycles", bench.DefaultChurnCycles, "create → delete cycles of the churn measurement (the kernel's CPU per cycle)")
+	fs.IntVar(&cfg.AttachMiB, "attach-mib", bench.DefaultAttachMiB, "`MiB` of output the attach_stream session writes (each of its runs, and its floor's)")
 	concurrency := fs.String("concurrency", joinLevels(bench.DefaultConcurrency), "comma-separated throughput concurrency levels")
 	if err := parseNoArgs(fs, args, "bench"); err != nil {
 		return err
@@ -78,8 +86,8 @@ run runsc: run as root on the server's machine for those.`)
 			cfg.MemoryMB = bench.DefaultMicroVMMemoryMB
 		}
 	}
-	if cfg.Samples < 1 || cfg.DensityMax < 1 || cfg.MemoryMB < 32 || cfg.ThroughputWindow <= 0 || cfg.ChurnCycles < 1 {
-		return fs.usageErrorf("--n, --density-max and --churn-cycles must be at least 1, --memory-mb at least 32, --throughput-window positive")
+	if cfg.Samples < 1 || cfg.DensityMax < 1 || cfg.MemoryMB < 32 || cfg.ThroughputWindow <= 0 || cfg.ChurnCycles < 1 || cfg.AttachMiB < 1 {
+		return fs.usageErrorf("--n, --density-max, --churn-cycles and --attach-mib must be at least 1, --memory-mb at least 32, --throughput-window positive")
 	}
 	if fill.set && (fill.value < 0 || fill.value >= cfg.MemoryMB) {
 		return fs.usageErrorf("--fill-mib %d must be at least 0 and well below --memory-mb %d: a sandbox at its limit stalls", fill.value, cfg.MemoryMB)
@@ -155,6 +163,21 @@ func printBenchTable(res *bench.Result) error {
 	}
 	if err := t.flush(); err != nil {
 		return err
+	}
+	if a := res.AttachStream; a != nil {
+		line := fmt.Sprintf("attach stream (%d MiB, median of %d): ", a.MiB, a.Runs)
+		if a.MBPerS > 0 {
+			line += fmt.Sprintf("%.1f MB/s received", a.MBPerS)
+			if a.DroppedBytes > 0 {
+				line += fmt.Sprintf(" (%d bytes dropped)", a.DroppedBytes)
+			}
+		} else {
+			line += "-"
+		}
+		if a.FloorMBPerS != nil {
+			line += fmt.Sprintf("; floor inside the sandbox %.1f MB/s", *a.FloorMBPerS)
+		}
+		fmt.Fprintf(stdout, "\n%s\n", line)
 	}
 	if len(res.Throughput) > 0 {
 		levels := make([]string, 0, len(res.Throughput))

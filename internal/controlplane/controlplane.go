@@ -141,6 +141,10 @@ type ControlPlane struct {
 	log *slog.Logger
 
 	createLatency *metrics.Histogram
+	// claimLatency times the node's half of a pooled create (Claim: the
+	// agent's re-key and the owner's network policy), the floor that
+	// space bench holds create_pooled against.
+	claimLatency *metrics.Histogram
 
 	// shared is set when other replicas write the store (replicas.go).
 	shared    bool
@@ -335,6 +339,9 @@ func New(cfg Config) *ControlPlane {
 	}
 	cp.createLatency = cfg.Metrics.Histogram("space_sandbox_create_seconds",
 		"Time from create request to running.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})
+	cp.claimLatency = cfg.Metrics.Histogram("space_pool_claim_seconds",
+		"Time the node took to hand over a pooled sandbox: its agent re-keyed (POST /init) and the owner's network policy applied.",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1})
 	cfg.Metrics.GaugeFunc("space_sandboxes", "Sandboxes by state.", "state", cp.countByState)
 	cfg.Metrics.GaugeFunc("space_controlplane_leader", "1 while this control-plane replica holds the leader lease and runs the background loops.",
 		"replica", func() map[string]float64 {

@@ -178,6 +178,7 @@ func (cp *ControlPlane) createPooled(owner, nodeID string, n Node, req apiv1.Cre
 	defer cancel()
 	// The record's id is the pooled sandbox's; the node adds it to the
 	// identity, which is all the identity needs of it.
+	claimStart := time.Now()
 	res, err := n.Claim(ctx, nodeapi.ClaimRequest{
 		TemplateID: tpl.ID, Limits: cp.poolLimits(req.VCPUs, req.MemoryMB, req.DiskMB),
 		Identity: *cp.identity(r.Sandbox), Network: r.policy(),
@@ -189,6 +190,7 @@ func (cp *ControlPlane) createPooled(owner, nodeID string, n Node, req apiv1.Cre
 	if !res.Claimed {
 		return Sandbox{}, false, nil
 	}
+	cp.claimLatency.Observe(time.Since(claimStart).Seconds())
 	r.ID = res.ID
 	if err := cp.admitRecord(r, req, tplName); err != nil {
 		_ = n.Destroy(context.Background(), res.ID)
