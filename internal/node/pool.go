@@ -153,14 +153,20 @@ func (n *Node) Claim(ctx context.Context, req nodeapi.ClaimRequest) (nodeapi.Cla
 		identity.Info = map[string]string{}
 	}
 	identity.Env["SPACE_SANDBOX_ID"], identity.Info["sandbox_id"] = id, id
-	err := n.Rekey(ctx, id, identity)
-	if err == nil {
-		// Pooled sandboxes wait with no way out; the owner's policy opens
-		// it. A node without egress leaves every sandbox without one.
-		if err = n.SetNetwork(ctx, id, req.Network); errors.Is(err, ErrNoEgress) {
-			err = nil
+	// The re-key (a call to the agent) and the owner's network policy (the
+	// host's rules) are independent, so they go at once: the claim costs
+	// the longer of the two, not their sum. Pooled sandboxes wait with no
+	// way out and run nothing of a tenant's until the claim returns, so
+	// opening the network a moment before the re-key ends exposes nothing.
+	netErr := make(chan error, 1)
+	go func() {
+		err := n.SetNetwork(ctx, id, req.Network)
+		if errors.Is(err, ErrNoEgress) {
+			err = nil // a node without egress leaves every sandbox without one
 		}
-	}
+		netErr <- err
+	}()
+	err := errors.Join(n.Rekey(ctx, id, identity), <-netErr)
 	if err != nil {
 		if rerr := n.release(context.WithoutCancel(ctx), id); rerr != nil {
 			n.log.Error("release a pooled sandbox that could not be claimed", "sandbox", id, "err", rerr)
