@@ -28,21 +28,27 @@ func TestNewPoolUsesSimpleQuotas(t *testing.T) {
 	requireSimpleQuotas(t, p)
 }
 
+// makeTemplate makes a read-only volume holding mib MiB of data.
+func makeTemplate(t *testing.T, p *Pool, name string, mib int) {
+	t.Helper()
+	dir, err := p.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fillUntilFull(t, filepath.Join(dir, "data"), mib); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetReadOnly(name, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Simple quotas charge a snapshot only for what it writes; the limit must
 // still mean everything the volume sees, its template's data included.
 func TestLimitCountsWhatASnapshotShares(t *testing.T) {
 	p, _ := openTestPool(t)
 	requireSimpleQuotas(t, p)
-	tmpl, err := p.Create("templates/t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fillUntilFull(t, filepath.Join(tmpl, "data"), 24); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetReadOnly("templates/t", true); err != nil {
-		t.Fatal(err)
-	}
+	makeTemplate(t, p, "templates/t", 24)
 	// Two snapshots: the second finds the template's size measured.
 	for _, name := range []string{"sandboxes/a/rootfs", "sandboxes/b/rootfs"} {
 		dir, err := p.Snapshot("templates/t", name, false)
@@ -71,15 +77,8 @@ func TestLimitCountsWhatASnapshotShares(t *testing.T) {
 // A data directory whose filesystem got full qgroups from an earlier
 // version is moved to simple quotas, and the limits it had still hold.
 func TestFullQgroupsAreSwitchedToSimpleKeepingLimits(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	opts := Options{
-		Root:           filepath.Join(dir, "volumes"),
-		ImagePath:      filepath.Join(dir, "volumes.img"),
-		ImageSizeBytes: 1 << 30,
-		Logf:           t.Logf,
-		fullQgroups:    true,
-	}
+	opts := testPoolOptions(t)
+	opts.fullQgroups = true
 	old, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -156,13 +155,7 @@ func TestDeletedVolumesLeaveNoQgroups(t *testing.T) {
 func TestWriteLimitIgnoresWhatASnapshotShares(t *testing.T) {
 	p, _ := openTestPool(t)
 	requireSimpleQuotas(t, p)
-	tmpl, err := p.Create("templates/t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fillUntilFull(t, filepath.Join(tmpl, "data"), 24); err != nil {
-		t.Fatal(err)
-	}
+	makeTemplate(t, p, "templates/t", 24)
 	dir, err := p.Snapshot("templates/t", "sandboxes/a/rootfs", false)
 	if err != nil {
 		t.Fatal(err)

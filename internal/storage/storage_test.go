@@ -40,16 +40,22 @@ func (l *logRecorder) text() string {
 
 // openTestPool opens a btrfs pool on a small loop image in a temp dir and
 // unmounts it (detaching the loop device) when the test ends.
-func openTestPool(t *testing.T) (*Pool, Options) {
+// testPoolOptions places a pool's 1 GiB image in a test's own directory.
+func testPoolOptions(t *testing.T) Options {
 	t.Helper()
 	requireRoot(t)
 	dir := t.TempDir()
-	opts := Options{
+	return Options{
 		Root:           filepath.Join(dir, "volumes"),
 		ImagePath:      filepath.Join(dir, "volumes.img"),
 		ImageSizeBytes: 1 << 30,
 		Logf:           t.Logf,
 	}
+}
+
+func openTestPool(t *testing.T) (*Pool, Options) {
+	t.Helper()
+	opts := testPoolOptions(t)
 	p, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -436,15 +442,9 @@ func TestQuotaEnforcedAfterAccountingWentInconsistent(t *testing.T) {
 // 6.7 (without simple quotas) have it.
 func openFullQgroupsPool(t *testing.T) *Pool {
 	t.Helper()
-	requireRoot(t)
-	dir := t.TempDir()
-	p, err := Open(context.Background(), Options{
-		Root:           filepath.Join(dir, "volumes"),
-		ImagePath:      filepath.Join(dir, "volumes.img"),
-		ImageSizeBytes: 1 << 30,
-		Logf:           t.Logf,
-		fullQgroups:    true,
-	})
+	opts := testPoolOptions(t)
+	opts.fullQgroups = true
+	p, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
