@@ -189,8 +189,13 @@ func prepareStdio(cmd *exec.Cmd, opts startOptions) (s *processStdio, err error)
 		if err != nil {
 			return nil, fmt.Errorf("create output pipe: %w", err)
 		}
-		// Best effort: a smaller pipe only costs more reads.
-		_, _ = unix.FcntlInt(r.Fd(), unix.F_SETPIPE_SZ, outputPipeSize)
+		// Best effort: a smaller pipe only costs more reads. Through
+		// SyscallConn, not Fd, which would switch the pipe to blocking
+		// mode, and a blocked read is one that closing the pipe after the
+		// drain grace can no longer end.
+		if rc, err := r.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, outputPipeSize) })
+		}
 		s.readers[r] = kind
 		s.childEnds = append(s.childEnds, w)
 		if kind == outputStdout {

@@ -609,3 +609,19 @@ func TestLargeWritesArriveInLargeEvents(t *testing.T) {
 		t.Fatalf("%d bytes in events of at most %d bytes; want 16 MiB with some events of ≥ 512 KiB", total, largest)
 	}
 }
+
+// A command that leaves a background child holding its output open still
+// ends: the agent stops reading once the command exited and the drain
+// grace passed, rather than waiting for the child (an E2B exec of
+// "(loop &)" did, until its timeout).
+func TestBackgroundChildDoesNotHoldTheEnd(t *testing.T) {
+	env := newTestEnv(t)
+	start := time.Now()
+	res := run(t, env.processClient(clientOptions{h2c: true, binary: true}), shell("(sleep 30 &); echo started"))
+	if string(res.stdout) != "started\n" || res.end.GetExitCode() != 0 {
+		t.Fatalf("stdout %q, end %v", res.stdout, res.end)
+	}
+	if took := time.Since(start); took > outputDrainGrace+10*time.Second {
+		t.Fatalf("the stream ended %s after the start: the background child held it", took)
+	}
+}
