@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -215,11 +216,58 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 			}
 		}
 	}
+	// A runsc command killed halfway (a restore whose caller went away)
+	// can leave the sandbox's processes running with no state for runsc
+	// to find them by: they go too, or the sandbox would outlive its
+	// delete.
+	if err := r.killStrays(ctx, id); err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
 	removeUnified(id)
 	if err := os.RemoveAll(r.bundleDir(id)); err != nil {
 		return fmt.Errorf("destroy %s: remove bundle: %w", id, err)
 	}
 	return nil
+}
+
+// strays returns the pids of the sandbox's own processes (runsc-sandbox,
+// runsc-gofer, which name the sandbox last and this runtime's root).
+func (r *Runtime) strays(id string) []int {
+	var pids []int
+	root := "--root=" + r.cfg.rootDir()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		if (args[0] != "runsc-sandbox" && args[0] != "runsc-gofer") || args[len(args)-1] != id || !slices.Contains(args, root) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killStrays kills what strays finds and waits until it is gone.
+func (r *Runtime) killStrays(ctx context.Context, id string) error {
+	for {
+		pids := r.strays(id)
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("processes %v of the sandbox outlived SIGKILL: %w", pids, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // State reports the sandbox's status, or runtime.ErrNotFound.
