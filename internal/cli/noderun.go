@@ -59,6 +59,7 @@ The node and the control plane share a cluster token, read from
 	fs.IntVar(&cfg.MaxConnections, "sandbox-max-connections", cfg.MaxConnections, "connections each sandbox may have open at once (0: unlimited)")
 	templates := fs.String("build-templates", strings.Join(cfg.BuildTemplates, ","), "built-in templates to build at start when missing (comma-separated; empty for none)")
 	fs.BoolVar(&cfg.TemplateRegistryPrivate, "template-registry-private", false, "let template builds pull images from registries on loopback, private or link-local addresses")
+	fs.StringVar(&cfg.TemplateBuildCache, "template-build-cache", "", "keep finished template builds in this directory, by template ID, and take a build found there instead of building it again (shared by the servers of a host; kept when a data directory is wiped)")
 	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
 	if err := parseNoArgs(fs, args, "node"); err != nil {
 		return err

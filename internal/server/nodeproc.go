@@ -70,8 +70,10 @@ type NodeConfig struct {
 	// TemplateRegistryPrivate lets template builds pull images from
 	// registries on private addresses (Config.TemplateRegistryPrivate).
 	TemplateRegistryPrivate bool
-	MemoryOvercommit        float64
-	SessionOutputLimit      int64
+	// TemplateBuildCache is Config.TemplateBuildCache.
+	TemplateBuildCache string
+	MemoryOvercommit   float64
+	SessionOutputLimit int64
 	// SessionSpillLimit is as serve's Config.SessionSpillLimit.
 	SessionSpillLimit int64
 	// HeartbeatInterval is membership.DefaultInterval when zero.
@@ -170,6 +172,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	d := DefaultConfig().Defaults
 	side, err = openNodeSide(ctx, nodeSideConfig{
 		RegistryPrivate: cfg.TemplateRegistryPrivate,
+		BuildCache:      cfg.TemplateBuildCache,
 		DataDir:         cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
 		Runtimes: cfg.Runtimes, Accel: cfg.Accel,
 		SharedNetns: cfg.SharedMounts, VolumeImageBytes: cfg.VolumeImageBytes, ID: cfg.ID,

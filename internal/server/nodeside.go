@@ -61,8 +61,10 @@ type nodeSideConfig struct {
 	BuildDiskBytes int64
 	// RegistryPrivate lets recipes pull images from private addresses.
 	RegistryPrivate bool
-	Logger          *slog.Logger
-	say             func(string, ...any)
+	// BuildCache is template.Config.BuildCache.
+	BuildCache string
+	Logger     *slog.Logger
+	say        func(string, ...any)
 }
 
 // nodeSide is the node of a process: its volumes, network slots, egress
@@ -194,6 +196,7 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 		TrustedCA:      cfg.TrustedCA,
 		BuildDiskBytes: cfg.BuildDiskBytes,
 		Registry:       template.RegistryConfig{AllowPrivate: cfg.RegistryPrivate},
+		BuildCache:     cfg.BuildCache,
 		Sandboxes:      buildSandboxes{node: ns.node, limits: cfg.BuildLimits},
 		Runtimes:       builders,
 	}); err != nil {

@@ -102,6 +102,10 @@ type Config struct {
 	// image:<reference>, E2B's fromImage) from registries on loopback,
 	// private or link-local addresses.
 	TemplateRegistryPrivate bool
+	// TemplateBuildCache is a directory of finished template builds
+	// shared across data directories (template.Config.BuildCache); empty:
+	// none.
+	TemplateBuildCache string
 	// ProjectQuota is every project's quota unless set for it through the
 	// API (PUT /v1/projects/{name}); zero fields are unlimited.
 	ProjectQuota project.Quota
@@ -229,6 +233,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		},
 		BuildDiskBytes:  int64(cfg.Defaults.DiskMB) << 20,
 		RegistryPrivate: cfg.TemplateRegistryPrivate,
+		BuildCache:      cfg.TemplateBuildCache,
 		Logger:          cfg.Logger, say: say,
 	})
 	if err != nil {

@@ -358,6 +358,13 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 		logLine(fmt.Sprintf("[%d/%d] %s", n, total, desc))
 	}
 
+	if m.receiveCached(ctx, p.id, final, logLine) {
+		// The whole recipe's result, received: only the backends'
+		// artifacts are made again.
+		n = total - 1 - len(m.artifactBuilders(r.Runtime.Names()))
+		step("received from the build cache (" + p.id + ")")
+		return m.publish(ctx, p, final, step, logLine)
+	}
 	rootfs, err := m.createBase(ctx, p, work, step, logLine)
 	if err != nil {
 		return 0, err
@@ -394,14 +401,21 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 		vols.Delete(final)
 		return 0, err
 	}
+	m.saveCached(ctx, p.id, final, logLine)
+	return m.publish(ctx, p, final, step, logLine)
+}
+
+// publish makes the backends' artifacts of the finished, read-only
+// volume final and returns its size; on failure final goes too.
+func (m *Manager) publish(ctx context.Context, p *buildPlan, final string, step, logLine func(string)) (int64, error) {
+	vols := m.cfg.Volumes
 	if err := m.prepareArtifacts(ctx, p, final, step); err != nil {
 		vols.Delete(final)
 		return 0, err
 	}
-	size, err = vols.Size(final)
+	size, err := vols.Size(final)
 	if err != nil {
 		logLine("size: " + err.Error())
-		err = nil
 	}
 	return size, nil
 }

@@ -132,6 +132,10 @@ type Config struct {
 	// backend that boots the rootfs volume as it is (gVisor). A recipe
 	// naming a backend not here fails. A nil map is gVisor alone.
 	Runtimes map[string]runtime.ImageBuilder
+	// BuildCache, when set, is a directory of finished builds' root
+	// volumes by template ID, shared by the servers of this host and kept
+	// when a data directory goes (buildcache.go); empty: none.
+	BuildCache string
 	// Logf receives build events; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -185,6 +189,10 @@ func NewManager(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, store: st, ctx: ctx, cancel: cancel,
 		records: records, names: names, builds: map[string]*build{}, hostRun: runLogged}
 	if err := m.recover(); err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := m.openBuildCache(); err != nil {
 		cancel()
 		return nil, err
 	}

@@ -1,0 +1,109 @@
+package template
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newCachedEnv is a test env (its own data dir and pool) whose manager
+// keeps finished builds in cache and trusts testCA.
+func newCachedEnv(t *testing.T, cache string) *testEnv {
+	t.Helper()
+	e := newTestEnv(t)
+	e.m.Close()
+	m, err := NewManager(Config{DataDir: e.dataDir, Volumes: e.pool, Logf: t.Logf, Sandboxes: e.boxes,
+		BuildCache: cache, TrustedCA: []byte(testCA)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.m = m
+	return e
+}
+
+// A build is made once per host: a second data directory receives the
+// cached root volume, with every file the build wrote, instead of
+// booting a build sandbox; a broken entry is built again and replaced.
+func TestBuildCacheAcrossDataDirs(t *testing.T) {
+	cache := t.TempDir()
+	recipe := mustParse(t, "from: minimal\nrun: ['echo step ran']\n")
+
+	first := newCachedEnv(t, cache)
+	built, progress := first.build(t, "child", recipe, "")
+	if len(first.boxes.started) != 1 || strings.Contains(progress, "build cache") {
+		t.Fatalf("the first build did not build (sandboxes %v):\n%s", first.boxes.started, progress)
+	}
+	entry := filepath.Join(cache, built.ID+cacheSuffix)
+	if fi, err := os.Stat(entry); err != nil || fi.Size() == 0 {
+		t.Fatalf("no cache entry for %s: %v", built.ID, err)
+	}
+
+	second := newCachedEnv(t, cache)
+	got, progress := second.build(t, "child", recipe, "")
+	if got.ID != built.ID || got.State != StateReady || got.SizeBytes <= 0 {
+		t.Fatalf("cached build record %+v, want ready %s", got, built.ID)
+	}
+	if len(second.boxes.started) != 0 {
+		t.Fatalf("a cached build booted build sandboxes %v", second.boxes.started)
+	}
+	if !strings.Contains(progress, "received from the build cache") {
+		t.Errorf("progress does not say the build came from the cache:\n%s", progress)
+	}
+	for _, f := range []string{"bin/busybox", caCertPath[1:]} {
+		want, err := os.ReadFile(filepath.Join(first.rootfs(built), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if have, err := os.ReadFile(filepath.Join(second.rootfs(got), f)); err != nil || string(have) != string(want) {
+			t.Errorf("cached rootfs %s: %d bytes, %v; want the built %d bytes", f, len(have), err, len(want))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(second.rootfs(got), "probe"), nil, 0o644); err == nil {
+		t.Error("the cached rootfs is writable")
+	}
+
+	// A torn entry is no template: the third builds, and mends the entry.
+	if err := os.WriteFile(entry, []byte("not a btrfs stream"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	third := newCachedEnv(t, cache)
+	mended, progress := third.build(t, "child", recipe, "")
+	if mended.State != StateReady || len(third.boxes.started) != 1 || !strings.Contains(progress, "does not receive, building instead") {
+		t.Fatalf("build over a broken entry: %+v, sandboxes %v:\n%s", mended, third.boxes.started, progress)
+	}
+	if fi, err := os.Stat(entry); err != nil || fi.Size() < 1000 {
+		t.Fatalf("the broken entry was not replaced: %v", err)
+	}
+}
+
+func TestBuildCacheDropsStaleEntries(t *testing.T) {
+	cache := t.TempDir()
+	old := time.Now().Add(-buildCacheMaxAge - time.Hour)
+	files := map[string]time.Time{
+		"aaaa" + cacheSuffix:                       old,
+		"bbbb" + cacheSuffix:                       time.Now(),
+		"cccc" + cacheSuffix + partialMarker + "x": time.Now().Add(-2 * time.Hour),
+		"dddd" + cacheSuffix + partialMarker + "y": time.Now(),
+	}
+	for name, at := range files {
+		p := filepath.Join(cache, name)
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &Manager{cfg: Config{BuildCache: cache}}
+	if err := m.openBuildCache(); err != nil {
+		t.Fatal(err)
+	}
+	for name, keep := range map[string]bool{"aaaa" + cacheSuffix: false, "bbbb" + cacheSuffix: true,
+		"cccc" + cacheSuffix + partialMarker + "x": false, "dddd" + cacheSuffix + partialMarker + "y": true} {
+		if _, err := os.Stat(filepath.Join(cache, name)); (err == nil) != keep {
+			t.Errorf("%s: kept %v, want %v", name, err == nil, keep)
+		}
+	}
+}
