@@ -35,6 +35,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/space-platform/space/internal/testtier"
 )
 
 // Version is the Kubernetes release whose kube-apiserver is run.
@@ -71,6 +73,7 @@ type Cluster struct {
 // server's start-up hooks.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	testtier.Full(t, "runs etcd and kube-apiserver")
 	apiserver, err := kubeAPIServerPath()
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)

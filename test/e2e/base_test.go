@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/space-platform/space/internal/testtier"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -12,9 +13,7 @@ import (
 // default user and working directory.
 func TestBaseTemplateConventions(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("builds Debian with debootstrap")
-	}
+	testtier.Full(t, "builds Debian with debootstrap")
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}

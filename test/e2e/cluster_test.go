@@ -18,6 +18,7 @@ import (
 
 	"github.com/space-platform/space/internal/pgtest"
 	"github.com/space-platform/space/internal/storage"
+	"github.com/space-platform/space/internal/testtier"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -115,9 +116,7 @@ func startCluster(t *testing.T, nodes int) *testCluster {
 // that each replica has nodes registered through it.
 func startClusterWith(t *testing.T, spec clusterSpec) *testCluster {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("starts a cluster of separate processes")
-	}
+	testtier.Full(t, "starts a cluster of separate processes")
 	pg := pgtest.Start(t)
 	base, err := os.MkdirTemp("/var/tmp", "space-cluster-")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/storage"
+	"github.com/space-platform/space/internal/testtier"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -116,9 +117,7 @@ func (s *crashServer) died(d time.Duration) bool {
 // With crashPoints, it can be told to kill itself (crashServer.crashFile).
 func newCrashServer(t *testing.T, crashPoints bool) *crashServer {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("starts and kills a separate server")
-	}
+	testtier.Full(t, "starts and kills a separate server")
 	base := t.TempDir()
 	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t)}
 	if crashPoints {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/space-platform/space/internal/testtier"
 	"io"
 	"net/http"
 	"slices"
@@ -219,9 +220,7 @@ func parseExecution(t *testing.T, body []byte) ciExecution {
 
 func TestE2BCodeInterpreter(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("builds the base and code-interpreter-v1 templates")
-	}
+	testtier.Full(t, "builds the base and code-interpreter-v1 templates")
 	buildCodeInterpreter(t)
 	began := time.Now()
 	sb := e2bCreate(t, "code-interpreter-v1", map[string]any{"envVars": map[string]string{"CI_FROM_CREATE": "created"}})
@@ -466,9 +465,7 @@ func jsonText(v any) string {
 // data, and each language has a kernel with its own contexts.
 func TestE2BCodeInterpreterChartsAndLanguages(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("builds the code-interpreter templates")
-	}
+	testtier.Full(t, "builds the code-interpreter templates")
 	buildCodeInterpreter(t)
 	sb := e2bCreate(t, "code-interpreter-v1", map[string]any{"envVars": map[string]string{"CI_FROM_CREATE": "created"}})
 
@@ -678,9 +675,7 @@ func TestE2BCodeInterpreterChartsAndLanguages(t *testing.T) {
 // client's timeout.
 func TestE2BCodeInterpreterKilledSandbox(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("builds the code-interpreter templates")
-	}
+	testtier.Full(t, "builds the code-interpreter templates")
 	buildCodeInterpreter(t)
 	sb := e2bCreate(t, "code-interpreter-v1", nil)
 	done := make(chan error, 1)

@@ -99,6 +99,7 @@ func requireNoWeb(t *testing.T, id, target string) {
 // closed, and an empty update restores the default. The detail reports
 // each state; bad updates are refused and change nothing.
 func TestE2BNetworkUpdate(t *testing.T) {
+	requireServer(t)
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +192,7 @@ func randomSecret(t *testing.T) string {
 // version of the secret is sent at once; rules can be replaced and
 // cleared on the running sandbox, and a secret in use cannot be deleted.
 func TestE2BNetworkRulesInjectSecrets(t *testing.T) {
+	requireServer(t)
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}
@@ -306,6 +308,7 @@ func TestE2BNetworkRulesInjectSecrets(t *testing.T) {
 // secret writes need an admin key, and it lists only its project's
 // secrets.
 func TestE2BNetworkRulesProjectKey(t *testing.T) {
+	requireServer(t)
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}
@@ -350,6 +353,7 @@ func TestE2BNetworkRulesProjectKey(t *testing.T) {
 // maskRequestHost is the Host the sandbox's services get through the
 // proxy, ${PORT} filled in; without it they get the client's.
 func TestE2BMaskRequestHost(t *testing.T) {
+	requireServer(t)
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}

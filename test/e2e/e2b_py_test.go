@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"github.com/space-platform/space/internal/testtier"
 	"io"
 	"math/big"
 	"net"
@@ -45,9 +46,7 @@ const pyDomain = "sbx.space.test"
 // when PyPI is unreachable.
 func TestE2BPythonSDKs(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("installs PyPI packages and builds the base template")
-	}
+	testtier.Full(t, "installs PyPI packages and builds the base template")
 	dir := filepath.Join(env.repoRoot, "compat", "e2b-py")
 	envs := strings.Fields(os.Getenv("SPACE_E2B_PY_ENVS"))
 	if len(envs) == 0 {

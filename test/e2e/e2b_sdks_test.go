@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/space-platform/space/internal/testtier"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +23,7 @@ import (
 // registry is unreachable.
 func TestE2BJSSDKs(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("installs npm packages and builds the base template")
-	}
+	testtier.Full(t, "installs npm packages and builds the base template")
 	dir := filepath.Join(env.repoRoot, "compat", "e2b-js")
 	node, err := exec.LookPath("node")
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/network/nettest"
+	"github.com/space-platform/space/internal/testtier"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -194,9 +195,7 @@ func TestEgressDomainPolicyChangeOnRunningSandbox(t *testing.T) {
 // base template) verifies the fake web's certificate end to end.
 func TestEgressHTTPSByServerName(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("needs the base template (debootstrap)")
-	}
+	testtier.Full(t, "needs the base template (debootstrap)")
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}

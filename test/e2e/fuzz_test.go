@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/testtier"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -54,9 +55,7 @@ const fuzzChecks = "not_a_server_error,status_code_conformance,content_type_conf
 // latest).
 func TestAPIFuzz(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("installs schemathesis from PyPI and fuzzes the live server")
-	}
+	testtier.Full(t, "installs schemathesis from PyPI and fuzzes the live server")
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 is not installed; the API fuzz needs it (scripts/install-deps.sh)")
 	}

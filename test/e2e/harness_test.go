@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,11 +21,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/network/nettest"
 	"github.com/space-platform/space/internal/pgtest"
 	"github.com/space-platform/space/internal/server"
 	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/internal/template"
+	"github.com/space-platform/space/internal/testtier"
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
@@ -106,7 +109,10 @@ func run(m *testing.M) (int, error) {
 	// The microvm runtime beside gVisor where the host has QEMU and the
 	// guest kernel (scripts/install-deps.sh); under TCG, which every host
 	// has, so that a run does not wait for a KVM probe.
-	if env.noMicroVM = microVMMissing(root); env.noMicroVM == "" {
+	// The quick tier's smoke set is gVisor's alone.
+	if flag.Parse(); testing.Short() {
+		env.noMicroVM = testtier.FullOnly + "the microVM backend"
+	} else if env.noMicroVM = microVMMissing(root); env.noMicroVM == "" {
 		cfg.Runtimes = []string{"gvisor", "microvm"}
 		cfg.Accel = "tcg"
 	}
@@ -137,6 +143,14 @@ func run(m *testing.M) (int, error) {
 	if err := os.WriteFile(cfg.EgressCAFile, env.web.CAPEM, 0o644); err != nil {
 		return 1, err
 	}
+	// Builds are kept across runs, by template ID (scripts/test.sh
+	// rebuilds a template only when its recipe, the builder or the CA
+	// changes): the egress CA, which every template trusts and its ID
+	// covers, is the same in every run for that.
+	cfg.TemplateBuildCache = filepath.Join(root, ".tools", "cache", "e2e-templates")
+	if err := seedEgressCA(filepath.Join(root, ".tools", "cache", "e2e-ca"), filepath.Join(env.dataDir, "ca")); err != nil {
+		return 1, err
+	}
 	env.cfg = cfg
 	if err := startServer(); err != nil {
 		return 1, err
@@ -147,6 +161,31 @@ func run(m *testing.M) (int, error) {
 	code := pgtest.Main(m) // stops the PostgreSQL cluster tests may start
 	cleanup()
 	return code, nil
+}
+
+// seedEgressCA gives a new data directory's egress CA (dst) the one kept
+// in cache, made there on first use.
+func seedEgressCA(cache, dst string) error {
+	if _, err := credentials.LoadOrCreateCA(cache); err != nil {
+		return err
+	}
+	files, err := os.ReadDir(cache)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(cache, f.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, f.Name()), data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // buildBuiltin builds a built-in template unless it is already there.
@@ -250,11 +289,14 @@ func repoRoot() (string, error) {
 	return "", errors.New("go.mod not found above the working directory")
 }
 
+// requireServer skips t where the shared server cannot run (not root),
+// and in the quick tier unless t is a smoke test (smoke_test.go).
 func requireServer(t *testing.T) {
 	t.Helper()
 	if env.skip != "" {
 		t.Skip(env.skip)
 	}
+	requireFullTier(t)
 }
 
 func testContext(t *testing.T) context.Context {

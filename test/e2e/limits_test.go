@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/testtier"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -73,9 +74,7 @@ func TestDiskLimitIsEnforced(t *testing.T) {
 // suite once saw this pass a limit; this keeps it honest on base.)
 func TestDiskLimitIsEnforcedOnBase(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("builds Debian with debootstrap")
-	}
+	testtier.Full(t, "builds Debian with debootstrap")
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/space-platform/space/internal/network/nettest"
 	"github.com/space-platform/space/internal/redteam"
+	"github.com/space-platform/space/internal/testtier"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -24,9 +25,7 @@ import (
 // are a fake internet on this machine.
 func TestRedteam(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("builds the base template and runs 60+ attempts")
-	}
+	testtier.Full(t, "builds the base template and runs 60+ attempts")
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +48,7 @@ func TestMicroVMRedteam(t *testing.T) {
 	if env.noMicroVM != "" {
 		t.Skip(env.noMicroVM)
 	}
-	if testing.Short() {
-		t.Skip("builds the base template for microVMs and boots guests")
-	}
+	testtier.Full(t, "builds the base template for microVMs and boots guests")
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"github.com/space-platform/space/internal/testtier"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,9 +28,7 @@ import (
 // is unreachable.
 func TestNativeSDKs(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("installs PyPI and npm packages")
-	}
+	testtier.Full(t, "installs PyPI and npm packages")
 	which := os.Getenv("SPACE_SDK_NATIVE")
 	files := strings.Fields(os.Getenv("SPACE_SDK_NATIVE_TESTS"))
 	environ := append(withoutE2BEnv(os.Environ()),

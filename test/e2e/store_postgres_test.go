@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/space-platform/space/internal/pgtest"
+	"github.com/space-platform/space/internal/testtier"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
@@ -20,9 +21,7 @@ import (
 // sandbox state machine is the sandboxes table, and no state.db is made.
 func TestServeOnPostgres(t *testing.T) {
 	requireServer(t)
-	if testing.Short() {
-		t.Skip("starts and kills a separate server")
-	}
+	testtier.Full(t, "starts and kills a separate server")
 	url := pgtest.Start(t)
 	base := t.TempDir()
 	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t), store: url}

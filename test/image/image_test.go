@@ -17,9 +17,11 @@ import (
 
 	"github.com/space-platform/space/internal/ociarchive"
 	"github.com/space-platform/space/internal/template"
+	"github.com/space-platform/space/internal/testtier"
 )
 
 func archivePath(t *testing.T) string {
+	testtier.Full(t, "checks the OCI image scripts/image.sh builds (the quick tier does not build it)")
 	if p := os.Getenv("SPACE_IMAGE_ARCHIVE"); p != "" {
 		return p // named on purpose: missing is a failure, not a skip
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/storage"
+	"github.com/space-platform/space/internal/testtier"
 )
 
 // env is what every VM test shares, made once in TestMain: the agent
@@ -54,6 +56,10 @@ func setup() (int, func()) {
 	nothing := func() {}
 	if os.Geteuid() != 0 {
 		env.skip = "needs root (QEMU in cgroups, btrfs, netns)"
+		return 0, nothing
+	}
+	if flag.Parse(); testtier.Quick() {
+		env.skip = testtier.FullOnly + "boots microVM guests under TCG"
 		return 0, nothing
 	}
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
