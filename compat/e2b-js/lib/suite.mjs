@@ -179,7 +179,7 @@ export function defineSuite(label, sdk, { fork = false } = {}) {
 
     test('pause, then connect: files and a running process intact', async () => {
       await sbx.files.write('/home/user/kept.txt', 'kept across pause')
-      const ticker = await sbx.commands.run('while true; do date +%s%N > /home/user/tick; sleep 0.1; done', { background: true })
+      const ticker = await sbx.commands.run('while true; do date +%s%N > /home/user/tick.new; mv /home/user/tick.new /home/user/tick; sleep 0.1; done', { background: true })
       await ticker.disconnect()
       assert.equal(await sbx.pause(), true)
       assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')

@@ -192,7 +192,7 @@ def _nonempty(xs):
 
 def test_pause_connect(sbx):
     sbx.files.write("/home/user/kept.txt", "kept across pause")
-    ticker = sbx.commands.run("while true; do date +%s%N > /home/user/tick; sleep 0.1; done", background=True)
+    ticker = sbx.commands.run("while true; do date +%s%N > /home/user/tick.new; mv /home/user/tick.new /home/user/tick; sleep 0.1; done", background=True)
     ticker.disconnect()
     sbx.pause()
     assert Sandbox.get_info(sbx.sandbox_id, **OPTS).state.value == "paused"
