@@ -47,6 +47,10 @@ const pyDomain = "sbx.space.test"
 func TestE2BPythonSDKs(t *testing.T) {
 	requireServer(t)
 	testtier.Full(t, "installs PyPI packages and builds the base template")
+	// Mostly waiting on the server and the sandboxes: alongside the
+	// other parallel tests (each SDK suite has its own directory and
+	// sandboxes).
+	t.Parallel()
 	dir := filepath.Join(env.repoRoot, "compat", "e2b-py")
 	envs := strings.Fields(os.Getenv("SPACE_E2B_PY_ENVS"))
 	if len(envs) == 0 {

@@ -24,6 +24,10 @@ import (
 func TestE2BJSSDKs(t *testing.T) {
 	requireServer(t)
 	testtier.Full(t, "installs npm packages and builds the base template")
+	// Mostly waiting on the server and the sandboxes: alongside the
+	// other parallel tests (each SDK suite has its own directory and
+	// sandboxes).
+	t.Parallel()
 	dir := filepath.Join(env.repoRoot, "compat", "e2b-js")
 	node, err := exec.LookPath("node")
 	if err != nil {

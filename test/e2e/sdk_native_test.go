@@ -29,6 +29,10 @@ import (
 func TestNativeSDKs(t *testing.T) {
 	requireServer(t)
 	testtier.Full(t, "installs PyPI and npm packages")
+	// Mostly waiting on the server and the sandboxes: alongside the
+	// other parallel tests (each SDK suite has its own directory and
+	// sandboxes).
+	t.Parallel()
 	which := os.Getenv("SPACE_SDK_NATIVE")
 	files := strings.Fields(os.Getenv("SPACE_SDK_NATIVE_TESTS"))
 	environ := append(withoutE2BEnv(os.Environ()),

@@ -179,6 +179,9 @@ export function defineSuite(label, sdk, { fork = false } = {}) {
 
     test('pause, then connect: files and a running process intact', async () => {
       await sbx.files.write('/home/user/kept.txt', 'kept across pause')
+      // The first tick before the pause: the loop may not have written
+      // one by then, and the read after the resume would find no file.
+      await sbx.commands.run('date +%s%N > /home/user/tick')
       const ticker = await sbx.commands.run('while true; do date +%s%N > /home/user/tick.new; mv /home/user/tick.new /home/user/tick; sleep 0.1; done', { background: true })
       await ticker.disconnect()
       assert.equal(await sbx.pause(), true)

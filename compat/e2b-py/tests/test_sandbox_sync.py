@@ -192,6 +192,9 @@ def _nonempty(xs):
 
 def test_pause_connect(sbx):
     sbx.files.write("/home/user/kept.txt", "kept across pause")
+    # The first tick before the pause: the loop may not have written one
+    # by then, and the read after the resume would find no file.
+    sbx.commands.run("date +%s%N > /home/user/tick")
     ticker = sbx.commands.run("while true; do date +%s%N > /home/user/tick.new; mv /home/user/tick.new /home/user/tick; sleep 0.1; done", background=True)
     ticker.disconnect()
     sbx.pause()
