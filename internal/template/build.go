@@ -358,6 +358,14 @@ func (m *Manager) execute(ctx context.Context, p *buildPlan, logLine func(string
 		logLine(fmt.Sprintf("[%d/%d] %s", n, total, desc))
 	}
 
+	// One build of an ID on the host at a time: a second server (another
+	// test process, a cluster's node beside serve) waits and receives
+	// the first one's result instead of building it again beside it.
+	unlock, err := m.lockCacheEntry(ctx, p.id, logLine)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
 	if m.receiveCached(ctx, p.id, final, logLine) {
 		// The whole recipe's result, received: only the backends'
 		// artifacts are made again.

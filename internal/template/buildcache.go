@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/space-platform/space/internal/hostpath"
@@ -35,11 +36,17 @@ import (
 const buildCacheMaxAge = 14 * 24 * time.Hour
 
 // cacheSuffix ends the cache's entry files; partialMarker is in the name
-// of one being written.
+// of one being written; lockSuffix ends the file a build of an entry
+// holds locked (lockCacheEntry).
 const (
 	cacheSuffix   = ".btrfs"
 	partialMarker = ".partial-"
+	lockSuffix    = ".lock"
 )
+
+// cacheLockPoll is how often a build waiting for another build of its ID
+// tries the lock again.
+const cacheLockPoll = 200 * time.Millisecond
 
 func (m *Manager) cacheEntry(id string) string {
 	return filepath.Join(m.cfg.BuildCache, id+cacheSuffix)
@@ -64,12 +71,51 @@ func (m *Manager) openBuildCache() error {
 			continue
 		}
 		stale := strings.Contains(e.Name(), partialMarker) && time.Since(info.ModTime()) > time.Hour ||
-			strings.HasSuffix(e.Name(), cacheSuffix) && time.Since(info.ModTime()) > buildCacheMaxAge
+			(strings.HasSuffix(e.Name(), cacheSuffix) || strings.HasSuffix(e.Name(), lockSuffix)) && time.Since(info.ModTime()) > buildCacheMaxAge
 		if stale {
 			_ = os.Remove(filepath.Join(m.cfg.BuildCache, e.Name()))
 		}
 	}
 	return nil
+}
+
+// lockCacheEntry takes the host-wide lock of id's cache entry (an flock,
+// which the kernel drops with the process that held it), waiting while
+// another build of id holds it, and returns its release. Without a cache
+// there is nothing to share and nothing is locked.
+func (m *Manager) lockCacheEntry(ctx context.Context, id string, logLine func(string)) (unlock func(), err error) {
+	if m.cfg.BuildCache == "" {
+		return func() {}, nil
+	}
+	path := m.cacheEntry(id) + lockSuffix
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("template build cache: lock %s: %w", id, hostpath.Pathless(err))
+	}
+	waited := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("template build cache: lock %s: %w", id, err)
+		}
+		if !waited {
+			waited = true
+			logLine("build cache: another build of " + id + " runs on this host; waiting for it")
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(cacheLockPoll):
+		}
+	}
+	now := time.Now()
+	_ = os.Chtimes(path, now, now)   // in use: not stale
+	return func() { f.Close() }, nil // closing the file drops the lock
 }
 
 // receiveCached makes the read-only volume final from the cache's entry

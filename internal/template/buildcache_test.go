@@ -1,9 +1,13 @@
 package template
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -106,4 +110,90 @@ func TestBuildCacheDropsStaleEntries(t *testing.T) {
 			t.Errorf("%s: kept %v, want %v", name, err == nil, keep)
 		}
 	}
+}
+
+// Two servers of one host building the same ID: the second waits for the
+// first one's lock and receives its result, booting no build sandbox of
+// its own (the test processes of one run share a cache this way).
+func TestBuildCacheOneBuildOfAnIDPerHost(t *testing.T) {
+	recipe := mustParse(t, "from: minimal\nrun: ['echo step ran']\n")
+	// The ID, and the entry the other build will have made.
+	elsewhere := t.TempDir()
+	built, _ := newCachedEnv(t, elsewhere).build(t, "child", recipe, "")
+
+	cache := t.TempDir()
+	other, err := os.OpenFile(filepath.Join(cache, built.ID+cacheSuffix+lockSuffix), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := syscall.Flock(int(other.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	waiter := newCachedEnv(t, cache)
+	progress := &watchedWriter{want: "waiting for it", seen: make(chan struct{})}
+	type result struct {
+		tpl *Template
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		tpl, err := waiter.m.Build(context.Background(), "child", recipe, Source{HostPaths: true}, progress)
+		done <- result{tpl, err}
+	}()
+	select {
+	case <-progress.seen:
+	case r := <-done:
+		t.Fatalf("the build did not wait for the lock another build holds: %+v, %v\n%s", r.tpl, r.err, progress)
+	case <-time.After(time.Minute):
+		t.Fatalf("the build does not say it waits:\n%s", progress)
+	}
+	// The other build finishes: its entry in place, then its lock dropped.
+	src, err := os.Open(filepath.Join(elsewhere, built.ID+cacheSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.Create(filepath.Join(cache, built.ID+cacheSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	dst.Close()
+	other.Close()
+	r := <-done
+	if r.err != nil || r.tpl.ID != built.ID || r.tpl.State != StateReady {
+		t.Fatalf("build after the wait: %+v, %v\n%s", r.tpl, r.err, progress)
+	}
+	if len(waiter.boxes.started) != 0 || !strings.Contains(progress.String(), "received from the build cache") {
+		t.Fatalf("the waiting build built (sandboxes %v) instead of receiving:\n%s", waiter.boxes.started, progress)
+	}
+}
+
+// watchedWriter is a progress writer that closes seen once want was
+// written.
+type watchedWriter struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *watchedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
