@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -111,12 +112,11 @@ func TestTemplateUploadedArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	recipe := filepath.Join(dir, "recipe.yaml")
-	os.WriteFile(recipe, []byte(`name: uploaded
-from: upload
-user: root
-run:
-  - cat /proc/version > /etc/build-kernel; hostname > /etc/build-host; echo step-output-line
-`), 0o644)
+	// A step of this run (its marker): the build cache, which outlives
+	// runs, would otherwise hand over an earlier run's build, whose steps
+	// run no more.
+	step := fmt.Sprintf("cat /proc/version > /etc/build-kernel; hostname > /etc/build-host; echo step-output-line of run %d", time.Now().UnixNano())
+	os.WriteFile(recipe, []byte("name: uploaded\nfrom: upload\nuser: root\nrun:\n  - "+step+"\n"), 0o644)
 	stdout, stderr, code := space(t, "", "template", "build", "-f", recipe, "--archive", archive)
 	if code != 0 {
 		t.Fatalf("space template build --archive: exit %d\n%s\n%s", code, stdout, stderr)
@@ -150,7 +150,7 @@ run:
 	f, _ := os.Open(archive)
 	defer f.Close()
 	info, _ := f.Stat()
-	again, err := userClient(t).CreateTemplateFromArchive(ctx, apiv1.CreateTemplateRequest{Name: "uploaded-again", Recipe: "from: upload\nuser: root\nrun:\n  - cat /proc/version > /etc/build-kernel; hostname > /etc/build-host; echo step-output-line\n"}, f, info.Size())
+	again, err := userClient(t).CreateTemplateFromArchive(ctx, apiv1.CreateTemplateRequest{Name: "uploaded-again", Recipe: "from: upload\nuser: root\nrun:\n  - " + step + "\n"}, f, info.Size())
 	if err != nil || again.ID != tpl.ID || again.State != apiv1.TemplateReady {
 		t.Errorf("non-admin upload of the same image: %+v, %v", again, err)
 	}
