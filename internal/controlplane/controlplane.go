@@ -515,6 +515,12 @@ func (cp *ControlPlane) Owner(id string) (owner string, ok bool) {
 	if id == "" || strings.ContainsAny(id, "/\x00") {
 		return "", false
 	}
+	// On a shared store another replica may have created it a moment
+	// ago: its record is in the store before this replica's cache hears
+	// of it, and a create answered there must not be 404 here.
+	if r, err := cp.lookup(id); err == nil {
+		return project.Of(cp.snapshot(r).Project), true
+	}
 	snaps, _ := cp.Snapshots(id)
 	if len(snaps) == 0 {
 		return "", false

@@ -505,3 +505,22 @@ func TestReplicasReconcileKeepsOthersSandboxes(t *testing.T) {
 		t.Fatalf("b's sweep kept %v, want [[%s]]: it would destroy a's sandbox", n.kepts, sb.ID)
 	}
 }
+
+// The API's project check (Owner) on a replica that has not heard of a
+// sandbox yet, as when the store's notification comes late, reads the
+// store: a create answered by one replica is never a 404 on the other
+// (TestClusterReplicas/replica-kill met one under a saturated CPU).
+func TestReplicasOwnerBeforeTheNotification(t *testing.T) {
+	_, a, b, sb := twoReplicasCreate(t)
+	waitState(t, b.ControlPlane, sb.ID, apiv1.StateRunning) // no write follows
+	b.mu.Lock()
+	delete(b.sandboxes, sb.ID) // as if the notification had not come yet
+	b.mu.Unlock()
+	want, _ := a.Owner(sb.ID)
+	if owner, ok := b.Owner(sb.ID); !ok || owner != want {
+		t.Fatalf("Owner through the replica that has not heard of %s: %q, %v; want %q", sb.ID, owner, ok, want)
+	}
+	if _, ok := b.Owner("no-such-sandbox"); ok {
+		t.Fatal("Owner of a sandbox no one created")
+	}
+}
