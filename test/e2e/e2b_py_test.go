@@ -119,7 +119,7 @@ func TestE2BPythonSDKs(t *testing.T) {
 
 func runPytest(t *testing.T, venv, dir string, environ, files []string) {
 	t.Helper()
-	args := append([]string{"-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--durations=5"}, files...)
+	args := append([]string{"-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", "--durations=5"}, files...)
 	runTestCommand(t, "pytest "+strings.Join(files, " "), dir, environ, filepath.Join(venv, "bin", "python"), args...)
 }
 

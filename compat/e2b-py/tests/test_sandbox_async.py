@@ -140,6 +140,13 @@ async def test_sandbox_timeout_runs_out():
 async def test_pause_connect(sbx):
     await sbx.files.write("/home/user/kept.txt", "kept")
     sleeper = await sbx.commands.run("echo $$ > /home/user/shell.pid; sleep 600", background=True)
+
+    # The background shell may not have written its pid yet: the read
+    # after the resume would find no file.
+    async def pid_written():
+        assert (await sbx.files.read("/home/user/shell.pid")).strip()
+
+    await eventually_async(pid_written, "the sleeper's pid file")
     # A handle left open re-opens its stream after the pause (the newest
     # SDK retries), and that traffic resumes the sandbox on space: let go
     # of it, as a client that pauses does.
