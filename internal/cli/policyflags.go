@@ -3,6 +3,7 @@ package cli
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/project"
@@ -30,6 +31,7 @@ func addPolicyFlags(fs *flagSet, defaults *controlplane.Defaults, http *server.H
 	fs.IntVar(&p.defaults.IdleSuspendS, "idle-suspend-s", p.defaults.IdleSuspendS, "suspend a sandbox after this many seconds without activity (default for sandboxes that name none)")
 	fs.DurationVar(&p.defaults.SuspendedRetention, "suspended-retention", p.defaults.SuspendedRetention, "delete suspended sandboxes after this long")
 	fs.DurationVar(&p.defaults.SnapshotRetention, "snapshot-retention", p.defaults.SnapshotRetention, "keep rolling snapshots this long (default for sandboxes that name none)")
+	fs.DurationVar(&p.defaults.MinSnapshotInterval, "min-snapshot-interval", p.defaults.MinSnapshotInterval, "the shortest snapshot_interval_s a sandbox may ask for (each rolling snapshot captures memory and disk)")
 	fs.IntVar(&p.defaults.BandwidthMbit, "sandbox-bandwidth-mbit", p.defaults.BandwidthMbit, "bandwidth of each sandbox's network in Mbit/s, each way (0: unlimited); create requests may ask for less")
 	fs.IntVar(&p.defaults.MaxConnections, "sandbox-max-connections", p.defaults.MaxConnections, "connections each sandbox may have open at once (0: unlimited); create requests may ask for fewer")
 	fs.IntVar(&p.quota.MaxSandboxes, "project-max-sandboxes", 0, "sandboxes each project may have at once, suspended ones included (0: unlimited; PUT /v1/projects/{name} sets one project's)")
@@ -51,6 +53,9 @@ func (p policyFlags) check(fs *flagSet) error {
 	}
 	if p.defaults.BandwidthMbit < 0 || p.defaults.MaxConnections < 0 {
 		return fs.usageErrorf("--sandbox-bandwidth-mbit and --sandbox-max-connections must be 0 (unlimited) or positive")
+	}
+	if p.defaults.MinSnapshotInterval < time.Second {
+		return fs.usageErrorf("--min-snapshot-interval must be at least 1s")
 	}
 	if p.http.ReadHeaderTimeout <= 0 || p.http.IdleTimeout <= 0 || p.http.MaxConnections < 0 {
 		return fs.usageErrorf("--http-read-header-timeout and --http-idle-timeout must be positive, --http-max-connections 0 (unlimited) or positive")

@@ -99,6 +99,12 @@ type Defaults struct {
 	SuspendedRetention time.Duration
 	// SnapshotRetention is how long rolling snapshots are kept.
 	SnapshotRetention time.Duration
+	// MinSnapshotInterval is the floor of a sandbox's snapshot_interval_s
+	// (0: DefaultMinSnapshotInterval). Each rolling snapshot captures
+	// memory and disk, so a small floor lets one client keep the node
+	// busy snapshotting: an operator lowers it for a trusted workload
+	// (or a test) only.
+	MinSnapshotInterval time.Duration
 	// BandwidthMbit and MaxConnections are every sandbox's network limits
 	// (0: unlimited); a create request may only lower them.
 	BandwidthMbit, MaxConnections int

@@ -27,12 +27,20 @@ const (
 	maxMetaEntries = 64
 	maxMetaKeyLen  = 256
 	maxMetaValLen  = 2048
-	// minSnapshotIntervalS is the floor of rolling snapshots: each one
-	// captures memory and disk, so a smaller interval would let one client
-	// keep the node busy snapshotting.
-	minSnapshotIntervalS = 60
-	createTimeout        = 3 * time.Minute
+	createTimeout  = 3 * time.Minute
 )
+
+// DefaultMinSnapshotInterval is the floor of rolling snapshots' interval
+// unless the operator sets another (Defaults.MinSnapshotInterval).
+const DefaultMinSnapshotInterval = time.Minute
+
+// minSnapshotIntervalS is the floor of snapshot_interval_s, in seconds.
+func (d Defaults) minSnapshotIntervalS() int {
+	if d.MinSnapshotInterval <= 0 {
+		return int(DefaultMinSnapshotInterval / time.Second)
+	}
+	return int((d.MinSnapshotInterval + time.Second - 1) / time.Second)
+}
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
@@ -361,9 +369,9 @@ func (cp *ControlPlane) checkRequest(owner string, req *apiv1.CreateSandboxReque
 		return invalid("on_timeout must be kill or suspend, got %q", req.OnTimeout)
 	case req.IdleSuspendS < -1:
 		return invalid("idle_suspend_s must be -1 (never), 0 (default) or positive")
-	case req.SnapshotIntervalS < 0 || (req.SnapshotIntervalS > 0 && req.SnapshotIntervalS < minSnapshotIntervalS):
+	case req.SnapshotIntervalS < 0 || (req.SnapshotIntervalS > 0 && req.SnapshotIntervalS < d.minSnapshotIntervalS()):
 		return invalid("snapshot_interval_s must be 0 (no rolling snapshots) or at least %d seconds, got %d",
-			minSnapshotIntervalS, req.SnapshotIntervalS)
+			d.minSnapshotIntervalS(), req.SnapshotIntervalS)
 	case req.SnapshotRetentionS < 0:
 		return invalid("snapshot_retention_s must not be negative")
 	}

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/space-platform/space/pkg/apiv1"
 )
 
 func TestCheckEnvAndMetadata(t *testing.T) {
@@ -42,6 +45,29 @@ func TestCheckEnvAndMetadata(t *testing.T) {
 	} {
 		if !errors.Is(c.err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", c.name, c.err)
+		}
+	}
+}
+
+// The floor of snapshot_interval_s is the operator's, a minute unless set.
+func TestSnapshotIntervalFloor(t *testing.T) {
+	for _, c := range []struct {
+		floor    time.Duration
+		interval int
+		ok       bool
+	}{
+		{0, 59, false}, {0, 60, true}, {0, 0, true},
+		{5 * time.Second, 4, false}, {5 * time.Second, 5, true},
+		{1500 * time.Millisecond, 1, false}, {1500 * time.Millisecond, 2, true},
+	} {
+		cp := newTestCPWith(t, Config{Defaults: Defaults{MinSnapshotInterval: c.floor, VCPUs: 1, MemoryMB: 256, DiskMB: 1024, TimeoutS: 60}}, t.TempDir(), newFakeNode())
+		req := apiv1.CreateSandboxRequest{Template: "tpl", SnapshotIntervalS: c.interval}
+		err := cp.checkRequest("p", &req)
+		if c.ok && err != nil {
+			t.Errorf("floor %s, interval %d: %v", c.floor, c.interval, err)
+		}
+		if !c.ok && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "at least")) {
+			t.Errorf("floor %s, interval %d: %v, want ErrInvalid naming the floor", c.floor, c.interval, err)
 		}
 	}
 }

@@ -106,6 +106,9 @@ func run(m *testing.M) (int, error) {
 	cfg.TemplateRegistryPrivate = true
 	cfg.Defaults.Template = "minimal"
 	cfg.Defaults.Retention = time.Hour
+	// Rolling snapshots every few seconds, so that the tests of them wait
+	// seconds, not the default floor's minute (e2eSnapshotInterval).
+	cfg.Defaults.MinSnapshotInterval = e2eSnapshotInterval * time.Second
 	// The microvm runtime beside gVisor where the host has QEMU and the
 	// guest kernel (scripts/install-deps.sh); under TCG, which every host
 	// has, so that a run does not wait for a KVM probe.

@@ -353,12 +353,15 @@ func TestIdleSuspendAndTimeoutSuspend(t *testing.T) {
 	}
 }
 
+// e2eSnapshotInterval is the harness server's floor of
+// snapshot_interval_s (--min-snapshot-interval), in seconds.
+const e2eSnapshotInterval = 5
+
 func TestRollingSnapshots(t *testing.T) {
-	// A minute of waiting: alongside the other parallel tests.
 	t.Parallel()
-	// 60 s is the floor of snapshot_interval_s; the first rolling snapshot
-	// comes one interval after the start.
-	sb := newSandbox(t, apiv1.CreateSandboxRequest{SnapshotIntervalS: 60, SnapshotRetentionS: 3600})
+	// The harness's floor of snapshot_interval_s; the first rolling
+	// snapshot comes one interval after the start.
+	sb := newSandbox(t, apiv1.CreateSandboxRequest{SnapshotIntervalS: e2eSnapshotInterval, SnapshotRetentionS: 3600})
 	ctx := testContext(t)
 	deadline := time.Now().Add(100 * time.Second)
 	for {
