@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -28,7 +27,8 @@ import (
 // E2B's template build API (issue 13, item 12), replayed as the SDKs send
 // it: POST /v3/templates, the files link and upload, the v2 trigger with
 // steps, build status with logs, and tags. The JS SDKs' own run is
-// TestE2BJSTemplateBuilds.
+// compat/e2b-js/test/tpl-build.test.mjs, in TestE2BJSSDKs
+// (SPACE_E2B_JS_TESTS=test/tpl-build.test.mjs runs it alone).
 
 // tplFiles is a gzipped tar of files, as the SDKs upload a copy's
 // sources, and a files hash for it.
@@ -436,33 +436,5 @@ func TestE2BTemplateFromImage(t *testing.T) {
 	out, _ := exec.Command("grep", "-rl", `"password"`, filepath.Join(env.dataDir, "e2b")).CombinedOutput()
 	if len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("build records hold the registry password: %s", out)
-	}
-}
-
-// TestE2BJSTemplateBuilds runs compat/e2b-js/test/tpl-*.test.mjs: the
-// unmodified SDKs' Template() builder against the server, from the base
-// template.
-func TestE2BJSTemplateBuilds(t *testing.T) {
-	requireServer(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
-	dir := filepath.Join(env.repoRoot, "compat", "e2b-js")
-	installSDKs(t, dir)
-	if err := buildBuiltin("base"); err != nil {
-		t.Fatal(err)
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "test", "tpl-*.test.mjs"))
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, append([]string{"--test", "--test-concurrency=2", "--test-reporter=spec"}, files...)...)
-	cmd.Dir = dir
-	cmd.Env = append(withoutE2BEnv(os.Environ()),
-		"E2B_API_URL="+env.srv.E2BURL(), "E2B_SANDBOX_URL="+env.srv.ProxyURL(), "E2B_API_KEY="+env.srv.AdminKey)
-	out, err := cmd.CombinedOutput()
-	t.Logf("node --test:\n%s", out)
-	if err != nil {
-		t.Fatalf("the template build suite failed: %v", err)
 	}
 }
