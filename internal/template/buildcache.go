@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -31,9 +32,15 @@ import (
 //
 // An entry is written under a temporary name and renamed into place when
 // whole; one that fails to receive is removed and the template built.
-// Entries unused for buildCacheMaxAge are removed when a manager opens
-// the cache.
+// Entries unused for buildCacheMaxAge, and the least recently used past
+// Config.BuildCacheMaxBytes, are removed when a manager opens the cache:
+// every build of a new ID adds an entry (a test suite's runs add a few
+// GiB each), so an unbounded cache would fill its disk.
 const buildCacheMaxAge = 14 * 24 * time.Hour
+
+// DefaultBuildCacheMaxBytes is the cache's bound unless the manager's
+// Config names another.
+const DefaultBuildCacheMaxBytes = 32 << 30
 
 // cacheSuffix ends the cache's entry files; partialMarker is in the name
 // of one being written; lockSuffix ends the file a build of an entry
@@ -65,6 +72,8 @@ func (m *Manager) openBuildCache() error {
 	if err != nil {
 		return fmt.Errorf("template build cache: %w", err)
 	}
+	var kept []fs.FileInfo // whole entries, to bound
+	var total int64
 	for _, e := range entries {
 		info, err := e.Info()
 		if err != nil || !info.Mode().IsRegular() {
@@ -74,6 +83,26 @@ func (m *Manager) openBuildCache() error {
 			(strings.HasSuffix(e.Name(), cacheSuffix) || strings.HasSuffix(e.Name(), lockSuffix)) && time.Since(info.ModTime()) > buildCacheMaxAge
 		if stale {
 			_ = os.Remove(filepath.Join(m.cfg.BuildCache, e.Name()))
+		} else if strings.HasSuffix(e.Name(), cacheSuffix) {
+			kept = append(kept, info)
+			total += info.Size()
+		}
+	}
+	// Least recently used first (a receive touches its entry). A server
+	// receiving an entry removed here keeps reading its open file; the
+	// entries' lock files stay (removing a held one would let a second
+	// build of its ID start), and go with age.
+	limit := m.cfg.BuildCacheMaxBytes
+	if limit <= 0 {
+		limit = DefaultBuildCacheMaxBytes
+	}
+	slices.SortFunc(kept, func(a, b fs.FileInfo) int { return a.ModTime().Compare(b.ModTime()) })
+	for _, info := range kept {
+		if total <= limit {
+			break
+		}
+		if err := os.Remove(filepath.Join(m.cfg.BuildCache, info.Name())); err == nil {
+			total -= info.Size()
 		}
 	}
 	return nil
@@ -82,15 +111,23 @@ func (m *Manager) openBuildCache() error {
 // lockCacheEntry takes the host-wide lock of id's cache entry (an flock,
 // which the kernel drops with the process that held it), waiting while
 // another build of id holds it, and returns its release. Without a cache
-// there is nothing to share and nothing is locked.
+// there is nothing to share and nothing is locked. A lock that cannot be
+// taken costs what the cache's other failures cost, at most a second
+// build of id: it is logged and the build goes on unlocked. Only the
+// context's end is an error.
 func (m *Manager) lockCacheEntry(ctx context.Context, id string, logLine func(string)) (unlock func(), err error) {
+	unlocked := func(err error) (func(), error) {
+		m.cfg.Logf("template build cache: lock %s: %v", id, err)
+		logLine("build cache: not locked, building without it: " + hostpath.Pathless(err).Error())
+		return func() {}, nil
+	}
 	if m.cfg.BuildCache == "" {
 		return func() {}, nil
 	}
 	path := m.cacheEntry(id) + lockSuffix
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("template build cache: lock %s: %w", id, hostpath.Pathless(err))
+		return unlocked(err)
 	}
 	waited := false
 	for {
@@ -100,7 +137,7 @@ func (m *Manager) lockCacheEntry(ctx context.Context, id string, logLine func(st
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 			f.Close()
-			return nil, fmt.Errorf("template build cache: lock %s: %w", id, err)
+			return unlocked(err)
 		}
 		if !waited {
 			waited = true

@@ -197,3 +197,60 @@ func (w *watchedWriter) String() string {
 	defer w.mu.Unlock()
 	return w.buf.String()
 }
+
+// Past its bound the cache drops its least recently used entries, and
+// only whole entries count: partial writes and lock files stay.
+func TestBuildCacheKeepsToItsBound(t *testing.T) {
+	cache := t.TempDir()
+	now := time.Now()
+	files := []struct {
+		name string
+		size int
+		age  time.Duration
+		keep bool
+	}{
+		{"oldest" + cacheSuffix, 400, 3 * time.Hour, false},
+		{"older" + cacheSuffix, 400, 2 * time.Hour, false},
+		{"recent" + cacheSuffix, 400, time.Hour, true},
+		{"newest" + cacheSuffix, 400, 0, true},
+		{"oldest" + cacheSuffix + lockSuffix, 0, 3 * time.Hour, true},
+		{"being-written" + cacheSuffix + partialMarker + "z", 5000, 0, true},
+	}
+	for _, f := range files {
+		p := filepath.Join(cache, f.name)
+		if err := os.WriteFile(p, make([]byte, f.size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, now.Add(-f.age), now.Add(-f.age)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &Manager{cfg: Config{BuildCache: cache, BuildCacheMaxBytes: 1000}}
+	if err := m.openBuildCache(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, err := os.Stat(filepath.Join(cache, f.name)); (err == nil) != f.keep {
+			t.Errorf("%s: kept %v, want %v", f.name, err == nil, f.keep)
+		}
+	}
+}
+
+// A lock that cannot be taken (here: its path is a directory) costs at
+// most a second build of the ID; the build goes on and says so.
+func TestBuildCacheBuildsWhenItCannotLock(t *testing.T) {
+	recipe := mustParse(t, "from: minimal\nrun: ['echo step ran']\n")
+	id, _ := newCachedEnv(t, t.TempDir()).build(t, "child", recipe, "")
+	cache := t.TempDir()
+	if err := os.Mkdir(filepath.Join(cache, id.ID+cacheSuffix+lockSuffix), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e := newCachedEnv(t, cache)
+	got, progress := e.build(t, "child", recipe, "")
+	if got.State != StateReady || len(e.boxes.started) != 1 || !strings.Contains(progress, "not locked, building without it") {
+		t.Fatalf("build without its lock: %+v, sandboxes %v:\n%s", got, e.boxes.started, progress)
+	}
+	if strings.Contains(progress, cache) {
+		t.Errorf("the build's log names a host path:\n%s", progress)
+	}
+}

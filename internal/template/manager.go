@@ -136,6 +136,10 @@ type Config struct {
 	// volumes by template ID, shared by the servers of this host and kept
 	// when a data directory goes (buildcache.go); empty: none.
 	BuildCache string
+	// BuildCacheMaxBytes bounds the cache's entries: past it, the least
+	// recently used go when a manager opens the cache. 0:
+	// DefaultBuildCacheMaxBytes.
+	BuildCacheMaxBytes int64
 	// Logf receives build events; nil discards them.
 	Logf func(format string, args ...any)
 }
