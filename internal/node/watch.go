@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
@@ -25,10 +26,20 @@ func (n *Node) Run(ctx context.Context) {
 // watching is one wait for a sandbox's runtime to end.
 type watching struct{ cancel context.CancelFunc }
 
+// watchAttempts is how often track begins a wait the runtime failed to
+// begin (its state command killed or timed out on a loaded host) before
+// it leaves the sandbox unwatched; watchRetryWait is the first pause
+// between attempts, doubled after each.
+const (
+	watchAttempts  = 6
+	watchRetryWait = 100 * time.Millisecond
+)
+
 // track waits, in the background, for the sandbox's runtime to end, and
 // reports it as an exit event unless the node stopped the sandbox itself
-// (untrack) meanwhile. A wait the runtime cannot begin (no such sandbox)
-// leaves the sandbox unwatched.
+// (untrack) meanwhile. A wait the runtime cannot begin is tried again a
+// few times (an unwatched sandbox's death would go unreported); one the
+// runtime refuses for want of the sandbox leaves it unwatched.
 func (n *Node) track(ctx context.Context, sb *Sandbox) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w := &watching{cancel: cancel}
@@ -37,7 +48,21 @@ func (n *Node) track(ctx context.Context, sb *Sandbox) {
 	}
 	go func() {
 		defer cancel()
-		reason, err := n.rt(sb.ID).Wait(wctx, sb.ID)
+		var reason runtime.ExitReason
+		var err error
+		pause := watchRetryWait
+		for attempt := 1; ; attempt++ {
+			reason, err = n.rt(sb.ID).Wait(wctx, sb.ID)
+			if err == nil || wctx.Err() != nil || errors.Is(err, runtime.ErrNotFound) || attempt == watchAttempts {
+				break
+			}
+			n.log.Warn("cannot watch the sandbox's runtime; trying again", "sandbox", sb.ID, "attempt", attempt, "err", err)
+			select {
+			case <-wctx.Done():
+			case <-time.After(pause):
+			}
+			pause *= 2
+		}
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {
 				n.log.Warn("cannot watch the sandbox's runtime", "sandbox", sb.ID, "err", err)

@@ -2,6 +2,9 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,5 +77,64 @@ func TestRuntimeEndsAreExitEvents(t *testing.T) {
 		if sb.watched() {
 			t.Errorf("%s is still watched after its end", sb.ID)
 		}
+	}
+}
+
+// failingRuntime fails the first fails waits it is asked to begin, as a
+// runsc state killed under load does, then reports the sandbox dead; a
+// sandbox it does not know it refuses with ErrNotFound.
+type failingRuntime struct {
+	runtime.Runtime
+	fails atomic.Int32
+	waits atomic.Int32
+}
+
+func (r *failingRuntime) Wait(ctx context.Context, id string) (runtime.ExitReason, error) {
+	r.waits.Add(1)
+	if id == "unknown" {
+		return "", fmt.Errorf("%s: %w", id, runtime.ErrNotFound)
+	}
+	if r.fails.Add(-1) >= 0 {
+		return "", errors.New("runsc state: signal: killed")
+	}
+	return runtime.ExitDied, nil
+}
+
+// A wait the runtime failed to begin is begun again: the sandbox's death
+// is still reported. One the runtime refuses for want of the sandbox is
+// not tried again.
+func TestWatchOutlastsAFailedWait(t *testing.T) {
+	rt := &failingRuntime{}
+	rt.fails.Store(2)
+	n := testNode(t)
+	n.cfg.Runtimes = map[string]runtime.Runtime{runtime.GVisor: rt}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, _ := n.Events(ctx)
+	sb := &Sandbox{ID: "s1", node: n}
+	n.register(sb)
+	n.track(ctx, sb)
+	select {
+	case ev := <-events:
+		if ev.Type != nodeapi.EventExit || ev.Sandbox != "s1" {
+			t.Fatalf("event %+v, want the exit of s1", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit event after two failed waits")
+	}
+	if got := rt.waits.Load(); got != 3 {
+		t.Fatalf("%d waits begun, want 3", got)
+	}
+
+	rt.waits.Store(0)
+	unknown := &Sandbox{ID: "unknown", node: n}
+	n.register(unknown)
+	n.track(ctx, unknown)
+	deadline := time.Now().Add(5 * time.Second)
+	for unknown.watched() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if unknown.watched() || rt.waits.Load() != 1 {
+		t.Fatalf("a sandbox the runtime does not know: watched %v after %d waits", unknown.watched(), rt.waits.Load())
 	}
 }
