@@ -222,7 +222,7 @@ func TestHonestStatusCodes(t *testing.T) {
 		// The agent dropped privileges on one thread only: root still writes.
 		{"write as root into the root-owned dir", "PUT", base + "/files?path=/srv/rootonly/byroot&user=root", strings.NewReader("x"), 200, ""},
 		{"disk quota exceeded", "PUT", "/v1/sandboxes/" + small.ID + "/files?path=/home/user/big", big, 507, ""},
-		{"snapshot interval below the floor", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","snapshot_interval_s":`+strconv.Itoa(e2eSnapshotInterval-1)+`}`), 400, "at least "+strconv.Itoa(e2eSnapshotInterval)},
+		{"snapshot interval below the floor", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","snapshot_interval_s":` + strconv.Itoa(e2eSnapshotInterval-1) + `}`), 400, "at least " + strconv.Itoa(e2eSnapshotInterval)},
 		{"env name with =", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","env":{"A=B":"c"}}`), 400, "env"},
 		{"env value with NUL", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","env":{"A":"\u0000"}}`), 400, "NUL"},
 		{"metadata with NUL", "POST", "/v1/sandboxes", strings.NewReader(`{"template":"minimal","metadata":{"a":"b\u0000"}}`), 400, "NUL"},
