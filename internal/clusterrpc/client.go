@@ -18,8 +18,8 @@ import (
 	"github.com/space-platform/space/internal/cluster"
 	pb "github.com/space-platform/space/internal/clusterrpc/gen/clusterv1"
 	"github.com/space-platform/space/internal/clusterrpc/gen/clusterv1/clusterv1connect"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/credentials"
-	"github.com/space-platform/space/internal/membership"
 	"github.com/space-platform/space/internal/nodeapi"
 )
 
@@ -28,20 +28,15 @@ type DialOptions struct {
 	// CAFile holds the PEM certificates that sign the control plane's
 	// TLS certificate, for https URLs; empty trusts the system's roots.
 	CAFile string
-	// Templates, when set, lists the templates the node holds; every
-	// registration and heartbeat carries them.
-	Templates func() []Template
 }
 
-// Client is a node's side of the cluster service. It implements
-// membership.ControlPlane.
+// Client is a node's side of the cluster service, one replica's.
 type Client struct {
-	rpc       clusterv1connect.ClusterServiceClient
-	http      *http.Client
-	templates func() []Template
+	rpc  clusterv1connect.ClusterServiceClient
+	http *http.Client
 }
 
-var _ membership.ControlPlane = (*Client)(nil)
+var _ cpapi.ControlPlane = (*Client)(nil)
 
 // Dial returns a client of the control plane at baseURL presenting token.
 // It does not connect: the first call does.
@@ -74,7 +69,7 @@ func Dial(baseURL, token string, opts DialOptions) (*Client, error) {
 	}
 	// A heartbeat that hangs must not outlive the interval it stands for.
 	hc := &http.Client{Transport: t, Timeout: 10 * time.Second}
-	c := &Client{http: hc, templates: opts.Templates}
+	c := &Client{http: hc}
 	c.rpc = clusterv1connect.NewClusterServiceClient(hc, strings.TrimSuffix(u.String(), "/"),
 		connect.WithInterceptors(bearer(token)))
 	return c, nil
@@ -86,37 +81,26 @@ func (c *Client) Close() error {
 	return nil
 }
 
-func (c *Client) held() []*pb.Template {
-	if c.templates == nil {
-		return nil
-	}
-	return toTemplates(c.templates())
-}
-
 // Register registers the node.
-func (c *Client) Register(ctx context.Context, id, address string, info nodeapi.Info) error {
-	_, err := c.rpc.Register(ctx, connect.NewRequest(&pb.RegisterRequest{Id: id, Address: address, Info: toInfo(info), Templates: c.held()}))
+func (c *Client) Register(ctx context.Context, id, address string, info nodeapi.Info, templates []Template) error {
+	_, err := c.rpc.Register(ctx, connect.NewRequest(&pb.RegisterRequest{Id: id, Address: address, Info: toInfo(info), Templates: toTemplates(templates)}))
 	return clientError(err)
 }
 
 // Heartbeat reports the node's Info; an unknown node's answer wraps
 // cluster.ErrUnknownNode, a lost one's cluster.ErrConflict.
-func (c *Client) Heartbeat(ctx context.Context, id string, info nodeapi.Info) error {
-	_, err := c.rpc.Heartbeat(ctx, connect.NewRequest(&pb.HeartbeatRequest{Id: id, Info: toInfo(info), Templates: c.held()}))
+func (c *Client) Heartbeat(ctx context.Context, id string, info nodeapi.Info, templates []Template) error {
+	_, err := c.rpc.Heartbeat(ctx, connect.NewRequest(&pb.HeartbeatRequest{Id: id, Info: toInfo(info), Templates: toTemplates(templates)}))
 	return clientError(err)
 }
 
 // EgressCA fetches the cluster's egress CA for node id.
-func (c *Client) EgressCA(ctx context.Context, id string) (*credentials.CA, error) {
+func (c *Client) EgressCA(ctx context.Context, id string) (cpapi.EgressCA, error) {
 	resp, err := c.rpc.EgressCA(ctx, connect.NewRequest(&pb.EgressCARequest{NodeId: id}))
 	if err != nil {
-		return nil, credentialClientError(err)
+		return cpapi.EgressCA{}, credentialClientError(err)
 	}
-	ca, err := credentials.ParseCA(resp.Msg.GetCertPem(), resp.Msg.GetKeyPem())
-	if err != nil {
-		return nil, fmt.Errorf("the control plane's egress CA: %w", err)
-	}
-	return ca, nil
+	return cpapi.EgressCA{CertPEM: resp.Msg.GetCertPem(), KeyPEM: resp.Msg.GetKeyPem()}, nil
 }
 
 // CredentialRules fetches the rules of sandbox sandboxID, which runs on

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/credentials"
-	"github.com/space-platform/space/internal/membership"
 	"github.com/space-platform/space/internal/nodeapi"
 )
 
@@ -16,7 +16,7 @@ import (
 // last, and to the next ones in turn when that one does not answer (it
 // died, or is restarting). The replicas share one registry in the store,
 // so a node registered through one replica heartbeats through another.
-// It implements membership.ControlPlane.
+// It implements cpapi.ControlPlane.
 type Replicas struct {
 	clients []*Client
 	urls    []string
@@ -25,7 +25,7 @@ type Replicas struct {
 	cur int // the replica that answered last
 }
 
-var _ membership.ControlPlane = (*Replicas)(nil)
+var _ cpapi.ControlPlane = (*Replicas)(nil)
 
 // DialReplicas returns a client of the control-plane replicas at urls, in
 // the order they are tried first. It does not connect.
@@ -53,19 +53,19 @@ func (r *Replicas) Close() error {
 }
 
 // Register registers the node through the first replica that answers.
-func (r *Replicas) Register(ctx context.Context, id, address string, info nodeapi.Info) error {
-	return r.try(func(c *Client) error { return c.Register(ctx, id, address, info) })
+func (r *Replicas) Register(ctx context.Context, id, address string, info nodeapi.Info, templates []Template) error {
+	return r.try(func(c *Client) error { return c.Register(ctx, id, address, info, templates) })
 }
 
 // Heartbeat reports the node's Info through the first replica that
 // answers; its answer's errors are as Client.Heartbeat's.
-func (r *Replicas) Heartbeat(ctx context.Context, id string, info nodeapi.Info) error {
-	return r.try(func(c *Client) error { return c.Heartbeat(ctx, id, info) })
+func (r *Replicas) Heartbeat(ctx context.Context, id string, info nodeapi.Info, templates []Template) error {
+	return r.try(func(c *Client) error { return c.Heartbeat(ctx, id, info, templates) })
 }
 
 // EgressCA gets the cluster's egress CA through the first replica that
 // answers.
-func (r *Replicas) EgressCA(ctx context.Context, id string) (ca *credentials.CA, err error) {
+func (r *Replicas) EgressCA(ctx context.Context, id string) (ca cpapi.EgressCA, err error) {
 	err = r.try(func(c *Client) (err error) { ca, err = c.EgressCA(ctx, id); return err })
 	return ca, err
 }

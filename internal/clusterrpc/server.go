@@ -1,9 +1,9 @@
 // Package clusterrpc is the cluster service (space.cluster.v1) over
-// Connect: how a node joins the control plane and heartbeats its Info and
-// templates, and where it gets the cluster's egress CA and, at connection
-// time, its sandboxes' credential rules and secrets. NewHandler serves it on the control plane over the node
-// registry; Dial returns the node's client, which implements
-// membership.ControlPlane. Every call carries the cluster token.
+// Connect: the node → control-plane contract (cpapi.ControlPlane) between
+// processes. NewHandler serves a cpapi.ControlPlane (the control plane's
+// cpapi.Service); Dial and DialReplicas return the node's client, which
+// implements cpapi.ControlPlane again. Every call carries the cluster
+// token.
 package clusterrpc
 
 import (
@@ -20,65 +20,27 @@ import (
 	"github.com/space-platform/space/internal/cluster"
 	pb "github.com/space-platform/space/internal/clusterrpc/gen/clusterv1"
 	"github.com/space-platform/space/internal/clusterrpc/gen/clusterv1/clusterv1connect"
-	"github.com/space-platform/space/internal/credentials"
-	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/cpapi"
 )
 
-// Template is a template ready on a node, by the catalog name it was
-// built under.
-type Template struct {
-	Name string               `json:"name"`
-	Spec nodeapi.TemplateSpec `json:"spec"`
-}
+// Template is cpapi.Template, by its former name.
+type Template = cpapi.Template
 
-// Registry is the part of the node registry the service drives
-// (*cluster.Registry).
-type Registry interface {
-	Register(id, address string, info nodeapi.Info) (cluster.Node, error)
-	Heartbeat(id string, info nodeapi.Info) error
-}
-
-// Errors a Credentials implementation wraps: the client maps them back.
+// Errors of the credential calls (cpapi's), by their former names.
 var (
-	// ErrNoSandbox: no live sandbox has the id.
-	ErrNoSandbox = errors.New("no such sandbox")
-	// ErrDenied: the sandbox runs on another node, or its rules do not
-	// name the secret.
-	ErrDenied = errors.New("permission denied")
-	// ErrToken: the control plane refused the cluster token (client side).
-	ErrToken = errors.New("wrong cluster token")
-	// ErrUnsupported: the control plane serves no credential calls
-	// (client side).
-	ErrUnsupported = errors.New("not served by this control plane")
+	ErrNoSandbox   = cpapi.ErrNoSandbox
+	ErrDenied      = cpapi.ErrDenied
+	ErrToken       = cpapi.ErrToken
+	ErrUnsupported = cpapi.ErrUnsupported
 )
-
-// Credentials answers the nodes' credential calls (the control plane).
-// node is the calling node's id: a sandbox's rules and secrets go only to
-// the node its record names.
-type Credentials interface {
-	// EgressCA is the cluster's egress CA, PEM-encoded.
-	EgressCA() (certPEM, keyPEM []byte, err error)
-	// CredentialRules are the rules of sandbox id (none once it stopped).
-	CredentialRules(node, id string) ([]credentials.Rule, error)
-	// Secret is the value of a secret the rules of sandbox id name, from
-	// the sandbox's project.
-	Secret(node, id, name string) ([]byte, error)
-}
 
 // ServerConfig configures the service.
 type ServerConfig struct {
-	Registry Registry
+	// ControlPlane answers the calls (a *cpapi.Service).
+	ControlPlane cpapi.ControlPlane
 	// Token is the cluster token; an empty one refuses every call.
-	Token string
-	// Joined, when set, is told of every registration once the registry
-	// took it: the control plane dials the node and reconciles it then.
-	Joined func(n cluster.Node, templates []Template)
-	// Templates, when set, is told of the templates of every heartbeat.
-	Templates func(id string, templates []Template)
-	// Credentials, when set, answers the credential calls; unset, they
-	// answer UNIMPLEMENTED.
-	Credentials Credentials
-	Logger      *slog.Logger
+	Token  string
+	Logger *slog.Logger
 }
 
 // NewHandler returns the service's Connect path and handler.
@@ -94,56 +56,31 @@ type server struct{ cfg ServerConfig }
 
 func (s *server) Register(ctx context.Context, req *connect.Request[pb.RegisterRequest]) (*connect.Response[pb.RegisterResponse], error) {
 	m := req.Msg
-	templates := fromTemplates(m.GetTemplates())
-	n, err := s.cfg.Registry.Register(m.GetId(), m.GetAddress(), fromInfo(m.GetInfo()))
-	if err != nil {
+	if err := s.cfg.ControlPlane.Register(ctx, m.GetId(), m.GetAddress(), fromInfo(m.GetInfo()), fromTemplates(m.GetTemplates())); err != nil {
 		return nil, wireError(err)
-	}
-	s.cfg.Logger.Info("node registered", "node", n.ID, "address", n.Address, "state", n.State)
-	if s.cfg.Joined != nil {
-		s.cfg.Joined(n, templates)
 	}
 	return connect.NewResponse(&pb.RegisterResponse{}), nil
 }
 
 func (s *server) Heartbeat(ctx context.Context, req *connect.Request[pb.HeartbeatRequest]) (*connect.Response[pb.HeartbeatResponse], error) {
 	m := req.Msg
-	if err := s.cfg.Registry.Heartbeat(m.GetId(), fromInfo(m.GetInfo())); err != nil {
+	if err := s.cfg.ControlPlane.Heartbeat(ctx, m.GetId(), fromInfo(m.GetInfo()), fromTemplates(m.GetTemplates())); err != nil {
 		return nil, wireError(err)
-	}
-	if s.cfg.Templates != nil {
-		s.cfg.Templates(m.GetId(), fromTemplates(m.GetTemplates()))
 	}
 	return connect.NewResponse(&pb.HeartbeatResponse{}), nil
 }
 
-func (s *server) credentials() (Credentials, error) {
-	if s.cfg.Credentials == nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this control plane serves no credentials"))
-	}
-	return s.cfg.Credentials, nil
-}
-
 func (s *server) EgressCA(ctx context.Context, req *connect.Request[pb.EgressCARequest]) (*connect.Response[pb.EgressCAResponse], error) {
-	c, err := s.credentials()
-	if err != nil {
-		return nil, err
-	}
-	cert, key, err := c.EgressCA()
+	ca, err := s.cfg.ControlPlane.EgressCA(ctx, req.Msg.GetNodeId())
 	if err != nil {
 		return nil, credentialError(err)
 	}
-	s.cfg.Logger.Info("egress CA handed to a node", "node", req.Msg.GetNodeId())
-	return connect.NewResponse(&pb.EgressCAResponse{CertPem: cert, KeyPem: key}), nil
+	return connect.NewResponse(&pb.EgressCAResponse{CertPem: ca.CertPEM, KeyPem: ca.KeyPEM}), nil
 }
 
 func (s *server) CredentialRules(ctx context.Context, req *connect.Request[pb.CredentialRulesRequest]) (*connect.Response[pb.CredentialRulesResponse], error) {
-	c, err := s.credentials()
-	if err != nil {
-		return nil, err
-	}
 	m := req.Msg
-	rules, err := c.CredentialRules(m.GetNodeId(), m.GetSandboxId())
+	rules, err := s.cfg.ControlPlane.CredentialRules(ctx, m.GetNodeId(), m.GetSandboxId())
 	if err != nil {
 		return nil, credentialError(err)
 	}
@@ -157,12 +94,8 @@ func (s *server) CredentialRules(ctx context.Context, req *connect.Request[pb.Cr
 }
 
 func (s *server) Secret(ctx context.Context, req *connect.Request[pb.SecretRequest]) (*connect.Response[pb.SecretResponse], error) {
-	c, err := s.credentials()
-	if err != nil {
-		return nil, err
-	}
 	m := req.Msg
-	v, err := c.Secret(m.GetNodeId(), m.GetSandboxId(), m.GetName())
+	v, err := s.cfg.ControlPlane.Secret(ctx, m.GetNodeId(), m.GetSandboxId(), m.GetName())
 	if err != nil {
 		return nil, credentialError(err)
 	}
@@ -178,6 +111,8 @@ func credentialError(err error) error {
 		code = connect.CodeNotFound
 	case errors.Is(err, ErrDenied):
 		code = connect.CodePermissionDenied
+	case errors.Is(err, ErrUnsupported):
+		code = connect.CodeUnimplemented
 	}
 	return connect.NewError(code, err)
 }

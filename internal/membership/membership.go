@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/nodeapi"
 )
 
@@ -21,13 +22,13 @@ type InfoSource interface {
 	Info(ctx context.Context) (nodeapi.Info, error)
 }
 
-// ControlPlane is the control plane's side as a node reaches it (the RPC
-// client, or *cluster.Registry in process). An unknown node's heartbeat
+// ControlPlane is the part of the node → control-plane contract
+// (cpapi.ControlPlane) membership drives. An unknown node's heartbeat
 // answers an error wrapping cluster.ErrUnknownNode; a node removed as lost
 // one wrapping cluster.ErrConflict.
 type ControlPlane interface {
-	Register(ctx context.Context, id, address string, info nodeapi.Info) error
-	Heartbeat(ctx context.Context, id string, info nodeapi.Info) error
+	Register(ctx context.Context, id, address string, info nodeapi.Info, templates []cpapi.Template) error
+	Heartbeat(ctx context.Context, id string, info nodeapi.Info, templates []cpapi.Template) error
 }
 
 // DefaultInterval is how often a node heartbeats: a third of the
@@ -41,6 +42,9 @@ type Config struct {
 	ID, Address  string
 	Node         InfoSource
 	ControlPlane ControlPlane
+	// Templates, when set, lists the templates the node holds; every
+	// registration and heartbeat carries them.
+	Templates func() []cpapi.Template
 	// Interval between heartbeats (DefaultInterval when zero); a failed
 	// registration is retried at the same pace.
 	Interval time.Duration
@@ -95,15 +99,19 @@ func (m *member) beat(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the node's info: %w", err)
 	}
+	var templates []cpapi.Template
+	if m.cfg.Templates != nil {
+		templates = m.cfg.Templates()
+	}
 	if m.registered {
-		err := m.cfg.ControlPlane.Heartbeat(ctx, m.cfg.ID, info)
+		err := m.cfg.ControlPlane.Heartbeat(ctx, m.cfg.ID, info, templates)
 		if !errors.Is(err, cluster.ErrUnknownNode) {
 			return err
 		}
 		m.log.Warn("the control plane does not know this node; registering again")
 		m.registered = false
 	}
-	if err := m.cfg.ControlPlane.Register(ctx, m.cfg.ID, m.cfg.Address, info); err != nil {
+	if err := m.cfg.ControlPlane.Register(ctx, m.cfg.ID, m.cfg.Address, info, templates); err != nil {
 		return fmt.Errorf("register with the control plane: %w", err)
 	}
 	m.registered = true

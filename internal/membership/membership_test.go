@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/cluster"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/store"
 )
@@ -19,8 +21,9 @@ import (
 // controlPlane is a control plane in process: a real registry over a
 // real store, which the test replaces to play a control-plane restart.
 type controlPlane struct {
-	mu  sync.Mutex
-	reg *cluster.Registry
+	mu    sync.Mutex
+	reg   *cluster.Registry
+	heard []cpapi.Template // the templates of the last call
 }
 
 func (c *controlPlane) registry() *cluster.Registry {
@@ -41,13 +44,31 @@ func (c *controlPlane) restart(t *testing.T, st store.Store) *cluster.Registry {
 	return reg
 }
 
-func (c *controlPlane) Register(_ context.Context, id, address string, info nodeapi.Info) error {
-	_, err := c.registry().Register(id, address, info)
-	return err
+// service is the control plane's own side of the contract over the
+// current registry.
+func (c *controlPlane) service() *cpapi.Service {
+	hear := func(_ string, ts []cpapi.Template) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.heard = ts
+	}
+	return &cpapi.Service{Registry: c.registry(), Heard: hear,
+		Joined: func(n cluster.Node, ts []cpapi.Template) { hear(n.ID, ts) },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
-func (c *controlPlane) Heartbeat(_ context.Context, id string, info nodeapi.Info) error {
-	return c.registry().Heartbeat(id, info)
+func (c *controlPlane) Register(ctx context.Context, id, address string, info nodeapi.Info, templates []cpapi.Template) error {
+	return c.service().Register(ctx, id, address, info, templates)
+}
+
+func (c *controlPlane) Heartbeat(ctx context.Context, id string, info nodeapi.Info, templates []cpapi.Template) error {
+	return c.service().Heartbeat(ctx, id, info, templates)
+}
+
+func (c *controlPlane) templatesHeard() []cpapi.Template {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heard
 }
 
 func openStore(t *testing.T) store.Store {
@@ -65,6 +86,16 @@ func openStore(t *testing.T) store.Store {
 type info struct {
 	sandboxes atomic.Int64
 	broken    atomic.Bool
+	held      atomic.Int64 // how many templates it holds
+}
+
+// templates are the node's templates: held of them.
+func (i *info) templates() []cpapi.Template {
+	var out []cpapi.Template
+	for n := range i.held.Load() {
+		out = append(out, cpapi.Template{Name: fmt.Sprint("t", n), Spec: nodeapi.TemplateSpec{ID: fmt.Sprint(n)}})
+	}
+	return out
 }
 
 func (i *info) Info(context.Context) (nodeapi.Info, error) {
@@ -86,13 +117,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func start(t *testing.T, cp ControlPlane, node InfoSource) (stop func() error) {
+func start(t *testing.T, cp ControlPlane, node *info) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{ID: "n1", Address: "http://n1:7071", Node: node, ControlPlane: cp, Interval: 5 * time.Millisecond,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			Templates: node.templates, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	}()
 	return func() error {
 		cancel()
@@ -123,6 +154,11 @@ func TestRegistersHeartbeatsAndRegistersAgain(t *testing.T) {
 	eventually(t, "the node registered", nodeState(reg, cluster.Ready, 0))
 	node.sandboxes.Store(3)
 	eventually(t, "a heartbeat carried the node's new figures", nodeState(reg, cluster.Ready, 3))
+	node.held.Store(2)
+	eventually(t, "a heartbeat carried the node's templates", func() bool {
+		ts := cp.templatesHeard()
+		return len(ts) == 2 && ts[1].Name == "t1" && ts[1].Spec.ID == "1"
+	})
 	if _, err := reg.Cordon("n1"); err != nil {
 		t.Fatal(err)
 	}

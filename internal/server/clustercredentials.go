@@ -11,17 +11,20 @@ import (
 
 	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// Credential injection in a cluster: the control plane keeps the rules
-// (in the sandboxes' records), the secrets and the egress CA; a node's
-// gateway intercepts its sandboxes' TLS and asks the control plane for
-// what it needs at connection time (clusterCredentials answers,
-// remoteCredentials asks).
+// Credential injection, in a cluster and under serve alike: the control
+// plane keeps the rules (in the sandboxes' records), the secrets and the
+// egress CA; a node's gateway intercepts its sandboxes' TLS and asks the
+// control plane, through the node → control-plane contract
+// (cpapi.ControlPlane), for what it needs at connection time
+// (controlPlaneCredentials answers behind cpapi.Service, nodeCredentials
+// asks: over the cluster RPC, or in process under serve).
 
 // sandboxLookup finds a sandbox's record (*controlplane.ControlPlane).
 type sandboxLookup interface {
@@ -33,21 +36,24 @@ type secretReader interface {
 	Get(ref string) ([]byte, error)
 }
 
-// clusterCredentials answers the nodes' credential calls on the control
+// controlPlaneCredentials answers the nodes' credential calls on the control
 // plane. A node gets the rules and secrets of the sandboxes its records
 // say it runs, and only secrets those rules name, from the sandbox's own
-// project: as under serve (projectSecrets), rules never reach another
-// project's secrets, and one node's calls do not reach another's
-// sandboxes.
-type clusterCredentials struct {
+// project: rules never reach another project's secrets, and one node's
+// calls do not reach another's sandboxes.
+type controlPlaneCredentials struct {
 	ca        *credentials.CA
 	sandboxes func() sandboxLookup
 	secrets   secretReader
+	// legacyNode is the node of records that name none (written by
+	// versions with one node): serve's own; "" in a cluster, where such
+	// a record is no node's.
+	legacyNode string
 }
 
-var _ clusterrpc.Credentials = clusterCredentials{}
+var _ cpapi.Credentials = controlPlaneCredentials{}
 
-func (c clusterCredentials) EgressCA() ([]byte, []byte, error) {
+func (c controlPlaneCredentials) EgressCA() ([]byte, []byte, error) {
 	key, err := c.ca.KeyPEM()
 	if err != nil {
 		return nil, nil, err
@@ -56,7 +62,7 @@ func (c clusterCredentials) EgressCA() ([]byte, []byte, error) {
 }
 
 // sandbox is the live sandbox id as node may see it.
-func (c clusterCredentials) sandbox(node, id string) (controlplane.Sandbox, error) {
+func (c controlPlaneCredentials) sandbox(node, id string) (controlplane.Sandbox, error) {
 	sb, err := c.sandboxes().Get(project.Everything, id)
 	if errors.Is(err, controlplane.ErrNotFound) {
 		return sb, fmt.Errorf("sandbox %s: %w", id, clusterrpc.ErrNoSandbox)
@@ -64,7 +70,11 @@ func (c clusterCredentials) sandbox(node, id string) (controlplane.Sandbox, erro
 	if err != nil {
 		return sb, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	if node == "" || sb.Node != node {
+	recorded := sb.Node
+	if recorded == "" {
+		recorded = c.legacyNode
+	}
+	if node == "" || recorded != node {
 		return sb, fmt.Errorf("sandbox %s does not run on node %q: %w", id, node, clusterrpc.ErrDenied)
 	}
 	// A stopped or failed sandbox has no traffic to inject into; its
@@ -75,7 +85,7 @@ func (c clusterCredentials) sandbox(node, id string) (controlplane.Sandbox, erro
 	return sb, nil
 }
 
-func (c clusterCredentials) CredentialRules(node, id string) ([]credentials.Rule, error) {
+func (c controlPlaneCredentials) CredentialRules(node, id string) ([]credentials.Rule, error) {
 	sb, err := c.sandbox(node, id)
 	if err != nil {
 		return nil, err
@@ -83,7 +93,7 @@ func (c clusterCredentials) CredentialRules(node, id string) ([]credentials.Rule
 	return sb.Credentials, nil
 }
 
-func (c clusterCredentials) Secret(node, id, name string) ([]byte, error) {
+func (c controlPlaneCredentials) Secret(node, id, name string) ([]byte, error) {
 	sb, err := c.sandbox(node, id)
 	if err != nil {
 		return nil, err
@@ -103,7 +113,7 @@ func (c clusterCredentials) Secret(node, id, name string) ([]byte, error) {
 }
 
 // credentialClient is the control plane as a node asks it for
-// credentials (*clusterrpc.Client).
+// credentials (a cpapi.ControlPlane).
 type credentialClient interface {
 	CredentialRules(ctx context.Context, node, sandboxID string) ([]credentials.Rule, error)
 	Secret(ctx context.Context, node, sandboxID, name string) ([]byte, error)
@@ -121,14 +131,16 @@ const (
 	credentialCallTimeout = 5 * time.Second
 )
 
-// remoteCredentials is a node's credentials.RuleSource and SecretSource:
-// the control plane, with its answers kept in memory for credentialTTL
-// (never on disk).
-type remoteCredentials struct {
+// nodeCredentials is a node's credentials.RuleSource and SecretSource:
+// the control plane, with its answers kept in memory for ttl (never on
+// disk; not at all when ttl is 0, as for a control plane in the same
+// process, whose answers cost no round trip).
+type nodeCredentials struct {
 	node   string
 	client credentialClient
 	log    *slog.Logger
 	now    func() time.Time
+	ttl    time.Duration
 
 	mu      sync.Mutex
 	rules   map[string]cachedRules
@@ -145,9 +157,9 @@ type cachedSecret struct {
 	at    time.Time
 }
 
-func newRemoteCredentials(node string, client credentialClient, log *slog.Logger) *remoteCredentials {
-	return &remoteCredentials{
-		node: node, client: client, log: log, now: time.Now,
+func newNodeCredentials(node string, client credentialClient, log *slog.Logger, ttl time.Duration) *nodeCredentials {
+	return &nodeCredentials{
+		node: node, client: client, log: log, now: time.Now, ttl: ttl,
 		rules: map[string]cachedRules{}, secrets: map[[2]string]cachedSecret{},
 	}
 }
@@ -155,11 +167,11 @@ func newRemoteCredentials(node string, client credentialClient, log *slog.Logger
 // CredentialRules asks the control plane for the sandbox's rules. When
 // it cannot answer, the sandbox has none for now: its TLS then goes
 // through untouched, without credentials, rather than being cut.
-func (r *remoteCredentials) CredentialRules(id string) []credentials.Rule {
+func (r *nodeCredentials) CredentialRules(id string) []credentials.Rule {
 	r.mu.Lock()
 	c, ok := r.rules[id]
 	r.mu.Unlock()
-	if ok && r.now().Sub(c.at) < credentialTTL {
+	if ok && r.now().Sub(c.at) < r.ttl {
 		return c.rules
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), credentialCallTimeout)
@@ -172,6 +184,9 @@ func (r *remoteCredentials) CredentialRules(id string) []credentials.Rule {
 		r.log.Warn("credential rules: the control plane did not answer", "sandbox", id, "err", err)
 		return nil
 	}
+	if r.ttl == 0 {
+		return rules
+	}
 	r.mu.Lock()
 	if len(r.rules) >= maxCachedCredentials {
 		clear(r.rules)
@@ -182,12 +197,12 @@ func (r *remoteCredentials) CredentialRules(id string) []credentials.Rule {
 }
 
 // Secret asks the control plane for a secret of the sandbox's rules.
-func (r *remoteCredentials) Secret(id, name string) ([]byte, error) {
+func (r *nodeCredentials) Secret(id, name string) ([]byte, error) {
 	key := [2]string{id, name}
 	r.mu.Lock()
 	c, ok := r.secrets[key]
 	r.mu.Unlock()
-	if ok && r.now().Sub(c.at) < credentialTTL {
+	if ok && r.now().Sub(c.at) < r.ttl {
 		return c.value, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), credentialCallTimeout)
@@ -195,6 +210,9 @@ func (r *remoteCredentials) Secret(id, name string) ([]byte, error) {
 	v, err := r.client.Secret(ctx, r.node, id, name)
 	if err != nil {
 		return nil, fmt.Errorf("secret %s of sandbox %s: %w", name, id, err)
+	}
+	if r.ttl == 0 {
+		return v, nil
 	}
 	at := r.now()
 	r.mu.Lock()
@@ -205,7 +223,7 @@ func (r *remoteCredentials) Secret(id, name string) ([]byte, error) {
 	r.mu.Unlock()
 	// The value leaves the node's memory when it goes stale, not when a
 	// later call happens to replace it.
-	time.AfterFunc(credentialTTL, func() {
+	time.AfterFunc(r.ttl, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if c, ok := r.secrets[key]; ok && c.at.Equal(at) {
@@ -220,14 +238,18 @@ func (r *remoteCredentials) Secret(id, name string) ([]byte, error) {
 // sandbox before it holds the CA its templates trust. A wrong cluster
 // token (or a control plane without the call) ends the wait at once.
 func fetchEgressCA(ctx context.Context, c interface {
-	EgressCA(ctx context.Context, node string) (*credentials.CA, error)
+	EgressCA(ctx context.Context, node string) (cpapi.EgressCA, error)
 }, node string, say func(string, ...any)) (*credentials.CA, error) {
 	wait, told := 500*time.Millisecond, false
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ca, err := c.EgressCA(callCtx, node)
+		pem, err := c.EgressCA(callCtx, node)
 		cancel()
 		if err == nil {
+			ca, err := pem.CA()
+			if err != nil {
+				return nil, fmt.Errorf("the control plane's egress CA: %w", err)
+			}
 			return ca, nil
 		}
 		if errors.Is(err, clusterrpc.ErrToken) || errors.Is(err, clusterrpc.ErrUnsupported) {

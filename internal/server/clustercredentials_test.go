@@ -18,7 +18,9 @@ import (
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/credentials"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/internal/store"
@@ -36,7 +38,7 @@ func (f fakeSandboxes) Get(_ project.Scope, id string) (controlplane.Sandbox, er
 	return sb, nil
 }
 
-// credentialService serves the cluster service with clusterCredentials
+// credentialService serves the cluster service with controlPlaneCredentials
 // over a real secret store, for sandboxes and token given, and returns
 // its URL and CA.
 func credentialService(t *testing.T, sandboxes fakeSandboxes, stored map[string]string) (string, *credentials.CA) {
@@ -63,9 +65,11 @@ func credentialService(t *testing.T, sandboxes fakeSandboxes, stored map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	path, h := clusterrpc.NewHandler(clusterrpc.ServerConfig{
-		Registry: reg, Token: "s3cret", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Credentials: clusterCredentials{ca: ca, sandboxes: func() sandboxLookup { return sandboxes }, secrets: sec},
+		Token: "s3cret", Logger: logger,
+		ControlPlane: &cpapi.Service{Registry: reg, Logger: logger,
+			Credentials: controlPlaneCredentials{ca: ca, sandboxes: func() sandboxLookup { return sandboxes }, secrets: sec}},
 	})
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
@@ -108,7 +112,11 @@ func TestClusterCredentialCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.EgressCA(ctx, "n1")
+	pem, err := c.EgressCA(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pem.CA()
 	if err != nil || got.Fingerprint() != ca.Fingerprint() {
 		t.Fatalf("egress CA: %v, %v", got, err)
 	}
@@ -204,10 +212,10 @@ func (c *countingClient) Secret(_ context.Context, node, id, name string) ([]byt
 // A node reuses the control plane's answers for a few seconds (an
 // unknown sandbox's "no rules" too), asks again after, names itself in
 // every call, and does not keep a failure.
-func TestRemoteCredentialsCache(t *testing.T) {
+func TestNodeCredentialsCache(t *testing.T) {
 	rule := credentials.Rule{Host: "api.example.com", Header: "X-Key", Value: "${K}"}
 	cc := &countingClient{rules: map[string][]credentials.Rule{"sb": {rule}}, value: "v1"}
-	rc := newRemoteCredentials("n1", cc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	rc := newNodeCredentials("n1", cc, slog.New(slog.NewTextHandler(io.Discard, nil)), credentialTTL)
 	now := time.Unix(1000, 0)
 	rc.now = func() time.Time { return now }
 
@@ -342,5 +350,54 @@ func TestBootstrapWithAGivenAdminKey(t *testing.T) {
 		if _, err := loadBootstrap(ctx, st, keys, "token", filepath.Join(t.TempDir(), "admin.key"), bad); !errors.Is(err, auth.ErrKeyFormat) {
 			t.Errorf("given admin key %q: %v, want ErrKeyFormat", bad, err)
 		}
+	}
+}
+
+// A record that names no node (written by a version with one node) is
+// serve's own node's, and no node's in a cluster; serve's gateway asks
+// through the same contract, uncached, and gets what a cluster's node
+// gets: the rules, and only the secrets they name.
+func TestLegacyRecordsAndServesOwnNode(t *testing.T) {
+	rules := []credentials.Rule{{Host: "api.example.com", Header: "Authorization", Value: "Bearer ${TOKEN}"}}
+	records := fakeSandboxes{"sb-old": {ID: "sb-old", Project: "alpha", State: apiv1.StateRunning, Credentials: rules}}
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sec, err := secrets.Open(st, make([]byte, secrets.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"TOKEN": "alpha-token", "OTHER": "alpha-other"} {
+		if _, _, err := sec.Set(secrets.Ref("alpha", name), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	creds := func(legacy string) *nodeCredentials {
+		svc := &cpapi.Service{Credentials: controlPlaneCredentials{sandboxes: func() sandboxLookup { return records }, secrets: sec, legacyNode: legacy}}
+		return newNodeCredentials(localNodeID, svc, slog.New(slog.NewTextHandler(io.Discard, nil)), 0)
+	}
+	serve := creds(localNodeID)
+	if got := serve.CredentialRules("sb-old"); len(got) != 1 || got[0] != rules[0] {
+		t.Fatalf("serve's rules of a legacy record: %+v", got)
+	}
+	if v, err := serve.Secret("sb-old", "TOKEN"); err != nil || string(v) != "alpha-token" {
+		t.Fatalf("serve's secret of a legacy record: %q, %v", v, err)
+	}
+	if _, err := serve.Secret("sb-old", "OTHER"); !errors.Is(err, cpapi.ErrDenied) {
+		t.Fatalf("a secret no rule names: %v, want ErrDenied", err)
+	}
+	// Uncached: a record's new rules apply to the next connection.
+	records["sb-old"] = controlplane.Sandbox{ID: "sb-old", Project: "alpha", State: apiv1.StateRunning}
+	if got := serve.CredentialRules("sb-old"); len(got) != 0 {
+		t.Fatalf("rules after they were removed: %+v", got)
+	}
+	records["sb-old"] = controlplane.Sandbox{ID: "sb-old", Project: "alpha", State: apiv1.StateRunning, Credentials: rules}
+	if got := creds("").CredentialRules("sb-old"); len(got) != 0 {
+		t.Fatalf("a cluster's node got the rules of a record that names no node: %+v", got)
+	}
+	if err := (&cpapi.Service{}).Register(context.Background(), "n1", "http://127.0.0.1:1", nodeapi.Info{}, nil); !errors.Is(err, cpapi.ErrUnsupported) {
+		t.Fatalf("a registration with serve's control plane: %v, want ErrUnsupported", err)
 	}
 }

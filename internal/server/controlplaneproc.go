@@ -16,6 +16,7 @@ import (
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/project"
@@ -146,25 +147,30 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	nodes := newClusterNodes(reg, cfg.ClusterToken, cfg.TLSCAFile)
 	s.nodes = nodes
 	cat := newClusterCatalog(s.st, reg, func() *controlplane.ControlPlane { return s.cp })
-	clusterPath, clusterHandler := clusterrpc.NewHandler(clusterrpc.ServerConfig{
-		Registry: reg, Token: cfg.ClusterToken, Logger: cfg.Logger,
+	// The nodes' side of the contract (cpapi), which the cluster service
+	// serves to the nodes.
+	nodeService := &cpapi.Service{
+		Registry: reg, Logger: cfg.Logger,
 		// The API (and so this service) serves once s.cp is built.
-		Credentials: clusterCredentials{ca: boot.egressCA, sandboxes: func() sandboxLookup { return s.cp }, secrets: secretStore},
+		Credentials: controlPlaneCredentials{ca: boot.egressCA, sandboxes: func() sandboxLookup { return s.cp }, secrets: secretStore},
 		// The templates first: the control plane resolves them when it
 		// reconciles the node that joined.
-		Joined: func(n cluster.Node, ts []clusterrpc.Template) {
+		Joined: func(n cluster.Node, ts []cpapi.Template) {
 			if err := cat.record(n.ID, ts); err != nil {
 				cfg.Logger.Error("node joined", "node", n.ID, "err", err)
 			}
 			nodes.Join(n)
 		},
-		Templates: func(id string, ts []clusterrpc.Template) {
+		Heard: func(id string, ts []cpapi.Template) {
 			if err := cat.record(id, ts); err != nil {
 				cfg.Logger.Error("node heartbeat", "node", id, "err", err)
 			}
 			nodes.Heard(id)
 			cat.shipMissing(id)
 		},
+	}
+	clusterPath, clusterHandler := clusterrpc.NewHandler(clusterrpc.ServerConfig{
+		ControlPlane: nodeService, Token: cfg.ClusterToken, Logger: cfg.Logger,
 	})
 
 	replicaID, err := controlplane.LoadReplicaID(filepath.Join(cfg.DataDir, "replica-id"))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/pgtest"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -62,22 +63,21 @@ func TestControlPlaneReplicasShareTheBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := wrong.Register(ctx, "n1", "http://127.0.0.1:1", nodeapi.Info{}); err == nil {
+	if err := wrong.Register(ctx, "n1", "http://127.0.0.1:1", nodeapi.Info{}, nil); err == nil {
 		t.Fatal("a node with the wrong token registered")
 	}
 	spec := nodeapi.TemplateSpec{ID: "0123456789abcdef0123456789abcdef", RootfsVolume: "templates/0123456789abcdef0123456789abcdef"}
-	node, err := clusterrpc.Dial(first.URL, "token-a", clusterrpc.DialOptions{
-		Templates: func() []clusterrpc.Template { return []clusterrpc.Template{{Name: "minimal", Spec: spec}} },
-	})
+	node, err := clusterrpc.Dial(first.URL, "token-a", clusterrpc.DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := node.Heartbeat(ctx, "n1", nodeapi.Info{}); !errors.Is(err, cluster.ErrUnknownNode) {
+	held := []cpapi.Template{{Name: "minimal", Spec: spec}}
+	if err := node.Heartbeat(ctx, "n1", nodeapi.Info{}, held); !errors.Is(err, cluster.ErrUnknownNode) {
 		t.Fatalf("heartbeat before registering: %v", err)
 	}
 	// Port 1: nothing answers there, which the control plane only finds
 	// when it calls the node.
-	if err := node.Register(ctx, "n1", "http://127.0.0.1:1", nodeapi.Info{VCPUs: 2, MemoryMB: 4096, Templates: []string{spec.ID}}); err != nil {
+	if err := node.Register(ctx, "n1", "http://127.0.0.1:1", nodeapi.Info{VCPUs: 2, MemoryMB: 4096, Templates: []string{spec.ID}}, held); err != nil {
 		t.Fatal(err)
 	}
 	// Through the other replica: the registry and the catalog are the

@@ -6,15 +6,17 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/credentials"
-	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
 )
 
 // openCredentials opens the secret store (its key outside state.db), the
 // installation's egress CA, and the interceptor the gateway hands TLS
-// connections to hosts with credential rules.
+// connections to hosts with credential rules. The interceptor asks the
+// control plane for rules and secrets as a cluster's node does, through
+// the node → control-plane contract, here in process (no cache: an
+// answer costs no round trip).
 func (s *Server) openCredentials() (*secrets.Store, *credentials.CA, *credentials.Interceptor, error) {
 	keyFile := s.cfg.SecretsKeyFile
 	if keyFile == "" {
@@ -36,32 +38,17 @@ func (s *Server) openCredentials() (*secrets.Store, *credentials.CA, *credential
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	in := credentials.NewInterceptor(credentials.Config{
-		CA: ca, Secrets: projectSecrets{store: store, cp: func() *controlplane.ControlPlane { return s.cp }}, UpstreamRoots: roots, Logger: s.cfg.Logger,
+	cp := &cpapi.Service{Logger: s.cfg.Logger, Credentials: controlPlaneCredentials{
+		ca: ca, secrets: store, legacyNode: localNodeID,
 		// The control plane is built later; no sandbox runs before it is.
-		Rules: ruleSource(func(id string) []credentials.Rule { return s.cp.CredentialRules(id) }),
+		sandboxes: func() sandboxLookup { return s.cp },
+	}}
+	asked := newNodeCredentials(localNodeID, cp, s.cfg.Logger, 0)
+	in := credentials.NewInterceptor(credentials.Config{
+		CA: ca, Rules: asked, Secrets: asked, UpstreamRoots: roots, Logger: s.cfg.Logger,
 	})
 	return store, ca, in, nil
 }
-
-// projectSecrets reads the secrets a sandbox's rules name from the
-// sandbox's own project, so rules never reach another project's secrets.
-type projectSecrets struct {
-	store *secrets.Store
-	cp    func() *controlplane.ControlPlane
-}
-
-func (p projectSecrets) Secret(sandboxID, name string) ([]byte, error) {
-	sb, err := p.cp().Get(project.Everything, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	return p.store.Get(secrets.Ref(sb.Project, name))
-}
-
-type ruleSource func(id string) []credentials.Rule
-
-func (f ruleSource) CredentialRules(id string) []credentials.Rule { return f(id) }
 
 // upstreamRoots are the system roots plus the certificates in extraFile.
 func upstreamRoots(extraFile string) (*x509.CertPool, error) {

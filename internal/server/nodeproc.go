@@ -140,11 +140,9 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The client lists the templates of side, which is set before the
-	// first registration.
 	var side *nodeSide
 	if s.cpClient, err = clusterrpc.DialReplicas(ControlPlaneURLs(cfg.ControlPlane), cfg.ClusterToken, clusterrpc.DialOptions{
-		CAFile: cfg.TLSCAFile, Templates: func() []clusterrpc.Template { return side.templateList() },
+		CAFile: cfg.TLSCAFile,
 	}); err != nil {
 		return nil, err
 	}
@@ -164,7 +162,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	say("egress CA %s (the cluster's)", ca.Fingerprint()[:16])
 	// The rules and secrets stay in the control plane's store; the
 	// gateway asks for them when a sandbox connects.
-	remote := newRemoteCredentials(cfg.ID, s.cpClient, cfg.Logger)
+	remote := newNodeCredentials(cfg.ID, s.cpClient, cfg.Logger, credentialTTL)
 	interceptor := credentials.NewInterceptor(credentials.Config{
 		CA: ca, UpstreamRoots: roots, Logger: cfg.Logger,
 		Rules: remote, Secrets: remote,
@@ -229,7 +227,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 		side.buildTemplates(runCtx, cfg.BuildTemplates, cfg.Progress, say)
 		s.member <- membership.Run(runCtx, membership.Config{
 			ID: cfg.ID, Address: cfg.Advertise, Node: held, ControlPlane: s.cpClient,
-			Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
+			Templates: side.templateList, Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
 		})
 	}()
 	say("node %s listening on %s (advertised as %s), joining %s", cfg.ID, s.URL, cfg.Advertise, cfg.ControlPlane)

@@ -86,7 +86,11 @@ func TestClusterCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rpc.Close()
-	ca, err := rpc.EgressCA(ctx, "e2e")
+	pem, err := rpc.EgressCA(ctx, "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pem.CA()
 	if err != nil {
 		t.Fatal(err)
 	}
