@@ -191,8 +191,19 @@ func (m *crashMatrix) checkLeaks(after string, live map[string]apiv1.Sandbox) {
 	t := m.t
 	t.Helper()
 	vols := filepath.Join(m.s.dataDir, "volumes")
-	if left, _ := filepath.Glob(filepath.Join(vols, "snapshots", "*", "branch-*")); len(left) != 0 {
-		t.Errorf("after a crash at %s: branch captures left: %v", after, left)
+	// A branch's capture is released once its branches have started,
+	// just after they show as running (startCopies): give it a moment.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left, _ := filepath.Glob(filepath.Join(vols, "snapshots", "*", "branch-*"))
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("after a crash at %s: branch captures left: %v", after, left)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	for _, dir := range []string{"restoring", "previous"} {
 		if left, _ := filepath.Glob(filepath.Join(vols, dir, "*")); len(left) != 0 {
