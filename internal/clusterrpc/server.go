@@ -11,7 +11,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
-	"log/slog"
 	"net/http"
 	"strings"
 
@@ -39,15 +38,11 @@ type ServerConfig struct {
 	// ControlPlane answers the calls (a *cpapi.Service).
 	ControlPlane cpapi.ControlPlane
 	// Token is the cluster token; an empty one refuses every call.
-	Token  string
-	Logger *slog.Logger
+	Token string
 }
 
 // NewHandler returns the service's Connect path and handler.
 func NewHandler(cfg ServerConfig) (string, http.Handler) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	return clusterv1connect.NewClusterServiceHandler(&server{cfg: cfg},
 		connect.WithInterceptors(requireToken(cfg.Token)))
 }

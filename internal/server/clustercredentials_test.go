@@ -67,7 +67,7 @@ func credentialService(t *testing.T, sandboxes fakeSandboxes, stored map[string]
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	path, h := clusterrpc.NewHandler(clusterrpc.ServerConfig{
-		Token: "s3cret", Logger: logger,
+		Token: "s3cret",
 		ControlPlane: &cpapi.Service{Registry: reg, Logger: logger,
 			Credentials: controlPlaneCredentials{ca: ca, sandboxes: func() sandboxLookup { return sandboxes }, secrets: sec}},
 	})

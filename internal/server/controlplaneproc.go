@@ -170,7 +170,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		},
 	}
 	clusterPath, clusterHandler := clusterrpc.NewHandler(clusterrpc.ServerConfig{
-		ControlPlane: nodeService, Token: cfg.ClusterToken, Logger: cfg.Logger,
+		ControlPlane: nodeService, Token: cfg.ClusterToken,
 	})
 
 	replicaID, err := controlplane.LoadReplicaID(filepath.Join(cfg.DataDir, "replica-id"))
