@@ -414,7 +414,13 @@ func netJSEnv(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		up := env.web.LastRequest(r.URL.Query().Get("host"))
+		// With uri, the last request for that target: the SDK suites run
+		// side by side and ask for the same host.
+		host, uri := r.URL.Query().Get("host"), r.URL.Query().Get("uri")
+		up := env.web.LastRequest(host)
+		if uri != "" {
+			up = env.web.LastRequestFor(host, uri)
+		}
 		if up == nil {
 			http.Error(w, "no request for that host", http.StatusNotFound)
 			return

@@ -23,9 +23,11 @@ const skip = web.inspect ? false : 'needs the fake web of the e2e harness (SPACE
 const body = (host, sni, addr) => `host=${host} sni=${sni} addr=${addr}`
 
 // upstream is what the fake web last received for host.
-async function upstream(host) {
-  const res = await fetch(`${web.inspect}?host=${encodeURIComponent(host)}`)
-  assert.equal(res.status, 200, `the fake web got nothing for ${host}`)
+// upstream is the last request the fake web got for host with target
+// uri: the suites run side by side, and ask for the same host.
+async function upstream(host, uri) {
+  const res = await fetch(`${web.inspect}?host=${encodeURIComponent(host)}&uri=${encodeURIComponent(uri)}`)
+  assert.equal(res.status, 200, `the fake web got nothing for ${host}${uri}`)
   return res.json()
 }
 
@@ -108,7 +110,7 @@ export function defineNetSuite(label, sdk) {
       const r = await curl(sbx, `https://${web.allowed}/${secretName}`)
       assert.ok(r.ok, r.out)
       assert.equal(r.out, body(web.allowed, web.allowed, web.sharedAddr))
-      const up = await upstream(web.allowed)
+      const up = await upstream(web.allowed, `/${secretName}`)
       assert.equal(up.uri, `/${secretName}`)
       assert.equal(up.tls, true)
       assert.deepEqual(up.headers.Authorization, [`Bearer ${value}`])
@@ -125,13 +127,13 @@ export function defineNetSuite(label, sdk) {
       // Replaced and then cleared on the running sandbox.
       await sbx.updateNetwork({ rules: { [web.allowed]: [{ transform: { headers: { 'X-Replaced': 'yes' } } }] } })
       assert.ok((await curl(sbx, `https://${web.allowed}/replaced`)).ok)
-      const replaced = await upstream(web.allowed)
+      const replaced = await upstream(web.allowed, '/replaced')
       assert.deepEqual(replaced.headers['X-Replaced'], ['yes'])
       assert.equal(replaced.headers.Authorization, undefined)
       await sbx.updateNetwork({})
       const direct = await curl(sbx, `--cacert /tmp/web-ca.pem https://${web.allowed}/cleared`)
       assert.ok(direct.ok, direct.out)
-      const cleared = await upstream(web.allowed)
+      const cleared = await upstream(web.allowed, '/cleared')
       assert.equal(cleared.uri, '/cleared')
       assert.equal(cleared.headers['X-Replaced'], undefined)
       assert.equal((await sbx.getInfo()).network.rules, undefined)

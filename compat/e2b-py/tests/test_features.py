@@ -131,7 +131,7 @@ def test_secrets_and_rules(create):
         pin(sbx)
         ok, out = curl(sbx, f"https://{WEB['allowed']}/{name}")
         assert ok, out
-        up = httpx.get(WEB["inspect"], params={"host": WEB["allowed"]}).json()
+        up = httpx.get(WEB["inspect"], params={"host": WEB["allowed"], "uri": f"/{name}"}).json()
         assert up["uri"] == f"/{name}"
         assert up["headers"]["Authorization"] == [f"Bearer {value}"]
         env = sbx.commands.run("cat /proc/self/environ | tr '\\0' '\\n'").stdout

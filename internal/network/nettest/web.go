@@ -66,6 +66,10 @@ type Web struct {
 
 	seenMu sync.Mutex
 	seen   map[string]*http.Request // the last request for each host name
+	// seenAt is the last request for each host name and target: suites
+	// that run side by side ask for the same host, each for targets of
+	// its own.
+	seenAt map[[2]string]*http.Request
 
 	closers []func() error
 }
@@ -87,7 +91,7 @@ func StartWeb(name string, subnet netip.Prefix) (_ *Web, err error) {
 		Namespace: "spacetest-w" + name, HostLink: "spw-" + name, HostAddr: at(1),
 		SharedAddr: at(10), OtherAddr: at(11), RogueAddr: at(12),
 		DNS: netip.AddrPortFrom(at(53), 53), RogueDNS: netip.AddrPortFrom(at(54), 53),
-		seen: map[string]*http.Request{},
+		seen: map[string]*http.Request{}, seenAt: map[[2]string]*http.Request{},
 	}
 	w.destroy()
 	if err := CheckSubnetFree(subnet); err != nil {
@@ -135,7 +139,9 @@ func StartWeb(name string, subnet netip.Prefix) (_ *Web, err error) {
 			host = r.Host
 		}
 		w.seenMu.Lock()
-		w.seen[host] = &http.Request{Method: r.Method, RequestURI: r.RequestURI, Header: r.Header.Clone(), TLS: r.TLS}
+		seen := &http.Request{Method: r.Method, RequestURI: r.RequestURI, Header: r.Header.Clone(), TLS: r.TLS}
+		w.seen[host] = seen
+		w.seenAt[[2]string{host, r.RequestURI}] = seen
 		w.seenMu.Unlock()
 		fmt.Fprint(rw, WebBody(host, sni, addr))
 	})
@@ -239,6 +245,14 @@ func (w *Web) LastRequest(host string) *http.Request {
 	w.seenMu.Lock()
 	defer w.seenMu.Unlock()
 	return w.seen[host]
+}
+
+// LastRequestFor is the last request for host with the request target
+// uri, or nil: another test's later request for host does not hide it.
+func (w *Web) LastRequestFor(host, uri string) *http.Request {
+	w.seenMu.Lock()
+	defer w.seenMu.Unlock()
+	return w.seenAt[[2]string{host, uri}]
 }
 
 // Close stops the servers and removes the namespace.
