@@ -82,14 +82,14 @@ func (c *Client) Close() error {
 }
 
 // Register registers the node.
-func (c *Client) Register(ctx context.Context, id, address string, info nodeapi.Info, templates []Template) error {
+func (c *Client) Register(ctx context.Context, id, address string, info nodeapi.Info, templates []cpapi.Template) error {
 	_, err := c.rpc.Register(ctx, connect.NewRequest(&pb.RegisterRequest{Id: id, Address: address, Info: toInfo(info), Templates: toTemplates(templates)}))
 	return clientError(err)
 }
 
 // Heartbeat reports the node's Info; an unknown node's answer wraps
 // cluster.ErrUnknownNode, a lost one's cluster.ErrConflict.
-func (c *Client) Heartbeat(ctx context.Context, id string, info nodeapi.Info, templates []Template) error {
+func (c *Client) Heartbeat(ctx context.Context, id string, info nodeapi.Info, templates []cpapi.Template) error {
 	_, err := c.rpc.Heartbeat(ctx, connect.NewRequest(&pb.HeartbeatRequest{Id: id, Info: toInfo(info), Templates: toTemplates(templates)}))
 	return clientError(err)
 }
@@ -130,19 +130,19 @@ func (c *Client) Secret(ctx context.Context, id, sandboxID, name string) ([]byte
 }
 
 // credentialClientError maps the credential calls' codes back to
-// ErrNoSandbox, ErrDenied, ErrToken and ErrUnsupported.
+// cpapi.ErrNoSandbox, ErrDenied, ErrToken and ErrUnsupported.
 func credentialClientError(err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		switch ce.Code() {
 		case connect.CodeNotFound:
-			return &remoteError{msg: ce.Message(), cause: ErrNoSandbox}
+			return &remoteError{msg: ce.Message(), cause: cpapi.ErrNoSandbox}
 		case connect.CodePermissionDenied:
-			return &remoteError{msg: ce.Message(), cause: ErrDenied}
+			return &remoteError{msg: ce.Message(), cause: cpapi.ErrDenied}
 		case connect.CodeUnauthenticated:
-			return &remoteError{msg: ce.Message(), cause: ErrToken}
+			return &remoteError{msg: ce.Message(), cause: cpapi.ErrToken}
 		case connect.CodeUnimplemented:
-			return &remoteError{msg: ce.Message(), cause: ErrUnsupported}
+			return &remoteError{msg: ce.Message(), cause: cpapi.ErrUnsupported}
 		}
 	}
 	return fmt.Errorf("control plane: %w", err)

@@ -2,6 +2,7 @@ package clusterrpc
 
 import (
 	pb "github.com/space-platform/space/internal/clusterrpc/gen/clusterv1"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/nodeapi"
 	nodepb "github.com/space-platform/space/internal/noderpc/gen/nodev1"
 )
@@ -38,7 +39,7 @@ func fromInfo(i *nodepb.InfoResponse) nodeapi.Info {
 	return out
 }
 
-func toTemplates(ts []Template) []*pb.Template {
+func toTemplates(ts []cpapi.Template) []*pb.Template {
 	out := make([]*pb.Template, 0, len(ts))
 	for _, t := range ts {
 		s := t.Spec
@@ -50,11 +51,11 @@ func toTemplates(ts []Template) []*pb.Template {
 	return out
 }
 
-func fromTemplates(ts []*pb.Template) []Template {
-	out := make([]Template, 0, len(ts))
+func fromTemplates(ts []*pb.Template) []cpapi.Template {
+	out := make([]cpapi.Template, 0, len(ts))
 	for _, t := range ts {
 		s := t.GetSpec()
-		out = append(out, Template{Name: t.GetName(), Spec: nodeapi.TemplateSpec{
+		out = append(out, cpapi.Template{Name: t.GetName(), Spec: nodeapi.TemplateSpec{
 			ID: s.GetId(), RootfsVolume: s.GetRootfsVolume(), Env: s.GetEnv(), User: s.GetUser(), Workdir: s.GetWorkdir(),
 			Start: s.GetStart(), Ready: s.GetReady(), Runtimes: s.GetRuntimes(),
 		}})

@@ -53,13 +53,13 @@ func (r *Replicas) Close() error {
 }
 
 // Register registers the node through the first replica that answers.
-func (r *Replicas) Register(ctx context.Context, id, address string, info nodeapi.Info, templates []Template) error {
+func (r *Replicas) Register(ctx context.Context, id, address string, info nodeapi.Info, templates []cpapi.Template) error {
 	return r.try(func(c *Client) error { return c.Register(ctx, id, address, info, templates) })
 }
 
 // Heartbeat reports the node's Info through the first replica that
 // answers; its answer's errors are as Client.Heartbeat's.
-func (r *Replicas) Heartbeat(ctx context.Context, id string, info nodeapi.Info, templates []Template) error {
+func (r *Replicas) Heartbeat(ctx context.Context, id string, info nodeapi.Info, templates []cpapi.Template) error {
 	return r.try(func(c *Client) error { return c.Heartbeat(ctx, id, info, templates) })
 }
 

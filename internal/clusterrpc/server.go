@@ -22,17 +22,6 @@ import (
 	"github.com/space-platform/space/internal/cpapi"
 )
 
-// Template is cpapi.Template, by its former name.
-type Template = cpapi.Template
-
-// Errors of the credential calls (cpapi's), by their former names.
-var (
-	ErrNoSandbox   = cpapi.ErrNoSandbox
-	ErrDenied      = cpapi.ErrDenied
-	ErrToken       = cpapi.ErrToken
-	ErrUnsupported = cpapi.ErrUnsupported
-)
-
 // ServerConfig configures the service.
 type ServerConfig struct {
 	// ControlPlane answers the calls (a *cpapi.Service).
@@ -102,11 +91,11 @@ func (s *server) Secret(ctx context.Context, req *connect.Request[pb.SecretReque
 func credentialError(err error) error {
 	code := connect.CodeInternal
 	switch {
-	case errors.Is(err, ErrNoSandbox):
+	case errors.Is(err, cpapi.ErrNoSandbox):
 		code = connect.CodeNotFound
-	case errors.Is(err, ErrDenied):
+	case errors.Is(err, cpapi.ErrDenied):
 		code = connect.CodePermissionDenied
-	case errors.Is(err, ErrUnsupported):
+	case errors.Is(err, cpapi.ErrUnsupported):
 		code = connect.CodeUnimplemented
 	}
 	return connect.NewError(code, err)

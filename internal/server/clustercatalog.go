@@ -11,8 +11,8 @@ import (
 
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/cluster"
-	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
@@ -21,7 +21,7 @@ import (
 )
 
 // nodeTemplatesBucket holds, by node id, the templates each node reported
-// ready (clusterrpc.Template), so that every replica resolves them.
+// ready (cpapi.Template), so that every replica resolves them.
 const nodeTemplatesBucket = "node_templates"
 
 // errBuiltinDelete refuses deleting a built-in template through a
@@ -43,15 +43,15 @@ type clusterCatalog struct {
 	mu sync.Mutex
 	// written is what this replica last stored per node, so that
 	// heartbeats write only changes.
-	written map[string][]clusterrpc.Template
+	written map[string][]cpapi.Template
 }
 
 func newClusterCatalog(st store.Store, reg *cluster.Registry, cp func() *controlplane.ControlPlane) *clusterCatalog {
-	return &clusterCatalog{st: st, reg: reg, cp: cp, written: map[string][]clusterrpc.Template{}}
+	return &clusterCatalog{st: st, reg: reg, cp: cp, written: map[string][]cpapi.Template{}}
 }
 
 // record stores the templates a node reported, when they changed.
-func (c *clusterCatalog) record(nodeID string, ts []clusterrpc.Template) error {
+func (c *clusterCatalog) record(nodeID string, ts []cpapi.Template) error {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -91,7 +91,7 @@ func (c *clusterCatalog) templates() (map[string]clusterTemplate, error) {
 		if !ok {
 			return nil // removed
 		}
-		var ts []clusterrpc.Template
+		var ts []cpapi.Template
 		if err := json.Unmarshal(data, &ts); err != nil {
 			return fmt.Errorf("decode the templates of node %s: %w", nodeID, err)
 		}

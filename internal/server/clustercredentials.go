@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/credentials"
@@ -65,7 +64,7 @@ func (c controlPlaneCredentials) EgressCA() ([]byte, []byte, error) {
 func (c controlPlaneCredentials) sandbox(node, id string) (controlplane.Sandbox, error) {
 	sb, err := c.sandboxes().Get(project.Everything, id)
 	if errors.Is(err, controlplane.ErrNotFound) {
-		return sb, fmt.Errorf("sandbox %s: %w", id, clusterrpc.ErrNoSandbox)
+		return sb, fmt.Errorf("sandbox %s: %w", id, cpapi.ErrNoSandbox)
 	}
 	if err != nil {
 		return sb, fmt.Errorf("sandbox %s: %w", id, err)
@@ -75,7 +74,7 @@ func (c controlPlaneCredentials) sandbox(node, id string) (controlplane.Sandbox,
 		recorded = c.legacyNode
 	}
 	if node == "" || recorded != node {
-		return sb, fmt.Errorf("sandbox %s does not run on node %q: %w", id, node, clusterrpc.ErrDenied)
+		return sb, fmt.Errorf("sandbox %s does not run on node %q: %w", id, node, cpapi.ErrDenied)
 	}
 	// A stopped or failed sandbox has no traffic to inject into; its
 	// rules go with it, as under serve (ControlPlane.CredentialRules).
@@ -103,7 +102,7 @@ func (c controlPlaneCredentials) Secret(node, id, name string) ([]byte, error) {
 		named = named || slices.Contains(r.Secrets(), name)
 	}
 	if !named {
-		return nil, fmt.Errorf("the credential rules of sandbox %s name no secret %q: %w", id, name, clusterrpc.ErrDenied)
+		return nil, fmt.Errorf("the credential rules of sandbox %s name no secret %q: %w", id, name, cpapi.ErrDenied)
 	}
 	v, err := c.secrets.Get(secrets.Ref(sb.Project, name))
 	if err != nil {
@@ -178,7 +177,7 @@ func (r *nodeCredentials) CredentialRules(id string) []credentials.Rule {
 	defer cancel()
 	rules, err := r.client.CredentialRules(ctx, r.node, id)
 	switch {
-	case errors.Is(err, clusterrpc.ErrNoSandbox):
+	case errors.Is(err, cpapi.ErrNoSandbox):
 		rules = nil // not (or no longer) a sandbox: no rules, remembered too
 	case err != nil:
 		r.log.Warn("credential rules: the control plane did not answer", "sandbox", id, "err", err)
@@ -252,7 +251,7 @@ func fetchEgressCA(ctx context.Context, c interface {
 			}
 			return ca, nil
 		}
-		if errors.Is(err, clusterrpc.ErrToken) || errors.Is(err, clusterrpc.ErrUnsupported) {
+		if errors.Is(err, cpapi.ErrToken) || errors.Is(err, cpapi.ErrUnsupported) {
 			return nil, fmt.Errorf("get the cluster's egress CA: %w", err)
 		}
 		if !told {

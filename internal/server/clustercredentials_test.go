@@ -98,13 +98,13 @@ func TestClusterCredentialCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wrong.EgressCA(ctx, "n1"); !errors.Is(err, clusterrpc.ErrToken) {
+	if _, err := wrong.EgressCA(ctx, "n1"); !errors.Is(err, cpapi.ErrToken) {
 		t.Errorf("egress CA with a wrong token: %v, want ErrToken", err)
 	}
-	if _, err := wrong.CredentialRules(ctx, "n1", "sb-a"); !errors.Is(err, clusterrpc.ErrToken) {
+	if _, err := wrong.CredentialRules(ctx, "n1", "sb-a"); !errors.Is(err, cpapi.ErrToken) {
 		t.Errorf("rules with a wrong token: %v, want ErrToken", err)
 	}
-	if v, err := wrong.Secret(ctx, "n1", "sb-a", "TOKEN"); !errors.Is(err, clusterrpc.ErrToken) || v != nil {
+	if v, err := wrong.Secret(ctx, "n1", "sb-a", "TOKEN"); !errors.Is(err, cpapi.ErrToken) || v != nil {
 		t.Errorf("secret with a wrong token: %q, %v, want ErrToken", v, err)
 	}
 
@@ -136,24 +136,24 @@ func TestClusterCredentialCalls(t *testing.T) {
 	}
 
 	// Another node's sandbox: neither its rules nor its secrets.
-	if r, err := c.CredentialRules(ctx, "n2", "sb-a"); !errors.Is(err, clusterrpc.ErrDenied) || r != nil {
+	if r, err := c.CredentialRules(ctx, "n2", "sb-a"); !errors.Is(err, cpapi.ErrDenied) || r != nil {
 		t.Errorf("rules of n1's sandbox for n2: %+v, %v, want ErrDenied", r, err)
 	}
-	if v, err := c.Secret(ctx, "n2", "sb-a", "TOKEN"); !errors.Is(err, clusterrpc.ErrDenied) || v != nil {
+	if v, err := c.Secret(ctx, "n2", "sb-a", "TOKEN"); !errors.Is(err, cpapi.ErrDenied) || v != nil {
 		t.Errorf("secret of n1's sandbox for n2: %q, %v, want ErrDenied", v, err)
 	}
-	if _, err := c.Secret(ctx, "", "sb-a", "TOKEN"); !errors.Is(err, clusterrpc.ErrDenied) {
+	if _, err := c.Secret(ctx, "", "sb-a", "TOKEN"); !errors.Is(err, cpapi.ErrDenied) {
 		t.Errorf("secret for no node: %v, want ErrDenied", err)
 	}
 	// A secret of the project its rules do not name: refused, though the
 	// project holds it.
-	if v, err := c.Secret(ctx, "n1", "sb-a", "OTHER"); !errors.Is(err, clusterrpc.ErrDenied) || v != nil {
+	if v, err := c.Secret(ctx, "n1", "sb-a", "OTHER"); !errors.Is(err, cpapi.ErrDenied) || v != nil {
 		t.Errorf("unnamed secret: %q, %v, want ErrDenied", v, err)
 	}
 	// Another project's secret is out of reach: sb-b's rules name TOKEN,
 	// which reads beta's, never alpha's; n1 asking for it through sb-b is
 	// refused as another node's.
-	if v, err := c.Secret(ctx, "n1", "sb-b", "TOKEN"); !errors.Is(err, clusterrpc.ErrDenied) || string(v) == "alpha-token" {
+	if v, err := c.Secret(ctx, "n1", "sb-b", "TOKEN"); !errors.Is(err, cpapi.ErrDenied) || string(v) == "alpha-token" {
 		t.Errorf("another project's sandbox: %q, %v", v, err)
 	}
 
@@ -162,10 +162,10 @@ func TestClusterCredentialCalls(t *testing.T) {
 	if r, err := c.CredentialRules(ctx, "n1", "sb-gone"); err != nil || len(r) != 0 {
 		t.Errorf("rules of a stopped sandbox: %+v, %v", r, err)
 	}
-	if _, err := c.Secret(ctx, "n1", "sb-gone", "TOKEN"); !errors.Is(err, clusterrpc.ErrDenied) {
+	if _, err := c.Secret(ctx, "n1", "sb-gone", "TOKEN"); !errors.Is(err, cpapi.ErrDenied) {
 		t.Errorf("secret of a stopped sandbox: %v, want ErrDenied", err)
 	}
-	if _, err := c.CredentialRules(ctx, "n1", "sb-none"); !errors.Is(err, clusterrpc.ErrNoSandbox) {
+	if _, err := c.CredentialRules(ctx, "n1", "sb-none"); !errors.Is(err, cpapi.ErrNoSandbox) {
 		t.Errorf("rules of an unknown sandbox: %v, want ErrNoSandbox", err)
 	}
 }
@@ -193,7 +193,7 @@ func (c *countingClient) CredentialRules(_ context.Context, node, id string) ([]
 	}
 	r, ok := c.rules[id]
 	if !ok {
-		return nil, clusterrpc.ErrNoSandbox
+		return nil, cpapi.ErrNoSandbox
 	}
 	return r, nil
 }

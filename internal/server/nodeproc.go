@@ -17,6 +17,7 @@ import (
 
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/membership"
 	"github.com/space-platform/space/internal/network"
@@ -296,8 +297,8 @@ func (h heldNode) Info(ctx context.Context) (nodeapi.Info, error) {
 // templateList names the built-in templates ready on the node, for the
 // control plane's catalog; the templates the cluster built on the node
 // are in the control plane's own records.
-func (ns *nodeSide) templateList() []clusterrpc.Template {
-	var out []clusterrpc.Template
+func (ns *nodeSide) templateList() []cpapi.Template {
+	var out []cpapi.Template
 	for name, id := range ns.templates.Names() {
 		if _, builtin := template.Builtin(name); !builtin {
 			continue
@@ -306,7 +307,7 @@ func (ns *nodeSide) templateList() []clusterrpc.Template {
 		if err != nil || t.State != template.StateReady {
 			continue
 		}
-		out = append(out, clusterrpc.Template{Name: name, Spec: templateSpec(t)})
+		out = append(out, cpapi.Template{Name: name, Spec: templateSpec(t)})
 	}
 	return out
 }
