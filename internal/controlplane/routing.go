@@ -98,6 +98,11 @@ func (cp *ControlPlane) nodeID(id string) string {
 	return id
 }
 
+// NodeOf is the node sandbox s runs on: the node its record names, or
+// for a record of a version with one node (none named), that node when
+// the Nodes has one ("" otherwise).
+func (cp *ControlPlane) NodeOf(s Sandbox) string { return cp.nodeID(s.Node) }
+
 // sameNode reports whether two records' nodes are one.
 func (cp *ControlPlane) sameNode(a, b string) bool { return cp.nodeID(a) == cp.nodeID(b) }
 

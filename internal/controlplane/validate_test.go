@@ -71,3 +71,19 @@ func TestSnapshotIntervalFloor(t *testing.T) {
 		}
 	}
 }
+
+// A record that names no node (an older version's) is on serve's one
+// node, and on none in a cluster.
+func TestNodeOfRecordsWithoutANode(t *testing.T) {
+	fn := newFakeNode()
+	serve := newTestCPWith(t, Config{}, t.TempDir(), fn)
+	cluster := newTestCPWith(t, Config{Nodes: struct{ Nodes }{OneNode("local", fn)}}, t.TempDir(), fn)
+	for _, c := range []struct {
+		cp         *ControlPlane
+		node, want string
+	}{{serve, "", "local"}, {serve, "n2", "n2"}, {cluster, "", ""}, {cluster, "n2", "n2"}} {
+		if got := c.cp.NodeOf(Sandbox{Node: c.node}); got != c.want {
+			t.Errorf("NodeOf a record naming %q: %q, want %q", c.node, got, c.want)
+		}
+	}
+}

@@ -28,6 +28,9 @@ import (
 // sandboxLookup finds a sandbox's record (*controlplane.ControlPlane).
 type sandboxLookup interface {
 	Get(scope project.Scope, id string) (controlplane.Sandbox, error)
+	// NodeOf is the node a sandbox runs on, records of older versions
+	// (which name none) included.
+	NodeOf(s controlplane.Sandbox) string
 }
 
 // secretReader reads a secret by secrets.Ref (*secrets.Store).
@@ -44,10 +47,6 @@ type controlPlaneCredentials struct {
 	ca        *credentials.CA
 	sandboxes func() sandboxLookup
 	secrets   secretReader
-	// legacyNode is the node of records that name none (written by
-	// versions with one node): serve's own; "" in a cluster, where such
-	// a record is no node's.
-	legacyNode string
 }
 
 var _ cpapi.Credentials = controlPlaneCredentials{}
@@ -69,11 +68,7 @@ func (c controlPlaneCredentials) sandbox(node, id string) (controlplane.Sandbox,
 	if err != nil {
 		return sb, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	recorded := sb.Node
-	if recorded == "" {
-		recorded = c.legacyNode
-	}
-	if node == "" || recorded != node {
+	if node == "" || c.sandboxes().NodeOf(sb) != node {
 		return sb, fmt.Errorf("sandbox %s does not run on node %q: %w", id, node, cpapi.ErrDenied)
 	}
 	// A stopped or failed sandbox has no traffic to inject into; its

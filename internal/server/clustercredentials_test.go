@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -27,8 +28,17 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// fakeSandboxes are records by id, as the control plane's Get gives them.
+// fakeSandboxes are records by id, as the control plane's Get gives them,
+// on a cluster's nodes: a record that names no node is on none.
 type fakeSandboxes map[string]controlplane.Sandbox
+
+func (f fakeSandboxes) NodeOf(s controlplane.Sandbox) string { return s.Node }
+
+// servedSandboxes are fakeSandboxes under serve, whose one node holds the
+// records that name none (controlplane.OneNode).
+type servedSandboxes struct{ fakeSandboxes }
+
+func (f servedSandboxes) NodeOf(s controlplane.Sandbox) string { return cmp.Or(s.Node, localNodeID) }
 
 func (f fakeSandboxes) Get(_ project.Scope, id string) (controlplane.Sandbox, error) {
 	sb, ok := f[id]
@@ -374,11 +384,11 @@ func TestLegacyRecordsAndServesOwnNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	creds := func(legacy string) *nodeCredentials {
-		svc := &cpapi.Service{Credentials: controlPlaneCredentials{sandboxes: func() sandboxLookup { return records }, secrets: sec, legacyNode: legacy}}
+	creds := func(lookup sandboxLookup) *nodeCredentials {
+		svc := &cpapi.Service{Credentials: controlPlaneCredentials{sandboxes: func() sandboxLookup { return lookup }, secrets: sec}}
 		return newNodeCredentials(localNodeID, svc, slog.New(slog.NewTextHandler(io.Discard, nil)), 0)
 	}
-	serve := creds(localNodeID)
+	serve := creds(servedSandboxes{records})
 	if got := serve.CredentialRules("sb-old"); len(got) != 1 || got[0] != rules[0] {
 		t.Fatalf("serve's rules of a legacy record: %+v", got)
 	}
@@ -394,7 +404,7 @@ func TestLegacyRecordsAndServesOwnNode(t *testing.T) {
 		t.Fatalf("rules after they were removed: %+v", got)
 	}
 	records["sb-old"] = controlplane.Sandbox{ID: "sb-old", Project: "alpha", State: apiv1.StateRunning, Credentials: rules}
-	if got := creds("").CredentialRules("sb-old"); len(got) != 0 {
+	if got := creds(records).CredentialRules("sb-old"); len(got) != 0 {
 		t.Fatalf("a cluster's node got the rules of a record that names no node: %+v", got)
 	}
 	if err := (&cpapi.Service{}).Register(context.Background(), "n1", "http://127.0.0.1:1", nodeapi.Info{}, nil); !errors.Is(err, cpapi.ErrUnsupported) {

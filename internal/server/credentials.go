@@ -39,7 +39,7 @@ func (s *Server) openCredentials() (*secrets.Store, *credentials.CA, *credential
 		return nil, nil, nil, err
 	}
 	cp := &cpapi.Service{Logger: s.cfg.Logger, Credentials: controlPlaneCredentials{
-		ca: ca, secrets: store, legacyNode: localNodeID,
+		ca: ca, secrets: store,
 		// The control plane is built later; no sandbox runs before it is.
 		sandboxes: func() sandboxLookup { return s.cp },
 	}}
