@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/cpapi/cpapitest"
 	"github.com/space-platform/space/internal/nodeapi"
-	"github.com/space-platform/space/internal/store"
 )
 
 // serve serves svc on a test server with the cluster token "s3cret" and
@@ -30,15 +28,7 @@ func serve(t *testing.T, svc cpapi.ControlPlane) string {
 
 func start(t *testing.T) (*cluster.Registry, string) {
 	t.Helper()
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	reg, err := cluster.New(cluster.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := cpapitest.NewRegistry(t)
 	return reg, serve(t, &cpapi.Service{Registry: reg})
 }
 

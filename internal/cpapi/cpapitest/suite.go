@@ -49,7 +49,9 @@ type backing struct {
 	heard  map[string][]cpapi.Template
 }
 
-func newBacking(t *testing.T) *backing {
+// NewRegistry is a node registry on a store of its own (bbolt, in a
+// temporary directory), closed when t ends.
+func NewRegistry(t *testing.T) *cluster.Registry {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
@@ -60,6 +62,12 @@ func newBacking(t *testing.T) *backing {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return reg
+}
+
+func newBacking(t *testing.T) *backing {
+	t.Helper()
+	reg := NewRegistry(t)
 	ca, err := credentials.NewCA("cpapitest")
 	if err != nil {
 		t.Fatal(err)
