@@ -51,16 +51,20 @@ type run struct {
 	outputs     map[key]*strings.Builder // of tests still running
 	skips       map[key]string           // the skip's reason (its last output line)
 	failedTests []key
-	failedPkgs  []string
-	builds      map[string]*strings.Builder // build output by import path
-	failed      bool
+	// why holds each failed test's first messages (its "x_test.go:12:"
+	// lines), repeated under "failed:" at the end: a long test's own
+	// output (a server log it dumps) can push them out of a CI tail.
+	why        map[key][]string
+	failedPkgs []string
+	builds     map[string]*strings.Builder // build output by import path
+	failed     bool
 }
 
 func newRun(out io.Writer) *run {
 	return &run{
 		out: out, tests: map[key]float64{}, packages: map[string]float64{},
 		outputs: map[key]*strings.Builder{}, skips: map[key]string{},
-		builds: map[string]*strings.Builder{},
+		builds: map[string]*strings.Builder{}, why: map[key][]string{},
 	}
 }
 
@@ -110,6 +114,7 @@ func (r *run) handle(ev event) {
 			r.failedTests = append(r.failedTests, k)
 			if out != nil {
 				fmt.Fprintf(r.out, "=== %s %s\n%s", ev.Package, ev.Test, out.String())
+				r.why[k] = messages(out.String())
 			}
 		case "skip":
 			if out != nil {
@@ -169,6 +174,34 @@ func skipReason(out string) string {
 		return after
 	}
 	return last
+}
+
+// Limits of what the report repeats of a failed test's output.
+const (
+	maxMessages    = 6
+	maxMessageText = 300
+)
+
+// messages picks a test's first log lines ("    x_test.go:12: text"),
+// which are its t.Error and t.Fatal messages and whatever it logged
+// before them, shortened to fit a summary.
+func messages(out string) []string {
+	var picked []string
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		pos, _, ok := strings.Cut(l, ": ")
+		if !ok || !strings.Contains(pos, "_test.go:") || strings.ContainsAny(pos, " \t") {
+			continue
+		}
+		if r := []rune(l); len(r) > maxMessageText {
+			l = string(r[:maxMessageText]) + "…"
+		}
+		picked = append(picked, l)
+		if len(picked) == maxMessages {
+			break
+		}
+	}
+	return picked
 }
 
 func short(pkg string) string {
@@ -237,6 +270,9 @@ func (r *run) report(w io.Writer, top int) {
 		fmt.Fprintf(w, "\nfailed:\n")
 		for _, k := range r.failedTests {
 			fmt.Fprintf(w, "  %s %s\n", short(k.pkg), k.test)
+			for _, m := range r.why[k] {
+				fmt.Fprintf(w, "      %s\n", m)
+			}
 		}
 		for _, p := range r.failedPkgs {
 			fmt.Fprintf(w, "  package %s\n", p)

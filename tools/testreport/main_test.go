@@ -69,7 +69,7 @@ func TestReportRanksFailsAndSkips(t *testing.T) {
 	if !strings.Contains(report, "1  full tier (./scripts/test.sh): boots a microVM") {
 		t.Errorf("skip reason not reported:\n%s", report)
 	}
-	if !strings.Contains(report, "internal/node TestBroken") {
+	if !strings.Contains(report, "internal/node TestBroken\n      node_test.go:12: want 1, got 2\n") {
 		t.Errorf("failed test not listed:\n%s", report)
 	}
 }
@@ -116,5 +116,25 @@ func TestReadLinesKeepsLinesWhole(t *testing.T) {
 	}
 	if n != 1002 {
 		t.Fatalf("read %d lines, want 1002", n)
+	}
+}
+
+func TestMessagesAreTheFirstLogLinesShortened(t *testing.T) {
+	out := "=== RUN   TestCrash\n" +
+		"    crash_test.go:280: create/start-ran: acknowledged sandbox sb-1 lost\n" +
+		"    crash_test.go:93: server log:\n" +
+		"        space: listening on http://127.0.0.1:1\n"
+	for i := 0; i < 10; i++ {
+		out += "    crash_test.go:351: " + strings.Repeat("x", 400) + "\n"
+	}
+	got := messages(out)
+	if len(got) != maxMessages {
+		t.Fatalf("%d messages, want %d: %q", len(got), maxMessages, got)
+	}
+	if got[0] != "crash_test.go:280: create/start-ran: acknowledged sandbox sb-1 lost" || got[1] != "crash_test.go:93: server log:" {
+		t.Errorf("first messages: %q", got[:2])
+	}
+	if last := got[len(got)-1]; len([]rune(last)) != maxMessageText+1 || !strings.HasSuffix(last, "…") {
+		t.Errorf("a long message is not shortened: %d runes", len([]rune(last)))
 	}
 }
