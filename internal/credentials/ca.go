@@ -52,16 +52,28 @@ type CA struct {
 // LoadOrCreateCA reads the CA from dir (ca.crt, ca.key), creating an ECDSA
 // P-256 CA there on first use.
 func LoadOrCreateCA(dir string) (*CA, error) {
-	certPath, keyPath := filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile)
-	certPEM, certErr := os.ReadFile(certPath)
-	keyPEM, keyErr := os.ReadFile(keyPath)
-	switch {
-	case errors.Is(certErr, fs.ErrNotExist) && errors.Is(keyErr, fs.ErrNotExist):
+	ca, err := LoadCA(dir)
+	if errors.Is(err, fs.ErrNotExist) && !exists(filepath.Join(dir, caCertFile)) && !exists(filepath.Join(dir, caKeyFile)) {
 		return createCA(dir)
-	case certErr != nil:
-		return nil, fmt.Errorf("egress CA: %w", certErr)
-	case keyErr != nil:
-		return nil, fmt.Errorf("egress CA: %w", keyErr)
+	}
+	return ca, err
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// LoadCA reads the CA kept in dir by LoadOrCreateCA; the error wraps
+// fs.ErrNotExist when dir holds none.
+func LoadCA(dir string) (*CA, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, caCertFile))
+	if err != nil {
+		return nil, fmt.Errorf("egress CA: %w", err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, caKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("egress CA: %w", err)
 	}
 	ca, err := ParseCA(certPEM, keyPEM)
 	if err != nil {

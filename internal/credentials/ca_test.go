@@ -3,6 +3,8 @@ package credentials
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +51,23 @@ func TestCACreatedOnceAndReloaded(t *testing.T) {
 	}
 	if _, err := LoadOrCreateCA(dir); err == nil || !strings.Contains(err.Error(), "does not belong") {
 		t.Fatalf("mismatched key: %v", err)
+	}
+	// LoadCA reads, never makes; half a CA is not made whole.
+	empty := t.TempDir()
+	if _, err := LoadCA(empty); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("LoadCA of an empty directory: %v", err)
+	}
+	if err := os.Remove(filepath.Join(otherDir, caCertFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateCA(otherDir); err == nil {
+		t.Fatal("a CA whose certificate is gone was made again over its key")
+	}
+	if _, err := LoadCA(dir); err == nil || !strings.Contains(err.Error(), "does not belong") {
+		t.Fatalf("LoadCA of a mismatched CA: %v", err)
+	}
+	if names, _ := os.ReadDir(empty); len(names) != 0 {
+		t.Fatal("LoadCA wrote to the directory")
 	}
 }
 
