@@ -199,8 +199,21 @@ func ValidID(id string) error {
 	return nil
 }
 
-// validAddress checks an advertised URL: http or https, with a host.
-func validAddress(address string) error {
+// InProcessScheme is the scheme of the address a node in the control
+// plane's own process registers with (`space serve`): the control plane
+// drives it by calls, not RPC.
+const InProcessScheme = "inproc"
+
+// InProcessAddress is the address of node id when it runs in the control
+// plane's process.
+func InProcessAddress(id string) string { return InProcessScheme + "://" + id }
+
+// validAddress checks an advertised URL: http or https, with a host, or
+// the in-process address of the node that registers (id).
+func validAddress(id, address string) error {
+	if address == InProcessAddress(id) {
+		return nil
+	}
 	u, err := url.Parse(address)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
 		return fmt.Errorf("%w: address %q must be an http:// or https:// URL with a host", ErrInvalid, address)
@@ -216,7 +229,7 @@ func (r *Registry) Register(id, address string, info nodeapi.Info) (Node, error)
 	if err := ValidID(id); err != nil {
 		return Node{}, err
 	}
-	if err := validAddress(address); err != nil {
+	if err := validAddress(id, address); err != nil {
 		return Node{}, err
 	}
 	r.mu.Lock()

@@ -157,13 +157,16 @@ func TestRegisterRefusesMalformedIDsAndAddresses(t *testing.T) {
 			t.Errorf("id %q: %v, want ErrInvalid", id, err)
 		}
 	}
-	for _, addr := range []string{"", "x:1", "ftp://x", "http://", "http://u:p@x:1", "://x"} {
+	// A node may name itself in-process, never another node.
+	for _, addr := range []string{"", "x:1", "ftp://x", "http://", "http://u:p@x:1", "://x", "inproc://n2", "inproc://", "inproc://n1/x"} {
 		if _, err := r.Register("n1", addr, nodeapi.Info{}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("address %q: %v, want ErrInvalid", addr, err)
 		}
 	}
-	if _, err := r.Register("n1", "https://10.0.0.1:7071", nodeapi.Info{}); err != nil {
-		t.Fatal(err)
+	for _, addr := range []string{"https://10.0.0.1:7071", InProcessAddress("n1")} {
+		if _, err := r.Register("n1", addr, nodeapi.Info{}); err != nil {
+			t.Fatalf("address %q: %v", addr, err)
+		}
 	}
 }
 

@@ -15,14 +15,16 @@ import (
 // clusterNodes is how a cluster's control plane reaches its nodes
 // (controlplane.Nodes): the registry says where each node is and whether
 // it answers, and each node is driven through a noderpc client dialed at
-// the address it advertised.
+// the address it advertised, or, when it runs in this process (serve's
+// node, cluster.InProcessAddress), by calls.
 type clusterNodes struct {
 	reg           *cluster.Registry
 	token, caFile string
 
 	mu      sync.Mutex
 	clients map[string]*remoteNode // by node id
-	joined  []string               // ids joined through this replica, in order
+	local   map[string]controlplane.Node
+	joined  []string // ids joined through this replica, in order
 	subs    map[*joinSub]struct{}
 }
 
@@ -50,7 +52,18 @@ func (s *joinSub) deliver(id string) {
 var _ controlplane.Nodes = (*clusterNodes)(nil)
 
 func newClusterNodes(reg *cluster.Registry, token, caFile string) *clusterNodes {
-	return &clusterNodes{reg: reg, token: token, caFile: caFile, clients: map[string]*remoteNode{}, subs: map[*joinSub]struct{}{}}
+	return &clusterNodes{
+		reg: reg, token: token, caFile: caFile,
+		clients: map[string]*remoteNode{}, local: map[string]controlplane.Node{}, subs: map[*joinSub]struct{}{},
+	}
+}
+
+// addLocal makes n, which runs in this process, the node that registers
+// as id at cluster.InProcessAddress(id).
+func (c *clusterNodes) addLocal(id string, n controlplane.Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.local[id] = n
 }
 
 // remoteNode is a node reached over RPC, as the control plane drives it.
@@ -61,9 +74,15 @@ type remoteNode struct {
 
 // client returns the node's client, dialing it at address when it has
 // none or the node moved.
-func (c *clusterNodes) client(id, address string) (*remoteNode, error) {
+func (c *clusterNodes) client(id, address string) (controlplane.Node, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if address == cluster.InProcessAddress(id) {
+		if n, ok := c.local[id]; ok {
+			return n, nil
+		}
+		return nil, fmt.Errorf("node %s: registered as in-process, but it runs in no process of this control plane", id)
+	}
 	if rn, ok := c.clients[id]; ok && rn.address == address {
 		return rn, nil
 	}

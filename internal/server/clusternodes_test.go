@@ -82,3 +82,34 @@ func TestClusterNodesStatesAndJoins(t *testing.T) {
 	for range joins {
 	}
 }
+
+// A node in the control plane's process is driven by calls: the node
+// registered at its in-process address is the one added, and a node that
+// claims that address without running here is unavailable.
+func TestClusterNodesInProcess(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	reg, err := cluster.New(cluster.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := newClusterNodes(reg, "token", "")
+	defer nodes.close()
+	type inProcess struct{ controlplane.Node }
+	here := &inProcess{}
+	nodes.addLocal("here", here)
+	for _, id := range []string{"here", "elsewhere"} {
+		if _, err := reg.Register(id, cluster.InProcessAddress(id), nodeapi.Info{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := nodes.Node("here"); err != nil || got != controlplane.Node(here) {
+		t.Fatalf("in-process node: %v, %v", got, err)
+	}
+	if _, err := nodes.Node("elsewhere"); !errors.Is(err, controlplane.ErrNodeUnavailable) {
+		t.Fatalf("a node in-process elsewhere: %v, want unavailable", err)
+	}
+}
