@@ -139,6 +139,11 @@ type Config struct {
 	HostPaths *hostpath.Hider
 	// Nodes reaches the nodes sandboxes run on (OneNode for serve).
 	Nodes Nodes
+	// LocalNode names the node in this process (serve's), if any: Recover
+	// reconciles it before it returns, as a cluster's nodes are when they
+	// join, and records of versions that named no node are on it. OneNode
+	// sets it.
+	LocalNode string
 }
 
 // ControlPlane is the single authority over sandbox state.
@@ -331,6 +336,9 @@ func New(cfg Config) *ControlPlane {
 	}
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = newReplicaID()
+	}
+	if o, ok := cfg.Nodes.(oneNode); ok && cfg.LocalNode == "" {
+		cfg.LocalNode = o.id
 	}
 	cp := &ControlPlane{
 		cfg:        cfg,

@@ -15,8 +15,9 @@ import (
 )
 
 // Recover loads the persisted sandboxes after a (re)start and, when the
-// control plane has one node of its own (serve), reconciles that node
-// (ReconcileNode); a cluster's nodes are reconciled as they join (Run).
+// control plane has a node in its process (serve's, Config.LocalNode),
+// reconciles that node (ReconcileNode); other nodes are reconciled as
+// they join (Run).
 // On a store other replicas share, only the replica that finds no leader
 // (the first of a cluster, or `space serve` on PostgreSQL) goes on past
 // loading the records (replicas.go).
@@ -36,11 +37,10 @@ func (cp *ControlPlane) Recover(ctx context.Context) error {
 		cp.sandboxes[s.ID] = cp.stored(s)
 	}
 	cp.mu.Unlock()
-	l, ok := cp.cfg.Nodes.(legacyNoder)
-	if !ok {
+	id := cp.cfg.LocalNode
+	if id == "" {
 		return nil
 	}
-	id := l.LegacyNode()
 	cp.fleet.join(id)
 	if err := cp.ReconcileNode(ctx, id); err != nil {
 		return err

@@ -29,12 +29,6 @@ func (e *NodeUnavailableError) Error() string {
 
 func (e *NodeUnavailableError) Unwrap() error { return ErrNodeUnavailable }
 
-// legacyNoder is a Nodes whose one node holds the records of versions that
-// did not record a node ("" on them): `space serve`'s.
-type legacyNoder interface {
-	LegacyNode() string
-}
-
 // OneNode is the Nodes of `space serve`: node n, named id, always ready.
 // Records without a node (from earlier versions) are on it.
 func OneNode(id string, n Node) Nodes { return oneNode{id: id, n: n} }
@@ -85,15 +79,11 @@ func (o oneNode) Joins(ctx context.Context) <-chan string {
 	return ch
 }
 
-func (o oneNode) LegacyNode() string { return o.id }
-
 // nodeID is the node a record names; "" (records of versions with one
-// node) is the legacy node, when the Nodes has one.
+// node) is the local node, when there is one.
 func (cp *ControlPlane) nodeID(id string) string {
 	if id == "" {
-		if l, ok := cp.cfg.Nodes.(legacyNoder); ok {
-			return l.LegacyNode()
-		}
+		return cp.cfg.LocalNode
 	}
 	return id
 }
