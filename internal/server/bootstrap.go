@@ -93,8 +93,9 @@ func open(aead cipher.AEAD, sealed []byte, field string) ([]byte, error) {
 //
 // given, when not empty, is the first admin key the operator chose (an
 // installer's generated Secret); it is used instead of a minted one on an
-// empty store and ignored on a store that has keys already.
-func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, adminKeyPath, given string) (bootstrap, error) {
+// empty store and ignored on a store that has keys already. seedCA, when
+// set, is the egress CA a new record takes instead of a new one.
+func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, adminKeyPath, given string, seedCA *credentials.CA) (bootstrap, error) {
 	aead, err := bootstrapAEAD(token)
 	if err != nil {
 		return bootstrap{}, err
@@ -125,7 +126,7 @@ func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, 
 			return b, nil
 		}
 		// A record from before the cluster had an egress CA gets one.
-		if b.egressCA, err = sealNewEgressCA(aead, &rec); err != nil {
+		if b.egressCA, err = sealEgressCA(aead, &rec, nil); err != nil {
 			return bootstrap{}, err
 		}
 		if err := st.Put(bootstrapBucket, bootstrapKey, rec); err != nil {
@@ -143,7 +144,7 @@ func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, 
 	if rec.SecretsKey, err = seal(aead, b.secretsKey, "secrets_key"); err != nil {
 		return bootstrap{}, err
 	}
-	if b.egressCA, err = sealNewEgressCA(aead, &rec); err != nil {
+	if b.egressCA, err = sealEgressCA(aead, &rec, seedCA); err != nil {
 		return bootstrap{}, err
 	}
 	if keys.Empty() {
@@ -167,11 +168,14 @@ func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, 
 	return b, nil
 }
 
-// sealNewEgressCA makes the cluster's egress CA and puts it in rec.
-func sealNewEgressCA(aead cipher.AEAD, rec *bootstrapRecord) (*credentials.CA, error) {
-	ca, err := credentials.NewCA("cluster")
-	if err != nil {
-		return nil, err
+// sealEgressCA puts the cluster's egress CA in rec: ca, or a new one when
+// ca is nil.
+func sealEgressCA(aead cipher.AEAD, rec *bootstrapRecord, ca *credentials.CA) (*credentials.CA, error) {
+	if ca == nil {
+		var err error
+		if ca, err = credentials.NewCA("cluster"); err != nil {
+			return nil, err
+		}
 	}
 	keyPEM, err := ca.KeyPEM()
 	if err != nil {

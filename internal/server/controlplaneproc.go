@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
+	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/project"
@@ -53,8 +55,16 @@ type ControlPlaneConfig struct {
 	// PoolSizes are the cluster-wide warm pool sizes by template name (a
 	// size set through the API wins), split over the nodes holding it.
 	PoolSizes map[string]int
-	Progress  io.Writer
-	Logger    *slog.Logger
+	// ProxyTLSCert, ProxyTLSKey and MaxTemplateArchiveBytes are as in
+	// Config.
+	ProxyTLSCert, ProxyTLSKey string
+	MaxTemplateArchiveBytes   int64
+	// SeedEgressCADir, when set, names a directory holding an egress CA
+	// (ca.crt, ca.key) that becomes the cluster's when the store has no
+	// bootstrap record yet; empty: a new CA is made.
+	SeedEgressCADir string
+	Progress        io.Writer
+	Logger          *slog.Logger
 }
 
 // registryReadCache is how old the registry's copy of the nodes may be
@@ -76,41 +86,72 @@ func DefaultControlPlaneConfig() ControlPlaneConfig {
 // store: the nodes' cluster service and the native API on cfg.Listen, the
 // E2B API and the sandbox proxy, reaching sandboxes on the nodes over
 // noderpc. It returns once it accepts requests.
-func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, err error) {
+func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (*Server, error) {
+	if cfg.ClusterToken == "" {
+		return nil, errors.New("space control-plane needs the cluster token")
+	}
+	st, err := store.OpenURL(ctx, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	return startControlPlane(ctx, cfg, st, nil)
+}
+
+// inProcessNode is a node that runs in its control plane's process
+// (serve's, startOneHouse).
+type inProcessNode struct {
+	id string
+	// start brings the node up on s's in-process link and registers it,
+	// once the control plane is built and before it recovers; the node
+	// heartbeats only once startControlPlane returns (NodeServer.join).
+	start func(s *Server) error
+}
+
+// startControlPlane is the body of a control plane on st, which it closes
+// on failure and on Shutdown: a replica on PostgreSQL, or serve's on its
+// embedded store with its node in process (local).
+func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Store, local *inProcessNode) (_ *Server, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	if cfg.ClusterToken == "" {
-		return nil, errors.New("space control-plane needs the cluster token")
-	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
 	s := &Server{
 		cfg: Config{
 			DataDir: cfg.DataDir, Store: cfg.Store, Listen: cfg.Listen, E2BListen: cfg.E2BListen, ProxyListen: cfg.ProxyListen,
 			Domain: cfg.Domain, HTTP: cfg.HTTP, Defaults: cfg.Defaults, Progress: cfg.Progress, Logger: cfg.Logger,
+			ProxyTLSCert: cfg.ProxyTLSCert, ProxyTLSKey: cfg.ProxyTLSKey, MaxTemplateArchiveBytes: cfg.MaxTemplateArchiveBytes,
 		},
+		st:   st,
 		done: make(chan struct{}), hostPaths: hostpath.New(cfg.DataDir),
 	}
 	defer func() {
 		if err != nil {
+			if s.localNode != nil {
+				_ = s.localNode.Shutdown(context.WithoutCancel(ctx))
+			}
 			s.closeStores()
 		}
 	}()
-	if s.st, err = store.OpenURL(ctx, cfg.Store); err != nil {
-		return nil, err
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	var seedCA *credentials.CA
+	if cfg.SeedEgressCADir != "" {
+		if seedCA, err = credentials.LoadCA(cfg.SeedEgressCADir); errors.Is(err, fs.ErrNotExist) {
+			seedCA = nil
+		} else if err != nil {
+			return nil, err
+		}
 	}
 	keys, err := auth.Open(s.st)
 	if err != nil {
 		return nil, err
 	}
 	adminKeyPath := filepath.Join(cfg.DataDir, "admin.key")
-	boot, err := loadBootstrap(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath, cfg.AdminKey)
+	boot, err := loadBootstrap(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath, cfg.AdminKey, seedCA)
 	if err != nil {
 		return nil, err
 	}
@@ -147,9 +188,10 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	nodes := newClusterNodes(reg, cfg.ClusterToken, cfg.TLSCAFile)
 	s.nodes = nodes
 	cat := newClusterCatalog(s.st, reg, func() *controlplane.ControlPlane { return s.cp })
+	s.cat = cat
 	// The nodes' side of the contract (cpapi), which the cluster service
 	// serves to the nodes.
-	nodeService := &cpapi.Service{
+	s.nodeService = &cpapi.Service{
 		Registry: reg, Logger: cfg.Logger,
 		// The API (and so this service) serves once s.cp is built.
 		Credentials: controlPlaneCredentials{ca: boot.egressCA, sandboxes: func() sandboxLookup { return s.cp }, secrets: secretStore},
@@ -170,7 +212,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		},
 	}
 	clusterPath, clusterHandler := clusterrpc.NewHandler(clusterrpc.ServerConfig{
-		ControlPlane: nodeService, Token: cfg.ClusterToken,
+		ControlPlane: s.nodeService, Token: cfg.ClusterToken,
 	})
 
 	replicaID, err := controlplane.LoadReplicaID(filepath.Join(cfg.DataDir, "replica-id"))
@@ -178,10 +220,26 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		return nil, err
 	}
 	metricsReg := metrics.NewRegistry()
-	if s.cp, err = newClusterControlPlane(ctx, controlplane.Config{
+	// Its Capacity stays zero: placement weighs each node's figures
+	// (cluster.Registry.Place), and a refusal names the cluster's.
+	cpCfg := controlplane.Config{
 		Store: s.st, Templates: cat, ReplicaID: replicaID, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: metricsReg,
-		Secrets: secretStore, Quotas: quotas, HostPaths: s.hostPaths,
-	}, nodes); err != nil {
+		Secrets: secretStore, Quotas: quotas, HostPaths: s.hostPaths, Nodes: nodes,
+	}
+	if local != nil {
+		cpCfg.LocalNode = local.id
+	}
+	s.cp = controlplane.New(cpCfg)
+	// The node in this process is up (and registered) before Recover,
+	// which reconciles it: its sandboxes are adopted before the API
+	// serves, as serve always did. Other nodes are reconciled as they
+	// join.
+	if local != nil {
+		if err := local.start(s); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.cp.Recover(ctx); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
@@ -190,7 +248,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 	mux.Handle(clusterPath, clusterHandler)
 	mux.Handle("/", api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: metricsReg, Logger: cfg.Logger,
-		Nodes: operatorView{reg}, MaxRequestsPerKey: cfg.MaxRequestsPerKey,
+		Nodes: operatorView{reg}, MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths))
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -229,19 +287,6 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Server, 
 		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)
 	}
 	return s, nil
-}
-
-// newClusterControlPlane builds the cluster's control plane over its
-// nodes. Its Capacity stays zero: placement weighs each node's figures
-// (cluster.Registry.Place), and a refusal names the cluster's. The nodes
-// are reconciled as they join (their sandboxes adopted), not here.
-func newClusterControlPlane(ctx context.Context, cfg controlplane.Config, nodes *clusterNodes) (*controlplane.ControlPlane, error) {
-	cfg.Nodes = nodes
-	cp := controlplane.New(cfg)
-	if err := cp.Recover(ctx); err != nil {
-		return nil, err
-	}
-	return cp, nil
 }
 
 // operatorView is the registry as the nodes routes show it: read from the

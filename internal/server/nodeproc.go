@@ -96,18 +96,31 @@ func DefaultNodeConfig() NodeConfig {
 	}
 }
 
-// NodeServer is a running `space node`.
+// NodeServer is a running `space node`, or the node of `space serve`.
 type NodeServer struct {
-	// ID is the node's id, URL where its RPC service listens.
+	// ID is the node's id, URL where its RPC service listens (its
+	// in-process address when it serves none).
 	ID, URL string
 
-	cfg      NodeConfig
-	side     *nodeSide
-	http     *http.Server
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when the RPC server stopped
-	member   chan error    // membership's end
-	cpClient *clusterrpc.Replicas
+	cfg    NodeConfig
+	side   *nodeSide
+	http   *http.Server // nil in the control plane's process
+	runCtx context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the RPC server stopped
+	member chan error    // membership's end
+	link   nodeLink
+}
+
+// nodeLink is how a node reaches its control plane: the node → control
+// plane contract, over the cluster RPC or by calls.
+type nodeLink struct {
+	cp    cpapi.ControlPlane
+	close func() error
+	// local, when set, is the node set of a control plane in this
+	// process: the node joins it at its in-process address and serves no
+	// RPC of its own.
+	local *clusterNodes
 }
 
 // StartNode brings a node up: the cluster's egress CA from the control
@@ -115,15 +128,40 @@ type NodeServer struct {
 // machinery, its RPC service on cfg.Listen, then in the background the
 // built-in templates and its membership of the control plane. Sandboxes a previous node process left
 // running keep running; the control plane adopts them when the node joins.
-func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
+func StartNode(ctx context.Context, cfg NodeConfig) (*NodeServer, error) {
+	if cfg.ClusterToken == "" {
+		return nil, errors.New("space node needs the cluster token")
+	}
+	replicas, err := clusterrpc.DialReplicas(ControlPlaneURLs(cfg.ControlPlane), cfg.ClusterToken, clusterrpc.DialOptions{
+		CAFile: cfg.TLSCAFile,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s, err := startNode(ctx, cfg, nodeLink{cp: replicas, close: replicas.Close})
+	if err != nil {
+		return nil, err
+	}
+	s.join()
+	say := func(format string, args ...any) { fmt.Fprintf(s.cfg.Progress, "space: "+format+"\n", args...) }
+	say("node %s listening on %s (advertised as %s), joining %s", s.ID, s.URL, s.cfg.Advertise, cfg.ControlPlane)
+	return s, nil
+}
+
+// startNode is the body of a node on either link: `space node` over the
+// cluster RPC, serve's node by calls. The node joins its control plane
+// once join is called.
+func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServer, err error) {
+	defer func() {
+		if err != nil {
+			_ = link.close()
+		}
+	}()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
-	}
-	if cfg.ClusterToken == "" {
-		return nil, errors.New("space node needs the cluster token")
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -136,40 +174,36 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 	} else if err := cluster.ValidID(cfg.ID); err != nil {
 		return nil, fmt.Errorf("--id: %w", err)
 	}
-	s := &NodeServer{ID: cfg.ID, cfg: cfg, done: make(chan struct{}), member: make(chan error, 1)}
+	s := &NodeServer{ID: cfg.ID, cfg: cfg, done: make(chan struct{}), member: make(chan error, 1), link: link}
 	roots, err := upstreamRoots(cfg.EgressCAFile)
 	if err != nil {
 		return nil, err
 	}
-	var side *nodeSide
-	if s.cpClient, err = clusterrpc.DialReplicas(ControlPlaneURLs(cfg.ControlPlane), cfg.ClusterToken, clusterrpc.DialOptions{
-		CAFile: cfg.TLSCAFile,
-	}); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			_ = s.cpClient.Close()
-		}
-	}()
 	// The cluster's egress CA, before anything is built: every node's
 	// templates trust it (and so hash to one id), every node's gateway
 	// signs leaves with it. It is kept in memory only; a restarted node
 	// fetches it again.
-	ca, err := fetchEgressCA(ctx, s.cpClient, cfg.ID, say)
+	ca, err := fetchEgressCA(ctx, link.cp, cfg.ID, say)
 	if err != nil {
 		return nil, err
 	}
-	say("egress CA %s (the cluster's)", ca.Fingerprint()[:16])
+	if link.local == nil {
+		say("egress CA %s (the cluster's)", ca.Fingerprint()[:16])
+	}
 	// The rules and secrets stay in the control plane's store; the
-	// gateway asks for them when a sandbox connects.
-	remote := newNodeCredentials(cfg.ID, s.cpClient, cfg.Logger, credentialTTL)
+	// gateway asks for them when a sandbox connects (and, in the control
+	// plane's process, every time: no cache to go stale).
+	ttl := credentialTTL
+	if link.local != nil {
+		ttl = 0
+	}
+	remote := newNodeCredentials(cfg.ID, link.cp, cfg.Logger, ttl)
 	interceptor := credentials.NewInterceptor(credentials.Config{
 		CA: ca, UpstreamRoots: roots, Logger: cfg.Logger,
 		Rules: remote, Secrets: remote,
 	})
 	d := DefaultConfig().Defaults
-	side, err = openNodeSide(ctx, nodeSideConfig{
+	side, err := openNodeSide(ctx, nodeSideConfig{
 		RegistryPrivate: cfg.TemplateRegistryPrivate,
 		BuildCache:      cfg.TemplateBuildCache,
 		DataDir:         cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
@@ -192,48 +226,67 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *NodeServer, err error) {
 			side.close()
 		}
 	}()
-	held := heldNode{Node: side.node, side: side}
-	if s.http, err = noderpc.NewServer(noderpc.NewHandler(held, cfg.ClusterToken, cfg.Logger), noderpc.ServerOptions{
-		CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, Logger: cfg.Logger,
-	}); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
-	scheme := "http"
-	if cfg.TLSCertFile != "" {
-		scheme = "https"
-	}
-	s.URL = scheme + "://" + ln.Addr().String()
-	if cfg.Advertise == "" {
+	held := s.held()
+	var ln net.Listener
+	if link.local != nil {
+		s.URL = cluster.InProcessAddress(cfg.ID)
 		cfg.Advertise = s.URL
+		link.local.addLocal(cfg.ID, held)
+		close(s.done)
+	} else {
+		if s.http, err = noderpc.NewServer(noderpc.NewHandler(held, cfg.ClusterToken, cfg.Logger), noderpc.ServerOptions{
+			CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, Logger: cfg.Logger,
+		}); err != nil {
+			return nil, err
+		}
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		}
+		scheme := "http"
+		if cfg.TLSCertFile != "" {
+			scheme = "https"
+		}
+		s.URL = scheme + "://" + ln.Addr().String()
+		if cfg.Advertise == "" {
+			cfg.Advertise = s.URL
+		}
 	}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
+	s.runCtx, s.cancel = runCtx, cancel
+	s.cfg = cfg
 	side.run(runCtx)
-	go func() {
-		defer close(s.done)
-		if err := noderpc.Serve(s.http, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			cfg.Logger.Error("node rpc server", "err", err)
-		}
-	}()
+	if ln != nil {
+		go func() {
+			defer close(s.done)
+			if err := noderpc.Serve(s.http, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				cfg.Logger.Error("node rpc server", "err", err)
+			}
+		}()
+	}
+	return s, nil
+}
+
+// join builds the node's missing built-in templates, then runs its
+// membership of the control plane in the background.
+func (s *NodeServer) join() {
+	cfg := s.cfg
+	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
 	go func() {
 		// The node joins once its built-in templates are built and booted
 		// (at once when they are, as on a restart): the control plane
 		// sweeps what a node runs for no sandbox of its own when the node
 		// joins, a template's first boot included.
-		side.buildTemplates(runCtx, cfg.BuildTemplates, cfg.Progress, say)
-		s.member <- membership.Run(runCtx, membership.Config{
-			ID: cfg.ID, Address: cfg.Advertise, Node: held, ControlPlane: s.cpClient,
-			Templates: side.templateList, Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
+		s.side.buildTemplates(s.runCtx, cfg.BuildTemplates, cfg.Progress, say)
+		s.member <- membership.Run(s.runCtx, membership.Config{
+			ID: cfg.ID, Address: cfg.Advertise, Node: s.held(), ControlPlane: s.link.cp,
+			Templates: s.side.templateList, Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
 		})
 	}()
-	say("node %s listening on %s (advertised as %s), joining %s", cfg.ID, s.URL, cfg.Advertise, cfg.ControlPlane)
-	return s, nil
 }
+
+// held is the node as its control plane drives it.
+func (s *NodeServer) held() heldNode { return heldNode{Node: s.side.node, side: s.side} }
 
 // ControlPlaneURLs splits a comma-separated list of control-plane URLs
 // (NodeConfig.ControlPlane), dropping empty entries.
@@ -258,10 +311,13 @@ func (s *NodeServer) Left() <-chan error { return s.member }
 // A node that runs no sandbox at all (an uninstall removed them) also
 // releases its host mounts (nodeSide.releaseHost).
 func (s *NodeServer) Shutdown(ctx context.Context) error {
-	err := s.http.Shutdown(ctx)
+	var err error
+	if s.http != nil {
+		err = s.http.Shutdown(ctx)
+	}
 	s.cancel()
 	<-s.done
-	_ = s.cpClient.Close()
+	_ = s.link.close()
 	s.side.close()
 	if ids, lerr := s.side.node.Sandboxes(ctx); lerr == nil && len(ids) == 0 {
 		err = errors.Join(err, s.side.releaseHost())

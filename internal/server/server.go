@@ -24,12 +24,12 @@ import (
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/e2b"
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
@@ -112,6 +112,10 @@ type Config struct {
 	// MaxRequestsPerKey bounds one API key's requests in flight on the
 	// main API (0: api.DefaultMaxRequestsPerKey).
 	MaxRequestsPerKey int
+	// OneHouse runs serve as the cluster's control plane on the embedded
+	// store and the cluster's node in the same process (startOneHouse;
+	// experimental, issue #30).
+	OneHouse bool
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -158,11 +162,15 @@ type Server struct {
 	templates *template.Manager
 	slots     *network.Namespaces
 	cp        *controlplane.ControlPlane
-	node      *node.Node
-	cat       catalog
+	node      nodeapi.Node
+	cat       templateResolver
 	nodeSide  *nodeSide
-	// nodes are a cluster control plane's nodes (StartControlPlane).
-	nodes   *clusterNodes
+	// nodes are a cluster control plane's nodes (StartControlPlane), and
+	// nodeService the nodes' side of the contract it serves them.
+	nodes       *clusterNodes
+	nodeService *cpapi.Service
+	// localNode is serve's node on the in-process link (--one-house).
+	localNode *NodeServer
 	gateway *gateway.Gateway
 	// hostPaths keeps the data dir out of what clients read.
 	hostPaths *hostpath.Hider
@@ -174,6 +182,11 @@ type Server struct {
 	// e2bTemplates serves E2B's template build API; nil on a cluster's
 	// control plane.
 	e2bTemplates e2b.Templates
+}
+
+// templateResolver resolves a template for its node (Server.TemplateSpec).
+type templateResolver interface {
+	Resolve(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, string, error)
 }
 
 // quotaCheckInterval is how often the volume pool checks that btrfs still
@@ -188,6 +201,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
+	if cfg.OneHouse {
+		return startOneHouse(ctx, cfg)
+	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -201,6 +217,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 	if s.st, err = openStore(ctx, cfg.DataDir, cfg.Store); err != nil {
 		return nil, err
+	}
+	if cfg.Store == "" {
+		if err := refuseOneHouseState(s.st); err != nil {
+			return nil, err
+		}
 	}
 	keys, err := auth.Open(s.st)
 	if err != nil {
@@ -358,6 +379,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := errors.Join(s.http.Shutdown(ctx), s.shutdownCompat(ctx))
 	s.cancel()
 	<-s.done
+	if s.localNode != nil {
+		err = errors.Join(err, s.localNode.Shutdown(ctx))
+	}
 	if s.nodes != nil {
 		s.nodes.close()
 	}

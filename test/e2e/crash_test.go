@@ -37,6 +37,8 @@ type crashServer struct {
 	store string
 	// agent, when set, is the server's --agent (an upgrade's).
 	agent string
+	// oneHouse starts it with --one-house.
+	oneHouse bool
 }
 
 func (s *crashServer) start() {
@@ -51,6 +53,9 @@ func (s *crashServer) start() {
 		"--volume-image-gib", "8", "--pool", "", "--e2b-listen", "", "--proxy-listen", "")
 	if s.store != "" {
 		s.cmd.Args = append(s.cmd.Args, "--store", s.store)
+	}
+	if s.oneHouse {
+		s.cmd.Args = append(s.cmd.Args, "--one-house")
 	}
 	log, err := os.OpenFile(filepath.Join(s.dataDir, "..", "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

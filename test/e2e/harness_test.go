@@ -119,6 +119,9 @@ func run(m *testing.M) (int, error) {
 		cfg.Runtimes = []string{"gvisor", "microvm"}
 		cfg.Accel = "tcg"
 	}
+	// SPACE_E2E_ONE_HOUSE=1 runs the suite on `space serve --one-house`
+	// (issue #30: the cluster's control plane and node in one process).
+	cfg.OneHouse = os.Getenv("SPACE_E2E_ONE_HOUSE") != ""
 	cfg.Progress = os.Stderr
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Named per process, in the first free range: another e2e run on the
@@ -200,7 +203,18 @@ func buildBuiltin(name string) error {
 	if _, err := env.srv.Templates().Build(context.Background(), name, recipe, template.Source{}, os.Stderr); err != nil {
 		return fmt.Errorf("build template %s: %w", name, err)
 	}
-	return nil
+	// Built on the node; a control plane that learns of its node's
+	// templates from heartbeats (SPACE_E2E_ONE_HOUSE) lists it at the
+	// next one.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		tpl, err := env.client.GetTemplate(context.Background(), name)
+		if err == nil && tpl.State == apiv1.TemplateReady {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("template %s built, but the API does not list it ready: %+v, %v", name, tpl, err)
+		}
+	}
 }
 
 func startServer() error {

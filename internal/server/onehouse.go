@@ -1,0 +1,160 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/store"
+)
+
+// startOneHouse starts `space serve --one-house`: the cluster's control
+// plane on the embedded store (or cfg.Store) and the cluster's node in
+// the same process, joined by calls instead of RPC (issue #30). Both
+// run the code a cluster runs, so that a feature is written once.
+//
+// It is experimental and off by default: it opens a new data directory
+// or one it made, never one serve made without it (the import of such a
+// directory is not built yet).
+func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	st, err := openStore(ctx, cfg.DataDir, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	if err := refuseServeState(st); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	token, err := loadOrCreateClusterToken(filepath.Join(cfg.DataDir, clusterTokenFile))
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	// The node's id is its id file's, made on first start, as `space
+	// node`'s: the control plane needs it before the node starts.
+	id, err := nodeID(cfg.DataDir)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	nodeCfg := NodeConfig{
+		ID:      id,
+		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
+		Runtimes: cfg.Runtimes, Accel: cfg.Accel, VolumeImageBytes: cfg.VolumeImageBytes, EgressCAFile: cfg.EgressCAFile,
+		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream,
+		BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections,
+		BuildTemplates: cfg.BuildTemplates, TemplateRegistryPrivate: cfg.TemplateRegistryPrivate,
+		TemplateBuildCache: cfg.TemplateBuildCache, MemoryOvercommit: cfg.MemoryOvercommit,
+		SessionOutputLimit: cfg.SessionOutputLimit, SessionSpillLimit: cfg.SessionSpillLimit,
+		Progress: cfg.Progress, Logger: cfg.Logger,
+	}
+	local := &inProcessNode{id: id, start: func(s *Server) error {
+		node, err := startNode(ctx, nodeCfg, nodeLink{cp: s.nodeService, close: func() error { return nil }, local: s.nodes})
+		if err != nil {
+			return err
+		}
+		s.localNode = node
+		side := node.side
+		s.pool, s.slots, s.gateway, s.templates = side.pool, side.slots, side.gateway, side.templates
+		s.node = node.held()
+		// Registered now, so that Recover can reconcile it; it joins
+		// again, heartbeating, once its built-in templates are built.
+		info, err := node.held().Info(ctx)
+		if err != nil {
+			return err
+		}
+		return s.nodeService.Register(ctx, id, node.URL, info, side.templateList())
+	}}
+	s, err := startControlPlane(ctx, ControlPlaneConfig{
+		Store: cfg.Store, DataDir: cfg.DataDir,
+		Listen: cfg.Listen, E2BListen: cfg.E2BListen, ProxyListen: cfg.ProxyListen, Domain: cfg.Domain,
+		ClusterToken: token, HTTP: cfg.HTTP, Defaults: cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit,
+		ProjectQuota: cfg.ProjectQuota, MaxRequestsPerKey: cfg.MaxRequestsPerKey, PoolSizes: cfg.PoolSizes,
+		ProxyTLSCert: cfg.ProxyTLSCert, ProxyTLSKey: cfg.ProxyTLSKey, MaxTemplateArchiveBytes: cfg.MaxTemplateArchiveBytes,
+		// A CA placed in the data dir (an installer's, a test's) becomes
+		// the installation's, as serve's <data-dir>/ca always was.
+		SeedEgressCADir: filepath.Join(cfg.DataDir, "ca"),
+		Progress:        cfg.Progress, Logger: cfg.Logger,
+	}, st, local)
+	if err != nil {
+		return nil, err
+	}
+	s.localNode.join()
+	fmt.Fprintf(cfg.Progress, "space: one house: node %s runs in this process, reached by calls\n", id)
+	return s, nil
+}
+
+// clusterTokenFile holds the token of a one-house serve's cluster in its
+// data dir: the key its bootstrap record is sealed with, and what a
+// `space node` would need to join it.
+const clusterTokenFile = "cluster.token"
+
+// loadOrCreateClusterToken reads the token at path, making one (0600) on
+// first start.
+func loadOrCreateClusterToken(path string) (string, error) {
+	if data, err := os.ReadFile(path); err == nil {
+		token := strings.TrimSpace(string(data))
+		if token == "" {
+			return "", fmt.Errorf("%s is empty", path)
+		}
+		return token, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read the cluster token: %w", err)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(b)
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the cluster token: %w", err)
+	}
+	return token, nil
+}
+
+// refuseServeState refuses a store that serve wrote without --one-house:
+// its keys exist, but no bootstrap record. Its templates, E2B builds,
+// secrets key and egress CA live where the one-house control plane does
+// not look.
+func refuseServeState(st store.Store) error {
+	var rec bootstrapRecord
+	err := st.Get(bootstrapBucket, bootstrapKey, &rec)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("read the bootstrap record: %w", err)
+	}
+	keys, err := auth.Open(st)
+	if err != nil {
+		return err
+	}
+	if !keys.Empty() {
+		return errors.New("this data dir was written by space serve without --one-house, which cannot open it yet; start it without --one-house")
+	}
+	return nil
+}
+
+// refuseOneHouseState refuses, to serve without --one-house, an embedded
+// store that serve --one-house wrote (it has a bootstrap record): the
+// secrets and templates it recorded are where plain serve does not look.
+func refuseOneHouseState(st store.Store) error {
+	var rec bootstrapRecord
+	switch err := st.Get(bootstrapBucket, bootstrapKey, &rec); {
+	case err == nil:
+		return errors.New("this data dir was written by space serve --one-house; start it with --one-house")
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	default:
+		return fmt.Errorf("read the bootstrap record: %w", err)
+	}
+}

@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/space-platform/space/internal/testtier"
+	"github.com/space-platform/space/pkg/apiv1"
+)
+
+// `space serve --one-house` (issue #30, experimental) runs the cluster's
+// control plane and the cluster's node in one process: its node has a
+// stable id of its own and is reached by calls; a sandbox, its files and
+// its snapshot outlive a kill -9; a template builds through the node
+// contract; and serve without the flag refuses the data dir rather than
+// misread it.
+func TestOneHouseServe(t *testing.T) {
+	s := newOneHouseServer(t)
+	ctx := testContext(t)
+
+	nodes, err := s.client.ListNodes(ctx)
+	if err != nil || len(nodes) != 1 {
+		t.Fatalf("nodes: %+v, %v", nodes, err)
+	}
+	idFile, err := os.ReadFile(filepath.Join(s.dataDir, "node-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := nodes[0]
+	if node.ID != strings.TrimSpace(string(idFile)) || node.Address != "inproc://"+node.ID || node.State != "ready" {
+		t.Fatalf("the node: %+v, want the id of its node-id file, in process, ready", node)
+	}
+
+	sb, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Metadata: map[string]string{"house": "one"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.WriteFile(ctx, sb.ID, "/home/user/kept.txt", strings.NewReader("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.CreateSnapshot(ctx, sb.ID, "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A template built through the control plane's catalog, on the node.
+	if _, err := s.client.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Name: "hello", Recipe: "from: minimal\nrun:\n  - echo hi from the build > /hello\n"}); err != nil {
+		t.Fatal(err)
+	}
+	lines := followTemplateLog(ctx, t, s.client, "hello")
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "echo hi from the build") }) {
+		t.Fatalf("the build's log: %q", lines)
+	}
+	if tpl, err := s.client.GetTemplate(ctx, "hello"); err != nil || tpl.State != apiv1.TemplateReady {
+		t.Fatalf("template after its log ended: %+v, %v", tpl, err)
+	}
+	hello, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.WaitSandbox(ctx, hello.ID, apiv1.StateRunning, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(ctx, t, s.client, hello.ID, "/hello"); got != "hi from the build\n" {
+		t.Fatalf("a sandbox of the built template reads %q", got)
+	}
+
+	s.kill()
+	s.start()
+	got, err := s.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Metadata["house"] != "one" || got.Node != node.ID {
+		t.Fatalf("after a kill -9: %+v, want its metadata, on node %s", got, node.ID)
+	}
+	if content := readFile(ctx, t, s.client, sb.ID, "/home/user/kept.txt"); content != "kept" {
+		t.Fatalf("file after a kill -9 = %q", content)
+	}
+	if snaps, err := s.client.ListSnapshots(ctx, sb.ID); err != nil || len(snaps) != 1 || snaps[0].Name != "before" {
+		t.Fatalf("snapshots after a kill -9 = %+v, %v", snaps, err)
+	}
+	if _, err := s.client.Suspend(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	execOK2(t, s.client, sb.ID) // resumes it
+	for _, id := range []string{sb.ID, hello.ID} {
+		if err := s.client.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s.kill()
+	plain := exec.Command(filepath.Join(env.binDir, "space"), "serve", "--data-dir", s.dataDir, "--listen", freePort(t),
+		"--e2b-listen", "", "--proxy-listen", "", "--build-templates", "", "--runsc", env.cfg.RunscPath, "--agent", env.cfg.AgentPath)
+	out, err := plain.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "written by space serve --one-house") {
+		t.Fatalf("serve without --one-house on its data dir: %v\n%s", err, out)
+	}
+}
+
+// newOneHouseServer starts a separate `space serve --one-house` in a
+// fresh directory and stops it when the test ends.
+func newOneHouseServer(t *testing.T) *crashServer {
+	requireServer(t)
+	testtier.Full(t, "starts and kills a separate server")
+	base := t.TempDir()
+	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t), oneHouse: true}
+	s.start()
+	t.Cleanup(func() { s.stop(base) })
+	return s
+}
