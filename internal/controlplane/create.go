@@ -609,11 +609,14 @@ func (cp *ControlPlane) Running(ctx context.Context, id string) (nodeapi.Sandbox
 }
 
 // settling reports whether traffic to s should wait for its transition
-// to end: a resume in progress, or a suspend in progress of a sandbox that
-// auto-resumes (without auto-resume the suspended end is refused anyway,
-// so waiting for it would only delay the refusal).
+// to end: a resume or a snapshot in progress (a rolling snapshot, a
+// branch's capture: seconds, after which it runs again), or a suspend in
+// progress of a sandbox that auto-resumes (without auto-resume the
+// suspended end is refused anyway, so waiting for it would only delay the
+// refusal).
 func settling(s Sandbox) bool {
-	return s.State == apiv1.StateResuming || s.State == apiv1.StateSuspending && s.Lifecycle.AutoResume
+	return s.State == apiv1.StateResuming || s.State == apiv1.StateSnapshotting ||
+		s.State == apiv1.StateSuspending && s.Lifecycle.AutoResume
 }
 
 func sortByCreation(s []Sandbox) {

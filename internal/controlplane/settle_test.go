@@ -129,3 +129,46 @@ func TestRunningDuringSuspendHonoursContext(t *testing.T) {
 		t.Fatalf("suspend: %v", err)
 	}
 }
+
+// slowCaptureNode holds Capture (a snapshot's) until the test lets it go on.
+type slowCaptureNode struct {
+	*slowSuspendNode
+}
+
+func (n slowCaptureNode) Capture(ctx context.Context, req nodeapi.CaptureRequest) error {
+	n.entered <- struct{}{}
+	<-n.proceed
+	return n.fakeNode.Capture(ctx, req)
+}
+
+// Traffic that reaches a sandbox while a snapshot of it is taken (a
+// rolling one, which the caller did not ask for) waits for the snapshot
+// and is served, instead of being refused for a state it cannot see.
+func TestRunningWaitsForASnapshot(t *testing.T) {
+	n := slowCaptureNode{&slowSuspendNode{fakeNode: newFakeNode(), entered: make(chan struct{}), proceed: make(chan struct{})}}
+	n.alive["a"], n.volumes["sandboxes/a"] = true, true
+	cp := newTestCPWith(t, Config{Nodes: OneNode("local", n)}, t.TempDir(), n.fakeNode, sandbox("a", apiv1.StateRunning))
+	taken := make(chan error, 1)
+	go func() {
+		_, err := cp.CreateSnapshot(context.Background(), "a", "s1")
+		taken <- err
+	}()
+	<-n.entered
+	got := make(chan error, 1)
+	go func() {
+		_, err := cp.Running(context.Background(), "a")
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("Running answered during the snapshot: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(n.proceed)
+	if err := <-taken; err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Running after the snapshot: %v", err)
+	}
+}
