@@ -13,8 +13,8 @@ import (
 const resubscribeDelay = time.Second
 
 // followNodes follows every node that joins until ctx ends: a node joining
-// (or registering again) is reconciled and its pools are set, unless
-// Recover just did so, and its events are followed by a goroutine of its own,
+// (or registering again) is reconciled, unless Recover just did so, and
+// its pools are set, and its events are followed by a goroutine of its own,
 // which a later join of the node replaces.
 func (cp *ControlPlane) followNodes(ctx context.Context) {
 	for id := range cp.cfg.Nodes.Joins(ctx) {
@@ -22,14 +22,16 @@ func (cp *ControlPlane) followNodes(ctx context.Context) {
 		nctx, cancel := context.WithCancel(ctx)
 		cp.fleet.follow(id, cancel)
 		go func() {
-			// Serve's node was reconciled by Recover, and its pools are
-			// set by the server's ApplyPools.
+			// The local node was reconciled by Recover, just before: not
+			// again, which would adopt its sandboxes' runtimes anew under
+			// the calls that reach them by then. Its pools are set now,
+			// with the templates it built before it joined.
 			if !cp.fleet.takeReconciled(id) {
 				if err := cp.ReconcileNode(nctx, id); err != nil {
 					cp.log.Error("reconcile node", "node", id, "err", err)
 				}
-				cp.applyPools(nctx)
 			}
+			cp.applyPools(nctx)
 			cp.followNode(nctx, id)
 		}()
 	}

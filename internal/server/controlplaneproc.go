@@ -21,6 +21,7 @@ import (
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/internal/store"
@@ -101,10 +102,11 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (*Server, er
 // (serve's, startOneHouse).
 type inProcessNode struct {
 	id string
-	// start brings the node up on s's in-process link and registers it,
-	// once the control plane is built and before it recovers; the node
-	// heartbeats only once startControlPlane returns (NodeServer.join).
-	start func(s *Server) error
+	// start brings the node up on s's in-process link and records it
+	// with register, once the control plane is built and before it
+	// recovers; the node joins (heartbeating) only once startControlPlane
+	// returns (NodeServer.join).
+	start func(s *Server, register func(address string, info nodeapi.Info, ts []cpapi.Template) error) error
 }
 
 // startControlPlane is the body of a control plane on st, which it closes
@@ -228,6 +230,9 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	}
 	if local != nil {
 		cpCfg.LocalNode = local.id
+		// Records of earlier versions name their images by path, in the
+		// data dir the node in this process shares.
+		cpCfg.LegacyImagesDir = filepath.Join(cfg.DataDir, "images")
 	}
 	s.cp = controlplane.New(cpCfg)
 	// The node in this process is up (and registered) before Recover,
@@ -235,7 +240,15 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	// serves, as serve always did. Other nodes are reconciled as they
 	// join.
 	if local != nil {
-		if err := local.start(s); err != nil {
+		// Recorded as registered, without a join: Recover reconciles it,
+		// and its join comes later, from its membership.
+		register := func(address string, info nodeapi.Info, ts []cpapi.Template) error {
+			if _, err := reg.Register(local.id, address, info); err != nil {
+				return err
+			}
+			return cat.record(local.id, ts)
+		}
+		if err := local.start(s, register); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/cpapi"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/store"
 )
 
@@ -57,7 +59,7 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		SessionOutputLimit: cfg.SessionOutputLimit, SessionSpillLimit: cfg.SessionSpillLimit,
 		Progress: cfg.Progress, Logger: cfg.Logger,
 	}
-	local := &inProcessNode{id: id, start: func(s *Server) error {
+	local := &inProcessNode{id: id, start: func(s *Server, register func(string, nodeapi.Info, []cpapi.Template) error) error {
 		node, err := startNode(ctx, nodeCfg, nodeLink{cp: s.nodeService, close: func() error { return nil }, local: s.nodes})
 		if err != nil {
 			return err
@@ -66,13 +68,11 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		side := node.side
 		s.pool, s.slots, s.gateway, s.templates = side.pool, side.slots, side.gateway, side.templates
 		s.node = node.held()
-		// Registered now, so that Recover can reconcile it; it joins
-		// again, heartbeating, once its built-in templates are built.
 		info, err := node.held().Info(ctx)
 		if err != nil {
 			return err
 		}
-		return s.nodeService.Register(ctx, id, node.URL, info, side.templateList())
+		return register(node.URL, info, side.templateList())
 	}}
 	s, err := startControlPlane(ctx, ControlPlaneConfig{
 		Store: cfg.Store, DataDir: cfg.DataDir,
