@@ -350,15 +350,19 @@ func (c *clusterCatalog) abandoned(ctx context.Context, b *clusterBuilt) (bool, 
 // errArchiveOverLimit ends an upload that goes past its limit.
 var errArchiveOverLimit = errors.New("over the limit")
 
-// boundedReader fails with errArchiveOverLimit past n bytes.
+// boundedReader fails with errArchiveOverLimit past n bytes, and
+// remembers it did: a node in process may wrap the reader's error in its
+// own, which says nothing of the cause.
 type boundedReader struct {
-	r io.Reader
-	n int64
+	r    io.Reader
+	n    int64
+	over bool
 }
 
 func (b *boundedReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if b.n -= int64(n); b.n < 0 {
+		b.over = true
 		return 0, errArchiveOverLimit
 	}
 	return n, err
@@ -375,9 +379,10 @@ func (c *clusterCatalog) stageArchive(ctx context.Context, build api.TemplateBui
 	if err != nil {
 		return "", "", err
 	}
-	handle, err = tb.StageTemplateArchive(ctx, &boundedReader{r: build.Archive, n: build.ArchiveLimit}, build.ArchiveLimit)
+	archive := &boundedReader{r: build.Archive, n: build.ArchiveLimit}
+	handle, err = tb.StageTemplateArchive(ctx, archive, build.ArchiveLimit)
 	switch {
-	case errors.Is(err, errArchiveOverLimit):
+	case err != nil && archive.over, errors.Is(err, errArchiveOverLimit), errors.Is(err, template.ErrArchiveTooLarge):
 		return "", "", fmt.Errorf("%w: the limit is %d bytes", api.ErrArchiveTooLarge, build.ArchiveLimit)
 	case err != nil:
 		return "", "", fmt.Errorf("stage the archive on node %s: %w", node, err)

@@ -1663,7 +1663,8 @@ func (f *Fake) DeleteTemplate(ctx context.Context, id string) error {
 func (f *Fake) StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (string, error) {
 	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
-		return "", fmt.Errorf("stage template archive: %w", err)
+		// As the real node, which does not pass a read's cause on.
+		return "", fmt.Errorf("stage template archive: %v", err)
 	}
 	if int64(len(data)) > limit {
 		return "", fmt.Errorf("stage template archive: over the limit of %d bytes", limit)
