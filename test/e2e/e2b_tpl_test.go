@@ -98,6 +98,15 @@ type tplStatus struct {
 	} `json:"reason"`
 }
 
+// String shows the status with its reason's text (a pointer otherwise).
+func (s tplStatus) String() string {
+	reason := ""
+	if s.Reason != nil {
+		reason = fmt.Sprintf(", reason %q (step %q)", s.Reason.Message, s.Reason.Step)
+	}
+	return fmt.Sprintf("build %s: %s%s, %d log entries", s.BuildID, s.Status, reason, len(s.LogEntries))
+}
+
 // tplWait polls the build's status, as the SDKs do, until it ends.
 func tplWait(t *testing.T, key, tpl, buildID string) (tplStatus, []string) {
 	t.Helper()
@@ -428,13 +437,9 @@ func TestE2BTemplateFromImage(t *testing.T) {
 	// (a cluster's control plane, which pulls on the node): either way
 	// the registry's refusal is the reason.
 	if st := trigger(`{"fromImage":"` + image + `"}`); st.Status != "refused" && st.Status != "error" || st.Reason == nil || !strings.Contains(st.Reason.Message, "UNAUTHORIZED") {
-		reason := "<none>"
-		if st.Reason != nil {
-			reason = st.Reason.Message
-		}
-		t.Errorf("without credentials: %s, reason %q", st.Status, reason)
+		t.Errorf("without credentials: %s", st)
 	}
-	st := trigger(`{"fromImage":"` + image + `","fromImageRegistry":{"type":"registry","username":"u","password":"p"},` +
+	st := trigger(`{"fromImage":"` + image + `","fromImageRegistry":{"type":"registry","username":"u","password":"` + tplRegistryPassword + `"},` +
 		`"steps":[{"type":"RUN","args":["echo \"$IMAGE_ENV\" > /from-image; echo ` + fmt.Sprint(time.Now().UnixNano()) + ` > /run-id"]}]}`)
 	if st.Status != "ready" {
 		t.Fatalf("build from the image: %+v", st)

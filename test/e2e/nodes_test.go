@@ -41,7 +41,8 @@ func TestServeListsItsOneNode(t *testing.T) {
 			t.Fatalf("space serve lists %d nodes: %+v", len(nodes), nodes)
 		}
 		n = nodes[0]
-		if n.Sandboxes >= 1 || time.Now().After(deadline) {
+		counted := n.Sandboxes >= 1 && n.VCPUsCommitted >= sb.VCPUs && n.MemoryCommittedMB >= sb.MemoryMB
+		if counted || time.Now().After(deadline) {
 			break
 		}
 	}
