@@ -424,7 +424,9 @@ func TestProjectsCannotReachEachOther(t *testing.T) {
 	if tpl.Project != a.project || tpl.Builtin {
 		t.Fatalf("template built by project A: %+v", tpl)
 	}
-	waitTemplate(t, a.project+"/tenant-tpl") // an admin names another project's template so
+	// An admin names another project's template so. Its id is the ready
+	// template's (a cluster's catalog knows none before a node built it).
+	tpl = waitTemplate(t, a.project+"/tenant-tpl")
 	secretName := "TENANT_A_SECRET"
 	if r := raw(t, env.srv.URL, env.srv.AdminKey, "POST", "/v1/secrets", `{"name":"`+secretName+`","value":"a-only","project":"`+a.project+`"}`); r.status != http.StatusCreated {
 		t.Fatalf("admin sets project A's secret: %d %s", r.status, r.body)
