@@ -3,9 +3,12 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"slices"
@@ -72,6 +75,12 @@ type clusterBuilt struct {
 	// Node is the node that built it, whose template manager holds it (a
 	// template built from it is built there).
 	Node string `json:"node,omitempty"`
+	// Inputs digests all the build was made of (the resolved recipe, the
+	// builder, an uploaded archive), when that is all of it: the same
+	// inputs submitted again are answered with this build, as serve
+	// answers the same template ID. Empty for a base read when the build
+	// runs (an image's tag, a host path), which builds again.
+	Inputs string `json:"inputs,omitempty"`
 }
 
 func (b clusterBuilt) canonical() string { return b.Project + "/" + b.Name }
@@ -193,7 +202,7 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 	if err != nil {
 		return apiv1.Template{}, err
 	}
-	_, v, err := c.submitRecipe(scope, name, r, build, buildInputs{})
+	_, v, err := c.submitRecipe(scope, name, r, build, buildInputs{reuse: true})
 	return v, err
 }
 
@@ -204,6 +213,25 @@ func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAM
 type buildInputs struct {
 	files    func(ctx context.Context, hash string, w io.Writer) error
 	registry *template.RegistryAuth
+	// reuse answers a resubmission of the same inputs with the ready
+	// build (clusterBuilt.Inputs) instead of building again.
+	reuse bool
+}
+
+// inputsDigest is clusterBuilt.Inputs of a build of the resolved recipe
+// (and the uploaded archive's digest), or "" when the base is read when
+// the build runs.
+func inputsDigest(kind string, recipe []byte, archive string) string {
+	switch kind {
+	case template.FromImage, template.FromOCIArchive, template.FromOCILayout:
+		return ""
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(template.BuilderVersion), recipe, []byte(archive)} {
+		h.Write(part)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // submitRecipe records a build of a parsed recipe and starts it on a
@@ -260,15 +288,17 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 	key := rec.canonical()
 	ctx := c.buildContext()
 	req := nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin}
+	archiveDigest := ""
 	if build.Archive != nil {
 		// The archive streams to the node that builds, during the
 		// request, before the build is recorded: nothing of it is held
 		// here. (A build then refused leaves it staged on the node until
 		// the node's next start.)
-		if builder, req.Archive, err = c.stageArchive(ctx, build); err != nil {
+		if builder, req.Archive, archiveDigest, err = c.stageArchive(ctx, build); err != nil {
 			return clusterBuilt{}, apiv1.Template{}, err
 		}
 	}
+	rec.Inputs = inputsDigest(base.Kind, recipe, archiveDigest)
 	if in.registry != nil {
 		req.RegistryUsername, req.RegistryPassword = in.registry.Username, in.registry.Password
 	}
@@ -280,6 +310,14 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
 	}
 	defer unlock()
+	if in.reuse && rec.Inputs != "" {
+		var prev clusterBuilt
+		if err := c.st.Get(clusterTemplatesBucket, key, &prev); err == nil && prev.Inputs == rec.Inputs {
+			if state, _ := c.builtState(prev); state == template.StateReady {
+				return prev, c.viewBuilt(scope, prev), nil
+			}
+		}
+	}
 	holder := "build-" + sandboxid.New()
 	if took, err := c.st.TryLead(ctx, buildLease(key), holder, buildLeaseTTL); err != nil {
 		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("lease the build of template %s: %w", name, err)
@@ -352,11 +390,12 @@ var errArchiveOverLimit = errors.New("over the limit")
 
 // boundedReader fails with errArchiveOverLimit past n bytes, and
 // remembers it did: a node in process may wrap the reader's error in its
-// own, which says nothing of the cause.
+// own, which says nothing of the cause. It digests what it passed on.
 type boundedReader struct {
-	r    io.Reader
-	n    int64
-	over bool
+	r      io.Reader
+	n      int64
+	over   bool
+	digest hash.Hash
 }
 
 func (b *boundedReader) Read(p []byte) (int, error) {
@@ -365,29 +404,30 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 		b.over = true
 		return 0, errArchiveOverLimit
 	}
+	b.digest.Write(p[:n])
 	return n, err
 }
 
 // stageArchive places a build from an uploaded archive and streams the
-// archive to the node chosen.
-func (c *clusterCatalog) stageArchive(ctx context.Context, build api.TemplateBuild) (node, handle string, err error) {
+// archive to the node chosen; digest is the archive's SHA-256.
+func (c *clusterCatalog) stageArchive(ctx context.Context, build api.TemplateBuild) (node, handle, digest string, err error) {
 	node, err = c.placeBuild("")
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	tb, err := c.templatesOf(node)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	archive := &boundedReader{r: build.Archive, n: build.ArchiveLimit}
+	archive := &boundedReader{r: build.Archive, n: build.ArchiveLimit, digest: sha256.New()}
 	handle, err = tb.StageTemplateArchive(ctx, archive, build.ArchiveLimit)
 	switch {
 	case err != nil && archive.over, errors.Is(err, errArchiveOverLimit), errors.Is(err, template.ErrArchiveTooLarge):
-		return "", "", fmt.Errorf("%w: the limit is %d bytes", api.ErrArchiveTooLarge, build.ArchiveLimit)
+		return "", "", "", fmt.Errorf("%w: the limit is %d bytes", api.ErrArchiveTooLarge, build.ArchiveLimit)
 	case err != nil:
-		return "", "", fmt.Errorf("stage the archive on node %s: %w", node, err)
+		return "", "", "", fmt.Errorf("stage the archive on node %s: %w", node, err)
 	}
-	return node, handle, nil
+	return node, handle, hex.EncodeToString(archive.digest.Sum(nil)), nil
 }
 
 // stageCopies streams the archives of the recipe's copy steps to the

@@ -306,3 +306,60 @@ func TestClusterTemplateRefusalsAndFailure(t *testing.T) {
 		t.Fatalf("child: %+v %v", rec, err)
 	}
 }
+
+// The same recipe (or the same uploaded archive) submitted again is
+// answered with the ready build, as serve answers the same template ID;
+// anything changed builds again, and a base read at build time (an
+// image's tag) always does.
+func TestClusterTemplateResubmittedUnchangedIsNotBuiltAgain(t *testing.T) {
+	tc := newTemplateCluster(t, "n1")
+	p1 := project.In("p1")
+	build := func(name, recipe, archive string) apiv1.Template {
+		t.Helper()
+		var b api.TemplateBuild
+		if archive != "" {
+			b = api.TemplateBuild{Archive: strings.NewReader(archive), ArchiveLimit: 64}
+		}
+		v, err := tc.cat.Submit(p1, name, []byte(recipe), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	ready := func(name, recipe, archive string) apiv1.Template {
+		t.Helper()
+		build(name, recipe, archive)
+		tc.cat.builds.running.Wait()
+		tc.heartbeat(t)
+		v, err := tc.cat.Get(p1, name)
+		if err != nil || v.State != template.StateReady || v.ID == "" {
+			t.Fatalf("built %s: %+v, %v", name, v, err)
+		}
+		return v
+	}
+	for _, c := range []struct{ name, recipe, archive, changed string }{
+		{"hello", "from: minimal\nrun:\n  - echo hi > /hello\n", "", "from: minimal\nrun:\n  - echo bye > /hello\n"},
+		{"up", "from: upload\n", "an archive", "from: upload\n"},
+	} {
+		first := ready(c.name, c.recipe, c.archive)
+		logs, _, _ := tc.cat.Logs(p1, c.name, 0)
+		again := build(c.name, c.recipe, c.archive)
+		if again.State != template.StateReady || again.ID != first.ID {
+			t.Fatalf("%s submitted again: %+v, want the ready build %s", c.name, again, first.ID)
+		}
+		if after, _, _ := tc.cat.Logs(p1, c.name, 0); !slices.Equal(after, logs) {
+			t.Fatalf("%s submitted again was built again: log %q, was %q", c.name, after, logs)
+		}
+		archive := c.archive
+		if archive != "" {
+			archive = "another archive"
+		}
+		if changed := build(c.name, c.changed, archive); changed.State != template.StateBuilding {
+			t.Fatalf("%s changed: %+v, want a build", c.name, changed)
+		}
+		tc.cat.builds.running.Wait()
+	}
+	if got := inputsDigest(template.FromImage, []byte("from: image:registry.example/x:1\n"), ""); got != "" {
+		t.Fatalf("an image's build is reused: %q", got)
+	}
+}
