@@ -141,8 +141,8 @@ type Config struct {
 	Nodes Nodes
 	// LocalNode names the node in this process (serve's), if any: Recover
 	// reconciles it before it returns, as a cluster's nodes are when they
-	// join, and records of versions that named no node are on it. OneNode
-	// sets it.
+	// join, and records of versions that named no node, or serve's node
+	// by its old name (LegacyLocalNode), are on it. OneNode sets it.
 	LocalNode string
 }
 

@@ -143,6 +143,9 @@ func (cp *ControlPlane) isolation(nodeID, rt string) (string, error) {
 // place chooses the node of a new sandbox. A refusal wraps ErrCapacity
 // too, so that it is answered as serve answers a full node.
 func (cp *ControlPlane) place(req cluster.PlaceRequest) (string, error) {
+	if req.Node != "" {
+		req.Node = cp.nodeID(req.Node) // a volume's record may name serve's node by its old name
+	}
 	id, err := cp.cfg.Nodes.Place(req)
 	if errors.Is(err, cluster.ErrNoCapacity) {
 		return "", fmt.Errorf("%w: %w", ErrCapacity, err)

@@ -79,10 +79,15 @@ func (o oneNode) Joins(ctx context.Context) <-chan string {
 	return ch
 }
 
+// LegacyLocalNode is the name serve's node had before it had an id of its
+// own (`space serve --one-house` gives it one): records that name it are
+// on the local node.
+const LegacyLocalNode = "local"
+
 // nodeID is the node a record names; "" (records of versions with one
-// node) is the local node, when there is one.
+// node) and LegacyLocalNode are the local node, when there is one.
 func (cp *ControlPlane) nodeID(id string) string {
-	if id == "" {
+	if id == "" || id == LegacyLocalNode && cp.cfg.LocalNode != "" {
 		return cp.cfg.LocalNode
 	}
 	return id

@@ -78,10 +78,16 @@ func TestNodeOfRecordsWithoutANode(t *testing.T) {
 	fn := newFakeNode()
 	serve := newTestCPWith(t, Config{}, t.TempDir(), fn)
 	cluster := newTestCPWith(t, Config{Nodes: struct{ Nodes }{OneNode("local", fn)}}, t.TempDir(), fn)
+	// One house: serve's node has an id of its own; records of serve's
+	// node by its old name are on it.
+	oneHouse := newTestCPWith(t, Config{Nodes: struct{ Nodes }{OneNode("host-1a2b3c", fn)}, LocalNode: "host-1a2b3c"}, t.TempDir(), fn)
 	for _, c := range []struct {
 		cp         *ControlPlane
 		node, want string
-	}{{serve, "", "local"}, {serve, "n2", "n2"}, {cluster, "", ""}, {cluster, "n2", "n2"}} {
+	}{
+		{serve, "", "local"}, {serve, "n2", "n2"}, {cluster, "", ""}, {cluster, "n2", "n2"}, {cluster, "local", "local"},
+		{oneHouse, "", "host-1a2b3c"}, {oneHouse, "local", "host-1a2b3c"}, {oneHouse, "n2", "n2"},
+	} {
 		if got := c.cp.NodeOf(Sandbox{Node: c.node}); got != c.want {
 			t.Errorf("NodeOf a record naming %q: %q, want %q", c.node, got, c.want)
 		}
