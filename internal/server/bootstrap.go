@@ -49,6 +49,17 @@ type bootstrapRecord struct {
 	EgressCAKey  []byte `json:"egress_ca_key,omitempty"`
 }
 
+// bootstrapSeed is what a new record takes instead of making it: what
+// serve without --one-house kept in files (serveSeed). Zero fields are
+// made as usual.
+type bootstrapSeed struct {
+	egressCA   *credentials.CA
+	secretsKey []byte
+	// adminKey is an admin key the store holds already (<data-dir>/admin.key),
+	// sealed into the record so that every start writes that file again.
+	adminKey string
+}
+
 // bootstrap is what a replica learns from the record.
 type bootstrap struct {
 	adminKey   string // "" when the record holds none
@@ -93,9 +104,9 @@ func open(aead cipher.AEAD, sealed []byte, field string) ([]byte, error) {
 //
 // given, when not empty, is the first admin key the operator chose (an
 // installer's generated Secret); it is used instead of a minted one on an
-// empty store and ignored on a store that has keys already. seedCA, when
-// set, is the egress CA a new record takes instead of a new one.
-func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, adminKeyPath, given string, seedCA *credentials.CA) (bootstrap, error) {
+// empty store and ignored on a store that has keys already. A new record
+// takes what seed holds.
+func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, adminKeyPath, given string, seed bootstrapSeed) (bootstrap, error) {
 	aead, err := bootstrapAEAD(token)
 	if err != nil {
 		return bootstrap{}, err
@@ -137,15 +148,24 @@ func loadBootstrap(ctx context.Context, st store.Store, keys *auth.Keys, token, 
 	if !errors.Is(err, store.ErrNotFound) {
 		return bootstrap{}, fmt.Errorf("read the bootstrap record: %w", err)
 	}
-	b := bootstrap{secretsKey: make([]byte, secrets.KeySize)}
-	if _, err := rand.Read(b.secretsKey); err != nil {
-		return bootstrap{}, err
+	b := bootstrap{secretsKey: seed.secretsKey}
+	if b.secretsKey == nil {
+		b.secretsKey = make([]byte, secrets.KeySize)
+		if _, err := rand.Read(b.secretsKey); err != nil {
+			return bootstrap{}, err
+		}
 	}
 	if rec.SecretsKey, err = seal(aead, b.secretsKey, "secrets_key"); err != nil {
 		return bootstrap{}, err
 	}
-	if b.egressCA, err = sealEgressCA(aead, &rec, seedCA); err != nil {
+	if b.egressCA, err = sealEgressCA(aead, &rec, seed.egressCA); err != nil {
 		return bootstrap{}, err
+	}
+	if !keys.Empty() && seed.adminKey != "" {
+		b.adminKey = seed.adminKey
+		if rec.AdminKey, err = seal(aead, []byte(b.adminKey), "admin_key"); err != nil {
+			return bootstrap{}, err
+		}
 	}
 	if keys.Empty() {
 		if given != "" {

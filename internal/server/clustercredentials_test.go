@@ -281,11 +281,11 @@ func TestBootstrapKeepsTheEgressCA(t *testing.T) {
 	}
 	ctx := context.Background()
 	adminKey := filepath.Join(t.TempDir(), "admin.key")
-	first, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", nil)
+	first, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", nil)
+	again, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,18 +300,18 @@ func TestBootstrapKeepsTheEgressCA(t *testing.T) {
 	if bytes.Contains(rec.EgressCAKey, keyPEM[30:60]) || bytes.Contains(rec.EgressCACert, first.egressCA.CertPEM()[30:60]) {
 		t.Fatal("the record holds the CA in the clear")
 	}
-	if _, err := loadBootstrap(ctx, st, keys, "token-b", adminKey, "", nil); err == nil {
+	if _, err := loadBootstrap(ctx, st, keys, "token-b", adminKey, "", bootstrapSeed{}); err == nil {
 		t.Fatal("another token opened the record")
 	}
 	rec.EgressCAKey, rec.EgressCACert = nil, nil
 	if err := st.Put(bootstrapBucket, bootstrapKey, rec); err != nil {
 		t.Fatal(err)
 	}
-	upgraded, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", nil)
+	upgraded, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
 	if err != nil || upgraded.egressCA == nil || upgraded.adminKey != first.adminKey {
 		t.Fatalf("a record without a CA: %+v, %v", upgraded, err)
 	}
-	later, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", nil)
+	later, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
 	if err != nil || later.egressCA.Fingerprint() != upgraded.egressCA.Fingerprint() {
 		t.Fatalf("the CA added to an old record is not kept: %v", err)
 	}
@@ -340,7 +340,7 @@ func TestBootstrapTakesASeededEgressCA(t *testing.T) {
 	ctx := context.Background()
 	adminKey := filepath.Join(t.TempDir(), "admin.key")
 	for i, ca := range []*credentials.CA{seed, other} {
-		b, err := loadBootstrap(ctx, st, keys, "token", adminKey, "", ca)
+		b, err := loadBootstrap(ctx, st, keys, "token", adminKey, "", bootstrapSeed{egressCA: ca})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -370,7 +370,7 @@ func TestBootstrapWithAGivenAdminKey(t *testing.T) {
 	given := "e2b_" + strings.Repeat("ab12", 10)
 	st, keys := open()
 	path := filepath.Join(t.TempDir(), "admin.key")
-	b, err := loadBootstrap(ctx, st, keys, "token", path, given, nil)
+	b, err := loadBootstrap(ctx, st, keys, "token", path, given, bootstrapSeed{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestBootstrapWithAGivenAdminKey(t *testing.T) {
 		t.Fatalf("the given key does not work as an admin key: %+v, %v", k, err)
 	}
 	other := "e2b_" + strings.Repeat("cd34", 10)
-	again, err := loadBootstrap(ctx, st, keys, "token", path, other, nil)
+	again, err := loadBootstrap(ctx, st, keys, "token", path, other, bootstrapSeed{})
 	if err != nil || again.adminKey != given {
 		t.Fatalf("a second bootstrap with another key: %q, %v; want the first kept", again.adminKey, err)
 	}
@@ -390,7 +390,7 @@ func TestBootstrapWithAGivenAdminKey(t *testing.T) {
 	}
 	for _, bad := range []string{"e2b_short", "e2b_" + strings.Repeat("AB12", 10), strings.Repeat("ab12", 11), "e2b_" + strings.Repeat("zz12", 10)} {
 		st, keys := open()
-		if _, err := loadBootstrap(ctx, st, keys, "token", filepath.Join(t.TempDir(), "admin.key"), bad, nil); !errors.Is(err, auth.ErrKeyFormat) {
+		if _, err := loadBootstrap(ctx, st, keys, "token", filepath.Join(t.TempDir(), "admin.key"), bad, bootstrapSeed{}); !errors.Is(err, auth.ErrKeyFormat) {
 			t.Errorf("given admin key %q: %v, want ErrKeyFormat", bad, err)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
-	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
@@ -60,12 +58,8 @@ type ControlPlaneConfig struct {
 	// Config.
 	ProxyTLSCert, ProxyTLSKey string
 	MaxTemplateArchiveBytes   int64
-	// SeedEgressCADir, when set, names a directory holding an egress CA
-	// (ca.crt, ca.key) that becomes the cluster's when the store has no
-	// bootstrap record yet; empty: a new CA is made.
-	SeedEgressCADir string
-	Progress        io.Writer
-	Logger          *slog.Logger
+	Progress                  io.Writer
+	Logger                    *slog.Logger
 }
 
 // registryReadCache is how old the registry's copy of the nodes may be
@@ -95,7 +89,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (*Server, er
 	if err != nil {
 		return nil, err
 	}
-	return startControlPlane(ctx, cfg, st, nil)
+	return startControlPlane(ctx, cfg, st, nil, bootstrapSeed{})
 }
 
 // inProcessNode is a node that runs in its control plane's process
@@ -111,8 +105,9 @@ type inProcessNode struct {
 
 // startControlPlane is the body of a control plane on st, which it closes
 // on failure and on Shutdown: a replica on PostgreSQL, or serve's on its
-// embedded store with its node in process (local).
-func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Store, local *inProcessNode) (_ *Server, err error) {
+// embedded store with its node in process (local). A new bootstrap record
+// takes what seed holds.
+func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Store, local *inProcessNode, seed bootstrapSeed) (_ *Server, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -140,20 +135,12 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	var seedCA *credentials.CA
-	if cfg.SeedEgressCADir != "" {
-		if seedCA, err = credentials.LoadCA(cfg.SeedEgressCADir); errors.Is(err, fs.ErrNotExist) {
-			seedCA = nil
-		} else if err != nil {
-			return nil, err
-		}
-	}
 	keys, err := auth.Open(s.st)
 	if err != nil {
 		return nil, err
 	}
 	adminKeyPath := filepath.Join(cfg.DataDir, "admin.key")
-	boot, err := loadBootstrap(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath, cfg.AdminKey, seedCA)
+	boot, err := loadBootstrap(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath, cfg.AdminKey, seed)
 	if err != nil {
 		return nil, err
 	}

@@ -21,9 +21,9 @@ import (
 // the same process, joined by calls instead of RPC (issue #30). Both
 // run the code a cluster runs, so that a feature is written once.
 //
-// It is experimental and off by default: it opens a new data directory
-// or one it made, never one serve made without it (the import of such a
-// directory is not built yet).
+// It is experimental and off by default. A data dir that serve wrote
+// without it is upgraded on its first start (upgrade.go); serve without
+// it refuses the data dir afterwards.
 func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -32,9 +32,26 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseServeState(st); err != nil {
+	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
+	upgrading, err := isServeStore(st)
+	if err != nil {
 		_ = st.Close()
 		return nil, err
+	}
+	keys, err := auth.Open(st)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	// Taken by the bootstrap record when it is made (its first start);
+	// a CA placed in a new data dir (an installer's, a test's) too.
+	seed, err := serveSeed(cfg.DataDir, cfg.SecretsKeyFile, keys)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	if upgrading {
+		say("upgrading this data dir of space serve to one house (its secrets key, egress CA, admin key, templates and E2B builds become the control plane's records)")
 	}
 	token, err := loadOrCreateClusterToken(filepath.Join(cfg.DataDir, clusterTokenFile))
 	if err != nil {
@@ -68,6 +85,14 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		side := node.side
 		s.pool, s.slots, s.gateway, s.templates = side.pool, side.slots, side.gateway, side.templates
 		s.node = node.held()
+		// Before Recover, which may boot a sandbox of an imported template.
+		templates, builds, err := importServeCatalog(s.st, side.templates, cfg.DataDir, id)
+		if err != nil {
+			return err
+		}
+		if templates+builds > 0 {
+			say("imported %d project templates and %d E2B builds of serve's catalog", templates, builds)
+		}
 		info, err := node.held().Info(ctx)
 		if err != nil {
 			return err
@@ -80,16 +105,13 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		ClusterToken: token, HTTP: cfg.HTTP, Defaults: cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit,
 		ProjectQuota: cfg.ProjectQuota, MaxRequestsPerKey: cfg.MaxRequestsPerKey, PoolSizes: cfg.PoolSizes,
 		ProxyTLSCert: cfg.ProxyTLSCert, ProxyTLSKey: cfg.ProxyTLSKey, MaxTemplateArchiveBytes: cfg.MaxTemplateArchiveBytes,
-		// A CA placed in the data dir (an installer's, a test's) becomes
-		// the installation's, as serve's <data-dir>/ca always was.
-		SeedEgressCADir: filepath.Join(cfg.DataDir, "ca"),
-		Progress:        cfg.Progress, Logger: cfg.Logger,
-	}, st, local)
+		Progress: cfg.Progress, Logger: cfg.Logger,
+	}, st, local, seed)
 	if err != nil {
 		return nil, err
 	}
 	s.localNode.join()
-	fmt.Fprintf(cfg.Progress, "space: one house: node %s runs in this process, reached by calls\n", id)
+	say("one house: node %s runs in this process, reached by calls", id)
 	return s, nil
 }
 
@@ -119,29 +141,6 @@ func loadOrCreateClusterToken(path string) (string, error) {
 		return "", fmt.Errorf("write the cluster token: %w", err)
 	}
 	return token, nil
-}
-
-// refuseServeState refuses a store that serve wrote without --one-house:
-// its keys exist, but no bootstrap record. Its templates, E2B builds,
-// secrets key and egress CA live where the one-house control plane does
-// not look.
-func refuseServeState(st store.Store) error {
-	var rec bootstrapRecord
-	err := st.Get(bootstrapBucket, bootstrapKey, &rec)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("read the bootstrap record: %w", err)
-	}
-	keys, err := auth.Open(st)
-	if err != nil {
-		return err
-	}
-	if !keys.Empty() {
-		return errors.New("this data dir was written by space serve without --one-house, which cannot open it yet; start it without --one-house")
-	}
-	return nil
 }
 
 // refuseOneHouseState refuses, to serve without --one-house, an embedded

@@ -12,9 +12,9 @@ import (
 	"github.com/space-platform/space/internal/store"
 )
 
-// serve and serve --one-house each refuse the other's embedded store
-// instead of misreading it; a new store is either's.
-func TestOneHouseAndServeRefuseEachOthersStore(t *testing.T) {
+// One house takes a new store or serve's (which it upgrades); serve
+// without --one-house refuses one house's store instead of misreading it.
+func TestOneHouseTellsTheStoresApart(t *testing.T) {
 	open := func() store.Store {
 		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 		if err != nil {
@@ -24,8 +24,8 @@ func TestOneHouseAndServeRefuseEachOthersStore(t *testing.T) {
 		return st
 	}
 	fresh := open()
-	if err := refuseServeState(fresh); err != nil {
-		t.Fatalf("one house refuses a new store: %v", err)
+	if serve, err := isServeStore(fresh); err != nil || serve {
+		t.Fatalf("a new store is serve's: %v, %v", serve, err)
 	}
 	if err := refuseOneHouseState(fresh); err != nil {
 		t.Fatalf("serve refuses a new store: %v", err)
@@ -39,8 +39,8 @@ func TestOneHouseAndServeRefuseEachOthersStore(t *testing.T) {
 	if _, _, err := keys.Create("admin", project.Default, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := refuseServeState(served); err == nil || !strings.Contains(err.Error(), "without --one-house") {
-		t.Fatalf("one house on serve's store: %v", err)
+	if serve, err := isServeStore(served); err != nil || !serve {
+		t.Fatalf("serve's store is not told as serve's: %v, %v", serve, err)
 	}
 
 	oneHouse := open()
@@ -48,11 +48,11 @@ func TestOneHouseAndServeRefuseEachOthersStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadBootstrap(context.Background(), oneHouse, keys, "token", filepath.Join(t.TempDir(), "admin.key"), "", nil); err != nil {
+	if _, err := loadBootstrap(context.Background(), oneHouse, keys, "token", filepath.Join(t.TempDir(), "admin.key"), "", bootstrapSeed{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := refuseServeState(oneHouse); err != nil {
-		t.Fatalf("one house refuses its own store: %v", err)
+	if serve, err := isServeStore(oneHouse); err != nil || serve {
+		t.Fatalf("one house's store is told as serve's: %v, %v", serve, err)
 	}
 	if err := refuseOneHouseState(oneHouse); err == nil || !strings.Contains(err.Error(), "with --one-house") {
 		t.Fatalf("serve on one house's store: %v", err)
