@@ -298,7 +298,14 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 			return clusterBuilt{}, apiv1.Template{}, err
 		}
 	}
-	rec.Inputs = inputsDigest(base.Kind, recipe, archiveDigest)
+	// The name is no input: serve's ids do not cover it either.
+	unnamed := *r
+	unnamed.Name = ""
+	content, err := yaml.Marshal(&unnamed)
+	if err != nil {
+		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
+	}
+	rec.Inputs = inputsDigest(base.Kind, content, archiveDigest)
 	if in.registry != nil {
 		req.RegistryUsername, req.RegistryPassword = in.registry.Username, in.registry.Password
 	}
@@ -310,19 +317,23 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
 	}
 	defer unlock()
-	if in.reuse && rec.Inputs != "" {
-		var prev clusterBuilt
-		if err := c.st.Get(clusterTemplatesBucket, key, &prev); err == nil && prev.Inputs == rec.Inputs {
-			if state, _ := c.builtState(prev); state == template.StateReady {
-				return prev, c.viewBuilt(scope, prev), nil
-			}
-		}
-	}
 	holder := "build-" + sandboxid.New()
 	if took, err := c.st.TryLead(ctx, buildLease(key), holder, buildLeaseTTL); err != nil {
 		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("lease the build of template %s: %w", name, err)
 	} else if !took {
 		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: template %s is still building; wait for it, then build again", api.ErrTemplateInUse, name)
+	}
+	if in.reuse && rec.Inputs != "" {
+		reused, ok, err := c.reuse(rec)
+		if ok || err != nil {
+			_ = c.st.Resign(ctx, buildLease(key), holder)
+		}
+		if err != nil {
+			return clusterBuilt{}, apiv1.Template{}, err
+		}
+		if ok {
+			return reused, c.viewBuilt(scope, reused), nil
+		}
 	}
 	if err := c.st.Put(clusterTemplatesBucket, key, rec); err != nil {
 		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
@@ -338,6 +349,44 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 		})
 	}()
 	return rec, c.viewBuilt(scope, rec), nil
+}
+
+// reuse answers a build of rec's inputs with a ready build of the same
+// inputs: rec's own name's, or another name's (another project's too,
+// as serve's content-addressed ids share a rootfs), recorded under rec's
+// name without a build. The caller holds rec's template lock and build
+// lease.
+func (c *clusterCatalog) reuse(rec clusterBuilt) (clusterBuilt, bool, error) {
+	var prev clusterBuilt
+	if err := c.st.Get(clusterTemplatesBucket, rec.canonical(), &prev); err == nil && prev.Inputs == rec.Inputs {
+		if state, _ := c.builtState(prev); state == template.StateReady {
+			return prev, true, nil
+		}
+	}
+	all, err := c.built()
+	if err != nil {
+		return clusterBuilt{}, false, err
+	}
+	for _, b := range all {
+		if b.Inputs != rec.Inputs {
+			continue
+		}
+		if state, _ := c.builtState(b); state != template.StateReady {
+			continue
+		}
+		now := time.Now().UTC()
+		shared := b
+		shared.Project, shared.Name, shared.From, shared.CreatedAt, shared.ReadyAt = rec.Project, rec.Name, rec.From, now, &now
+		if err := c.st.Put(clusterTemplatesBucket, shared.canonical(), shared); err != nil {
+			return clusterBuilt{}, false, fmt.Errorf("record template %s: %w", rec.Name, err)
+		}
+		line := fmt.Sprintf("the same recipe and inputs as a ready build: template %s, not built again", b.Spec.ID)
+		if err := c.st.Put(clusterTemplateLogsBucket, shared.canonical(), []string{line}); err != nil {
+			return clusterBuilt{}, false, fmt.Errorf("record template %s: %w", rec.Name, err)
+		}
+		return shared, true, nil
+	}
+	return clusterBuilt{}, false, nil
 }
 
 // leased runs fn holding the lease name, renewed while it runs, and

@@ -359,6 +359,20 @@ func TestClusterTemplateResubmittedUnchangedIsNotBuiltAgain(t *testing.T) {
 		}
 		tc.cat.builds.running.Wait()
 	}
+	// Another name, another project: the same inputs share the build, and
+	// its delete leaves the first.
+	first := ready("same", "from: minimal\nrun:\n  - echo same > /same\n", "")
+	p2 := project.In("p2")
+	other, err := tc.cat.Submit(p2, "mine", []byte("name: mine\nfrom: minimal\nrun:\n  - echo same > /same\n"), api.TemplateBuild{})
+	if err != nil || other.State != template.StateReady || other.ID != first.ID || other.Project != "p2" || other.Name != "mine" {
+		t.Fatalf("another project's build of the same inputs: %+v, %v; want %s, ready, its own", other, err, first.ID)
+	}
+	if err := tc.cat.Delete(p2, "mine"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := tc.cat.Get(p1, "same"); err != nil || v.State != template.StateReady || len(tc.holding(first.ID)) != 1 {
+		t.Fatalf("after the other project's delete: %+v, %v, held by %v", v, err, tc.holding(first.ID))
+	}
 	if got := inputsDigest(template.FromImage, []byte("from: image:registry.example/x:1\n"), ""); got != "" {
 		t.Fatalf("an image's build is reused: %q", got)
 	}
