@@ -171,7 +171,7 @@ type Server struct {
 	nodeService *cpapi.Service
 	// localNode is serve's node on the in-process link (--one-house).
 	localNode *NodeServer
-	gateway *gateway.Gateway
+	gateway   *gateway.Gateway
 	// hostPaths keeps the data dir out of what clients read.
 	hostPaths *hostpath.Hider
 	http      *http.Server
