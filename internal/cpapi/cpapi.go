@@ -15,6 +15,7 @@ package cpapi
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/nodeapi"
@@ -50,6 +51,12 @@ type ControlPlane interface {
 type Template struct {
 	Name string               `json:"name"`
 	Spec nodeapi.TemplateSpec `json:"spec"`
+	// SizeBytes is what the template's files occupy on the node;
+	// CreatedAt and ReadyAt when its build there began and finished:
+	// what a listing shows.
+	SizeBytes int64      `json:"size_bytes,omitempty"`
+	CreatedAt time.Time  `json:"created_at,omitzero"`
+	ReadyAt   *time.Time `json:"ready_at,omitempty"`
 }
 
 // EgressCA is a CA certificate and its key, PEM-encoded.

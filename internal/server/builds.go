@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/runtime"
@@ -12,6 +13,13 @@ import (
 // buildMemoryMB is the least memory a build sandbox gets: apt and dpkg
 // need more than a small default sandbox may have.
 const buildMemoryMB = 1024
+
+// buildShape sizes a build sandbox from the defaults of ordinary
+// sandboxes, with at least buildMemoryMB of memory. Serve's node, a
+// cluster's node and the catalog's placement of a build all size it so.
+func buildShape(d controlplane.Defaults) (runtime.Limits, int64) {
+	return runtime.Limits{VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), Pids: d.Pids}, int64(d.DiskMB) << 20
+}
 
 // buildSandboxes runs template builds in node sandboxes under the
 // default policy of sandboxes: internet on, so apt works, and the host,

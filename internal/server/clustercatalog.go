@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/cluster"
@@ -39,6 +40,9 @@ type clusterCatalog struct {
 	reg    *cluster.Registry
 	cp     func() *controlplane.ControlPlane
 	builds clusterBuilds
+	// buildDefaults size a build's place on a node (buildShape): the
+	// control plane's defaults of ordinary sandboxes.
+	buildDefaults controlplane.Defaults
 
 	mu sync.Mutex
 	// written is what this replica last stored per node, so that
@@ -47,7 +51,7 @@ type clusterCatalog struct {
 }
 
 func newClusterCatalog(st store.Store, reg *cluster.Registry, cp func() *controlplane.ControlPlane) *clusterCatalog {
-	return &clusterCatalog{st: st, reg: reg, cp: cp, written: map[string][]cpapi.Template{}}
+	return &clusterCatalog{st: st, reg: reg, cp: cp, buildDefaults: DefaultConfig().Defaults, written: map[string][]cpapi.Template{}}
 }
 
 // record stores the templates a node reported, when they changed.
@@ -69,6 +73,10 @@ func (c *clusterCatalog) record(nodeID string, ts []cpapi.Template) error {
 type clusterTemplate struct {
 	name string
 	spec nodeapi.TemplateSpec
+	// sizeBytes, createdAt and readyAt are the first reporting node's.
+	sizeBytes int64
+	createdAt time.Time
+	readyAt   *time.Time
 	// ready counts the schedulable nodes that hold it, nodes all that do.
 	ready, nodes int
 }
@@ -99,7 +107,7 @@ func (c *clusterCatalog) templates() (map[string]clusterTemplate, error) {
 			k := key{t.Name, t.Spec.ID}
 			ct := found[k]
 			if ct == nil {
-				ct = &clusterTemplate{name: t.Name, spec: t.Spec}
+				ct = &clusterTemplate{name: t.Name, spec: t.Spec, sizeBytes: t.SizeBytes, createdAt: t.CreatedAt, readyAt: t.ReadyAt}
 				found[k] = ct
 			}
 			ct.nodes++
@@ -168,7 +176,8 @@ func (c *clusterCatalog) Resolve(scope project.Scope, nameOrID string) (nodeapi.
 }
 
 func (c *clusterCatalog) view(scope project.Scope, t clusterTemplate) apiv1.Template {
-	v := apiv1.Template{Name: t.name, Builtin: true, ID: t.spec.ID, State: template.StateReady}
+	v := apiv1.Template{Name: t.name, Builtin: true, ID: t.spec.ID, State: template.StateReady,
+		SizeBytes: t.sizeBytes, CreatedAt: t.createdAt, ReadyAt: t.readyAt}
 	v.SetRuntimes(t.spec.Runtimes)
 	if t.ready == 0 {
 		v.State, v.Reason = template.StateBuilding, "held by no schedulable node"

@@ -523,8 +523,8 @@ const maxStagedCopy = 1 << 40
 // placeBuild picks the node to build on: capacity as a build sandbox
 // takes it, holding parentID (when set).
 func (c *clusterCatalog) placeBuild(parentID string) (string, error) {
-	d := DefaultConfig().Defaults
-	node, err := c.reg.Place(cluster.PlaceRequest{Template: parentID, VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), DiskMB: d.DiskMB})
+	limits, disk := buildShape(c.buildDefaults)
+	node, err := c.reg.Place(cluster.PlaceRequest{Template: parentID, VCPUs: limits.VCPUs, MemoryMB: limits.MemoryMB, DiskMB: int(disk >> 20)})
 	if err != nil {
 		return "", fmt.Errorf("no node to build on: %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/cpapi"
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/nodeapi/nodeapitest"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/store"
@@ -375,5 +377,24 @@ func TestClusterTemplateResubmittedUnchangedIsNotBuiltAgain(t *testing.T) {
 	}
 	if got := inputsDigest(template.FromImage, []byte("from: image:registry.example/x:1\n"), ""); got != "" {
 		t.Fatalf("an image's build is reused: %q", got)
+	}
+}
+
+// A built-in template's listing shows what its node reported of it: its
+// size and when its build began and finished (not zeros, as before
+// nodes reported them).
+func TestClusterBuiltinShowsItsSizeAndTimes(t *testing.T) {
+	tc := newTemplateCluster(t, "n1")
+	began := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ready := began.Add(time.Minute)
+	if err := tc.cat.record("n1", []cpapi.Template{{Name: "minimal", Spec: nodeapi.TemplateSpec{ID: "minimal-1"}, SizeBytes: 5 << 20, CreatedAt: began, ReadyAt: &ready}}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := tc.cat.Get(project.In("p1"), "minimal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.ID != "minimal-1" || v.SizeBytes != 5<<20 || !v.CreatedAt.Equal(began) || v.ReadyAt == nil || !v.ReadyAt.Equal(ready) {
+		t.Fatalf("minimal: %+v", v)
 	}
 }

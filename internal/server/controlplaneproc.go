@@ -177,6 +177,9 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	nodes := newClusterNodes(reg, cfg.ClusterToken, cfg.TLSCAFile)
 	s.nodes = nodes
 	cat := newClusterCatalog(s.st, reg, func() *controlplane.ControlPlane { return s.cp })
+	if cfg.Defaults != (controlplane.Defaults{}) {
+		cat.buildDefaults = cfg.Defaults
+	}
 	s.cat = cat
 	// The nodes' side of the contract (cpapi), which the cluster service
 	// serves to the nodes.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
+	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/membership"
@@ -24,7 +25,6 @@ import (
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/noderpc"
-	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/template"
 )
 
@@ -66,6 +66,10 @@ type NodeConfig struct {
 	// BandwidthMbit and MaxConnections are every sandbox's network limits
 	// (0: unlimited).
 	BandwidthMbit, MaxConnections int
+	// BuildDefaults size the node's build sandboxes (buildShape): the
+	// control plane's defaults of ordinary sandboxes, which one house
+	// knows; DefaultConfig's when zero.
+	BuildDefaults controlplane.Defaults
 	// BuildTemplates are built-in templates built at start when missing.
 	BuildTemplates []string
 	// TemplateRegistryPrivate lets template builds pull images from
@@ -202,7 +206,9 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 		CA: ca, UpstreamRoots: roots, Logger: cfg.Logger,
 		Rules: remote, Secrets: remote,
 	})
-	d := DefaultConfig().Defaults
+	if cfg.BuildDefaults == (controlplane.Defaults{}) {
+		cfg.BuildDefaults = DefaultConfig().Defaults
+	}
 	side, err := openNodeSide(ctx, nodeSideConfig{
 		RegistryPrivate: cfg.TemplateRegistryPrivate,
 		BuildCache:      cfg.TemplateBuildCache,
@@ -213,8 +219,7 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 		Limits:    network.Limits{BandwidthMbit: cfg.BandwidthMbit, MaxConnections: cfg.MaxConnections},
 		TrustedCA: ca.CertPEM(), MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
 		SessionSpillLimit: cfg.SessionSpillLimit,
-		BuildLimits:       runtime.Limits{VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), Pids: d.Pids},
-		BuildDiskBytes:    int64(d.DiskMB) << 20,
+		BuildDefaults:     cfg.BuildDefaults,
 		Logger:            cfg.Logger, say: say,
 	})
 	if err != nil {
@@ -363,7 +368,7 @@ func (ns *nodeSide) templateList() []cpapi.Template {
 		if err != nil || t.State != template.StateReady {
 			continue
 		}
-		out = append(out, cpapi.Template{Name: name, Spec: templateSpec(t)})
+		out = append(out, cpapi.Template{Name: name, Spec: templateSpec(t), SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, ReadyAt: t.ReadyAt})
 	}
 	return out
 }

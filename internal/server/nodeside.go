@@ -55,10 +55,9 @@ type nodeSideConfig struct {
 	// SessionSpillLimit bounds each session's output spilled to disk
 	// (node.Config.SessionSpillLimit).
 	SessionSpillLimit int64
-	// BuildLimits and BuildDiskBytes size the sandboxes templates are
-	// built in.
-	BuildLimits    runtime.Limits
-	BuildDiskBytes int64
+	// BuildDefaults are the defaults of ordinary sandboxes, which size
+	// the sandboxes templates are built in (buildShape).
+	BuildDefaults controlplane.Defaults
 	// RegistryPrivate lets recipes pull images from private addresses.
 	RegistryPrivate bool
 	// BuildCache is template.Config.BuildCache.
@@ -191,13 +190,14 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 	}); err != nil {
 		return nil, err
 	}
+	buildLimits, buildDisk := buildShape(cfg.BuildDefaults)
 	if ns.templates, err = template.NewManager(template.Config{
 		DataDir: cfg.DataDir, Volumes: ns.pool, Logf: func(f string, a ...any) { cfg.Logger.Info(fmt.Sprintf(f, a...)) },
 		TrustedCA:      cfg.TrustedCA,
-		BuildDiskBytes: cfg.BuildDiskBytes,
+		BuildDiskBytes: buildDisk,
 		Registry:       template.RegistryConfig{AllowPrivate: cfg.RegistryPrivate},
 		BuildCache:     cfg.BuildCache,
-		Sandboxes:      buildSandboxes{node: ns.node, limits: cfg.BuildLimits},
+		Sandboxes:      buildSandboxes{node: ns.node, limits: buildLimits},
 		Runtimes:       builders,
 	}); err != nil {
 		return nil, err

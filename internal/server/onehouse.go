@@ -70,7 +70,7 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
 		Runtimes: cfg.Runtimes, Accel: cfg.Accel, VolumeImageBytes: cfg.VolumeImageBytes, EgressCAFile: cfg.EgressCAFile,
 		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream,
-		BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections,
+		BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections, BuildDefaults: cfg.Defaults,
 		BuildTemplates: cfg.BuildTemplates, TemplateRegistryPrivate: cfg.TemplateRegistryPrivate,
 		TemplateBuildCache: cfg.TemplateBuildCache, MemoryOvercommit: cfg.MemoryOvercommit,
 		SessionOutputLimit: cfg.SessionOutputLimit, SessionSpillLimit: cfg.SessionSpillLimit,

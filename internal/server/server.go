@@ -250,13 +250,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Limits:    network.Limits{BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections},
 		TrustedCA: ca.CertPEM(), MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
 		SessionSpillLimit: cfg.SessionSpillLimit,
-		BuildLimits: runtime.Limits{
-			VCPUs: cfg.Defaults.VCPUs, MemoryMB: max(cfg.Defaults.MemoryMB, buildMemoryMB), Pids: cfg.Defaults.Pids,
-		},
-		BuildDiskBytes:  int64(cfg.Defaults.DiskMB) << 20,
-		RegistryPrivate: cfg.TemplateRegistryPrivate,
-		BuildCache:      cfg.TemplateBuildCache,
-		Logger:          cfg.Logger, say: say,
+		BuildDefaults:     cfg.Defaults,
+		RegistryPrivate:   cfg.TemplateRegistryPrivate,
+		BuildCache:        cfg.TemplateBuildCache,
+		Logger:            cfg.Logger, say: say,
 	})
 	if err != nil {
 		return nil, err
