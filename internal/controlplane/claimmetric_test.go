@@ -14,22 +14,25 @@ import (
 
 // A create served by the warm pool times the node's claim in
 // space_pool_claim_seconds (space bench's floor of create_pooled); a
-// create that starts a sandbox of its own adds nothing to it.
+// create that starts a sandbox of its own adds nothing to it. The
+// control plane reports its pools' ready sandboxes (space_pool_ready) on
+// every topology.
 func TestPooledCreateTimesTheClaim(t *testing.T) {
 	reg := metrics.NewRegistry()
 	node := nodeapitest.NewFake("local")
 	cp := newTestCPWith(t, Config{Metrics: reg, Nodes: OneNode("local", node)}, t.TempDir(), nil)
-	claims := func() string {
+	metric := func(series string) string {
 		var buf bytes.Buffer
 		reg.WriteText(&buf)
 		for _, line := range strings.Split(buf.String(), "\n") {
-			if strings.HasPrefix(line, "space_pool_claim_seconds_count ") {
-				return strings.TrimPrefix(line, "space_pool_claim_seconds_count ")
+			if strings.HasPrefix(line, series+" ") {
+				return strings.TrimPrefix(line, series+" ")
 			}
 		}
-		t.Fatalf("no space_pool_claim_seconds_count in\n%s", buf.String())
+		t.Fatalf("no %s in\n%s", series, buf.String())
 		return ""
 	}
+	claims := func() string { return metric("space_pool_claim_seconds_count") }
 
 	// Other limits than the pool's: a sandbox of its own.
 	own := apiv1.CreateSandboxRequest{Template: "tpl", VCPUs: 1, MemoryMB: 128, TimeoutS: 60}
@@ -51,6 +54,9 @@ func TestPooledCreateTimesTheClaim(t *testing.T) {
 			t.Fatalf("pool never ready: %+v", cp.PoolStatus("tpl"))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if got := metric(`space_pool_ready{template="tpl"}`); got != "1" {
+		t.Fatalf("space_pool_ready of tpl = %s, want 1", got)
 	}
 	d := cp.cfg.Defaults
 	pooled := apiv1.CreateSandboxRequest{Template: "tpl", VCPUs: d.VCPUs, MemoryMB: d.MemoryMB, DiskMB: d.DiskMB, TimeoutS: 60}

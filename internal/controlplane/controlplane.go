@@ -357,6 +357,7 @@ func New(cfg Config) *ControlPlane {
 		"Time the node took to hand over a pooled sandbox: its agent re-keyed (POST /init) and the owner's network policy applied.",
 		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1})
 	cfg.Metrics.GaugeFunc("space_sandboxes", "Sandboxes by state.", "state", cp.countByState)
+	cfg.Metrics.GaugeFunc("space_pool_ready", "Warm pool sandboxes ready, by template.", "template", cp.poolsReady)
 	cfg.Metrics.GaugeFunc("space_controlplane_leader", "1 while this control-plane replica holds the leader lease and runs the background loops.",
 		"replica", func() map[string]float64 {
 			v := 0.0

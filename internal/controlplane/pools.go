@@ -178,6 +178,20 @@ func (cp *ControlPlane) ApplyPools(defaults map[string]int) {
 
 // applyPools sets every pool over the nodes joined now.
 func (cp *ControlPlane) applyPools(ctx context.Context) {
+	for name, size := range cp.poolSizes() {
+		tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, name)
+		if err != nil {
+			continue
+		}
+		if err := cp.setPool(ctx, tpl, size); err != nil {
+			cp.log.Error("set pool", "template", name, "err", err)
+		}
+	}
+}
+
+// poolSizes are the pools' sizes by template name: the persisted sizes
+// over the defaults.
+func (cp *ControlPlane) poolSizes() map[string]int {
 	cp.fleet.mu.Lock()
 	sizes := maps.Clone(cp.fleet.poolDefaults)
 	cp.fleet.mu.Unlock()
@@ -191,15 +205,24 @@ func (cp *ControlPlane) applyPools(ctx context.Context) {
 	for _, p := range saved {
 		sizes[p.Template] = p.Size
 	}
-	for name, size := range sizes {
+	return sizes
+}
+
+// poolsReady is the space_pool_ready gauge: the ready sandboxes of every
+// warm pool with a size, by template name, summed over the nodes.
+func (cp *ControlPlane) poolsReady() map[string]float64 {
+	out := map[string]float64{}
+	for name, size := range cp.poolSizes() {
+		if size <= 0 {
+			continue
+		}
 		tpl, _, err := cp.cfg.Templates.Resolve(project.Everything, name)
 		if err != nil {
 			continue
 		}
-		if err := cp.setPool(ctx, tpl, size); err != nil {
-			cp.log.Error("set pool", "template", name, "err", err)
-		}
+		out[name] = float64(cp.PoolStatus(tpl.ID).Ready)
 	}
+	return out
 }
 
 // ForgetTemplate drops a deleted template's image and pool on every node

@@ -270,15 +270,6 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.e2bTemplates = e2bTpl
-	reg.GaugeFunc("space_pool_ready", "Warm pool sandboxes ready, by template.", "template", func() map[string]float64 {
-		out := map[string]float64{}
-		for _, t := range s.templates.List() {
-			if st := s.cp.PoolStatus(t.ID); st.Size > 0 {
-				out[t.Name] = float64(st.Ready)
-			}
-		}
-		return out
-	})
 	// On a shared store the name keeps a restarted server's leases its own.
 	replicaID, err := controlplane.LoadReplicaID(filepath.Join(cfg.DataDir, "replica-id"))
 	if err != nil {
