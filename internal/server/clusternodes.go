@@ -66,6 +66,18 @@ func (c *clusterNodes) addLocal(id string, n controlplane.Node) {
 	c.local[id] = n
 }
 
+// inProcess returns the node registered as id at address when it runs in
+// this process.
+func (c *clusterNodes) inProcess(id, address string) (controlplane.Node, bool) {
+	if address != cluster.InProcessAddress(id) {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.local[id]
+	return n, ok
+}
+
 // remoteNode is a node reached over RPC, as the control plane drives it.
 type remoteNode struct {
 	*noderpc.Client
@@ -75,14 +87,14 @@ type remoteNode struct {
 // client returns the node's client, dialing it at address when it has
 // none or the node moved.
 func (c *clusterNodes) client(id, address string) (controlplane.Node, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if address == cluster.InProcessAddress(id) {
-		if n, ok := c.local[id]; ok {
+		if n, ok := c.inProcess(id, address); ok {
 			return n, nil
 		}
 		return nil, fmt.Errorf("node %s: registered as in-process, but it runs in no process of this control plane", id)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if rn, ok := c.clients[id]; ok && rn.address == address {
 		return rn, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/nodeapi/nodeapitest"
 	"github.com/space-platform/space/internal/store"
 )
 
@@ -111,5 +112,48 @@ func TestClusterNodesInProcess(t *testing.T) {
 	}
 	if _, err := nodes.Node("elsewhere"); !errors.Is(err, controlplane.ErrNodeUnavailable) {
 		t.Fatalf("a node in-process elsewhere: %v, want unavailable", err)
+	}
+}
+
+// The nodes routes show a node in this process as it is now, not as its
+// last heartbeat said; a node elsewhere as its heartbeat said.
+func TestOperatorViewShowsTheInProcessNodeNow(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	reg, err := cluster.New(cluster.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := newClusterNodes(reg, "token", "")
+	defer nodes.close()
+	here := nodeapitest.NewFake("here")
+	nodes.addLocal("here", here)
+	stale := nodeapi.Info{VCPUs: 1, Sandboxes: 7}
+	if _, err := reg.Register("here", cluster.InProcessAddress("here"), stale); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Register("there", "http://127.0.0.1:1", stale); err != nil {
+		t.Fatal(err)
+	}
+	now, _ := here.Info(context.Background())
+	view := operatorView{reg, nodes}
+	list, err := view.List()
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %v, %v", list, err)
+	}
+	for _, n := range list {
+		want := stale
+		if n.ID == "here" {
+			want = now
+		}
+		if n.Info.VCPUs != want.VCPUs || n.Info.Sandboxes != want.Sandboxes {
+			t.Errorf("node %s shows %+v, want %+v", n.ID, n.Info, want)
+		}
+	}
+	if n, err := view.Get("here"); err != nil || n.Info.VCPUs != now.VCPUs {
+		t.Fatalf("get: %+v, %v", n, err)
 	}
 }

@@ -251,7 +251,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	mux.Handle(clusterPath, clusterHandler)
 	mux.Handle("/", api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: metricsReg, Logger: cfg.Logger,
-		Nodes: operatorView{reg}, MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
+		Nodes: operatorView{reg, nodes}, MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths))
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -294,8 +294,43 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 
 // operatorView is the registry as the nodes routes show it: read from the
 // store, never from the registry's read cache, so that an operator sees a
-// change made through another replica at once.
-type operatorView struct{ *cluster.Registry }
+// change made through another replica at once; and a node that runs in
+// this process (one house's) shows its Info as it is now, not as its last
+// heartbeat said.
+type operatorView struct {
+	*cluster.Registry
+	nodes *clusterNodes
+}
 
-func (v operatorView) List() ([]cluster.Node, error)       { return v.ListStored() }
-func (v operatorView) Get(id string) (cluster.Node, error) { return v.GetStored(id) }
+func (v operatorView) List() ([]cluster.Node, error) {
+	list, err := v.ListStored()
+	for i := range list {
+		list[i] = v.fresh(list[i])
+	}
+	return list, err
+}
+
+func (v operatorView) Get(id string) (cluster.Node, error) {
+	n, err := v.GetStored(id)
+	if err != nil {
+		return n, err
+	}
+	return v.fresh(n), nil
+}
+
+// freshInfoTimeout bounds the Info call of an in-process node behind a
+// nodes route; past it the route shows the last heartbeat's.
+const freshInfoTimeout = 2 * time.Second
+
+func (v operatorView) fresh(n cluster.Node) cluster.Node {
+	local, ok := v.nodes.inProcess(n.ID, n.Address)
+	if !ok {
+		return n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), freshInfoTimeout)
+	defer cancel()
+	if info, err := local.Info(ctx); err == nil {
+		n.Info = info
+	}
+	return n
+}
