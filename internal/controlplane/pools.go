@@ -176,6 +176,10 @@ func (cp *ControlPlane) ApplyPools(defaults map[string]int) {
 	cp.applyPools(context.Background())
 }
 
+// RefreshPools sets every pool over the nodes joined now again: a node
+// reported templates it did not hold before, whose pools could not be set.
+func (cp *ControlPlane) RefreshPools() { cp.applyPools(context.Background()) }
+
 // applyPools sets every pool over the nodes joined now.
 func (cp *ControlPlane) applyPools(ctx context.Context) {
 	for name, size := range cp.poolSizes() {

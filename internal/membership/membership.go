@@ -48,6 +48,15 @@ type Config struct {
 	// Interval between heartbeats (DefaultInterval when zero); a failed
 	// registration is retried at the same pace.
 	Interval time.Duration
+	// Registered says the control plane took the node's registration
+	// already (one house registers its node in process before the
+	// control plane recovers): Run begins with a heartbeat, and registers
+	// only if the control plane answers that it does not know the node.
+	Registered bool
+	// Now, when set, sends a heartbeat at once on every receive: a node
+	// whose templates changed tells the control plane without waiting
+	// for the interval.
+	Now <-chan struct{}
 	Logger   *slog.Logger
 }
 
@@ -64,7 +73,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &member{cfg: cfg, log: cfg.Logger.With("node", cfg.ID)}
+	m := &member{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), registered: cfg.Registered}
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -81,6 +90,7 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-cfg.Now:
 		}
 	}
 }

@@ -231,3 +231,53 @@ func TestNoRegistrationWithoutInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// registrations counts the registrations a control plane took.
+type registrations struct {
+	*controlPlane
+	n atomic.Int64
+}
+
+func (r *registrations) Register(ctx context.Context, id, address string, info nodeapi.Info, templates []cpapi.Template) error {
+	r.n.Add(1)
+	return r.controlPlane.Register(ctx, id, address, info, templates)
+}
+
+// A node registered already (one house's, by its control plane) only
+// heartbeats: a registration would be a second join, which reconciles
+// the node anew. It registers when the control plane forgets it. A
+// heartbeat asked for (Now) goes at once.
+func TestRegisteredNodeOnlyHeartbeats(t *testing.T) {
+	cp := &registrations{controlPlane: &controlPlane{}}
+	reg := cp.restart(t, openStore(t))
+	if _, err := reg.Register("n1", "http://n1:7071", nodeapi.Info{}); err != nil {
+		t.Fatal(err)
+	}
+	node := &info{}
+	node.sandboxes.Store(2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	now := make(chan struct{})
+	go func() {
+		// An interval no test waits out: heartbeats come when told.
+		done <- Run(ctx, Config{ID: "n1", Address: "http://n1:7071", Node: node, ControlPlane: cp, Interval: time.Hour,
+			Registered: true, Now: now, Templates: node.templates, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}()
+	eventually(t, "the first heartbeat carried the node's figures", nodeState(reg, cluster.Ready, 2))
+	node.held.Store(1)
+	now <- struct{}{}
+	eventually(t, "a heartbeat asked for carried the node's new template", func() bool { return len(cp.templatesHeard()) == 1 })
+	if n := cp.n.Load(); n != 0 {
+		t.Fatalf("a registered node registered %d times", n)
+	}
+	reg = cp.restart(t, openStore(t))
+	now <- struct{}{}
+	eventually(t, "the node registered with a control plane that forgot it", nodeState(reg, cluster.Ready, 2))
+	if n := cp.n.Load(); n == 0 {
+		t.Fatal("no registration reached the control plane that forgot the node")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

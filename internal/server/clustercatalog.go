@@ -54,19 +54,20 @@ func newClusterCatalog(st store.Store, reg *cluster.Registry, cp func() *control
 	return &clusterCatalog{st: st, reg: reg, cp: cp, buildDefaults: DefaultConfig().Defaults, written: map[string][]cpapi.Template{}}
 }
 
-// record stores the templates a node reported, when they changed.
-func (c *clusterCatalog) record(nodeID string, ts []cpapi.Template) error {
+// record stores the templates a node reported, when they changed (as
+// this replica last wrote them), and says whether they did.
+func (c *clusterCatalog) record(nodeID string, ts []cpapi.Template) (changed bool, err error) {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if prev, ok := c.written[nodeID]; ok && reflect.DeepEqual(prev, ts) {
-		return nil
+		return false, nil
 	}
 	if err := c.st.Put(nodeTemplatesBucket, nodeID, ts); err != nil {
-		return fmt.Errorf("record the templates of node %s: %w", nodeID, err)
+		return false, fmt.Errorf("record the templates of node %s: %w", nodeID, err)
 	}
 	c.written[nodeID] = ts
-	return nil
+	return true, nil
 }
 
 // clusterTemplate is one template as the cluster holds it.

@@ -116,6 +116,21 @@ func (c *clusterNodes) client(id, address string) (controlplane.Node, error) {
 // is dialed at its address and every Joins subscriber learns its id.
 func (c *clusterNodes) Join(n cluster.Node) { c.join(n, false) }
 
+// joinLocal delivers the join of the node in this process registered as
+// id (one house's), which Recover reconciled: it has no registration of
+// its own to deliver it.
+func (c *clusterNodes) joinLocal(id string) error {
+	n, err := c.reg.Get(id)
+	if err != nil {
+		return fmt.Errorf("join node %s: %w", id, err)
+	}
+	if _, ok := c.inProcess(n.ID, n.Address); !ok {
+		return fmt.Errorf("join node %s: it does not run in this process", id)
+	}
+	c.join(n, false)
+	return nil
+}
+
 // Heard is told of a heartbeat through this replica. A node this replica
 // has not seen join does now: it registered before this replica started
 // (a control plane restarted over its store keeps its nodes, whose

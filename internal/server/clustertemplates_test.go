@@ -387,7 +387,7 @@ func TestClusterBuiltinShowsItsSizeAndTimes(t *testing.T) {
 	tc := newTemplateCluster(t, "n1")
 	began := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	ready := began.Add(time.Minute)
-	if err := tc.cat.record("n1", []cpapi.Template{{Name: "minimal", Spec: nodeapi.TemplateSpec{ID: "minimal-1"}, SizeBytes: 5 << 20, CreatedAt: began, ReadyAt: &ready}}); err != nil {
+	if _, err := tc.cat.record("n1", []cpapi.Template{{Name: "minimal", Spec: nodeapi.TemplateSpec{ID: "minimal-1"}, SizeBytes: 5 << 20, CreatedAt: began, ReadyAt: &ready}}); err != nil {
 		t.Fatal(err)
 	}
 	v, err := tc.cat.Get(project.In("p1"), "minimal")

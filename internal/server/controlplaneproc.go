@@ -98,8 +98,8 @@ type inProcessNode struct {
 	id string
 	// start brings the node up on s's in-process link and records it
 	// with register, once the control plane is built and before it
-	// recovers; the node joins (heartbeating) only once startControlPlane
-	// returns (NodeServer.join).
+	// recovers; it joins once Recover reconciled it, and heartbeats once
+	// startControlPlane returns (NodeServer.join).
 	start func(s *Server, register func(address string, info nodeapi.Info, ts []cpapi.Template) error) error
 }
 
@@ -190,17 +190,24 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 		// The templates first: the control plane resolves them when it
 		// reconciles the node that joined.
 		Joined: func(n cluster.Node, ts []cpapi.Template) {
-			if err := cat.record(n.ID, ts); err != nil {
+			if _, err := cat.record(n.ID, ts); err != nil {
 				cfg.Logger.Error("node joined", "node", n.ID, "err", err)
 			}
 			nodes.Join(n)
 		},
+		// A heartbeat that reports templates the node had not (one
+		// house's node builds its built-ins after it joined) fills their
+		// pools.
 		Heard: func(id string, ts []cpapi.Template) {
-			if err := cat.record(id, ts); err != nil {
+			changed, err := cat.record(id, ts)
+			if err != nil {
 				cfg.Logger.Error("node heartbeat", "node", id, "err", err)
 			}
 			nodes.Heard(id)
 			cat.shipMissing(id)
+			if changed && s.cp != nil {
+				go s.cp.RefreshPools()
+			}
 		},
 	}
 	clusterPath, clusterHandler := clusterrpc.NewHandler(clusterrpc.ServerConfig{
@@ -231,12 +238,13 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	// join.
 	if local != nil {
 		// Recorded as registered, without a join: Recover reconciles it,
-		// and its join comes later, from its membership.
+		// and it joins after, reconciled.
 		register := func(address string, info nodeapi.Info, ts []cpapi.Template) error {
 			if _, err := reg.Register(local.id, address, info); err != nil {
 				return err
 			}
-			return cat.record(local.id, ts)
+			_, err := cat.record(local.id, ts)
+			return err
 		}
 		if err := local.start(s, register); err != nil {
 			return nil, err
@@ -244,6 +252,13 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	}
 	if err := s.cp.Recover(ctx); err != nil {
 		return nil, err
+	}
+	if local != nil {
+		// Its events are followed and its pools set from now on, while
+		// its missing built-in templates build.
+		if err := nodes.joinLocal(local.id); err != nil {
+			return nil, err
+		}
 	}
 	mux := http.NewServeMux()
 	// The nodes' service shares the API's listener under its Connect

@@ -272,22 +272,40 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 	return s, nil
 }
 
-// join builds the node's missing built-in templates, then runs its
+// join builds the node's missing built-in templates and runs its
 // membership of the control plane in the background.
+//
+// A node of its own process joins once its built-in templates are built
+// and booted (at once when they are, as on a restart): the control plane
+// sweeps what a node runs for no sandbox of its own when the node joins,
+// a template's first boot included. One house's node was registered and
+// reconciled before the control plane recovered, and joined after
+// (joinLocal): it heartbeats at once, so that sandboxes of its ready
+// templates run while the others build, and each built template is
+// reported when it is ready, not at the next interval.
 func (s *NodeServer) join() {
 	cfg := s.cfg
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
-	go func() {
-		// The node joins once its built-in templates are built and booted
-		// (at once when they are, as on a restart): the control plane
-		// sweeps what a node runs for no sandbox of its own when the node
-		// joins, a template's first boot included.
-		s.side.buildTemplates(s.runCtx, cfg.BuildTemplates, cfg.Progress, say)
-		s.member <- membership.Run(s.runCtx, membership.Config{
-			ID: cfg.ID, Address: cfg.Advertise, Node: s.held(), ControlPlane: s.link.cp,
-			Templates: s.side.templateList, Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
-		})
-	}()
+	member := membership.Config{
+		ID: cfg.ID, Address: cfg.Advertise, Node: s.held(), ControlPlane: s.link.cp,
+		Templates: s.side.templateList, Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
+	}
+	if s.link.local == nil {
+		go func() {
+			s.side.buildTemplates(s.runCtx, cfg.BuildTemplates, cfg.Progress, say, nil)
+			s.member <- membership.Run(s.runCtx, member)
+		}()
+		return
+	}
+	now := make(chan struct{}, 1)
+	member.Registered, member.Now = true, now
+	go func() { s.member <- membership.Run(s.runCtx, member) }()
+	go s.side.buildTemplates(s.runCtx, cfg.BuildTemplates, cfg.Progress, say, func() {
+		select {
+		case now <- struct{}{}:
+		default: // one is asked for already
+		}
+	})
 }
 
 // held is the node as its control plane drives it.

@@ -214,8 +214,9 @@ func (ns *nodeSide) run(ctx context.Context) {
 }
 
 // buildTemplates builds the built-in templates named that are missing or
-// stale, one after the other, each booted once for its pre-booted image.
-func (ns *nodeSide) buildTemplates(ctx context.Context, names []string, progress io.Writer, say func(string, ...any)) {
+// stale, one after the other, each booted once for its pre-booted image;
+// ready, when set, is called after each one that became ready.
+func (ns *nodeSide) buildTemplates(ctx context.Context, names []string, progress io.Writer, say func(string, ...any), ready func()) {
 	for _, name := range names {
 		recipe, ok := template.Builtin(name)
 		if !ok {
@@ -245,6 +246,9 @@ func (ns *nodeSide) buildTemplates(ctx context.Context, names []string, progress
 		// first create is a restore rather than a boot.
 		if err := ns.node.PrepareTemplate(ctx, templateSpec(t)); err != nil {
 			say("template %s: no pre-booted image (%v); sandboxes will boot instead", name, err)
+		}
+		if ready != nil {
+			ready()
 		}
 	}
 }

@@ -356,9 +356,9 @@ func (s *Server) TemplateSpec(name string) (nodeapi.TemplateSpec, error) {
 }
 
 // buildTemplates builds missing built-in templates, one after the other,
-// and fills the pools configured for them.
+// and fills the pools configured for each once it is ready.
 func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
-	s.nodeSide.buildTemplates(ctx, s.cfg.BuildTemplates, s.cfg.Progress, say)
+	s.nodeSide.buildTemplates(ctx, s.cfg.BuildTemplates, s.cfg.Progress, say, func() { s.cp.ApplyPools(s.cfg.PoolSizes) })
 	s.cp.ApplyPools(s.cfg.PoolSizes)
 }
 
