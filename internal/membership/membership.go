@@ -56,8 +56,8 @@ type Config struct {
 	// Now, when set, sends a heartbeat at once on every receive: a node
 	// whose templates changed tells the control plane without waiting
 	// for the interval.
-	Now <-chan struct{}
-	Logger   *slog.Logger
+	Now    <-chan struct{}
+	Logger *slog.Logger
 }
 
 // Run keeps the node registered until ctx ends (it returns nil then), or
