@@ -155,22 +155,11 @@ func sandboxIDs(t *testing.T) []string {
 
 func waitTemplate(t *testing.T, name string) *apiv1.Template {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		tpl, err := env.client.GetTemplate(testContext(t), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch tpl.State {
-		case apiv1.TemplateReady:
-			return tpl
-		case apiv1.TemplateFailed:
-			t.Fatalf("template %s failed: %s\n%s", name, tpl.Reason, strings.Join(tpl.Logs, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
+	tpl := waitTemplateBuilt(t, name)
+	if tpl.State == apiv1.TemplateFailed {
+		t.Fatalf("template %s failed: %s\n%s", name, tpl.Reason, strings.Join(tpl.Logs, "\n"))
 	}
-	t.Fatalf("template %s not ready in time", name)
-	return nil
+	return tpl
 }
 
 // Requests that are the client's fault answer 4xx with the reason, not
