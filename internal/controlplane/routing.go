@@ -80,7 +80,7 @@ func (o oneNode) Joins(ctx context.Context) <-chan string {
 }
 
 // LegacyLocalNode is the name serve's node had before it had an id of its
-// own (`space serve --one-house` gives it one): records that name it are
+// own (one house's `space serve` gives it one): records that name it are
 // on the local node.
 const LegacyLocalNode = "local"
 

@@ -50,7 +50,7 @@ type bootstrapRecord struct {
 }
 
 // bootstrapSeed is what a new record takes instead of making it: what
-// serve without --one-house kept in files (serveSeed). Zero fields are
+// serve before one house kept in files (serveSeed). Zero fields are
 // made as usual.
 type bootstrapSeed struct {
 	egressCA   *credentials.CA

@@ -16,14 +16,13 @@ import (
 	"github.com/space-platform/space/internal/store"
 )
 
-// startOneHouse starts `space serve --one-house`: the cluster's control
+// startOneHouse starts `space serve` as one house: the cluster's control
 // plane on the embedded store (or cfg.Store) and the cluster's node in
 // the same process, joined by calls instead of RPC (issue #30). Both
 // run the code a cluster runs, so that a feature is written once.
 //
-// It is experimental and off by default. A data dir that serve wrote
-// without it is upgraded on its first start (upgrade.go); serve without
-// it refuses the data dir afterwards.
+// A data dir that serve wrote before (or --legacy-serve) is upgraded on
+// its first start (upgrade.go); --legacy-serve refuses it afterwards.
 func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -143,14 +142,14 @@ func loadOrCreateClusterToken(path string) (string, error) {
 	return token, nil
 }
 
-// refuseOneHouseState refuses, to serve without --one-house, an embedded
-// store that serve --one-house wrote (it has a bootstrap record): the
-// secrets and templates it recorded are where plain serve does not look.
+// refuseOneHouseState refuses, to serve --legacy-serve, an embedded store
+// that one house wrote (it has a bootstrap record): the secrets and
+// templates it recorded are where serve's twins do not look.
 func refuseOneHouseState(st store.Store) error {
 	var rec bootstrapRecord
 	switch err := st.Get(bootstrapBucket, bootstrapKey, &rec); {
 	case err == nil:
-		return errors.New("this data dir was written by space serve --one-house; start it with --one-house")
+		return errors.New("this data dir was written by space serve as one house; --legacy-serve cannot open it")
 	case errors.Is(err, store.ErrNotFound):
 		return nil
 	default:

@@ -13,7 +13,7 @@ import (
 )
 
 // One house takes a new store or serve's (which it upgrades); serve
-// without --one-house refuses one house's store instead of misreading it.
+// --legacy-serve refuses one house's store instead of misreading it.
 func TestOneHouseTellsTheStoresApart(t *testing.T) {
 	open := func() store.Store {
 		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
@@ -54,7 +54,7 @@ func TestOneHouseTellsTheStoresApart(t *testing.T) {
 	if serve, err := isServeStore(oneHouse); err != nil || serve {
 		t.Fatalf("one house's store is told as serve's: %v, %v", serve, err)
 	}
-	if err := refuseOneHouseState(oneHouse); err == nil || !strings.Contains(err.Error(), "with --one-house") {
+	if err := refuseOneHouseState(oneHouse); err == nil || !strings.Contains(err.Error(), "--legacy-serve cannot open it") {
 		t.Fatalf("serve on one house's store: %v", err)
 	}
 }

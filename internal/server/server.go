@@ -112,10 +112,12 @@ type Config struct {
 	// MaxRequestsPerKey bounds one API key's requests in flight on the
 	// main API (0: api.DefaultMaxRequestsPerKey).
 	MaxRequestsPerKey int
-	// OneHouse runs serve as the cluster's control plane on the embedded
-	// store and the cluster's node in the same process (startOneHouse;
-	// experimental, issue #30).
-	OneHouse bool
+	// LegacyServe runs serve's own twins of the cluster's catalog,
+	// credentials and node registry instead of one house (startOneHouse:
+	// the cluster's control plane on the embedded store and its node in
+	// the same process, the default since issue #30). It goes with the
+	// twins; until then it makes the data dirs the upgrade tests open.
+	LegacyServe bool
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -169,7 +171,7 @@ type Server struct {
 	// nodeService the nodes' side of the contract it serves them.
 	nodes       *clusterNodes
 	nodeService *cpapi.Service
-	// localNode is serve's node on the in-process link (--one-house).
+	// localNode is serve's node on the in-process link (one house).
 	localNode *NodeServer
 	gateway   *gateway.Gateway
 	// hostPaths keeps the data dir out of what clients read.
@@ -201,7 +203,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	if cfg.OneHouse {
+	if !cfg.LegacyServe {
 		return startOneHouse(ctx, cfg)
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }

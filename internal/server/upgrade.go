@@ -18,8 +18,8 @@ import (
 	"github.com/space-platform/space/internal/template"
 )
 
-// The upgrade of a data dir that serve wrote without --one-house (issue
-// #30, item 3). The store is the same one (keys, projects, quotas,
+// The upgrade of a data dir that serve wrote before one house (issue #30,
+// item 3; --legacy-serve still writes one). The store is the same one (keys, projects, quotas,
 // sandboxes, snapshots, volumes, pools, secrets, events); what serve kept
 // beside it in files, or read from its node directly, becomes records:
 //
@@ -42,8 +42,8 @@ const (
 	serveImportKey = "serve-catalog"
 )
 
-// isServeStore reports whether st was written by serve without
-// --one-house: it has keys but no bootstrap record.
+// isServeStore reports whether st was written by serve before one house
+// (or --legacy-serve): it has keys but no bootstrap record.
 func isServeStore(st store.Store) (bool, error) {
 	var rec bootstrapRecord
 	err := st.Get(bootstrapBucket, bootstrapKey, &rec)

@@ -37,8 +37,9 @@ type crashServer struct {
 	store string
 	// agent, when set, is the server's --agent (an upgrade's).
 	agent string
-	// oneHouse starts it with --one-house.
-	oneHouse bool
+	// legacy starts it with --legacy-serve: serve's own twins, which
+	// make a data dir of the release before one house.
+	legacy bool
 }
 
 func (s *crashServer) start() {
@@ -54,8 +55,8 @@ func (s *crashServer) start() {
 	if s.store != "" {
 		s.cmd.Args = append(s.cmd.Args, "--store", s.store)
 	}
-	if s.oneHouse {
-		s.cmd.Args = append(s.cmd.Args, "--one-house")
+	if s.legacy {
+		s.cmd.Args = append(s.cmd.Args, "--legacy-serve")
 	}
 	log, err := os.OpenFile(filepath.Join(s.dataDir, "..", "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

@@ -448,8 +448,8 @@ func TestE2BTemplateFromImage(t *testing.T) {
 	if got := execAs(t, a.clients[0], sb.ID, "cat /from-image; echo $IMAGE_ENV"); got != "from-the-image\nfrom-the-image\n" {
 		t.Errorf("sandbox from the image: %q", got)
 	}
-	// The password is in no record the server keeps: serve's build
-	// records (e2b/), the store's (state.db, --one-house).
+	// The password is in no record the server keeps: the store's
+	// (state.db), --legacy-serve's build records (e2b/).
 	var kept []string
 	for _, path := range []string{filepath.Join(env.dataDir, "e2b"), filepath.Join(env.dataDir, "state.db")} {
 		if _, err := os.Stat(path); err == nil {

@@ -119,9 +119,11 @@ func run(m *testing.M) (int, error) {
 		cfg.Runtimes = []string{"gvisor", "microvm"}
 		cfg.Accel = "tcg"
 	}
-	// SPACE_E2E_ONE_HOUSE=1 runs the suite on `space serve --one-house`
-	// (issue #30: the cluster's control plane and node in one process).
-	cfg.OneHouse = os.Getenv("SPACE_E2E_ONE_HOUSE") != ""
+	// SPACE_E2E_LEGACY_SERVE=1 runs the suite on `space serve
+	// --legacy-serve`, serve's own twins, which go once one house (the
+	// cluster's control plane and node in one process, issue #30) has
+	// replaced them.
+	cfg.LegacyServe = os.Getenv("SPACE_E2E_LEGACY_SERVE") != ""
 	cfg.Progress = os.Stderr
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Named per process, in the first free range: another e2e run on the
@@ -204,8 +206,7 @@ func buildBuiltin(name string) error {
 		return fmt.Errorf("build template %s: %w", name, err)
 	}
 	// Built on the node; a control plane that learns of its node's
-	// templates from heartbeats (SPACE_E2E_ONE_HOUSE) lists it at the
-	// next one.
+	// templates from heartbeats (one house's) lists it at the next one.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		tpl, err := env.client.GetTemplate(context.Background(), name)
 		if err == nil && tpl.State == apiv1.TemplateReady {

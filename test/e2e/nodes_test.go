@@ -14,16 +14,16 @@ import (
 )
 
 // space serve lists its one node with this machine's figures and what
-// its sandboxes commit: "local", which refuses what needs a cluster, or,
-// with --one-house (SPACE_E2E_ONE_HOUSE), the node of its node-id file,
-// which is a cluster's node (figures from its heartbeats; cordon works).
+// its sandboxes commit: the node of its node-id file, which is a
+// cluster's node (cordon works), or, with --legacy-serve
+// (SPACE_E2E_LEGACY_SERVE), "local", which refuses what needs a cluster.
 func TestServeListsItsOneNode(t *testing.T) {
 	requireServer(t)
 	ctx := testContext(t)
 	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: "minimal", VCPUs: 1, MemoryMB: 256})
 
 	id := "local"
-	if env.cfg.OneHouse {
+	if !env.cfg.LegacyServe {
 		data, err := os.ReadFile(filepath.Join(env.dataDir, "node-id"))
 		if err != nil {
 			t.Fatal(err)
@@ -67,7 +67,7 @@ func TestServeListsItsOneNode(t *testing.T) {
 	if code != 0 || len(lines) != 2 || !slices.Equal(strings.Fields(lines[1])[:2], []string{id, "ready"}) {
 		t.Fatalf("space node ls: exit %d\n%s%s", code, out, errOut)
 	}
-	if env.cfg.OneHouse {
+	if !env.cfg.LegacyServe {
 		if got, err := env.client.CordonNode(ctx, id); err != nil || got.State != apiv1.NodeCordoned {
 			t.Fatalf("cordon of one house's node: %+v, %v", got, err)
 		}

@@ -14,14 +14,13 @@ import (
 	"github.com/space-platform/space/pkg/client"
 )
 
-// `space serve --one-house` (issue #30, experimental) runs the cluster's
-// control plane and the cluster's node in one process: its node has a
-// stable id of its own and is reached by calls; a sandbox, its files and
-// its snapshot outlive a kill -9; a template builds through the node
-// contract; and serve without the flag refuses the data dir rather than
-// misread it.
+// `space serve` (one house, issue #30) runs the cluster's control plane
+// and the cluster's node in one process: its node has a stable id of its
+// own and is reached by calls; a sandbox, its files and its snapshot
+// outlive a kill -9; a template builds through the node contract; and
+// serve --legacy-serve refuses the data dir rather than misread it.
 func TestOneHouseServe(t *testing.T) {
-	s := newOneHouseServer(t)
+	s := newCrashServer(t, false)
 	ctx := testContext(t)
 
 	nodes, err := s.client.ListNodes(ctx)
@@ -99,20 +98,21 @@ func TestOneHouseServe(t *testing.T) {
 	}
 
 	s.kill()
-	plain := exec.Command(filepath.Join(env.binDir, "space"), "serve", "--data-dir", s.dataDir, "--listen", freePort(t),
+	legacy := exec.Command(filepath.Join(env.binDir, "space"), "serve", "--legacy-serve", "--data-dir", s.dataDir, "--listen", freePort(t),
 		"--e2b-listen", "", "--proxy-listen", "", "--build-templates", "", "--runsc", env.cfg.RunscPath, "--agent", env.cfg.AgentPath)
-	out, err := plain.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "written by space serve --one-house") {
-		t.Fatalf("serve without --one-house on its data dir: %v\n%s", err, out)
+	out, err := legacy.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--legacy-serve cannot open it") {
+		t.Fatalf("serve --legacy-serve on one house's data dir: %v\n%s", err, out)
 	}
 }
 
-// A data dir that serve wrote without --one-house opens with it, nothing
-// lost (issue #30, item 3): its admin key, a project's key, a secret, a
-// project template, a running sandbox with its file and snapshot, and a
-// suspended one, which resumes; its node is the one of its node-id file.
+// A data dir that serve wrote before one house (--legacy-serve) opens with
+// serve, nothing lost (issue #30, item 3): its admin key, a project's key,
+// a secret, a project template, a running sandbox with its file and
+// snapshot, and a suspended one, which resumes; its node is the one of its
+// node-id file.
 func TestOneHouseUpgradesServesDataDir(t *testing.T) {
-	s := newCrashServer(t, false)
+	s := newLegacyServer(t)
 	ctx := testContext(t)
 	running, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Metadata: map[string]string{"upgrade": "running"}})
 	if err != nil {
@@ -157,7 +157,7 @@ func TestOneHouseUpgradesServesDataDir(t *testing.T) {
 	}
 
 	s.kill()
-	s.oneHouse = true
+	s.legacy = false
 	s.start()
 	if after, err := os.ReadFile(filepath.Join(s.dataDir, "admin.key")); err != nil || string(after) != string(adminKey) {
 		t.Fatalf("admin.key after the upgrade: %q, %v; want serve's", after, err)
@@ -207,13 +207,14 @@ func TestOneHouseUpgradesServesDataDir(t *testing.T) {
 	}
 }
 
-// newOneHouseServer starts a separate `space serve --one-house` in a
-// fresh directory and stops it when the test ends.
-func newOneHouseServer(t *testing.T) *crashServer {
+// newLegacyServer starts a separate `space serve --legacy-serve` (serve's
+// own twins, as the release before one house ran) in a fresh directory
+// and stops it when the test ends.
+func newLegacyServer(t *testing.T) *crashServer {
 	requireServer(t)
 	testtier.Full(t, "starts and kills a separate server")
 	base := t.TempDir()
-	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t), oneHouse: true}
+	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t), legacy: true}
 	s.start()
 	t.Cleanup(func() { s.stop(base) })
 	return s
