@@ -18,6 +18,7 @@ func nodeHarness(t *testing.T, node nodeapi.Node) nodeapitest.Harness {
 	}
 	d := env.cfg.Defaults
 	_, transfers := env.srv.Node().(nodeapi.Transfer)
+	_, builds := env.srv.Node().(nodeapi.Templates)
 	return nodeapitest.Harness{
 		Node:     node,
 		Template: tpl,
@@ -25,8 +26,10 @@ func nodeHarness(t *testing.T, node nodeapi.Node) nodeapitest.Harness {
 		DiskMB:   d.DiskMB,
 		Real:     true,
 		// A client always has the methods; the node behind it may not.
-		NoTransfer: !transfers,
-		Kill:       func(t *testing.T, id string) { loseRuntime(id) },
+		NoTransfer:   !transfers,
+		TemplateName: "minimal",
+		NoTemplates:  !builds,
+		Kill:         func(t *testing.T, id string) { loseRuntime(id) },
 		EchoServer: func(port int) []string {
 			return []string{"nc", "-ll", "-p", strconv.Itoa(port), "-e", "cat"}
 		},

@@ -68,12 +68,13 @@ var _ nodeapi.Node = (*Fake)(nil)
 // itself, or a client of it (noderpc runs the suite both ways).
 func FakeHarness(node nodeapi.Node, fake *Fake) Harness {
 	return Harness{
-		Node:       node,
-		Template:   nodeapi.TemplateSpec{ID: "minimal", RootfsVolume: "templates/minimal"},
-		Limits:     runtime.Limits{VCPUs: 1, MemoryMB: 256},
-		DiskMB:     1024,
-		EchoServer: func(port int) []string { return []string{"echo-server", strconv.Itoa(port)} },
-		Kill:       func(t *testing.T, id string) { fake.Kill(id, "killed by the test") },
+		Node:         node,
+		Template:     nodeapi.TemplateSpec{ID: "minimal", RootfsVolume: "templates/minimal"},
+		TemplateName: "minimal",
+		Limits:       runtime.Limits{VCPUs: 1, MemoryMB: 256},
+		DiskMB:       1024,
+		EchoServer:   func(port int) []string { return []string{"echo-server", strconv.Itoa(port)} },
+		Kill:         func(t *testing.T, id string) { fake.Kill(id, "killed by the test") },
 	}
 }
 

@@ -47,6 +47,12 @@ type Harness struct {
 	// NoTransfer skips the transfer case even though Node has the
 	// methods (a client whose remote node lacks them).
 	NoTransfer bool
+	// TemplateName is the name of Template, which the Templates case's
+	// recipes build from; empty skips the case, as does a Node without
+	// nodeapi.Templates or NoTemplates (a client whose remote node lacks
+	// them).
+	TemplateName string
+	NoTemplates  bool
 	// Timeout bounds each case; zero means two minutes.
 	Timeout time.Duration
 }
@@ -69,6 +75,7 @@ func Run(t *testing.T, setup func(t *testing.T) Harness) {
 		{"VolumeFiles", testVolumeFiles},
 		{"PersistentVolumes", testPersistentVolumes},
 		{"Transfer", testTransfer},
+		{"Templates", testTemplates},
 		{"InvalidNames", testInvalidNames},
 		{"UnknownSandbox", testUnknownSandbox},
 		{"Events", testEvents},
@@ -1240,5 +1247,76 @@ func testMetrics(t *testing.T, h Harness) {
 	}
 	if _, err := h.Node.Metrics(ctx, sb.id, time.Now(), time.Now().Add(-time.Minute)); err == nil {
 		t.Fatal("metrics of a range ending before its start: no error")
+	}
+}
+
+// testTemplates: a recipe builds on the node, logging its progress, into
+// a template the node's Info lists and a sandbox boots from; the same
+// recipe builds into the same id; a failing step fails the build; an
+// archive past its limit is refused; a delete removes the template from
+// Info, and a second delete is no error.
+func testTemplates(t *testing.T, h Harness) {
+	tn, ok := h.Node.(nodeapi.Templates)
+	if !ok || h.NoTemplates || h.TemplateName == "" {
+		t.Skip("the node builds no templates")
+	}
+	ctx := caseContext(t, h)
+	marker := unique("built")
+	recipe := []byte("from: " + h.TemplateName + "\nrun:\n  - echo " + marker + " > /marker\n")
+	var logs strings.Builder
+	built, err := tn.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{Name: "conformance", Recipe: recipe}, &logs)
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, logs.String())
+	}
+	t.Cleanup(func() { _ = tn.DeleteTemplate(context.Background(), built.Spec.ID) })
+	if built.Spec.ID == "" || built.Spec.RootfsVolume == "" || logs.Len() == 0 {
+		t.Fatalf("built %+v with log %q", built, logs.String())
+	}
+	again, err := tn.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{Name: "conformance", Recipe: recipe}, io.Discard)
+	if err != nil || again.Spec.ID != built.Spec.ID {
+		t.Fatalf("the same recipe again: %+v, %v; want id %s", again.Spec, err, built.Spec.ID)
+	}
+	holds := func() bool {
+		info, err := h.Node.Info(ctx)
+		if err != nil {
+			t.Fatalf("info: %v", err)
+		}
+		return slices.Contains(info.Templates, built.Spec.ID)
+	}
+	if !holds() {
+		t.Fatalf("Info does not list the built template %s", built.Spec.ID)
+	}
+	id, tok := sandboxid.New(), token()
+	spec := createSpec(h, id, tok)
+	spec.Template = built.Spec
+	if err := h.Node.Create(ctx, nodeapi.CreateRequest{Spec: spec}); err != nil {
+		t.Fatalf("create from the built template: %v", err)
+	}
+	destroyLater(t, h, id)
+	if h.Real {
+		if got := readFile(ctx, t, handle(ctx, t, h, id), "/marker"); got != marker+"\n" {
+			t.Fatalf("the built template's /marker reads %q", got)
+		}
+	}
+
+	failing := []byte("from: " + h.TemplateName + "\nrun:\n  - exit 3 # " + FakeRecipeFails + "\n")
+	if _, err := tn.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{Name: "conformance-fails", Recipe: failing}, io.Discard); err == nil {
+		t.Fatal("a build whose step fails succeeded")
+	}
+	if _, err := tn.StageTemplateArchive(ctx, strings.NewReader(strings.Repeat("x", 2048)), 1024); err == nil {
+		t.Fatal("an archive past its limit was staged")
+	}
+
+	if err := h.Node.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.DeleteTemplate(ctx, built.Spec.ID); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if holds() {
+		t.Fatalf("Info lists template %s after its delete", built.Spec.ID)
+	}
+	if err := tn.DeleteTemplate(ctx, built.Spec.ID); err != nil {
+		t.Fatalf("a second delete: %v", err)
 	}
 }
