@@ -47,7 +47,6 @@ the server stops; a restarted server adopts them.`)
 	fs.BoolVar(&cfg.TemplateRegistryPrivate, "template-registry-private", false, "let template builds pull images from registries on loopback, private or link-local addresses")
 	fs.StringVar(&cfg.TemplateBuildCache, "template-build-cache", "", "keep finished template builds in this directory, by template ID, and take a build found there instead of building it again (shared by the servers of a host; kept when a data directory is wiped)")
 	imageGiB := fs.Int64("volume-image-gib", 0, "size of the loop-backed btrfs image made when --data-dir is not on btrfs (default: from free disk)")
-	fs.BoolVar(&cfg.LegacyServe, "legacy-serve", false, "deprecated, going away: run serve's own catalog and node registry instead of the cluster's control plane with its node in this process (a data dir that serve wrote without it is not opened)")
 	resetAdmin := fs.Bool("reset-admin-key", false, "mint a new admin key, write it to <data-dir>/admin.key (0600), print it and exit; run on the host with the server stopped")
 	if err := parseNoArgs(fs, args, "serve"); err != nil {
 		return err

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -324,39 +323,6 @@ func TestRemove(t *testing.T) {
 	mustState(t, r, "busy", Ready)
 	if _, _, err := r.Remove("nope", true); !errors.Is(err, ErrUnknownNode) {
 		t.Fatalf("remove of an unknown node: %v", err)
-	}
-}
-
-type infoFunc func() (nodeapi.Info, error)
-
-func (f infoFunc) Info(context.Context) (nodeapi.Info, error) { return f() }
-
-func TestSingle(t *testing.T) {
-	calls := 0
-	s := NewSingle("local", infoFunc(func() (nodeapi.Info, error) {
-		calls++
-		return nodeapi.Info{VCPUs: 2, Sandboxes: calls}, nil
-	}))
-	list, err := s.List()
-	if err != nil || len(list) != 1 || list[0].ID != "local" || list[0].State != Ready || list[0].Info.ID != "local" || list[0].Info.Sandboxes != 1 {
-		t.Fatalf("list = %+v, %v", list, err)
-	}
-	if n, err := s.Get("local"); err != nil || n.Info.Sandboxes != 2 {
-		t.Fatalf("get does not read the node again: %+v, %v", n, err)
-	}
-	if _, err := s.Get("other"); !errors.Is(err, ErrUnknownNode) {
-		t.Fatalf("get of another node: %v", err)
-	}
-	for op, fn := range map[string]func(string) (Node, error){"cordon": s.Cordon, "uncordon": s.Uncordon, "drain": s.Drain} {
-		if _, err := fn("local"); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), op+" needs a cluster") {
-			t.Errorf("%s of the single node: %v", op, err)
-		}
-		if _, err := fn("other"); !errors.Is(err, ErrUnknownNode) {
-			t.Errorf("%s of another node: %v", op, err)
-		}
-	}
-	if _, _, err := s.Remove("local", true); !errors.Is(err, ErrConflict) {
-		t.Errorf("remove of the single node: %v", err)
 	}
 }
 

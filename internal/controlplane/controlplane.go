@@ -337,9 +337,6 @@ func New(cfg Config) *ControlPlane {
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = newReplicaID()
 	}
-	if o, ok := cfg.Nodes.(oneNode); ok && cfg.LocalNode == "" {
-		cfg.LocalNode = o.id
-	}
 	cp := &ControlPlane{
 		cfg:        cfg,
 		log:        cfg.Logger,

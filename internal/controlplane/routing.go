@@ -29,56 +29,6 @@ func (e *NodeUnavailableError) Error() string {
 
 func (e *NodeUnavailableError) Unwrap() error { return ErrNodeUnavailable }
 
-// OneNode is the Nodes of `space serve`: node n, named id, always ready.
-// Records without a node (from earlier versions) are on it.
-func OneNode(id string, n Node) Nodes { return oneNode{id: id, n: n} }
-
-type oneNode struct {
-	id string
-	n  Node
-}
-
-func (o oneNode) Node(id string) (Node, error) {
-	if id == "" || id == o.id {
-		return o.n, nil
-	}
-	return nil, fmt.Errorf("node %s: %w", id, ErrNodeUnavailable)
-}
-
-// Place returns the one node: serve checks its capacity itself
-// (Config.Capacity), with the node's figures in the refusal.
-func (o oneNode) Place(cluster.PlaceRequest) (string, error) { return o.id, nil }
-
-// Runtimes asks the one node, which runs in the process.
-func (o oneNode) Runtimes(id string) (map[string]string, error) {
-	n, err := o.Node(id)
-	if err != nil {
-		return nil, err
-	}
-	info, err := n.Info(context.Background())
-	if err != nil {
-		return nil, err
-	}
-	return info.Runtimes, nil
-}
-
-func (o oneNode) State(id string) cluster.State {
-	if id == "" || id == o.id {
-		return cluster.Ready
-	}
-	return cluster.Lost
-}
-
-func (o oneNode) Joins(ctx context.Context) <-chan string {
-	ch := make(chan string, 1)
-	ch <- o.id
-	go func() {
-		<-ctx.Done()
-		close(ch)
-	}()
-	return ch
-}
-
 // LegacyLocalNode is the name serve's node had before it had an id of its
 // own (one house's `space serve` gives it one): records that name it are
 // on the local node.

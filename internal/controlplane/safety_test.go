@@ -317,6 +317,10 @@ func newTestCPWith(t *testing.T, cfg Config, dir string, fn *fakeNode, sandboxes
 	if cfg.Nodes == nil {
 		cfg.Nodes = OneNode("local", fn)
 	}
+	// One node's records without a node are on it (as one house's).
+	if o, ok := cfg.Nodes.(oneNode); ok && cfg.LocalNode == "" {
+		cfg.LocalNode = o.id
+	}
 	cfg.Capacity = Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 1}
 	cp := New(cfg)
 	if err := cp.Recover(context.Background()); err != nil {

@@ -34,11 +34,14 @@ type fakeSandboxes map[string]controlplane.Sandbox
 
 func (f fakeSandboxes) NodeOf(s controlplane.Sandbox) string { return s.Node }
 
-// servedSandboxes are fakeSandboxes under serve, whose one node holds the
-// records that name none (controlplane.OneNode).
+// houseNode is the id of one house's node in these tests.
+const houseNode = "house-1a2b3c"
+
+// servedSandboxes are fakeSandboxes under one house, whose node holds the
+// records that name none (controlplane.Config.LocalNode).
 type servedSandboxes struct{ fakeSandboxes }
 
-func (f servedSandboxes) NodeOf(s controlplane.Sandbox) string { return cmp.Or(s.Node, localNodeID) }
+func (f servedSandboxes) NodeOf(s controlplane.Sandbox) string { return cmp.Or(s.Node, houseNode) }
 
 func (f fakeSandboxes) Get(_ project.Scope, id string) (controlplane.Sandbox, error) {
 	sb, ok := f[id]
@@ -397,9 +400,9 @@ func TestBootstrapWithAGivenAdminKey(t *testing.T) {
 }
 
 // A record that names no node (written by a version with one node) is
-// serve's own node's, and no node's in a cluster; serve's gateway asks
-// through the same contract, uncached, and gets what a cluster's node
-// gets: the rules, and only the secrets they name.
+// one house's node's, and no node's in a cluster; one house's gateway
+// asks through the same contract, uncached, and gets what a cluster's
+// node gets: the rules, and only the secrets they name.
 func TestLegacyRecordsAndServesOwnNode(t *testing.T) {
 	rules := []credentials.Rule{{Host: "api.example.com", Header: "Authorization", Value: "Bearer ${TOKEN}"}}
 	records := fakeSandboxes{"sb-old": {ID: "sb-old", Project: "alpha", State: apiv1.StateRunning, Credentials: rules}}
@@ -419,7 +422,7 @@ func TestLegacyRecordsAndServesOwnNode(t *testing.T) {
 	}
 	creds := func(lookup sandboxLookup) *nodeCredentials {
 		svc := &cpapi.Service{Credentials: controlPlaneCredentials{sandboxes: func() sandboxLookup { return lookup }, secrets: sec}}
-		return newNodeCredentials(localNodeID, svc, slog.New(slog.NewTextHandler(io.Discard, nil)), 0)
+		return newNodeCredentials(houseNode, svc, slog.New(slog.NewTextHandler(io.Discard, nil)), 0)
 	}
 	serve := creds(servedSandboxes{records})
 	if got := serve.CredentialRules("sb-old"); len(got) != 1 || got[0] != rules[0] {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -506,4 +507,22 @@ func mapE2BDelete(err error) error {
 		return fmt.Errorf("%w: %v", e2b.ErrTemplateInUse, err)
 	}
 	return err
+}
+
+// filesGrace is how long an uploaded archive is safe from eviction after
+// its upload or last use.
+const filesGrace = time.Hour
+
+// maxWaitingBuilds bounds a project's builds requested but never
+// triggered: past it the oldest goes, so requests alone cannot fill the
+// disk with records.
+const maxWaitingBuilds = 100
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

@@ -145,3 +145,46 @@ func TestClusterE2BBuildAcrossReplicas(t *testing.T) {
 		t.Fatal("the template's volume outlived its delete (its tags kept it)")
 	}
 }
+
+// A project's uploaded files are bounded: the least recently used go
+// first, never the one just uploaded nor one used within the grace, nor
+// another project's.
+func TestE2BFilesEviction(t *testing.T) {
+	tc := newTemplateCluster(t, "n1")
+	tp := newClusterE2BTemplates(tc.cat, 0)
+	tp.filesBudget = 250
+	p1, p2 := project.In("p1"), project.In("p2")
+	hash := func(name string) string { return strings.Repeat(name[:1], 64) }
+	old := time.Now().UTC().Add(-2 * filesGrace)
+	for i, name := range []string{"a-oldest", "b-older", "c-recent"} {
+		if err := tp.StageFiles(p1, hash(name), bytes.NewReader(make([]byte, 100)), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if name == "c-recent" {
+			continue
+		}
+		key := filesKey("p1", hash(name))
+		var f e2bFiles
+		if err := tc.cat.st.Get(e2bFilesBucket, key, &f); err != nil {
+			t.Fatal(err)
+		}
+		f.Used = old.Add(time.Duration(i) * time.Minute)
+		if err := tc.cat.st.Put(e2bFilesBucket, key, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tp.StageFiles(p2, hash("d-other"), bytes.NewReader(make([]byte, 100)), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.StageFiles(p1, hash("e-new"), bytes.NewReader(make([]byte, 100)), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"a-oldest": false, "b-older": false, "c-recent": true, "e-new": true} {
+		if got := tp.HasFiles(p1, hash(name)); got != want {
+			t.Errorf("%s kept: %v, want %v", name, got, want)
+		}
+	}
+	if !tp.HasFiles(p2, hash("d-other")) {
+		t.Error("another project's files were evicted")
+	}
+}

@@ -893,3 +893,31 @@ func (l *storedLog) flush() {
 		l.dirty = false
 	}
 }
+
+// parseSubmitted parses a recipe sent over the API and names it: name,
+// or the recipe's own when empty.
+func parseSubmitted(name string, recipeYAML []byte) (*template.Recipe, string, error) {
+	r, err := template.ParseRecipe(recipeYAML)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
+	}
+	if name == "" {
+		name = r.Name
+	}
+	if err := template.ValidName(name); err != nil {
+		return nil, "", fmt.Errorf("%w: %v", api.ErrBadRecipe, err)
+	}
+	return r, name, nil
+}
+
+// errShared refuses a change to a built-in template from a non-admin key.
+func errShared(name string) error {
+	return fmt.Errorf("%w: %s is a built-in template shared by every project; only an admin key may change it", api.ErrTemplateShared, name)
+}
+
+func ownerOf(catalogName string) (owner, name string) {
+	if p, n, ok := strings.Cut(catalogName, "/"); ok {
+		return p, n
+	}
+	return "", catalogName
+}

@@ -348,9 +348,6 @@ func (s *NodeServer) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Templates exposes the node's template manager (for tests).
-func (s *NodeServer) Templates() *template.Manager { return s.side.templates }
-
 // heldNode is the node as its RPC service serves it: its Info lists the
 // templates it holds, so that placement only picks nodes that can run a
 // template.

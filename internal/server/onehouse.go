@@ -13,7 +13,6 @@ import (
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/nodeapi"
-	"github.com/space-platform/space/internal/store"
 )
 
 // startOneHouse starts `space serve` as one house: the cluster's control
@@ -21,8 +20,8 @@ import (
 // the same process, joined by calls instead of RPC (issue #30). Both
 // run the code a cluster runs, so that a feature is written once.
 //
-// A data dir that serve wrote before (or --legacy-serve) is upgraded on
-// its first start (upgrade.go); --legacy-serve refuses it afterwards.
+// A data dir that serve wrote before one house is upgraded on its first
+// start (upgrade.go).
 func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -140,19 +139,4 @@ func loadOrCreateClusterToken(path string) (string, error) {
 		return "", fmt.Errorf("write the cluster token: %w", err)
 	}
 	return token, nil
-}
-
-// refuseOneHouseState refuses, to serve --legacy-serve, an embedded store
-// that one house wrote (it has a bootstrap record): the secrets and
-// templates it recorded are where serve's twins do not look.
-func refuseOneHouseState(st store.Store) error {
-	var rec bootstrapRecord
-	switch err := st.Get(bootstrapBucket, bootstrapKey, &rec); {
-	case err == nil:
-		return errors.New("this data dir was written by space serve as one house; --legacy-serve cannot open it")
-	case errors.Is(err, store.ErrNotFound):
-		return nil
-	default:
-		return fmt.Errorf("read the bootstrap record: %w", err)
-	}
 }

@@ -5,6 +5,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -20,15 +21,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
-	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/e2b"
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/hostpath"
-	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
@@ -112,12 +110,6 @@ type Config struct {
 	// MaxRequestsPerKey bounds one API key's requests in flight on the
 	// main API (0: api.DefaultMaxRequestsPerKey).
 	MaxRequestsPerKey int
-	// LegacyServe runs serve's own twins of the cluster's catalog,
-	// credentials and node registry instead of one house (startOneHouse:
-	// the cluster's control plane on the embedded store and its node in
-	// the same process, the default since issue #30). It goes with the
-	// twins; until then it makes the data dirs the upgrade tests open.
-	LegacyServe bool
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -166,7 +158,6 @@ type Server struct {
 	cp        *controlplane.ControlPlane
 	node      nodeapi.Node
 	cat       templateResolver
-	nodeSide  *nodeSide
 	// nodes are a cluster control plane's nodes (StartControlPlane), and
 	// nodeService the nodes' side of the contract it serves them.
 	nodes       *clusterNodes
@@ -181,8 +172,7 @@ type Server struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	compat    compatServers // E2B API and sandbox proxy (e2b.go)
-	// e2bTemplates serves E2B's template build API; nil on a cluster's
-	// control plane.
+	// e2bTemplates serves E2B's template build API.
 	e2bTemplates e2b.Templates
 }
 
@@ -203,123 +193,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	if !cfg.LegacyServe {
-		return startOneHouse(ctx, cfg)
-	}
-	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	s := &Server{cfg: cfg, done: make(chan struct{}), hostPaths: hostpath.New(cfg.DataDir)}
-	defer func() {
-		if err != nil {
-			s.closeStores()
-		}
-	}()
-
-	if s.st, err = openStore(ctx, cfg.DataDir, cfg.Store); err != nil {
-		return nil, err
-	}
-	if cfg.Store == "" {
-		if err := refuseOneHouseState(s.st); err != nil {
-			return nil, err
-		}
-	}
-	keys, err := auth.Open(s.st)
-	if err != nil {
-		return nil, err
-	}
-	if s.AdminKey, err = ensureAdminKey(keys, cfg.DataDir, say); err != nil {
-		return nil, err
-	}
-	quotas, err := project.OpenQuotas(s.st, cfg.ProjectQuota)
-	if err != nil {
-		return nil, err
-	}
-	secretStore, ca, interceptor, err := s.openCredentials()
-	if err != nil {
-		return nil, err
-	}
-
-	ns, err := openNodeSide(ctx, nodeSideConfig{
-		DataDir: cfg.DataDir, RunscPath: cfg.RunscPath, AgentPath: cfg.AgentPath, Platform: cfg.Platform,
-		Runtimes: cfg.Runtimes, Accel: cfg.Accel,
-		VolumeImageBytes: cfg.VolumeImageBytes, ID: localNodeID,
-		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
-		// The node enforces the limits on every sandbox, whatever its
-		// record says; the control plane only lets a create request lower
-		// them.
-		Limits:    network.Limits{BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections},
-		TrustedCA: ca.CertPEM(), MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
-		SessionSpillLimit: cfg.SessionSpillLimit,
-		BuildDefaults:     cfg.Defaults,
-		RegistryPrivate:   cfg.TemplateRegistryPrivate,
-		BuildCache:        cfg.TemplateBuildCache,
-		Logger:            cfg.Logger, say: say,
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.nodeSide = ns
-	s.pool, s.slots, s.gateway, s.node, s.templates = ns.pool, ns.slots, ns.gateway, ns.node, ns.templates
-	nd, capacity := ns.node, ns.capacity
-
-	reg := metrics.NewRegistry()
-	cat := catalog{m: s.templates, cp: func() *controlplane.ControlPlane { return s.cp }}
-	s.cat = cat
-	e2bTpl, err := newE2BTemplates(cat, cfg.DataDir, cfg.MaxTemplateArchiveBytes)
-	if err != nil {
-		return nil, err
-	}
-	s.e2bTemplates = e2bTpl
-	// On a shared store the name keeps a restarted server's leases its own.
-	replicaID, err := controlplane.LoadReplicaID(filepath.Join(cfg.DataDir, "replica-id"))
-	if err != nil {
-		return nil, err
-	}
-	s.cp = controlplane.New(controlplane.Config{
-		Store: s.st, Nodes: controlplane.OneNode(localNodeID, nd), Templates: cat, Defaults: cfg.Defaults, Logger: cfg.Logger, Metrics: reg,
-		Capacity: capacity, ReplicaID: replicaID,
-		// Records of earlier versions name their images by path.
-		LegacyImagesDir: filepath.Join(cfg.DataDir, "images"),
-		Secrets:         secretStore,
-		Quotas:          quotas,
-		HostPaths:       s.hostPaths,
-	})
-	if err := s.cp.Recover(ctx); err != nil {
-		return nil, err
-	}
-
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	go s.cp.Run(runCtx)
-	// On a PostgreSQL store others may write (a second serve, an operator's
-	// reset); a no-op on bbolt.
-	go keys.Follow(runCtx)
-	go quotas.Follow(runCtx)
-	// After the control plane's Run, which follows the node's events.
-	ns.run(runCtx)
-	s.cp.ApplyPools(cfg.PoolSizes)
-	go s.buildTemplates(runCtx, say)
-
-	handler := api.HidePaths(api.New(api.Config{
-		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: reg, Logger: cfg.Logger,
-		Nodes:             cluster.NewSingle(localNodeID, localInfo{cp: s.cp, templates: s.templates, volumesRoot: s.pool.Root()}),
-		MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
-	}), s.hostPaths)
-	if err := s.startCompat(keys, secretStore, cat); err != nil {
-		cancel()
-		return nil, err
-	}
-	if err := s.serveAPI(ctx, handler); err != nil {
-		cancel()
-		return nil, err
-	}
-	say("listening on %s", s.URL)
-	if s.compat.e2bURL != "" || s.compat.proxyURL != "" {
-		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)
-	}
-	return s, nil
+	return startOneHouse(ctx, cfg)
 }
 
 // serveAPI opens the main listener for handler and serves it in the
@@ -357,13 +231,6 @@ func (s *Server) TemplateSpec(name string) (nodeapi.TemplateSpec, error) {
 	return tpl, err
 }
 
-// buildTemplates builds missing built-in templates, one after the other,
-// and fills the pools configured for each once it is ready.
-func (s *Server) buildTemplates(ctx context.Context, say func(string, ...any)) {
-	s.nodeSide.buildTemplates(ctx, s.cfg.BuildTemplates, s.cfg.Progress, say, func() { s.cp.ApplyPools(s.cfg.PoolSizes) })
-	s.cp.ApplyPools(s.cfg.PoolSizes)
-}
-
 // Shutdown stops serving. Sandboxes keep running; a restarted server adopts them.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := errors.Join(s.http.Shutdown(ctx), s.shutdownCompat(ctx))
@@ -380,31 +247,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) closeStores() {
-	if s.nodeSide != nil {
-		s.nodeSide.close()
-	}
 	if s.st != nil {
 		_ = s.st.Close()
 	}
-}
-
-// ensureAdminKey creates the admin key on first start, prints it once and
-// writes it to <data-dir>/admin.key (0600), where the CLI finds it.
-func ensureAdminKey(keys *auth.Keys, dataDir string, say func(string, ...any)) (string, error) {
-	path := filepath.Join(dataDir, "admin.key")
-	if !keys.Empty() {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return "", nil // the operator removed the file; the key still works
-		}
-		return strings.TrimSpace(string(data)), nil
-	}
-	secret, err := mintAdminKey(keys, "admin", path)
-	if err != nil {
-		return "", err
-	}
-	say("created admin API key (shown once; also saved to %s): %s", path, secret)
-	return secret, nil
 }
 
 // mintAdminKey creates an admin key of the default project and writes it
@@ -512,4 +357,26 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 		fmt.Fprintf(w.out, "%s%s\n", w.prefix, w.buf[:i])
 		w.buf = w.buf[i+1:]
 	}
+}
+
+// readMeminfo reads MemTotal and MemAvailable, in KiB.
+func readMeminfo() (total, available int, err error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, 0, fmt.Errorf("read memory size: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var kb int
+		if _, err := fmt.Sscanf(sc.Text(), "MemTotal: %d kB", &kb); err == nil {
+			total = kb
+		} else if _, err := fmt.Sscanf(sc.Text(), "MemAvailable: %d kB", &kb); err == nil {
+			available = kb
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, fmt.Errorf("read memory size: %w", err)
+	}
+	return total, available, nil
 }

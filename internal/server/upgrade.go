@@ -19,7 +19,7 @@ import (
 )
 
 // The upgrade of a data dir that serve wrote before one house (issue #30,
-// item 3; --legacy-serve still writes one). The store is the same one (keys, projects, quotas,
+// item 3). The store is the same one (keys, projects, quotas,
 // sandboxes, snapshots, volumes, pools, secrets, events); what serve kept
 // beside it in files, or read from its node directly, becomes records:
 //
@@ -43,7 +43,7 @@ const (
 )
 
 // isServeStore reports whether st was written by serve before one house
-// (or --legacy-serve): it has keys but no bootstrap record.
+// (74ed21b and older): it has keys but no bootstrap record.
 func isServeStore(st store.Store) (bool, error) {
 	var rec bootstrapRecord
 	err := st.Get(bootstrapBucket, bootstrapKey, &rec)

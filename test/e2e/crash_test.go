@@ -37,9 +37,9 @@ type crashServer struct {
 	store string
 	// agent, when set, is the server's --agent (an upgrade's).
 	agent string
-	// legacy starts it with --legacy-serve: serve's own twins, which
-	// make a data dir of the release before one house.
-	legacy bool
+	// binary, when set, is the space binary to start (an older
+	// release's).
+	binary string
 }
 
 func (s *crashServer) start() {
@@ -48,15 +48,16 @@ func (s *crashServer) start() {
 	if s.agent != "" {
 		agent = s.agent
 	}
-	s.cmd = exec.Command(filepath.Join(env.binDir, "space"), "serve",
+	binary := filepath.Join(env.binDir, "space")
+	if s.binary != "" {
+		binary = s.binary
+	}
+	s.cmd = exec.Command(binary, "serve",
 		"--data-dir", s.dataDir, "--listen", s.listen, "--build-templates", "minimal",
 		"--runsc", env.cfg.RunscPath, "--agent", agent, "--default-template", "minimal",
 		"--volume-image-gib", "8", "--pool", "", "--e2b-listen", "", "--proxy-listen", "")
 	if s.store != "" {
 		s.cmd.Args = append(s.cmd.Args, "--store", s.store)
-	}
-	if s.legacy {
-		s.cmd.Args = append(s.cmd.Args, "--legacy-serve")
 	}
 	log, err := os.OpenFile(filepath.Join(s.dataDir, "..", "serve.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

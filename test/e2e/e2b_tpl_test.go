@@ -449,7 +449,7 @@ func TestE2BTemplateFromImage(t *testing.T) {
 		t.Errorf("sandbox from the image: %q", got)
 	}
 	// The password is in no record the server keeps: the store's
-	// (state.db), --legacy-serve's build records (e2b/).
+	// (state.db), nor the build records of serve before one house (e2b/).
 	var kept []string
 	for _, path := range []string{filepath.Join(env.dataDir, "e2b"), filepath.Join(env.dataDir, "state.db")} {
 		if _, err := os.Stat(path); err == nil {

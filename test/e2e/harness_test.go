@@ -119,11 +119,6 @@ func run(m *testing.M) (int, error) {
 		cfg.Runtimes = []string{"gvisor", "microvm"}
 		cfg.Accel = "tcg"
 	}
-	// SPACE_E2E_LEGACY_SERVE=1 runs the suite on `space serve
-	// --legacy-serve`, serve's own twins, which go once one house (the
-	// cluster's control plane and node in one process, issue #30) has
-	// replaced them.
-	cfg.LegacyServe = os.Getenv("SPACE_E2E_LEGACY_SERVE") != ""
 	cfg.Progress = os.Stderr
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Named per process, in the first free range: another e2e run on the

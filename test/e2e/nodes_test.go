@@ -7,46 +7,33 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/space-platform/space/internal/membership"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// space serve lists its one node with this machine's figures and what
-// its sandboxes commit: the node of its node-id file, which is a
-// cluster's node (cordon works), or, with --legacy-serve
-// (SPACE_E2E_LEGACY_SERVE), "local", which refuses what needs a cluster.
+// space serve lists its one node, the node of its node-id file, with this
+// machine's figures and what its sandboxes commit, as it is now; it is a
+// cluster's node (cordon works).
 func TestServeListsItsOneNode(t *testing.T) {
 	requireServer(t)
 	ctx := testContext(t)
 	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: "minimal", VCPUs: 1, MemoryMB: 256})
 
-	id := "local"
-	if !env.cfg.LegacyServe {
-		data, err := os.ReadFile(filepath.Join(env.dataDir, "node-id"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		id = strings.TrimSpace(string(data))
+	data, err := os.ReadFile(filepath.Join(env.dataDir, "node-id"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	var n apiv1.Node
-	// Counted at once on serve; at the next heartbeat on one house.
-	for deadline := time.Now().Add(3 * membership.DefaultInterval); ; time.Sleep(200 * time.Millisecond) {
-		nodes, err := env.client.ListNodes(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(nodes) != 1 {
-			t.Fatalf("space serve lists %d nodes: %+v", len(nodes), nodes)
-		}
-		n = nodes[0]
-		counted := n.Sandboxes >= 1 && n.VCPUsCommitted >= sb.VCPUs && n.MemoryCommittedMB >= sb.MemoryMB
-		if counted || time.Now().After(deadline) {
-			break
-		}
+	id := strings.TrimSpace(string(data))
+	// As it is now, not as its last heartbeat said.
+	nodes, err := env.client.ListNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n.ID != id || n.State != apiv1.NodeReady || n.VCPUs < 1 || n.MemoryMB < 256 || n.DiskMB <= 0 ||
+	if len(nodes) != 1 {
+		t.Fatalf("space serve lists %d nodes: %+v", len(nodes), nodes)
+	}
+	n := nodes[0]
+	if n.ID != id || n.Address != "inproc://"+id || n.State != apiv1.NodeReady || n.VCPUs < 1 || n.MemoryMB < 256 || n.DiskMB <= 0 ||
 		n.MemoryFreeMB <= 0 || n.MemoryFreeMB > n.MemoryMB || n.DiskFreeMB <= 0 || n.DiskFreeMB > n.DiskMB || n.LastHeartbeat.IsZero() {
 		t.Fatalf("node %s = %+v", id, n)
 	}
@@ -67,23 +54,10 @@ func TestServeListsItsOneNode(t *testing.T) {
 	if code != 0 || len(lines) != 2 || !slices.Equal(strings.Fields(lines[1])[:2], []string{id, "ready"}) {
 		t.Fatalf("space node ls: exit %d\n%s%s", code, out, errOut)
 	}
-	if !env.cfg.LegacyServe {
-		if got, err := env.client.CordonNode(ctx, id); err != nil || got.State != apiv1.NodeCordoned {
-			t.Fatalf("cordon of one house's node: %+v, %v", got, err)
-		}
-		if got, err := env.client.UncordonNode(ctx, id); err != nil || got.State != apiv1.NodeReady {
-			t.Fatalf("uncordon of one house's node: %+v, %v", got, err)
-		}
-		return
+	if got, err := env.client.CordonNode(ctx, id); err != nil || got.State != apiv1.NodeCordoned {
+		t.Fatalf("cordon of one house's node: %+v, %v", got, err)
 	}
-	if _, err := env.client.CordonNode(ctx, "local"); !isStatus(err, http.StatusConflict) || !strings.Contains(err.Error(), "cordon needs a cluster") {
-		t.Fatalf("cordon of serve's node: %v, want 409", err)
-	}
-	if _, err := env.client.RemoveNode(ctx, "local", true); !isStatus(err, http.StatusConflict) {
-		t.Fatalf("remove of serve's node: %v, want 409", err)
-	}
-	_, errOut, code = space(t, "", "node", "drain", "local")
-	if code != 1 || !strings.HasPrefix(errOut, "space: ") || !strings.Contains(errOut, "drain needs a cluster") {
-		t.Fatalf("space node drain local: exit %d, %q", code, errOut)
+	if got, err := env.client.UncordonNode(ctx, id); err != nil || got.State != apiv1.NodeReady {
+		t.Fatalf("uncordon of one house's node: %+v, %v", got, err)
 	}
 }

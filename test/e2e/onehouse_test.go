@@ -17,8 +17,7 @@ import (
 // `space serve` (one house, issue #30) runs the cluster's control plane
 // and the cluster's node in one process: its node has a stable id of its
 // own and is reached by calls; a sandbox, its files and its snapshot
-// outlive a kill -9; a template builds through the node contract; and
-// serve --legacy-serve refuses the data dir rather than misread it.
+// outlive a kill -9; a template builds through the node contract.
 func TestOneHouseServe(t *testing.T) {
 	s := newCrashServer(t, false)
 	ctx := testContext(t)
@@ -98,21 +97,21 @@ func TestOneHouseServe(t *testing.T) {
 	}
 
 	s.kill()
-	legacy := exec.Command(filepath.Join(env.binDir, "space"), "serve", "--legacy-serve", "--data-dir", s.dataDir, "--listen", freePort(t),
-		"--e2b-listen", "", "--proxy-listen", "", "--build-templates", "", "--runsc", env.cfg.RunscPath, "--agent", env.cfg.AgentPath)
-	out, err := legacy.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "--legacy-serve cannot open it") {
-		t.Fatalf("serve --legacy-serve on one house's data dir: %v\n%s", err, out)
-	}
 }
 
-// A data dir that serve wrote before one house (--legacy-serve) opens with
-// serve, nothing lost (issue #30, item 3): its admin key, a project's key,
-// a secret, a project template, a running sandbox with its file and
-// snapshot, and a suspended one, which resumes; its node is the one of its
-// node-id file.
+// A data dir that serve wrote before one house (the previous release,
+// built from this repository's history) opens with serve, nothing lost
+// (issue #30, item 3): its admin key, a project's key, a secret, a
+// project template, a running sandbox with its file and snapshot, and a
+// suspended one, which resumes; its node is the one of its node-id file.
 func TestOneHouseUpgradesServesDataDir(t *testing.T) {
-	s := newLegacyServer(t)
+	requireServer(t)
+	testtier.Full(t, "builds the previous release and starts and kills separate servers")
+	space, agent := previousRelease(t)
+	base := t.TempDir()
+	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t), binary: space, agent: agent}
+	s.start()
+	t.Cleanup(func() { s.stop(base) })
 	ctx := testContext(t)
 	running, err := s.client.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Metadata: map[string]string{"upgrade": "running"}})
 	if err != nil {
@@ -157,7 +156,7 @@ func TestOneHouseUpgradesServesDataDir(t *testing.T) {
 	}
 
 	s.kill()
-	s.legacy = false
+	s.binary, s.agent = "", ""
 	s.start()
 	if after, err := os.ReadFile(filepath.Join(s.dataDir, "admin.key")); err != nil || string(after) != string(adminKey) {
 		t.Fatalf("admin.key after the upgrade: %q, %v; want serve's", after, err)
@@ -207,15 +206,48 @@ func TestOneHouseUpgradesServesDataDir(t *testing.T) {
 	}
 }
 
-// newLegacyServer starts a separate `space serve --legacy-serve` (serve's
-// own twins, as the release before one house ran) in a fresh directory
-// and stops it when the test ends.
-func newLegacyServer(t *testing.T) *crashServer {
-	requireServer(t)
-	testtier.Full(t, "starts and kills a separate server")
-	base := t.TempDir()
-	s := &crashServer{t: t, dataDir: filepath.Join(base, "data"), listen: freePort(t), legacy: true}
-	s.start()
-	t.Cleanup(func() { s.stop(base) })
-	return s
+// beforeOneHouse is the last commit whose `space serve` ran serve's own
+// catalog, E2B build files and node "local" (issue #30): the release a
+// data dir upgrades from.
+const beforeOneHouse = "74ed21b400a1c83a1b364590627390c7fc7a2fa4"
+
+// previousRelease builds space and space-agent of beforeOneHouse from the
+// repository's history, once per machine (kept under .tools/cache).
+func previousRelease(t *testing.T) (space, agent string) {
+	t.Helper()
+	dir := filepath.Join(env.repoRoot, ".tools", "cache", "space-"+beforeOneHouse[:12])
+	space, agent = filepath.Join(dir, "space"), filepath.Join(dir, "space-agent")
+	if _, err := os.Stat(agent); err == nil {
+		return space, agent
+	}
+	src := t.TempDir()
+	extract := exec.Command("sh", "-c", "git archive "+beforeOneHouse+" | tar -x -C "+src)
+	extract.Dir = env.repoRoot
+	if out, err := extract.CombinedOutput(); err != nil {
+		t.Fatalf("commit %s, the release before one house, is not in this clone's history (the upgrade test builds it; a full clone has it): %v\n%s", beforeOneHouse[:12], err, out)
+	}
+	// Built aside and renamed into place: another run may build it too.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "space-build-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	t.Logf("building the release before one house (%s)", beforeOneHouse[:12])
+	for _, name := range []string{"space", "space-agent"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(tmp, name), "./cmd/"+name)
+		build.Dir = src
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s of %s: %v\n%s", name, beforeOneHouse[:12], err, out)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(agent); serr != nil {
+			t.Fatalf("keep the release before one house: %v", err)
+		}
+	}
+	return space, agent
 }
