@@ -9,7 +9,7 @@ import (
 )
 
 // Nodes is the registry of the cluster's nodes as the nodes routes use it
-// (*cluster.Registry in a cluster; `space serve` gives its one node).
+// (*cluster.Registry, on a cluster and in space serve's one house).
 // Errors wrap cluster.ErrUnknownNode (404), cluster.ErrConflict (409) or
 // cluster.ErrInvalid (400).
 type Nodes interface {

@@ -84,21 +84,29 @@ func TestClusterNodesStatesAndJoins(t *testing.T) {
 	}
 }
 
-// A node in the control plane's process is driven by calls: the node
-// registered at its in-process address is the one added, and a node that
-// claims that address without running here is unavailable.
-func TestClusterNodesInProcess(t *testing.T) {
+// newInProcessNodes is a registry on a store of its own and the cluster's
+// nodes over it.
+func newInProcessNodes(t *testing.T) (*cluster.Registry, *clusterNodes) {
+	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	reg, err := cluster.New(cluster.Config{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodes := newClusterNodes(reg, "token", "")
-	defer nodes.close()
+	t.Cleanup(nodes.close)
+	return reg, nodes
+}
+
+// A node in the control plane's process is driven by calls: the node
+// registered at its in-process address is the one added, and a node that
+// claims that address without running here is unavailable.
+func TestClusterNodesInProcess(t *testing.T) {
+	reg, nodes := newInProcessNodes(t)
 	type inProcess struct{ controlplane.Node }
 	here := &inProcess{}
 	nodes.addLocal("here", here)
@@ -118,17 +126,7 @@ func TestClusterNodesInProcess(t *testing.T) {
 // The nodes routes show a node in this process as it is now, not as its
 // last heartbeat said; a node elsewhere as its heartbeat said.
 func TestOperatorViewShowsTheInProcessNodeNow(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	reg, err := cluster.New(cluster.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes := newClusterNodes(reg, "token", "")
-	defer nodes.close()
+	reg, nodes := newInProcessNodes(t)
 	here := nodeapitest.NewFake("here")
 	nodes.addLocal("here", here)
 	stale := nodeapi.Info{VCPUs: 1, Sandboxes: 7}

@@ -1,6 +1,9 @@
-// Package server assembles `space serve`: storage, the gVisor runtime, the
-// node service, templates, the control plane and the HTTP API, all in one
-// process over one embedded state store. It is wiring only; each part lives
+// Package server assembles the processes of space: `space control-plane`
+// (controlplaneproc.go: the control plane, its catalog and credentials,
+// the API, the cluster service nodes join through), `space node`
+// (nodeproc.go: storage, runtimes, network, templates, the node RPC) and
+// `space serve`, which is both in one process on the embedded store, the
+// node joined by calls (onehouse.go). It is wiring only; each part lives
 // in its own package behind the interface its consumer defines.
 package server
 
