@@ -77,7 +77,7 @@ measure() {
   # The server leaves no sandbox (bench deletes what it made); what it
   # keeps mounted under its data dir (volumes, namespaces; an older
   # release keeps them after it stops) goes with the data dir.
-  findmnt -rno TARGET | grep "^$data/" | sort -r | while read -r m; do umount -l "$m" || true; done
+  { findmnt -rno TARGET | grep "^$data/" || true; } | sort -r | while read -r m; do umount -l "$m" || true; done
   rm -rf "$data" "$data.log"
 }
 
