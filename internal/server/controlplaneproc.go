@@ -174,9 +174,9 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	if err != nil {
 		return nil, err
 	}
-	nodes := newClusterNodes(reg, cfg.ClusterToken, cfg.TLSCAFile)
+	nodes := newNodeSet(reg, cfg.ClusterToken, cfg.TLSCAFile)
 	s.nodes = nodes
-	cat := newClusterCatalog(s.st, reg, func() *controlplane.ControlPlane { return s.cp })
+	cat := newCatalog(s.st, reg, func() *controlplane.ControlPlane { return s.cp })
 	if cfg.Defaults != (controlplane.Defaults{}) {
 		cat.buildDefaults = cfg.Defaults
 	}
@@ -272,7 +272,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	cat.startBuilds(runCtx, nodes, cfg.Logger)
-	s.e2bTemplates = newClusterE2BTemplates(cat, s.cfg.MaxTemplateArchiveBytes)
+	s.e2bTemplates = newE2BTemplates(cat, s.cfg.MaxTemplateArchiveBytes)
 	if err := s.startCompat(keys, secretStore, cat); err != nil {
 		cancel()
 		return nil, err
@@ -314,7 +314,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 // heartbeat said.
 type operatorView struct {
 	*cluster.Registry
-	nodes *clusterNodes
+	nodes *nodeSet
 }
 
 func (v operatorView) List() ([]cluster.Node, error) {

@@ -124,7 +124,7 @@ type nodeLink struct {
 	// local, when set, is the node set of a control plane in this
 	// process: the node joins it at its in-process address and serves no
 	// RPC of its own.
-	local *clusterNodes
+	local *nodeSet
 }
 
 // StartNode brings a node up: the cluster's egress CA from the control

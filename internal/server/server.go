@@ -163,7 +163,7 @@ type Server struct {
 	cat       templateResolver
 	// nodes are a cluster control plane's nodes (StartControlPlane), and
 	// nodeService the nodes' side of the contract it serves them.
-	nodes       *clusterNodes
+	nodes       *nodeSet
 	nodeService *cpapi.Service
 	// localNode is serve's node on the in-process link (one house).
 	localNode *NodeServer

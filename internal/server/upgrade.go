@@ -127,17 +127,17 @@ func importServeTemplates(st store.Store, m *template.Manager, node string) (int
 			continue
 		}
 		key := owner + "/" + short
-		var prev clusterBuilt
-		if err := st.Get(clusterTemplatesBucket, key, &prev); err == nil {
+		var prev builtTemplate
+		if err := st.Get(templatesBucket, key, &prev); err == nil {
 			continue
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return n, fmt.Errorf("import template %s: %w", key, err)
 		}
-		rec := clusterBuilt{
+		rec := builtTemplate{
 			Project: owner, Name: short, Spec: templateSpec(t), State: template.StateReady, From: t.From,
 			SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, ReadyAt: t.ReadyAt, Node: node,
 		}
-		if err := st.Put(clusterTemplatesBucket, key, rec); err != nil {
+		if err := st.Put(templatesBucket, key, rec); err != nil {
 			return n, fmt.Errorf("import template %s: %w", key, err)
 		}
 		n++
@@ -166,17 +166,17 @@ func importServeE2BBuilds(st store.Store, get func(id string) (*template.Templat
 		if err := json.Unmarshal(data, &b); err != nil || b.ID+".json" != e.Name() {
 			continue // a torn write of a build never started, as serve read them
 		}
-		var prev clusterE2BBuild
+		var prev e2bBuild
 		if err := st.Get(e2bBuildsBucket, b.ID, &prev); err == nil {
 			continue
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return n, fmt.Errorf("import e2b build %s: %w", b.ID, err)
 		}
-		rec := clusterE2BBuild{TemplateBuild: b}
+		rec := e2bBuild{TemplateBuild: b}
 		if b.TemplateID != "" {
 			rec.Ended = time.Now().UTC()
-			var built clusterBuilt
-			if err := st.Get(clusterTemplatesBucket, b.Project+"/"+b.Name, &built); err == nil {
+			var built builtTemplate
+			if err := st.Get(templatesBucket, b.Project+"/"+b.Name, &built); err == nil {
 				rec.Started = built.CreatedAt
 			}
 			switch t, err := get(b.TemplateID); {

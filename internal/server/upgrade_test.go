@@ -107,7 +107,7 @@ func TestUpgradeImportsServesE2BBuilds(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(builds, "torn.json"), []byte(`{"id":"to`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Put(e2bBuildsBucket, "kept", clusterE2BBuild{TemplateBuild: e2b.TemplateBuild{ID: "kept"}, State: "mine"}); err != nil {
+	if err := st.Put(e2bBuildsBucket, "kept", e2bBuild{TemplateBuild: e2b.TemplateBuild{ID: "kept"}, State: "mine"}); err != nil {
 		t.Fatal(err)
 	}
 	templates := map[string]*template.Template{
@@ -126,7 +126,7 @@ func TestUpgradeImportsServesE2BBuilds(t *testing.T) {
 		t.Fatalf("imported %d, %v; want the 5 new", n, err)
 	}
 	for id, want := range map[string]string{"waiting": "", "ready": template.StateReady, "failed": template.StateFailed, "cut": template.StateFailed, "gone": template.StateFailed, "kept": "mine"} {
-		var b clusterE2BBuild
+		var b e2bBuild
 		if err := st.Get(e2bBuildsBucket, id, &b); err != nil {
 			t.Fatalf("build %s: %v", id, err)
 		}

@@ -12,12 +12,12 @@ import (
 	"github.com/space-platform/space/internal/noderpc"
 )
 
-// clusterNodes is how a cluster's control plane reaches its nodes
+// nodeSet is how a cluster's control plane reaches its nodes
 // (controlplane.Nodes): the registry says where each node is and whether
 // it answers, and each node is driven through a noderpc client dialed at
 // the address it advertised, or, when it runs in this process (serve's
 // node, cluster.InProcessAddress), by calls.
-type clusterNodes struct {
+type nodeSet struct {
 	reg           *cluster.Registry
 	token, caFile string
 
@@ -36,7 +36,7 @@ type joinSub struct {
 	sends sync.WaitGroup
 }
 
-// deliver sends id in the background (called under clusterNodes.mu), so
+// deliver sends id in the background (called under nodeSet.mu), so
 // that a subscriber busy reconciling holds no registration up.
 func (s *joinSub) deliver(id string) {
 	s.sends.Add(1)
@@ -49,10 +49,10 @@ func (s *joinSub) deliver(id string) {
 	}()
 }
 
-var _ controlplane.Nodes = (*clusterNodes)(nil)
+var _ controlplane.Nodes = (*nodeSet)(nil)
 
-func newClusterNodes(reg *cluster.Registry, token, caFile string) *clusterNodes {
-	return &clusterNodes{
+func newNodeSet(reg *cluster.Registry, token, caFile string) *nodeSet {
+	return &nodeSet{
 		reg: reg, token: token, caFile: caFile,
 		clients: map[string]*remoteNode{}, local: map[string]controlplane.Node{}, subs: map[*joinSub]struct{}{},
 	}
@@ -60,7 +60,7 @@ func newClusterNodes(reg *cluster.Registry, token, caFile string) *clusterNodes 
 
 // addLocal makes n, which runs in this process, the node that registers
 // as id at cluster.InProcessAddress(id).
-func (c *clusterNodes) addLocal(id string, n controlplane.Node) {
+func (c *nodeSet) addLocal(id string, n controlplane.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.local[id] = n
@@ -68,7 +68,7 @@ func (c *clusterNodes) addLocal(id string, n controlplane.Node) {
 
 // inProcess returns the node registered as id at address when it runs in
 // this process.
-func (c *clusterNodes) inProcess(id, address string) (controlplane.Node, bool) {
+func (c *nodeSet) inProcess(id, address string) (controlplane.Node, bool) {
 	if address != cluster.InProcessAddress(id) {
 		return nil, false
 	}
@@ -86,7 +86,7 @@ type remoteNode struct {
 
 // client returns the node's client, dialing it at address when it has
 // none or the node moved.
-func (c *clusterNodes) client(id, address string) (controlplane.Node, error) {
+func (c *nodeSet) client(id, address string) (controlplane.Node, error) {
 	if address == cluster.InProcessAddress(id) {
 		if n, ok := c.inProcess(id, address); ok {
 			return n, nil
@@ -114,12 +114,12 @@ func (c *clusterNodes) client(id, address string) (controlplane.Node, error) {
 
 // Join is told of a node's registration (through this replica): the node
 // is dialed at its address and every Joins subscriber learns its id.
-func (c *clusterNodes) Join(n cluster.Node) { c.join(n, false) }
+func (c *nodeSet) Join(n cluster.Node) { c.join(n, false) }
 
 // joinLocal delivers the join of the node in this process registered as
 // id (one house's), which Recover reconciled: it has no registration of
 // its own to deliver it.
-func (c *clusterNodes) joinLocal(id string) error {
+func (c *nodeSet) joinLocal(id string) error {
 	n, err := c.reg.Get(id)
 	if err != nil {
 		return fmt.Errorf("join node %s: %w", id, err)
@@ -135,7 +135,7 @@ func (c *clusterNodes) joinLocal(id string) error {
 // has not seen join does now: it registered before this replica started
 // (a control plane restarted over its store keeps its nodes, whose
 // heartbeats go on), or through another replica.
-func (c *clusterNodes) Heard(id string) {
+func (c *nodeSet) Heard(id string) {
 	c.mu.Lock()
 	known := slices.Contains(c.joined, id)
 	c.mu.Unlock()
@@ -149,7 +149,7 @@ func (c *clusterNodes) Heard(id string) {
 
 // join delivers n's id to the subscribers; with onlyNew, only if no
 // registration of it was delivered yet (a heartbeat raced one).
-func (c *clusterNodes) join(n cluster.Node, onlyNew bool) {
+func (c *nodeSet) join(n cluster.Node, onlyNew bool) {
 	if _, err := c.client(n.ID, n.Address); err != nil {
 		return // its address was checked by the registry; Node reports the error
 	}
@@ -169,7 +169,7 @@ func (c *clusterNodes) join(n cluster.Node, onlyNew bool) {
 
 // Node returns the node's client, unless the node is unknown,
 // unreachable or lost.
-func (c *clusterNodes) Node(id string) (controlplane.Node, error) {
+func (c *nodeSet) Node(id string) (controlplane.Node, error) {
 	n, err := c.reg.Get(id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", controlplane.ErrNodeUnavailable, err)
@@ -185,11 +185,11 @@ func (c *clusterNodes) Node(id string) (controlplane.Node, error) {
 	return rn, nil
 }
 
-func (c *clusterNodes) Place(req cluster.PlaceRequest) (string, error) { return c.reg.Place(req) }
+func (c *nodeSet) Place(req cluster.PlaceRequest) (string, error) { return c.reg.Place(req) }
 
 // Runtimes are those the node reported in its last registration or
 // heartbeat: no call to the node on a create.
-func (c *clusterNodes) Runtimes(id string) (map[string]string, error) {
+func (c *nodeSet) Runtimes(id string) (map[string]string, error) {
 	n, err := c.reg.Get(id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", controlplane.ErrNodeUnavailable, err)
@@ -199,7 +199,7 @@ func (c *clusterNodes) Runtimes(id string) (map[string]string, error) {
 
 // State is the node's state; a node the registry does not know (any
 // more) is lost to its sandboxes.
-func (c *clusterNodes) State(id string) cluster.State {
+func (c *nodeSet) State(id string) cluster.State {
 	n, err := c.reg.Get(id)
 	if errors.Is(err, cluster.ErrUnknownNode) {
 		return cluster.Lost
@@ -212,7 +212,7 @@ func (c *clusterNodes) State(id string) cluster.State {
 
 // Joins delivers the ids of the nodes joined through this replica so far,
 // then of each registration as it comes, until ctx ends.
-func (c *clusterNodes) Joins(ctx context.Context) <-chan string {
+func (c *nodeSet) Joins(ctx context.Context) <-chan string {
 	sub := &joinSub{ctx: ctx, ch: make(chan string)}
 	c.mu.Lock()
 	for _, id := range c.joined {
@@ -232,7 +232,7 @@ func (c *clusterNodes) Joins(ctx context.Context) <-chan string {
 }
 
 // close releases the nodes' connections.
-func (c *clusterNodes) close() {
+func (c *nodeSet) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rn := range c.clients {

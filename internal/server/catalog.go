@@ -29,17 +29,17 @@ const nodeTemplatesBucket = "node_templates"
 // cluster's control plane: every node builds them itself at its start.
 var errBuiltinDelete = fmt.Errorf("%w: the built-in templates are built by every node at its start (space node --build-templates); deleting one through a cluster control plane is not supported", api.ErrNotImplemented)
 
-// clusterCatalog is the template catalog of a cluster's control plane:
-// the built-in templates the nodes reported, by name, and the templates
-// built through the cluster (clustertemplates.go). A template is ready
+// catalog is the template catalog of a control plane (a cluster's, or
+// one house's): the built-in templates the nodes reported, by name, and
+// the templates built through the control plane (templates.go). A template is ready
 // when at least one schedulable node holds it; the id is the same on
 // every node (a hash of the recipe and the builder), so placement finds
 // the nodes that hold it by id.
-type clusterCatalog struct {
+type catalog struct {
 	st     store.Store
 	reg    *cluster.Registry
 	cp     func() *controlplane.ControlPlane
-	builds clusterBuilds
+	builds buildQueue
 	// buildDefaults size a build's place on a node (buildShape): the
 	// control plane's defaults of ordinary sandboxes.
 	buildDefaults controlplane.Defaults
@@ -50,13 +50,13 @@ type clusterCatalog struct {
 	written map[string][]cpapi.Template
 }
 
-func newClusterCatalog(st store.Store, reg *cluster.Registry, cp func() *controlplane.ControlPlane) *clusterCatalog {
-	return &clusterCatalog{st: st, reg: reg, cp: cp, buildDefaults: DefaultConfig().Defaults, written: map[string][]cpapi.Template{}}
+func newCatalog(st store.Store, reg *cluster.Registry, cp func() *controlplane.ControlPlane) *catalog {
+	return &catalog{st: st, reg: reg, cp: cp, buildDefaults: DefaultConfig().Defaults, written: map[string][]cpapi.Template{}}
 }
 
 // record stores the templates a node reported, when they changed (as
 // this replica last wrote them), and says whether they did.
-func (c *clusterCatalog) record(nodeID string, ts []cpapi.Template) (changed bool, err error) {
+func (c *catalog) record(nodeID string, ts []cpapi.Template) (changed bool, err error) {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -70,8 +70,8 @@ func (c *clusterCatalog) record(nodeID string, ts []cpapi.Template) (changed boo
 	return true, nil
 }
 
-// clusterTemplate is one template as the cluster holds it.
-type clusterTemplate struct {
+// builtinTemplate is one template as the cluster holds it.
+type builtinTemplate struct {
 	name string
 	spec nodeapi.TemplateSpec
 	// sizeBytes, createdAt and readyAt are the first reporting node's.
@@ -84,7 +84,7 @@ type clusterTemplate struct {
 
 // templates reads what the nodes hold, by name; of two ids under one name
 // (nodes of different builders) the one more schedulable nodes hold wins.
-func (c *clusterCatalog) templates() (map[string]clusterTemplate, error) {
+func (c *catalog) templates() (map[string]builtinTemplate, error) {
 	nodes, err := c.reg.List()
 	if err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func (c *clusterCatalog) templates() (map[string]clusterTemplate, error) {
 		byID[n.ID] = n
 	}
 	type key struct{ name, id string }
-	found := map[key]*clusterTemplate{}
+	found := map[key]*builtinTemplate{}
 	err = c.st.Each(nodeTemplatesBucket, func(nodeID string, data []byte) error {
 		n, ok := byID[nodeID]
 		if !ok {
@@ -108,7 +108,7 @@ func (c *clusterCatalog) templates() (map[string]clusterTemplate, error) {
 			k := key{t.Name, t.Spec.ID}
 			ct := found[k]
 			if ct == nil {
-				ct = &clusterTemplate{name: t.Name, spec: t.Spec, sizeBytes: t.SizeBytes, createdAt: t.CreatedAt, readyAt: t.ReadyAt}
+				ct = &builtinTemplate{name: t.Name, spec: t.Spec, sizeBytes: t.SizeBytes, createdAt: t.CreatedAt, readyAt: t.ReadyAt}
 				found[k] = ct
 			}
 			ct.nodes++
@@ -122,7 +122,7 @@ func (c *clusterCatalog) templates() (map[string]clusterTemplate, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]clusterTemplate{}
+	out := map[string]builtinTemplate{}
 	for _, ct := range found {
 		if prev, ok := out[ct.name]; !ok || ct.ready > prev.ready || ct.ready == prev.ready && ct.nodes > prev.nodes {
 			out[ct.name] = *ct
@@ -132,10 +132,10 @@ func (c *clusterCatalog) templates() (map[string]clusterTemplate, error) {
 }
 
 // lookup finds a template by name or id.
-func (c *clusterCatalog) lookup(nameOrID string) (clusterTemplate, bool, error) {
+func (c *catalog) lookup(nameOrID string) (builtinTemplate, bool, error) {
 	all, err := c.templates()
 	if err != nil {
-		return clusterTemplate{}, false, err
+		return builtinTemplate{}, false, err
 	}
 	if t, ok := all[nameOrID]; ok {
 		return t, true, nil
@@ -145,11 +145,11 @@ func (c *clusterCatalog) lookup(nameOrID string) (clusterTemplate, bool, error) 
 			return t, true, nil
 		}
 	}
-	return clusterTemplate{}, false, nil
+	return builtinTemplate{}, false, nil
 }
 
 // Resolve implements controlplane.Templates.
-func (c *clusterCatalog) Resolve(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, string, error) {
+func (c *catalog) Resolve(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, string, error) {
 	if b, ok, err := c.lookupBuilt(scope, nameOrID); err != nil {
 		return nodeapi.TemplateSpec{}, "", err
 	} else if ok {
@@ -176,7 +176,7 @@ func (c *clusterCatalog) Resolve(scope project.Scope, nameOrID string) (nodeapi.
 	return t.spec, t.name, nil
 }
 
-func (c *clusterCatalog) view(scope project.Scope, t clusterTemplate) apiv1.Template {
+func (c *catalog) view(scope project.Scope, t builtinTemplate) apiv1.Template {
 	v := apiv1.Template{Name: t.name, Builtin: true, ID: t.spec.ID, State: template.StateReady,
 		SizeBytes: t.sizeBytes, CreatedAt: t.createdAt, ReadyAt: t.readyAt}
 	v.SetRuntimes(t.spec.Runtimes)
@@ -194,7 +194,7 @@ func (c *clusterCatalog) view(scope project.Scope, t clusterTemplate) apiv1.Temp
 	return v
 }
 
-func (c *clusterCatalog) Get(scope project.Scope, name string) (apiv1.Template, error) {
+func (c *catalog) Get(scope project.Scope, name string) (apiv1.Template, error) {
 	if b, ok, err := c.lookupBuilt(scope, name); err != nil {
 		return apiv1.Template{}, err
 	} else if ok {
@@ -210,7 +210,7 @@ func (c *clusterCatalog) Get(scope project.Scope, name string) (apiv1.Template, 
 	return c.view(scope, t), nil
 }
 
-func (c *clusterCatalog) List(scope project.Scope) []apiv1.Template {
+func (c *catalog) List(scope project.Scope) []apiv1.Template {
 	all, err := c.templates()
 	out := []apiv1.Template{}
 	if err != nil {
@@ -237,7 +237,7 @@ func (c *clusterCatalog) List(scope project.Scope) []apiv1.Template {
 // Logs has the stored log of a template built through the cluster, and no
 // lines for a built-in one: its builds ran on the nodes at their start,
 // whose logs hold them.
-func (c *clusterCatalog) Logs(scope project.Scope, name string, from int) ([]string, bool, error) {
+func (c *catalog) Logs(scope project.Scope, name string, from int) ([]string, bool, error) {
 	if b, ok, err := c.lookupBuilt(scope, name); err != nil {
 		return nil, false, err
 	} else if ok {
@@ -250,13 +250,13 @@ func (c *clusterCatalog) Logs(scope project.Scope, name string, from int) ([]str
 }
 
 // Submit builds a template once, on one node, and ships it to the others.
-func (c *clusterCatalog) Submit(scope project.Scope, name string, recipe []byte, build api.TemplateBuild) (apiv1.Template, error) {
+func (c *catalog) Submit(scope project.Scope, name string, recipe []byte, build api.TemplateBuild) (apiv1.Template, error) {
 	return c.submitBuilt(scope, name, recipe, build)
 }
 
 // Delete deletes a template built through the cluster, refused while
 // sandboxes use it.
-func (c *clusterCatalog) Delete(scope project.Scope, name string) error {
+func (c *catalog) Delete(scope project.Scope, name string) error {
 	b, ok, err := c.lookupBuilt(scope, name)
 	if err != nil {
 		return err
@@ -279,7 +279,7 @@ func (c *clusterCatalog) Delete(scope project.Scope, name string) error {
 // E2B tags ("<name>:<tag>" records, which would otherwise keep the
 // template's volumes as another name for them); the tags come back if
 // the delete is refused.
-func (c *clusterCatalog) deleteTagged(b clusterBuilt) error {
+func (c *catalog) deleteTagged(b builtTemplate) error {
 	if strings.Contains(b.Name, ":") {
 		return c.deleteBuilt(b)
 	}
@@ -287,25 +287,25 @@ func (c *clusterCatalog) deleteTagged(b clusterBuilt) error {
 	if err != nil {
 		return err
 	}
-	var tags []clusterBuilt
+	var tags []builtTemplate
 	for _, o := range all {
 		if o.Project == b.Project && strings.HasPrefix(o.Name, b.Name+":") {
 			tags = append(tags, o)
-			if err := c.st.Delete(clusterTemplatesBucket, o.canonical()); err != nil {
+			if err := c.st.Delete(templatesBucket, o.canonical()); err != nil {
 				return fmt.Errorf("delete tag %s: %w", o.Name, err)
 			}
 		}
 	}
 	if err := c.deleteBuilt(b); err != nil {
 		for _, o := range tags {
-			_ = c.st.Put(clusterTemplatesBucket, o.canonical(), o)
+			_ = c.st.Put(templatesBucket, o.canonical(), o)
 		}
 		return err
 	}
 	return nil
 }
 
-func (c *clusterCatalog) SetPool(scope project.Scope, name string, size int) (apiv1.Template, error) {
+func (c *catalog) SetPool(scope project.Scope, name string, size int) (apiv1.Template, error) {
 	if b, ok, err := c.lookupBuilt(scope, name); err != nil {
 		return apiv1.Template{}, err
 	} else if ok {

@@ -37,12 +37,12 @@ import (
 // build's log live in the store, so that every replica shows them.
 
 const (
-	// clusterTemplatesBucket holds the records (clusterBuilt) by catalog
+	// templatesBucket holds the records (builtTemplate) by catalog
 	// name, "<project>/<name>".
-	clusterTemplatesBucket = "cluster_templates"
-	// clusterTemplateLogsBucket holds each build's log lines, by catalog
+	templatesBucket = "cluster_templates"
+	// templateLogsBucket holds each build's log lines, by catalog
 	// name.
-	clusterTemplateLogsBucket = "cluster_template_logs"
+	templateLogsBucket = "cluster_template_logs"
 	// maxBuildLogLines bounds a build log the store keeps; the lines past
 	// it are dropped (the node's own log has them).
 	maxBuildLogLines = 5000
@@ -60,8 +60,8 @@ const (
 
 func buildLease(key string) string { return "template-build/" + key }
 
-// clusterBuilt is one template built through the cluster.
-type clusterBuilt struct {
+// builtTemplate is one template built through the cluster.
+type builtTemplate struct {
 	Project string `json:"project"`
 	Name    string `json:"name"`
 	// Spec is set once built; Spec.ID is the template's id.
@@ -83,15 +83,15 @@ type clusterBuilt struct {
 	Inputs string `json:"inputs,omitempty"`
 }
 
-func (b clusterBuilt) canonical() string { return b.Project + "/" + b.Name }
+func (b builtTemplate) canonical() string { return b.Project + "/" + b.Name }
 
-// templateNodes reaches the cluster's nodes (clusterNodes).
+// templateNodes reaches the cluster's nodes (nodeSet).
 type templateNodes interface {
 	Node(id string) (controlplane.Node, error)
 }
 
-// clusterBuilds is the build side of the cluster's catalog.
-type clusterBuilds struct {
+// buildQueue is the build side of the cluster's catalog.
+type buildQueue struct {
 	nodes templateNodes
 	log   *slog.Logger
 
@@ -107,7 +107,7 @@ type clusterBuilds struct {
 
 // startBuilds gives the catalog its nodes and the context its builds and
 // shipments run in (the process's).
-func (c *clusterCatalog) startBuilds(ctx context.Context, nodes templateNodes, log *slog.Logger) {
+func (c *catalog) startBuilds(ctx context.Context, nodes templateNodes, log *slog.Logger) {
 	c.builds.mu.Lock()
 	defer c.builds.mu.Unlock()
 	c.builds.nodes, c.builds.log, c.builds.ctx = nodes, log, ctx
@@ -115,10 +115,10 @@ func (c *clusterCatalog) startBuilds(ctx context.Context, nodes templateNodes, l
 }
 
 // built reads the records of the templates built through the cluster.
-func (c *clusterCatalog) built() ([]clusterBuilt, error) {
-	var out []clusterBuilt
-	err := c.st.Each(clusterTemplatesBucket, func(_ string, data []byte) error {
-		var b clusterBuilt
+func (c *catalog) built() ([]builtTemplate, error) {
+	var out []builtTemplate
+	err := c.st.Each(templatesBucket, func(_ string, data []byte) error {
+		var b builtTemplate
 		if err := json.Unmarshal(data, &b); err != nil {
 			return fmt.Errorf("decode a cluster template: %w", err)
 		}
@@ -131,15 +131,15 @@ func (c *clusterCatalog) built() ([]clusterBuilt, error) {
 // lookupBuilt finds nameOrID among the templates built through the
 // cluster as scope sees them: its own by name, another project's as
 // "<project>/<name>" (admin scopes), or by id.
-func (c *clusterCatalog) lookupBuilt(scope project.Scope, nameOrID string) (clusterBuilt, bool, error) {
+func (c *catalog) lookupBuilt(scope project.Scope, nameOrID string) (builtTemplate, bool, error) {
 	all, err := c.built()
 	if err != nil {
-		return clusterBuilt{}, false, err
+		return builtTemplate{}, false, err
 	}
 	want := scope.Owner() + "/" + nameOrID
 	if owner, name, ok := strings.Cut(nameOrID, "/"); ok {
 		if !scope.Sees(owner) || name == "" {
-			return clusterBuilt{}, false, nil
+			return builtTemplate{}, false, nil
 		}
 		want = nameOrID
 	}
@@ -153,7 +153,7 @@ func (c *clusterCatalog) lookupBuilt(scope project.Scope, nameOrID string) (clus
 			return b, true, nil
 		}
 	}
-	return clusterBuilt{}, false, nil
+	return builtTemplate{}, false, nil
 }
 
 // holders counts the schedulable nodes that hold a template id.
@@ -170,7 +170,7 @@ func holders(nodes []cluster.Node, id string) int {
 // builtState is a record's state as the cluster sees it: built but on no
 // schedulable node (not reported yet, or those holding it are cordoned)
 // is not ready.
-func (c *clusterCatalog) builtState(b clusterBuilt) (state, reason string) {
+func (c *catalog) builtState(b builtTemplate) (state, reason string) {
 	if b.State != template.StateReady {
 		return b.State, b.Reason
 	}
@@ -181,7 +181,7 @@ func (c *clusterCatalog) builtState(b clusterBuilt) (state, reason string) {
 	return template.StateReady, ""
 }
 
-func (c *clusterCatalog) viewBuilt(scope project.Scope, b clusterBuilt) apiv1.Template {
+func (c *catalog) viewBuilt(scope project.Scope, b builtTemplate) apiv1.Template {
 	v := apiv1.Template{
 		Name: b.Name, Project: b.Project, ID: b.Spec.ID, From: b.From,
 		SizeBytes: b.SizeBytes, CreatedAt: b.CreatedAt, ReadyAt: b.ReadyAt,
@@ -197,7 +197,7 @@ func (c *clusterCatalog) viewBuilt(scope project.Scope, b clusterBuilt) apiv1.Te
 }
 
 // submitBuilt records a build and starts it on a node.
-func (c *clusterCatalog) submitBuilt(scope project.Scope, name string, recipeYAML []byte, build api.TemplateBuild) (apiv1.Template, error) {
+func (c *catalog) submitBuilt(scope project.Scope, name string, recipeYAML []byte, build api.TemplateBuild) (apiv1.Template, error) {
 	r, name, err := parseSubmitted(name, recipeYAML)
 	if err != nil {
 		return apiv1.Template{}, err
@@ -214,11 +214,11 @@ type buildInputs struct {
 	files    func(ctx context.Context, hash string, w io.Writer) error
 	registry *template.RegistryAuth
 	// reuse answers a resubmission of the same inputs with the ready
-	// build (clusterBuilt.Inputs) instead of building again.
+	// build (builtTemplate.Inputs) instead of building again.
 	reuse bool
 }
 
-// inputsDigest is clusterBuilt.Inputs of a build of the resolved recipe
+// inputsDigest is builtTemplate.Inputs of a build of the resolved recipe
 // (and the uploaded archive's digest), or "" when the base is read when
 // the build runs.
 func inputsDigest(kind string, recipe []byte, archive string) string {
@@ -236,21 +236,21 @@ func inputsDigest(kind string, recipe []byte, archive string) string {
 
 // submitRecipe records a build of a parsed recipe and starts it on a
 // node; it returns the record it stored.
-func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *template.Recipe, build api.TemplateBuild, in buildInputs) (clusterBuilt, apiv1.Template, error) {
+func (c *catalog) submitRecipe(scope project.Scope, name string, r *template.Recipe, build api.TemplateBuild, in buildInputs) (builtTemplate, apiv1.Template, error) {
 	var err error
 	if _, builtin := template.Builtin(name); builtin {
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
 	}
 	from := r.From
 	base, _ := template.ParseFrom(r.From) // validated by ParseRecipe
 	switch {
 	case build.Archive != nil && base.Kind != template.FromUpload:
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: from: an archive was uploaded, but the recipe's base is %q; use from: upload", api.ErrBadRecipe, r.From)
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("%w: from: an archive was uploaded, but the recipe's base is %q; use from: upload", api.ErrBadRecipe, r.From)
 	case build.Archive == nil && base.Kind == template.FromUpload:
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: from: upload needs an OCI archive uploaded with the recipe", api.ErrBadRecipe)
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("%w: from: upload needs an OCI archive uploaded with the recipe", api.ErrBadRecipe)
 	}
 	if err := template.CheckHostPaths(r, template.Source{HostPaths: build.Admin}); err != nil {
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w%.0w", err, api.ErrHostPathsForbidden)
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("%w%.0w", err, api.ErrHostPathsForbidden)
 	}
 	// A parent is a built-in template (on every node) or one the cluster
 	// built, which only the node that built it holds in its template
@@ -261,30 +261,30 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 		parent, ok, err := c.lookupBuilt(scope, base.Arg)
 		switch {
 		case err != nil:
-			return clusterBuilt{}, apiv1.Template{}, err
+			return builtTemplate{}, apiv1.Template{}, err
 		case ok:
 			if parent.State != template.StateReady {
-				return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: from: template %s is %s", api.ErrBadRecipe, base.Arg, parent.State)
+				return builtTemplate{}, apiv1.Template{}, fmt.Errorf("%w: from: template %s is %s", api.ErrBadRecipe, base.Arg, parent.State)
 			}
 			builder, parentID = parent.Node, parent.Spec.ID
 			r.From = template.FromTemplate + ":" + parent.Spec.ID
 		default:
 			t, ok, err := c.lookup(base.Arg)
 			if err != nil {
-				return clusterBuilt{}, apiv1.Template{}, err
+				return builtTemplate{}, apiv1.Template{}, err
 			}
 			if !ok || strings.Contains(base.Arg, "/") {
-				return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: from: template %q: %v", api.ErrBadRecipe, base.Arg, template.ErrNotFound)
+				return builtTemplate{}, apiv1.Template{}, fmt.Errorf("%w: from: template %q: %v", api.ErrBadRecipe, base.Arg, template.ErrNotFound)
 			}
 			parentID = t.spec.ID
 		}
 	}
 	recipe, err := yaml.Marshal(r)
 	if err != nil {
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
 	}
 
-	rec := clusterBuilt{Project: scope.Owner(), Name: name, State: template.StateBuilding, From: from, CreatedAt: time.Now().UTC()}
+	rec := builtTemplate{Project: scope.Owner(), Name: name, State: template.StateBuilding, From: from, CreatedAt: time.Now().UTC()}
 	key := rec.canonical()
 	ctx := c.buildContext()
 	req := nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin}
@@ -295,7 +295,7 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 		// here. (A build then refused leaves it staged on the node until
 		// the node's next start.)
 		if builder, req.Archive, archiveDigest, err = c.stageArchive(ctx, build); err != nil {
-			return clusterBuilt{}, apiv1.Template{}, err
+			return builtTemplate{}, apiv1.Template{}, err
 		}
 	}
 	// The name is no input: serve's ids do not cover it either.
@@ -303,25 +303,25 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 	unnamed.Name = ""
 	content, err := yaml.Marshal(&unnamed)
 	if err != nil {
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
 	}
 	rec.Inputs = inputsDigest(base.Kind, content, archiveDigest)
 	if in.registry != nil {
 		req.RegistryUsername, req.RegistryPassword = in.registry.Username, in.registry.Password
 	}
 	if req.CopyArchives, builder, err = c.stageCopies(ctx, r, in, builder, parentID); err != nil {
-		return clusterBuilt{}, apiv1.Template{}, err
+		return builtTemplate{}, apiv1.Template{}, err
 	}
 	unlock, err := c.st.Lock(ctx, "template/"+key)
 	if err != nil {
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("lock template %s: %w", name, err)
 	}
 	defer unlock()
 	holder := "build-" + sandboxid.New()
 	if took, err := c.st.TryLead(ctx, buildLease(key), holder, buildLeaseTTL); err != nil {
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("lease the build of template %s: %w", name, err)
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("lease the build of template %s: %w", name, err)
 	} else if !took {
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("%w: template %s is still building; wait for it, then build again", api.ErrTemplateInUse, name)
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("%w: template %s is still building; wait for it, then build again", api.ErrTemplateInUse, name)
 	}
 	if in.reuse && rec.Inputs != "" {
 		reused, ok, err := c.reuse(rec)
@@ -329,17 +329,17 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 			_ = c.st.Resign(ctx, buildLease(key), holder)
 		}
 		if err != nil {
-			return clusterBuilt{}, apiv1.Template{}, err
+			return builtTemplate{}, apiv1.Template{}, err
 		}
 		if ok {
 			return reused, c.viewBuilt(scope, reused), nil
 		}
 	}
-	if err := c.st.Put(clusterTemplatesBucket, key, rec); err != nil {
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
+	if err := c.st.Put(templatesBucket, key, rec); err != nil {
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
 	}
-	if err := c.st.Put(clusterTemplateLogsBucket, key, []string{}); err != nil {
-		return clusterBuilt{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
+	if err := c.st.Put(templateLogsBucket, key, []string{}); err != nil {
+		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
 	}
 	c.builds.running.Add(1)
 	go func() {
@@ -356,16 +356,16 @@ func (c *clusterCatalog) submitRecipe(scope project.Scope, name string, r *templ
 // as serve's content-addressed ids share a rootfs), recorded under rec's
 // name without a build. The caller holds rec's template lock and build
 // lease.
-func (c *clusterCatalog) reuse(rec clusterBuilt) (clusterBuilt, bool, error) {
-	var prev clusterBuilt
-	if err := c.st.Get(clusterTemplatesBucket, rec.canonical(), &prev); err == nil && prev.Inputs == rec.Inputs {
+func (c *catalog) reuse(rec builtTemplate) (builtTemplate, bool, error) {
+	var prev builtTemplate
+	if err := c.st.Get(templatesBucket, rec.canonical(), &prev); err == nil && prev.Inputs == rec.Inputs {
 		if state, _ := c.builtState(prev); state == template.StateReady {
 			return prev, true, nil
 		}
 	}
 	all, err := c.built()
 	if err != nil {
-		return clusterBuilt{}, false, err
+		return builtTemplate{}, false, err
 	}
 	for _, b := range all {
 		if b.Inputs != rec.Inputs {
@@ -377,21 +377,21 @@ func (c *clusterCatalog) reuse(rec clusterBuilt) (clusterBuilt, bool, error) {
 		now := time.Now().UTC()
 		shared := b
 		shared.Project, shared.Name, shared.From, shared.CreatedAt, shared.ReadyAt = rec.Project, rec.Name, rec.From, now, &now
-		if err := c.st.Put(clusterTemplatesBucket, shared.canonical(), shared); err != nil {
-			return clusterBuilt{}, false, fmt.Errorf("record template %s: %w", rec.Name, err)
+		if err := c.st.Put(templatesBucket, shared.canonical(), shared); err != nil {
+			return builtTemplate{}, false, fmt.Errorf("record template %s: %w", rec.Name, err)
 		}
 		line := fmt.Sprintf("the same recipe and inputs as a ready build: template %s, not built again", b.Spec.ID)
-		if err := c.st.Put(clusterTemplateLogsBucket, shared.canonical(), []string{line}); err != nil {
-			return clusterBuilt{}, false, fmt.Errorf("record template %s: %w", rec.Name, err)
+		if err := c.st.Put(templateLogsBucket, shared.canonical(), []string{line}); err != nil {
+			return builtTemplate{}, false, fmt.Errorf("record template %s: %w", rec.Name, err)
 		}
 		return shared, true, nil
 	}
-	return clusterBuilt{}, false, nil
+	return builtTemplate{}, false, nil
 }
 
 // leased runs fn holding the lease name, renewed while it runs, and
 // resigns it after.
-func (c *clusterCatalog) leased(ctx context.Context, name, holder string, fn func()) {
+func (c *catalog) leased(ctx context.Context, name, holder string, fn func()) {
 	done := make(chan struct{})
 	renewed := make(chan struct{})
 	go func() {
@@ -417,7 +417,7 @@ func (c *clusterCatalog) leased(ctx context.Context, name, holder string, fn fun
 
 // abandoned marks failed a build whose replica died (nobody holds its
 // lease); true when b is not building (any more).
-func (c *clusterCatalog) abandoned(ctx context.Context, b *clusterBuilt) (bool, error) {
+func (c *catalog) abandoned(ctx context.Context, b *builtTemplate) (bool, error) {
 	if b.State != template.StateBuilding {
 		return true, nil
 	}
@@ -428,7 +428,7 @@ func (c *clusterCatalog) abandoned(ctx context.Context, b *clusterBuilt) (bool, 
 	}
 	defer func() { _ = c.st.Resign(ctx, buildLease(b.canonical()), probe) }()
 	b.State, b.Reason = template.StateFailed, "the control-plane replica running the build stopped"
-	if err := c.st.Put(clusterTemplatesBucket, b.canonical(), *b); err != nil {
+	if err := c.st.Put(templatesBucket, b.canonical(), *b); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -459,7 +459,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 
 // stageArchive places a build from an uploaded archive and streams the
 // archive to the node chosen; digest is the archive's SHA-256.
-func (c *clusterCatalog) stageArchive(ctx context.Context, build api.TemplateBuild) (node, handle, digest string, err error) {
+func (c *catalog) stageArchive(ctx context.Context, build api.TemplateBuild) (node, handle, digest string, err error) {
 	node, err = c.placeBuild("")
 	if err != nil {
 		return "", "", "", err
@@ -482,7 +482,7 @@ func (c *clusterCatalog) stageArchive(ctx context.Context, build api.TemplateBui
 // stageCopies streams the archives of the recipe's copy steps to the
 // node that builds (placed here when builder is empty) and returns their
 // handles there.
-func (c *clusterCatalog) stageCopies(ctx context.Context, r *template.Recipe, in buildInputs, builder, parentID string) (map[string]string, string, error) {
+func (c *catalog) stageCopies(ctx context.Context, r *template.Recipe, in buildInputs, builder, parentID string) (map[string]string, string, error) {
 	var handles map[string]string
 	for _, st := range r.Steps {
 		if st.Copy == nil || handles[st.Copy.Archive] != "" {
@@ -522,7 +522,7 @@ const maxStagedCopy = 1 << 40
 
 // placeBuild picks the node to build on: capacity as a build sandbox
 // takes it, holding parentID (when set).
-func (c *clusterCatalog) placeBuild(parentID string) (string, error) {
+func (c *catalog) placeBuild(parentID string) (string, error) {
 	limits, disk := buildShape(c.buildDefaults)
 	node, err := c.reg.Place(cluster.PlaceRequest{Template: parentID, VCPUs: limits.VCPUs, MemoryMB: limits.MemoryMB, DiskMB: int(disk >> 20)})
 	if err != nil {
@@ -532,7 +532,7 @@ func (c *clusterCatalog) placeBuild(parentID string) (string, error) {
 }
 
 // templatesOf is a node's template builder.
-func (c *clusterCatalog) templatesOf(id string) (nodeapi.Templates, error) {
+func (c *catalog) templatesOf(id string) (nodeapi.Templates, error) {
 	nd, err := c.builds.nodes.Node(id)
 	if err != nil {
 		return nil, fmt.Errorf("build on node %s: %w", id, err)
@@ -544,7 +544,7 @@ func (c *clusterCatalog) templatesOf(id string) (nodeapi.Templates, error) {
 	return tb, nil
 }
 
-func (c *clusterCatalog) buildContext() context.Context {
+func (c *catalog) buildContext() context.Context {
 	c.builds.mu.Lock()
 	defer c.builds.mu.Unlock()
 	if c.builds.ctx == nil {
@@ -554,7 +554,7 @@ func (c *clusterCatalog) buildContext() context.Context {
 }
 
 // runBuild builds rec on a node and ships it to the other nodes.
-func (c *clusterCatalog) runBuild(ctx context.Context, rec clusterBuilt, req nodeapi.TemplateBuildRequest, builder, parentID string) {
+func (c *catalog) runBuild(ctx context.Context, rec builtTemplate, req nodeapi.TemplateBuildRequest, builder, parentID string) {
 	key := rec.canonical()
 	logs := &storedLog{st: c.st, key: key}
 	fail := func(err error) {
@@ -624,12 +624,12 @@ func (c *clusterCatalog) runBuild(ctx context.Context, rec clusterBuilt, req nod
 }
 
 // putBuilt stores rec unless it was deleted meanwhile (false then).
-func (c *clusterCatalog) putBuilt(rec clusterBuilt) bool {
-	var cur clusterBuilt
-	if err := c.st.Get(clusterTemplatesBucket, rec.canonical(), &cur); err != nil || !cur.CreatedAt.Equal(rec.CreatedAt) {
+func (c *catalog) putBuilt(rec builtTemplate) bool {
+	var cur builtTemplate
+	if err := c.st.Get(templatesBucket, rec.canonical(), &cur); err != nil || !cur.CreatedAt.Equal(rec.CreatedAt) {
 		return false // deleted, or built again
 	}
-	if err := c.st.Put(clusterTemplatesBucket, rec.canonical(), rec); err != nil {
+	if err := c.st.Put(templatesBucket, rec.canonical(), rec); err != nil {
 		c.builds.log.Error("record template", "template", rec.canonical(), "err", err)
 		return false
 	}
@@ -638,7 +638,7 @@ func (c *clusterCatalog) putBuilt(rec clusterBuilt) bool {
 
 // ship sends a template's root volume from one node to another, once per
 // replica at a time; a node that has it already is done.
-func (c *clusterCatalog) ship(ctx context.Context, rec clusterBuilt, from, to string) {
+func (c *catalog) ship(ctx context.Context, rec builtTemplate, from, to string) {
 	k := to + " " + rec.Spec.ID
 	c.builds.mu.Lock()
 	if c.builds.shipping[k] || time.Since(c.builds.shipped[k]) < shippedMemory {
@@ -662,7 +662,7 @@ func (c *clusterCatalog) ship(ctx context.Context, rec clusterBuilt, from, to st
 }
 
 // transfer streams a read-only volume from one node into another.
-func (c *clusterCatalog) transfer(ctx context.Context, volume, from, to string) error {
+func (c *catalog) transfer(ctx context.Context, volume, from, to string) error {
 	src, err := c.builds.nodes.Node(from)
 	if err != nil {
 		return err
@@ -705,7 +705,7 @@ func (c *clusterCatalog) transfer(ctx context.Context, volume, from, to string) 
 // shipMissing ships to a schedulable node the templates built through the
 // cluster that it does not report: it joined after they were built, or a
 // shipment failed. Called with each node's heartbeat.
-func (c *clusterCatalog) shipMissing(nodeID string) {
+func (c *catalog) shipMissing(nodeID string) {
 	c.builds.mu.Lock()
 	started := c.builds.nodes != nil
 	c.builds.mu.Unlock()
@@ -751,14 +751,14 @@ func (c *clusterCatalog) shipMissing(nodeID string) {
 // deleteBuilt deletes a template built through the cluster, on every node
 // unless another record (another project's build of the same recipe) or
 // a built-in template shares its id.
-func (c *clusterCatalog) deleteBuilt(b clusterBuilt) error {
+func (c *catalog) deleteBuilt(b builtTemplate) error {
 	key := b.canonical()
 	unlock, err := c.st.Lock(c.buildContext(), "template/"+key)
 	if err != nil {
 		return fmt.Errorf("lock template %s: %w", b.Name, err)
 	}
 	defer unlock()
-	if err := c.st.Get(clusterTemplatesBucket, key, &b); err != nil {
+	if err := c.st.Get(templatesBucket, key, &b); err != nil {
 		return fmt.Errorf("%w: template %q", api.ErrTemplateNotFound, b.Name)
 	}
 	if ended, err := c.abandoned(c.buildContext(), &b); err != nil {
@@ -785,10 +785,10 @@ func (c *clusterCatalog) deleteBuilt(b clusterBuilt) error {
 			return fmt.Errorf("%w: template %s (%s) is used by sandboxes", api.ErrTemplateInUse, b.Name, id)
 		}
 	}
-	if err := c.st.Delete(clusterTemplatesBucket, key); err != nil {
+	if err := c.st.Delete(templatesBucket, key); err != nil {
 		return fmt.Errorf("delete template %s: %w", b.Name, err)
 	}
-	_ = c.st.Delete(clusterTemplateLogsBucket, key)
+	_ = c.st.Delete(templateLogsBucket, key)
 	if id == "" || shared {
 		return nil
 	}
@@ -824,9 +824,9 @@ func (c *clusterCatalog) deleteBuilt(b clusterBuilt) error {
 
 // logsBuilt returns a build's stored log from line from, and whether the
 // build has ended.
-func (c *clusterCatalog) logsBuilt(b clusterBuilt, from int) ([]string, bool, error) {
+func (c *catalog) logsBuilt(b builtTemplate, from int) ([]string, bool, error) {
 	var lines []string
-	if err := c.st.Get(clusterTemplateLogsBucket, b.canonical(), &lines); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := c.st.Get(templateLogsBucket, b.canonical(), &lines); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, false, err
 	}
 	from = max(from, 0)
@@ -889,7 +889,7 @@ func (l *storedLog) flush() {
 	if !l.dirty {
 		return
 	}
-	if err := l.st.Put(clusterTemplateLogsBucket, l.key, l.lines); err == nil {
+	if err := l.st.Put(templateLogsBucket, l.key, l.lines); err == nil {
 		l.dirty = false
 	}
 }

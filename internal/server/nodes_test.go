@@ -31,7 +31,7 @@ func TestClusterNodesStatesAndJoins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := newClusterNodes(reg, "token", "")
+	nodes := newNodeSet(reg, "token", "")
 	defer nodes.close()
 
 	if _, err := nodes.Node("n1"); !errors.Is(err, controlplane.ErrNodeUnavailable) {
@@ -86,7 +86,7 @@ func TestClusterNodesStatesAndJoins(t *testing.T) {
 
 // newInProcessNodes is a registry on a store of its own and the cluster's
 // nodes over it.
-func newInProcessNodes(t *testing.T) (*cluster.Registry, *clusterNodes) {
+func newInProcessNodes(t *testing.T) (*cluster.Registry, *nodeSet) {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
@@ -97,7 +97,7 @@ func newInProcessNodes(t *testing.T) (*cluster.Registry, *clusterNodes) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := newClusterNodes(reg, "token", "")
+	nodes := newNodeSet(reg, "token", "")
 	t.Cleanup(nodes.close)
 	return reg, nodes
 }

@@ -36,7 +36,7 @@ func (f fakeNodes) Node(id string) (controlplane.Node, error) {
 
 // templateCluster is a catalog over fake nodes registered in a registry.
 type templateCluster struct {
-	cat   *clusterCatalog
+	cat   *catalog
 	reg   *cluster.Registry
 	nodes fakeNodes
 }
@@ -53,7 +53,7 @@ func newTemplateCluster(t *testing.T, ids ...string) *templateCluster {
 		t.Fatal(err)
 	}
 	tc := &templateCluster{reg: reg, nodes: fakeNodes{}}
-	tc.cat = newClusterCatalog(st, reg, func() *controlplane.ControlPlane { return nil })
+	tc.cat = newCatalog(st, reg, func() *controlplane.ControlPlane { return nil })
 	tc.cat.startBuilds(context.Background(), tc.nodes, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, id := range ids {
 		tc.join(t, id)
@@ -259,8 +259,8 @@ func TestClusterTemplateRefusalsAndFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.cat.builds.running.Wait()
-	var up clusterBuilt
-	if err := tc.cat.st.Get(clusterTemplatesBucket, "p1/up", &up); err != nil || up.State != template.StateReady {
+	var up builtTemplate
+	if err := tc.cat.st.Get(templatesBucket, "p1/up", &up); err != nil || up.State != template.StateReady {
 		t.Fatalf("upload build: %+v %v", up, err)
 	}
 	body, _, err := tc.nodes["n1"].ReadVolumeFile(context.Background(), up.Spec.RootfsVolume, "/archive")
@@ -274,8 +274,8 @@ func TestClusterTemplateRefusalsAndFailure(t *testing.T) {
 
 	// A build whose replica died (a record building, nobody holding its
 	// lease) ends as failed when it is built again or deleted.
-	stale := clusterBuilt{Project: "p1", Name: "stale", State: template.StateBuilding, From: "minimal"}
-	if err := tc.cat.st.Put(clusterTemplatesBucket, stale.canonical(), stale); err != nil {
+	stale := builtTemplate{Project: "p1", Name: "stale", State: template.StateBuilding, From: "minimal"}
+	if err := tc.cat.st.Put(templatesBucket, stale.canonical(), stale); err != nil {
 		t.Fatal(err)
 	}
 	if err := tc.cat.Delete(p1, "stale"); err != nil {
@@ -285,8 +285,8 @@ func TestClusterTemplateRefusalsAndFailure(t *testing.T) {
 	if took, err := tc.cat.st.TryLead(context.Background(), buildLease("p1/busy"), "another-replica", time.Minute); err != nil || !took {
 		t.Fatal(took, err)
 	}
-	busy := clusterBuilt{Project: "p1", Name: "busy", State: template.StateBuilding, From: "minimal"}
-	if err := tc.cat.st.Put(clusterTemplatesBucket, busy.canonical(), busy); err != nil {
+	busy := builtTemplate{Project: "p1", Name: "busy", State: template.StateBuilding, From: "minimal"}
+	if err := tc.cat.st.Put(templatesBucket, busy.canonical(), busy); err != nil {
 		t.Fatal(err)
 	}
 	if err := tc.cat.Delete(p1, "busy"); !errors.Is(err, api.ErrTemplateInUse) {
@@ -303,8 +303,8 @@ func TestClusterTemplateRefusalsAndFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.cat.builds.running.Wait()
-	var rec clusterBuilt
-	if err := tc.cat.st.Get(clusterTemplatesBucket, "p1/child", &rec); err != nil || rec.Node != "n1" || rec.From != "template:bad" {
+	var rec builtTemplate
+	if err := tc.cat.st.Get(templatesBucket, "p1/child", &rec); err != nil || rec.Node != "n1" || rec.From != "template:bad" {
 		t.Fatalf("child: %+v %v", rec, err)
 	}
 }

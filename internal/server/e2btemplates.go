@@ -21,24 +21,24 @@ import (
 	"github.com/space-platform/space/internal/template"
 )
 
-// clusterE2BTemplates builds templates from E2B's build API on a
-// cluster's control plane (e2b.Templates over clusterCatalog). Every
+// e2bTemplates builds templates from E2B's build API on a
+// cluster's control plane (e2b.Templates over catalog). Every
 // replica shares what it keeps, in the store: the build records, and the
 // uploaded file archives in chunks, so a build requested through one
 // replica is uploaded to, triggered and followed through any other. A
 // triggered build is a build of the cluster's catalog (a node builds it,
 // the others receive it): the copy steps' archives stream from the store
 // to the node that builds, and status, logs and tags are the catalog's.
-type clusterE2BTemplates struct {
-	cat *clusterCatalog
+type e2bTemplates struct {
+	cat *catalog
 	// filesBudget bounds a project's uploaded files (as e2bTemplates).
 	filesBudget int64
 }
 
-var _ e2b.Templates = (*clusterE2BTemplates)(nil)
+var _ e2b.Templates = (*e2bTemplates)(nil)
 
 const (
-	// e2bBuildsBucket holds the build records (clusterE2BBuild) by id.
+	// e2bBuildsBucket holds the build records (e2bBuild) by id.
 	e2bBuildsBucket = "e2b_template_builds"
 	// e2bFilesBucket holds each uploaded archive's record (e2bFiles) by
 	// filesKey; e2bFileChunksBucket its data, by "<filesKey>/<upload>/<n>".
@@ -48,11 +48,11 @@ const (
 	e2bFileChunk = 4 << 20
 )
 
-// clusterE2BBuild is an E2B build as a cluster keeps it: the build, and
+// e2bBuild is an E2B build as a cluster keeps it: the build, and
 // once triggered the catalog record it started and, once that ended, its
 // outcome (a later build of the name replaces the catalog's record and
 // log, never this).
-type clusterE2BBuild struct {
+type e2bBuild struct {
 	e2b.TemplateBuild
 	// Started is the CreatedAt of the catalog record the build started.
 	Started time.Time `json:"started"`
@@ -74,17 +74,17 @@ type e2bFiles struct {
 	Used   time.Time `json:"used"`
 }
 
-func newClusterE2BTemplates(cat *clusterCatalog, maxUpload int64) *clusterE2BTemplates {
+func newE2BTemplates(cat *catalog, maxUpload int64) *e2bTemplates {
 	if maxUpload <= 0 {
 		maxUpload = e2b.DefaultMaxTemplateFiles
 	}
-	return &clusterE2BTemplates{cat: cat, filesBudget: max(4*maxUpload, 1<<30)}
+	return &e2bTemplates{cat: cat, filesBudget: max(4*maxUpload, 1<<30)}
 }
 
-func (t *clusterE2BTemplates) st() store.Store { return t.cat.st }
+func (t *e2bTemplates) st() store.Store { return t.cat.st }
 
-func (t *clusterE2BTemplates) get(id string) (clusterE2BBuild, error) {
-	var b clusterE2BBuild
+func (t *e2bTemplates) get(id string) (e2bBuild, error) {
+	var b e2bBuild
 	if err := t.st().Get(e2bBuildsBucket, id, &b); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return b, fmt.Errorf("build %q: %w", id, e2b.ErrTemplateNotFound)
@@ -95,9 +95,9 @@ func (t *clusterE2BTemplates) get(id string) (clusterE2BBuild, error) {
 }
 
 // each reads every build record.
-func (t *clusterE2BTemplates) each(fn func(clusterE2BBuild)) error {
+func (t *e2bTemplates) each(fn func(e2bBuild)) error {
 	return t.st().Each(e2bBuildsBucket, func(_ string, data []byte) error {
-		var b clusterE2BBuild
+		var b e2bBuild
 		if err := json.Unmarshal(data, &b); err != nil {
 			return fmt.Errorf("decode an e2b build: %w", err)
 		}
@@ -106,15 +106,15 @@ func (t *clusterE2BTemplates) each(fn func(clusterE2BBuild)) error {
 	})
 }
 
-func (t *clusterE2BTemplates) NewBuild(scope project.Scope, name string, tags []string) (e2b.TemplateBuild, error) {
+func (t *e2bTemplates) NewBuild(scope project.Scope, name string, tags []string) (e2b.TemplateBuild, error) {
 	if _, builtin := template.Builtin(name); builtin {
 		return e2b.TemplateBuild{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", e2b.ErrBadTemplate, name)
 	}
-	b := clusterE2BBuild{TemplateBuild: e2b.TemplateBuild{ID: newUUID(), Name: name, Project: scope.Owner(), Tags: tags, CreatedAt: time.Now().UTC()}}
+	b := e2bBuild{TemplateBuild: e2b.TemplateBuild{ID: newUUID(), Name: name, Project: scope.Owner(), Tags: tags, CreatedAt: time.Now().UTC()}}
 	// A project's builds requested and never triggered are bounded, as
 	// in e2bTemplates: past maxWaitingBuilds the oldest goes.
-	var waiting []clusterE2BBuild
-	if err := t.each(func(o clusterE2BBuild) {
+	var waiting []e2bBuild
+	if err := t.each(func(o e2bBuild) {
 		if o.Project == b.Project && o.TemplateID == "" {
 			waiting = append(waiting, o)
 		}
@@ -131,7 +131,7 @@ func (t *clusterE2BTemplates) NewBuild(scope project.Scope, name string, tags []
 	return b.TemplateBuild, nil
 }
 
-func (t *clusterE2BTemplates) Build(scope project.Scope, buildID string) (e2b.TemplateBuild, error) {
+func (t *e2bTemplates) Build(scope project.Scope, buildID string) (e2b.TemplateBuild, error) {
 	b, err := t.get(buildID)
 	if err != nil {
 		return e2b.TemplateBuild{}, err
@@ -152,7 +152,7 @@ func filesKey(proj, hash string) string {
 func chunkKey(key, upload string, n int) string { return fmt.Sprintf("%s/%s/%d", key, upload, n) }
 
 // HasFiles also marks the archive used, keeping it from eviction.
-func (t *clusterE2BTemplates) HasFiles(scope project.Scope, hash string) bool {
+func (t *e2bTemplates) HasFiles(scope project.Scope, hash string) bool {
 	key := filesKey(scope.Owner(), hash)
 	var f e2bFiles
 	if err := t.st().Get(e2bFilesBucket, key, &f); err != nil {
@@ -163,13 +163,13 @@ func (t *clusterE2BTemplates) HasFiles(scope project.Scope, hash string) bool {
 	return true
 }
 
-func (t *clusterE2BTemplates) dropChunks(key string, f e2bFiles) {
+func (t *e2bTemplates) dropChunks(key string, f e2bFiles) {
 	for n := range f.Chunks {
 		_ = t.st().Delete(e2bFileChunksBucket, chunkKey(key, f.Upload, n))
 	}
 }
 
-func (t *clusterE2BTemplates) StageFiles(scope project.Scope, hash string, r io.Reader, limit int64) error {
+func (t *e2bTemplates) StageFiles(scope project.Scope, hash string, r io.Reader, limit int64) error {
 	key := filesKey(scope.Owner(), hash)
 	f := e2bFiles{Upload: sandboxid.New()}
 	buf := make([]byte, e2bFileChunk)
@@ -213,7 +213,7 @@ func (t *clusterE2BTemplates) StageFiles(scope project.Scope, hash string, r io.
 
 // evict removes the project's least recently used archives (but keep and
 // those used within filesGrace) while it holds more than the budget.
-func (t *clusterE2BTemplates) evict(proj, keep string) {
+func (t *e2bTemplates) evict(proj, keep string) {
 	prefix := filesKey(proj, "")
 	type file struct {
 		key string
@@ -245,7 +245,7 @@ func (t *clusterE2BTemplates) evict(proj, keep string) {
 }
 
 // writeFiles streams a project's archive from the store to w.
-func (t *clusterE2BTemplates) writeFiles(proj string) func(ctx context.Context, hash string, w io.Writer) error {
+func (t *e2bTemplates) writeFiles(proj string) func(ctx context.Context, hash string, w io.Writer) error {
 	return func(ctx context.Context, hash string, w io.Writer) error {
 		key := filesKey(proj, hash)
 		var f e2bFiles
@@ -268,7 +268,7 @@ func (t *clusterE2BTemplates) writeFiles(proj string) func(ctx context.Context, 
 	}
 }
 
-func (t *clusterE2BTemplates) StartBuild(scope project.Scope, buildID string, r *template.Recipe, registry *template.RegistryAuth, steps []int) (e2b.TemplateBuild, error) {
+func (t *e2bTemplates) StartBuild(scope project.Scope, buildID string, r *template.Recipe, registry *template.RegistryAuth, steps []int) (e2b.TemplateBuild, error) {
 	b, err := t.get(buildID)
 	if err != nil || b.Project != scope.Owner() {
 		return e2b.TemplateBuild{}, fmt.Errorf("build %q: %w", buildID, e2b.ErrTemplateNotFound)
@@ -319,7 +319,7 @@ func (t *clusterE2BTemplates) StartBuild(scope project.Scope, buildID string, r 
 // ended (ready where a create can go, or failed), and points its tags at
 // the template then; true once the build has ended. Any replica may
 // settle a build: the Status of a build whose replica died does.
-func (t *clusterE2BTemplates) settle(id string) (bool, error) {
+func (t *e2bTemplates) settle(id string) (bool, error) {
 	b, err := t.get(id)
 	if err != nil {
 		return true, err
@@ -328,8 +328,8 @@ func (t *clusterE2BTemplates) settle(id string) (bool, error) {
 		return b.State != "", nil
 	}
 	key := b.Project + "/" + b.Name
-	var rec clusterBuilt
-	if err := t.st().Get(clusterTemplatesBucket, key, &rec); err != nil || !rec.CreatedAt.Equal(b.Started) {
+	var rec builtTemplate
+	if err := t.st().Get(templatesBucket, key, &rec); err != nil || !rec.CreatedAt.Equal(b.Started) {
 		b.State, b.Reason = template.StateFailed, "the template was deleted or built again before this build ended"
 	} else {
 		if _, err := t.cat.abandoned(t.cat.buildContext(), &rec); err != nil {
@@ -356,7 +356,7 @@ func (t *clusterE2BTemplates) settle(id string) (bool, error) {
 	return true, nil
 }
 
-func (t *clusterE2BTemplates) Status(scope project.Scope, tb e2b.TemplateBuild, from int) (string, string, []string, error) {
+func (t *e2bTemplates) Status(scope project.Scope, tb e2b.TemplateBuild, from int) (string, string, []string, error) {
 	if _, err := t.settle(tb.ID); err != nil {
 		return "", "", nil, err
 	}
@@ -372,11 +372,11 @@ func (t *clusterE2BTemplates) Status(scope project.Scope, tb e2b.TemplateBuild, 
 		state = template.StateBuilding
 	}
 	var lines []string
-	if err := t.st().Get(clusterTemplateLogsBucket, b.Project+"/"+b.Name, &lines); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := t.st().Get(templateLogsBucket, b.Project+"/"+b.Name, &lines); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return "", "", nil, err
 	}
-	var rec clusterBuilt
-	if t.st().Get(clusterTemplatesBucket, b.Project+"/"+b.Name, &rec) != nil || !rec.CreatedAt.Equal(b.Started) {
+	var rec builtTemplate
+	if t.st().Get(templatesBucket, b.Project+"/"+b.Name, &rec) != nil || !rec.CreatedAt.Equal(b.Started) {
 		lines = nil // the log is of a later build now
 	}
 	if from >= len(lines) {
@@ -385,20 +385,20 @@ func (t *clusterE2BTemplates) Status(scope project.Scope, tb e2b.TemplateBuild, 
 	return state, b.Reason, lines[max(from, 0):], nil
 }
 
-func (t *clusterE2BTemplates) Owns(scope project.Scope, name string) bool {
+func (t *e2bTemplates) Owns(scope project.Scope, name string) bool {
 	if _, ok, _ := t.cat.lookupBuilt(scope, name); ok && !strings.ContainsAny(name, "/:") {
 		return true
 	}
 	owns := false
-	_ = t.each(func(b clusterE2BBuild) { owns = owns || b.Project == scope.Owner() && b.Name == name })
+	_ = t.each(func(b e2bBuild) { owns = owns || b.Project == scope.Owner() && b.Name == name })
 	return owns
 }
 
 // buildOf is the latest build of the project's name that built id.
-func (t *clusterE2BTemplates) buildOf(proj, name, id string) (clusterE2BBuild, bool) {
-	var found clusterE2BBuild
+func (t *e2bTemplates) buildOf(proj, name, id string) (e2bBuild, bool) {
+	var found e2bBuild
 	ok := false
-	_ = t.each(func(b clusterE2BBuild) {
+	_ = t.each(func(b e2bBuild) {
 		if b.Project == proj && b.Name == name && b.TemplateID == id && (!ok || b.CreatedAt.After(found.CreatedAt)) {
 			found, ok = b, true
 		}
@@ -406,7 +406,7 @@ func (t *clusterE2BTemplates) buildOf(proj, name, id string) (clusterE2BBuild, b
 	return found, ok
 }
 
-func (t *clusterE2BTemplates) Tags(scope project.Scope, name string) ([]e2b.TemplateTag, error) {
+func (t *e2bTemplates) Tags(scope project.Scope, name string) ([]e2b.TemplateTag, error) {
 	all, err := t.cat.built()
 	if err != nil {
 		return nil, err
@@ -428,7 +428,7 @@ func (t *clusterE2BTemplates) Tags(scope project.Scope, name string) ([]e2b.Temp
 	return out, nil
 }
 
-func (t *clusterE2BTemplates) AssignTags(scope project.Scope, target string, tags []string) (string, error) {
+func (t *e2bTemplates) AssignTags(scope project.Scope, target string, tags []string) (string, error) {
 	rec, ok, err := t.cat.lookupBuilt(scope, target)
 	switch {
 	case err != nil:
@@ -438,7 +438,7 @@ func (t *clusterE2BTemplates) AssignTags(scope project.Scope, target string, tag
 	}
 	base, _, _ := strings.Cut(target, ":")
 	for _, tg := range tags {
-		if err := t.cat.pointTag(clusterBuilt{Project: rec.Project, Name: base, Spec: rec.Spec, State: rec.State,
+		if err := t.cat.pointTag(builtTemplate{Project: rec.Project, Name: base, Spec: rec.Spec, State: rec.State,
 			From: rec.From, SizeBytes: rec.SizeBytes, CreatedAt: rec.CreatedAt, ReadyAt: rec.ReadyAt, Node: rec.Node}, tg); err != nil {
 			return "", err
 		}
@@ -447,21 +447,21 @@ func (t *clusterE2BTemplates) AssignTags(scope project.Scope, target string, tag
 	return b.ID, nil
 }
 
-func (t *clusterE2BTemplates) RemoveTags(scope project.Scope, name string, tags []string) error {
+func (t *e2bTemplates) RemoveTags(scope project.Scope, name string, tags []string) error {
 	for _, tg := range tags {
 		key := scope.Owner() + "/" + name + ":" + tg
-		var rec clusterBuilt
-		if err := t.st().Get(clusterTemplatesBucket, key, &rec); err != nil {
+		var rec builtTemplate
+		if err := t.st().Get(templatesBucket, key, &rec); err != nil {
 			return fmt.Errorf("tag %q of template %q: %w", tg, name, e2b.ErrTemplateNotFound)
 		}
-		if err := t.st().Delete(clusterTemplatesBucket, key); err != nil {
+		if err := t.st().Delete(templatesBucket, key); err != nil {
 			return fmt.Errorf("remove tag %q of template %q: %w", tg, name, err)
 		}
 	}
 	return nil
 }
 
-func (t *clusterE2BTemplates) Delete(scope project.Scope, name string) error {
+func (t *e2bTemplates) Delete(scope project.Scope, name string) error {
 	if _, ok, err := t.cat.lookupBuilt(scope, name); err != nil {
 		return err
 	} else if !ok || strings.ContainsAny(name, "/:") {
@@ -472,7 +472,7 @@ func (t *clusterE2BTemplates) Delete(scope project.Scope, name string) error {
 	}
 	// Its builds go with it, as in E2B.
 	var ids []string
-	_ = t.each(func(b clusterE2BBuild) {
+	_ = t.each(func(b e2bBuild) {
 		if b.Project == scope.Owner() && b.Name == name {
 			ids = append(ids, b.ID)
 		}
@@ -487,10 +487,10 @@ func (t *clusterE2BTemplates) Delete(scope project.Scope, name string) error {
 // "<project>/<name>:<tag>" of the same template, which creates and
 // aliases find by that name. List shows none of them; a delete of the
 // name takes them.
-func (c *clusterCatalog) pointTag(rec clusterBuilt, tag string) error {
+func (c *catalog) pointTag(rec builtTemplate, tag string) error {
 	base, _, _ := strings.Cut(rec.Name, ":")
 	rec.Name = base + ":" + tag
-	if err := c.st.Put(clusterTemplatesBucket, rec.canonical(), rec); err != nil {
+	if err := c.st.Put(templatesBucket, rec.canonical(), rec); err != nil {
 		return fmt.Errorf("tag %s: %w", rec.Name, err)
 	}
 	return nil

@@ -25,9 +25,9 @@ import (
 // delete takes the template, its tags and its builds.
 func TestClusterE2BBuildAcrossReplicas(t *testing.T) {
 	tc := newTemplateCluster(t, "n1")
-	cat2 := newClusterCatalog(tc.cat.st, tc.reg, func() *controlplane.ControlPlane { return nil })
+	cat2 := newCatalog(tc.cat.st, tc.reg, func() *controlplane.ControlPlane { return nil })
 	cat2.startBuilds(context.Background(), tc.nodes, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	r1, r2 := newClusterE2BTemplates(tc.cat, 0), newClusterE2BTemplates(cat2, 0)
+	r1, r2 := newE2BTemplates(tc.cat, 0), newE2BTemplates(cat2, 0)
 	p1, p2 := project.In("p1"), project.In("p2")
 
 	b, err := r1.NewBuild(p1, "app", []string{"v1"})
@@ -151,7 +151,7 @@ func TestClusterE2BBuildAcrossReplicas(t *testing.T) {
 // another project's.
 func TestE2BFilesEviction(t *testing.T) {
 	tc := newTemplateCluster(t, "n1")
-	tp := newClusterE2BTemplates(tc.cat, 0)
+	tp := newE2BTemplates(tc.cat, 0)
 	tp.filesBudget = 250
 	p1, p2 := project.In("p1"), project.In("p2")
 	hash := func(name string) string { return strings.Repeat(name[:1], 64) }
