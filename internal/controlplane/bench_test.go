@@ -44,8 +44,7 @@ func newBenchCP(b *testing.B, fn *fakeNode, sandboxes ...Sandbox) *ControlPlane 
 			b.Fatal(err)
 		}
 	}
-	cp := New(Config{Store: st, Nodes: OneNode("local", fn), LocalNode: "local", Templates: fakeTemplates{},
-		Capacity: Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 1}})
+	cp := New(Config{Store: st, Nodes: OneNode("local", fn), LocalNode: "local", Templates: fakeTemplates{}})
 	if err := cp.Recover(context.Background()); err != nil {
 		b.Fatal(err)
 	}

@@ -72,16 +72,6 @@ var (
 	ErrCapacity         = errors.New("node capacity exceeded")
 )
 
-// Capacity is what the node offers in total.
-type Capacity struct {
-	VCPUs    int
-	MemoryMB int
-	DiskMB   int
-	// MemoryOvercommit allows the sum of sandbox memory limits to exceed
-	// MemoryMB by this factor; idle sandboxes use far less than their limit.
-	MemoryOvercommit float64
-}
-
 // Defaults fill in what a create request leaves out.
 type Defaults struct {
 	Template string
@@ -114,7 +104,6 @@ type Defaults struct {
 type Config struct {
 	Store     store.Store
 	Templates Templates
-	Capacity  Capacity
 	Defaults  Defaults
 	Logger    *slog.Logger
 	Metrics   *metrics.Registry

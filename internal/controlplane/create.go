@@ -304,10 +304,6 @@ func (cp *ControlPlane) admitRecord(r *record, req apiv1.CreateSandboxRequest, t
 		cp.mu.Unlock()
 		return err
 	}
-	if err := cp.checkCommitment(req.MemoryMB); err != nil {
-		cp.mu.Unlock()
-		return err
-	}
 	cp.sandboxes[r.ID] = r
 	cp.lastActive[r.ID] = time.Now()
 	cp.mu.Unlock()
@@ -331,7 +327,7 @@ func (cp *ControlPlane) admitRecord(r *record, req apiv1.CreateSandboxRequest, t
 // checkRequest fills defaults and rejects what no node could run, for a
 // sandbox of project owner.
 func (cp *ControlPlane) checkRequest(owner string, req *apiv1.CreateSandboxRequest) error {
-	d, c := cp.cfg.Defaults, cp.cfg.Capacity
+	d := cp.cfg.Defaults
 	if _, err := checkNetwork(req.Network); err != nil {
 		return err
 	}
@@ -356,16 +352,10 @@ func (cp *ControlPlane) checkRequest(owner string, req *apiv1.CreateSandboxReque
 	switch {
 	case req.VCPUs < 0:
 		return invalid("vcpus must be positive, got %d", req.VCPUs)
-	case c.VCPUs > 0 && req.VCPUs > c.VCPUs:
-		return fmt.Errorf("%w: requested %d vCPUs, the node has %d", ErrCapacity, req.VCPUs, c.VCPUs)
 	case req.MemoryMB < 0 || (req.MemoryMB > 0 && req.MemoryMB < 32):
 		return invalid("memory_mb must be at least 32, got %d", req.MemoryMB)
-	case c.MemoryMB > 0 && req.MemoryMB > c.MemoryMB:
-		return fmt.Errorf("%w: requested %d MiB of memory, the node has %d MiB", ErrCapacity, req.MemoryMB, c.MemoryMB)
 	case req.DiskMB < 0 || (req.DiskMB > 0 && req.DiskMB < 16):
 		return invalid("disk_mb must be at least 16, got %d", req.DiskMB)
-	case c.DiskMB > 0 && req.DiskMB > c.DiskMB:
-		return fmt.Errorf("%w: requested %d MiB of disk, the node has %d MiB", ErrCapacity, req.DiskMB, c.DiskMB)
 	case req.TimeoutS < 0 || req.TimeoutS > maxTimeoutS:
 		return invalid("timeout_s must be between 1 and %d, got %d", maxTimeoutS, req.TimeoutS)
 	case req.OnTimeout != "" && req.OnTimeout != "kill" && req.OnTimeout != "suspend":
@@ -423,27 +413,6 @@ func CheckMetadata(md map[string]string) error {
 		case strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) || !utf8.ValidString(k) || !utf8.ValidString(v):
 			return invalid("metadata keys and values must be UTF-8 without NUL bytes")
 		}
-	}
-	return nil
-}
-
-// checkCommitment refuses a sandbox whose memory limit would push the sum of
-// limits past the node's memory times the overcommit factor. cp.mu is held.
-func (cp *ControlPlane) checkCommitment(memoryMB int) error {
-	c := cp.cfg.Capacity
-	if c.MemoryOvercommit <= 0 {
-		return nil
-	}
-	committed := 0
-	for _, r := range cp.sandboxes {
-		if !terminal(r.State) && r.State != apiv1.StateSuspended {
-			committed += r.MemoryMB
-		}
-	}
-	limit := int(float64(c.MemoryMB) * c.MemoryOvercommit)
-	if committed+memoryMB > limit {
-		return fmt.Errorf("%w: %d MiB of memory already committed to sandboxes, %d MiB more exceeds the node's limit of %d MiB",
-			ErrCapacity, committed, memoryMB, limit)
 	}
 	return nil
 }

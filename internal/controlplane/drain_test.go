@@ -144,8 +144,7 @@ func drainStore(t *testing.T) store.Store {
 
 func drainCP(t *testing.T, st store.Store, nodes Nodes) *ControlPlane {
 	t.Helper()
-	cp := New(Config{Store: st, Templates: fakeTemplates{}, Nodes: nodes,
-		Capacity: Capacity{VCPUs: 64, MemoryMB: 1 << 20, DiskMB: 1 << 20, MemoryOvercommit: 1}})
+	cp := New(Config{Store: st, Templates: fakeTemplates{}, Nodes: nodes})
 	if err := cp.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,7 @@ func (o oneNode) Node(id string) (Node, error) {
 	return nil, fmt.Errorf("node %s: %w", id, ErrNodeUnavailable)
 }
 
-// Place returns the one node; Config.Capacity, when set, is checked
-// instead.
+// Place returns the one node, whatever the request.
 func (o oneNode) Place(cluster.PlaceRequest) (string, error) { return o.id, nil }
 
 // Runtimes asks the one node, which runs in the process.

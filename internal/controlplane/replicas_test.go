@@ -102,7 +102,6 @@ func newReplica(t *testing.T, url string, n *replicaNode, name string) *replica 
 	}
 	cp := New(Config{
 		Store: st, Nodes: OneNode("local", n), LocalNode: "local", Templates: fakeTemplates{}, ReplicaID: name, LeaseTTL: 1500 * time.Millisecond,
-		Capacity: Capacity{VCPUs: 8, MemoryMB: 1 << 20, DiskMB: 1 << 20},
 		Defaults: Defaults{VCPUs: 1, MemoryMB: 256, DiskMB: 64, TimeoutS: 3600, Retention: time.Hour},
 	})
 	if err := cp.Recover(context.Background()); err != nil {
@@ -471,7 +470,6 @@ func TestReplicasReconcileKeepsOthersSandboxes(t *testing.T) {
 	cfg := func(st store.Store, name string) Config {
 		return Config{
 			Store: st, Nodes: OneNode("local", n), LocalNode: "local", Templates: fakeTemplates{}, ReplicaID: name, LeaseTTL: 1500 * time.Millisecond,
-			Capacity: Capacity{VCPUs: 8, MemoryMB: 1 << 20, DiskMB: 1 << 20},
 			Defaults: Defaults{VCPUs: 1, MemoryMB: 256, DiskMB: 64, TimeoutS: 3600, Retention: time.Hour},
 		}
 	}

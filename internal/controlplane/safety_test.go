@@ -321,7 +321,6 @@ func newTestCPWith(t *testing.T, cfg Config, dir string, fn *fakeNode, sandboxes
 	if o, ok := cfg.Nodes.(oneNode); ok && cfg.LocalNode == "" {
 		cfg.LocalNode = o.id
 	}
-	cfg.Capacity = Capacity{VCPUs: 8, MemoryMB: 8192, DiskMB: 8192, MemoryOvercommit: 1}
 	cp := New(cfg)
 	if err := cp.Recover(context.Background()); err != nil {
 		t.Fatal(err)

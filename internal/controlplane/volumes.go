@@ -82,12 +82,8 @@ func (cp *ControlPlane) CreateVolume(ctx context.Context, scope project.Scope, r
 	if req.SizeMB == 0 {
 		req.SizeMB = defaultVolumeMB
 	}
-	limit := maxVolumeMB
-	if c := cp.cfg.Capacity.DiskMB; c > 0 {
-		limit = c
-	}
-	if req.SizeMB < minVolumeMB || req.SizeMB > limit {
-		return Volume{}, invalid("size_mb must be between %d and %d (the node's disk), got %d", minVolumeMB, limit, req.SizeMB)
+	if req.SizeMB < minVolumeMB || req.SizeMB > maxVolumeMB {
+		return Volume{}, invalid("size_mb must be between %d and %d, got %d", minVolumeMB, maxVolumeMB, req.SizeMB)
 	}
 	unlock, err := cp.cfg.Store.Lock(ctx, "volumes")
 	if err != nil {

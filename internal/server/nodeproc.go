@@ -77,7 +77,6 @@ type NodeConfig struct {
 	TemplateRegistryPrivate bool
 	// TemplateBuildCache is Config.TemplateBuildCache.
 	TemplateBuildCache string
-	MemoryOvercommit   float64
 	SessionOutputLimit int64
 	// SessionSpillLimit is as serve's Config.SessionSpillLimit.
 	SessionSpillLimit int64
@@ -94,7 +93,7 @@ func DefaultNodeConfig() NodeConfig {
 	return NodeConfig{
 		DataDir: d.DataDir, Listen: "127.0.0.1:7071", Platform: d.Platform, Runtimes: d.Runtimes, Accel: d.Accel,
 		Network: d.Network, BandwidthMbit: d.Defaults.BandwidthMbit, MaxConnections: d.Defaults.MaxConnections,
-		BuildTemplates: d.BuildTemplates, MemoryOvercommit: d.MemoryOvercommit, SessionOutputLimit: d.SessionOutputLimit,
+		BuildTemplates: d.BuildTemplates, SessionOutputLimit: d.SessionOutputLimit,
 		SessionSpillLimit: d.SessionSpillLimit,
 		Progress:          os.Stderr,
 	}
@@ -217,7 +216,7 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 		SharedNetns: cfg.SharedMounts, VolumeImageBytes: cfg.VolumeImageBytes, ID: cfg.ID,
 		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream, Interceptor: interceptor,
 		Limits:    network.Limits{BandwidthMbit: cfg.BandwidthMbit, MaxConnections: cfg.MaxConnections},
-		TrustedCA: ca.CertPEM(), MemoryOvercommit: cfg.MemoryOvercommit, SessionOutputLimit: cfg.SessionOutputLimit,
+		TrustedCA: ca.CertPEM(), SessionOutputLimit: cfg.SessionOutputLimit,
 		SessionSpillLimit: cfg.SessionSpillLimit,
 		BuildDefaults:     cfg.BuildDefaults,
 		Logger:            cfg.Logger, say: say,

@@ -50,7 +50,6 @@ type nodeSideConfig struct {
 	// TrustedCA is installed into every template the node builds (and
 	// hashed into its id); nil: none.
 	TrustedCA          []byte
-	MemoryOvercommit   float64
 	SessionOutputLimit int64
 	// SessionSpillLimit bounds each session's output spilled to disk
 	// (node.Config.SessionSpillLimit).
@@ -74,8 +73,6 @@ type nodeSide struct {
 	gateway   *gateway.Gateway
 	node      *node.Node
 	templates *template.Manager
-	// capacity is this machine's size.
-	capacity controlplane.Capacity
 	// runscRoot is runsc's state directory, where it keeps a mount of
 	// its own (null-netns).
 	runscRoot string
@@ -175,7 +172,6 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 			return nil, err
 		}
 	}
-	ns.capacity = nodeCapacity(cfg.MemoryOvercommit, ns.pool.Root())
 	if ns.node, err = node.New(node.Config{
 		Namespaces: ns.slots, Egress: egress, Gateway: ns.gateway,
 		Runtimes: backends, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
@@ -186,7 +182,7 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 		SessionSpillDir:   filepath.Join(cfg.DataDir, "node", "sessions"),
 		SessionSpillLimit: cfg.SessionSpillLimit,
 		ID:                cfg.ID,
-		Capacity:          node.Capacity{VCPUs: ns.capacity.VCPUs, MemoryMB: ns.capacity.MemoryMB, DiskMB: ns.capacity.DiskMB},
+		Capacity:          nodeCapacity(ns.pool.Root()),
 	}); err != nil {
 		return nil, err
 	}

@@ -70,7 +70,7 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Network: cfg.Network, DNSUpstream: cfg.DNSUpstream,
 		BandwidthMbit: cfg.Defaults.BandwidthMbit, MaxConnections: cfg.Defaults.MaxConnections, BuildDefaults: cfg.Defaults,
 		BuildTemplates: cfg.BuildTemplates, TemplateRegistryPrivate: cfg.TemplateRegistryPrivate,
-		TemplateBuildCache: cfg.TemplateBuildCache, MemoryOvercommit: cfg.MemoryOvercommit,
+		TemplateBuildCache: cfg.TemplateBuildCache,
 		SessionOutputLimit: cfg.SessionOutputLimit, SessionSpillLimit: cfg.SessionSpillLimit,
 		Progress: cfg.Progress, Logger: cfg.Logger,
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/network"
+	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
@@ -331,8 +332,8 @@ func findTool(configured, env, name string) (string, error) {
 }
 
 // nodeCapacity reads this machine's size.
-func nodeCapacity(overcommit float64, volumesRoot string) controlplane.Capacity {
-	c := controlplane.Capacity{VCPUs: goruntime.NumCPU(), MemoryOvercommit: overcommit}
+func nodeCapacity(volumesRoot string) node.Capacity {
+	c := node.Capacity{VCPUs: goruntime.NumCPU()}
 	if kb, _, err := readMeminfo(); err == nil {
 		c.MemoryMB = kb / 1024
 	}

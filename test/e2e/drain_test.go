@@ -118,7 +118,6 @@ func TestDrainMovesSandboxesBetweenRealNodes(t *testing.T) {
 	defer st.Close()
 	cp := controlplane.New(controlplane.Config{
 		Store: st, Templates: oneTemplate{tpl}, Nodes: rn, Defaults: env.cfg.Defaults,
-		Capacity: controlplane.Capacity{VCPUs: 64, MemoryMB: 1 << 20, DiskMB: 1 << 20, MemoryOvercommit: 1},
 	})
 	if err := cp.Recover(ctx); err != nil {
 		t.Fatal(err)
