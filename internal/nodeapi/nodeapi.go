@@ -321,6 +321,11 @@ type Templates interface {
 	// (TemplateBuildRequest.Archive or CopyArchives). The build consumes
 	// it.
 	StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (handle string, err error)
+	// DiscardTemplateArchive drops a staged archive that no build will
+	// consume (the control plane answered the request without a build,
+	// or refused it after staging); an unknown handle is no error, a
+	// malformed one wraps ErrInvalidName.
+	DiscardTemplateArchive(ctx context.Context, handle string) error
 	// DeleteTemplate deletes a template's root volume (and the node's own
 	// record of it, if it built it); a missing one is not an error.
 	DeleteTemplate(ctx context.Context, id string) error

@@ -72,6 +72,19 @@ func (s *server) StageTemplateArchive(ctx context.Context, stream *connect.Clien
 	return connect.NewResponse(&pb.NameRequest{Name: handle}), nil
 }
 
+func (s *server) DiscardTemplateArchive(ctx context.Context, req *connect.Request[pb.NameRequest]) (*connect.Response[pb.Empty], error) {
+	t, err := s.templates()
+	if err != nil {
+		return nil, err
+	}
+	return ok(t.DiscardTemplateArchive(ctx, req.Msg.GetName()))
+}
+
+func (c *Client) DiscardTemplateArchive(ctx context.Context, handle string) error {
+	_, err := unary(ctx, c, c.rpc.DiscardTemplateArchive, &pb.NameRequest{Name: handle})
+	return err
+}
+
 func (c *Client) StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (string, error) {
 	res, err := uploadFor(ctx, c, c.rpc.StageTemplateArchive, &pb.StageTemplateArchiveRequest{Limit: limit},
 		func(p []byte) *pb.StageTemplateArchiveRequest { return &pb.StageTemplateArchiveRequest{Data: p} }, r, "stage template archive")

@@ -72,6 +72,22 @@ func (h heldNode) StageTemplateArchive(ctx context.Context, r io.Reader, limit i
 	return filepath.Base(path), nil
 }
 
+// DiscardTemplateArchive removes a staged archive no build will consume.
+func (h heldNode) DiscardTemplateArchive(ctx context.Context, handle string) error {
+	if !template.ValidUploadHandle(handle) {
+		return fmt.Errorf("discard template archive: %w: %q", nodeapi.ErrInvalidName, handle)
+	}
+	path, err := h.side.templates.StagedUpload(handle)
+	if err != nil {
+		return nil // consumed or discarded already
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		h.side.log.Error("discard a staged template archive", "err", err)
+		return errors.New("the node could not discard the staged archive")
+	}
+	return nil
+}
+
 // DeleteTemplate deletes a template the node built (its record and root
 // volume) or received (its root volume), and its booted image. A template
 // a built-in name points at stays: equal recipes share an id, and the

@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -288,12 +289,20 @@ func (c *catalog) submitRecipe(scope project.Scope, name string, r *template.Rec
 	key := rec.canonical()
 	ctx := c.buildContext()
 	req := nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin}
+	// What is staged on the builder below goes again unless a build
+	// consumes it: a request answered by a build of the same inputs, or
+	// refused after staging, leaves nothing on the node's disk.
+	building := false
+	defer func() {
+		if !building {
+			c.discardStaged(builder, req)
+		}
+	}()
 	archiveDigest := ""
 	if build.Archive != nil {
 		// The archive streams to the node that builds, during the
 		// request, before the build is recorded: nothing of it is held
-		// here. (A build then refused leaves it staged on the node until
-		// the node's next start.)
+		// here.
 		if builder, req.Archive, archiveDigest, err = c.stageArchive(ctx, build); err != nil {
 			return builtTemplate{}, apiv1.Template{}, err
 		}
@@ -341,6 +350,7 @@ func (c *catalog) submitRecipe(scope project.Scope, name string, r *template.Rec
 	if err := c.st.Put(templateLogsBucket, key, []string{}); err != nil {
 		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
 	}
+	building = true
 	c.builds.running.Add(1)
 	go func() {
 		defer c.builds.running.Done()
@@ -506,6 +516,7 @@ func (c *catalog) stageCopies(ctx context.Context, r *template.Recipe, in buildI
 		handle, err := tb.StageTemplateArchive(ctx, pr, maxStagedCopy)
 		pr.CloseWithError(errors.New("the node stopped reading"))
 		if err != nil {
+			c.discardStaged(builder, nodeapi.TemplateBuildRequest{CopyArchives: handles})
 			return nil, "", fmt.Errorf("stage the files of copy %s on node %s: %w", st.Copy.Src, builder, err)
 		}
 		if handles == nil {
@@ -515,6 +526,33 @@ func (c *catalog) stageCopies(ctx context.Context, r *template.Recipe, in buildI
 	}
 	return handles, builder, nil
 }
+
+// discardStaged drops on node the archives req names, which no build will
+// consume.
+func (c *catalog) discardStaged(node string, req nodeapi.TemplateBuildRequest) {
+	handles := slices.Collect(maps.Values(req.CopyArchives))
+	if req.Archive != "" {
+		handles = append(handles, req.Archive)
+	}
+	if node == "" || len(handles) == 0 {
+		return
+	}
+	tb, err := c.templatesOf(node)
+	if err != nil {
+		c.builds.log.Warn("discard staged template archives", "node", node, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), discardTimeout)
+	defer cancel()
+	for _, h := range handles {
+		if err := tb.DiscardTemplateArchive(ctx, h); err != nil {
+			c.builds.log.Warn("discard a staged template archive", "node", node, "archive", h, "err", err)
+		}
+	}
+}
+
+// discardTimeout bounds the discard of a request's staged archives.
+const discardTimeout = 30 * time.Second
 
 // maxStagedCopy bounds a copy archive a node takes; the control plane
 // bounded it at its upload already.

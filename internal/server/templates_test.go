@@ -310,9 +310,9 @@ func TestClusterTemplateRefusalsAndFailure(t *testing.T) {
 }
 
 // The same recipe (or the same uploaded archive) submitted again is
-// answered with the ready build, as serve answers the same template ID;
-// anything changed builds again, and a base read at build time (an
-// image's tag) always does.
+// answered with the ready build, as serve answers the same template ID,
+// and the archive staged for it is discarded; anything changed builds
+// again, and a base read at build time (an image's tag) always does.
 func TestClusterTemplateResubmittedUnchangedIsNotBuiltAgain(t *testing.T) {
 	tc := newTemplateCluster(t, "n1")
 	p1 := project.In("p1")
@@ -351,6 +351,10 @@ func TestClusterTemplateResubmittedUnchangedIsNotBuiltAgain(t *testing.T) {
 		}
 		if after, _, _ := tc.cat.Logs(p1, c.name, 0); !slices.Equal(after, logs) {
 			t.Fatalf("%s submitted again was built again: log %q, was %q", c.name, after, logs)
+		}
+		// The archive staged for it, which no build consumed, is gone.
+		if n := tc.nodes["n1"].StagedArchives(); n != 0 {
+			t.Fatalf("%s submitted again left %d archives staged on the node", c.name, n)
 		}
 		archive := c.archive
 		if archive != "" {

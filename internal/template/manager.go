@@ -314,7 +314,7 @@ func (m *Manager) StageUpload(r io.Reader, limit int64) (string, error) {
 // its base name (which a node hands a remote caller instead of the path),
 // or an error when no such archive is staged.
 func (m *Manager) StagedUpload(handle string) (string, error) {
-	if handle == "" || handle != filepath.Base(handle) || !strings.HasPrefix(handle, "archive-") {
+	if !ValidUploadHandle(handle) {
 		return "", fmt.Errorf("no staged archive %q", handle)
 	}
 	path := filepath.Join(m.uploadDir(), handle)
@@ -322,6 +322,12 @@ func (m *Manager) StagedUpload(handle string) (string, error) {
 		return "", fmt.Errorf("no staged archive %q", handle)
 	}
 	return path, nil
+}
+
+// ValidUploadHandle reports whether handle has the form StageUpload's
+// handles have (a file name in the upload directory, nothing more).
+func ValidUploadHandle(handle string) bool {
+	return handle != "" && handle == filepath.Base(handle) && strings.HasPrefix(handle, "archive-")
 }
 
 func removeUpload(path string) {

@@ -1659,6 +1659,25 @@ func (f *Fake) DeleteTemplate(ctx context.Context, id string) error {
 	return f.named("delete template", id, func() { delete(f.volumes, "templates/"+id) })
 }
 
+// DiscardTemplateArchive drops a staged archive.
+func (f *Fake) DiscardTemplateArchive(ctx context.Context, handle string) error {
+	if !strings.HasPrefix(handle, "archive-") || nodeapi.ValidName(handle) != nil {
+		return fmt.Errorf("discard template archive: %w: %q", nodeapi.ErrInvalidName, handle)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.archives, handle)
+	return nil
+}
+
+// StagedArchives counts the archives staged and not yet consumed, so that
+// a test sees none is left behind.
+func (f *Fake) StagedArchives() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.archives)
+}
+
 // StageTemplateArchive keeps the archive in memory for the build that
 // names it.
 func (f *Fake) StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (string, error) {

@@ -1253,8 +1253,9 @@ func testMetrics(t *testing.T, h Harness) {
 // testTemplates: a recipe builds on the node, logging its progress, into
 // a template the node's Info lists and a sandbox boots from; the same
 // recipe builds into the same id; a failing step fails the build; an
-// archive past its limit is refused; a delete removes the template from
-// Info, and a second delete is no error.
+// archive past its limit is refused, one discarded cannot be built from;
+// a delete removes the template from Info, and a second delete is no
+// error.
 func testTemplates(t *testing.T, h Harness) {
 	tn, ok := h.Node.(nodeapi.Templates)
 	if !ok || h.NoTemplates || h.TemplateName == "" {
@@ -1305,6 +1306,25 @@ func testTemplates(t *testing.T, h Harness) {
 	}
 	if _, err := tn.StageTemplateArchive(ctx, strings.NewReader(strings.Repeat("x", 2048)), 1024); err == nil {
 		t.Fatal("an archive past its limit was staged")
+	}
+	// A staged archive no build will consume is discarded: a build that
+	// names it then finds none; a second discard is no error, and a
+	// handle that is no handle is refused as such.
+	handle, err := tn.StageTemplateArchive(ctx, strings.NewReader("not an image"), 1024)
+	if err != nil {
+		t.Fatalf("stage: %v", err)
+	}
+	if err := tn.DiscardTemplateArchive(ctx, handle); err != nil {
+		t.Fatalf("discard: %v", err)
+	}
+	if _, err := tn.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{Name: "conformance-discarded", Recipe: []byte("from: upload\n"), Archive: handle}, io.Discard); err == nil {
+		t.Fatal("a build of a discarded archive succeeded")
+	}
+	if err := tn.DiscardTemplateArchive(ctx, handle); err != nil {
+		t.Fatalf("a second discard: %v", err)
+	}
+	if err := tn.DiscardTemplateArchive(ctx, "../state.db"); !errors.Is(err, nodeapi.ErrInvalidName) {
+		t.Fatalf("discard of a path: %v, want ErrInvalidName", err)
 	}
 
 	if err := h.Node.Destroy(ctx, id); err != nil {

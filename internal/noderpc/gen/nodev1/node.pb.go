@@ -5151,7 +5151,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\rTemplateBuilt\x12/\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1b.space.node.v1.TemplateSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xc9\"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\x95#\n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
@@ -5221,7 +5221,8 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\fReceiveImage\x12\".space.node.v1.ReceiveImageRequest\x1a\x14.space.node.v1.Empty(\x01\x12Y\n" +
 	"\rBuildTemplate\x12#.space.node.v1.TemplateBuildRequest\x1a!.space.node.v1.TemplateBuildEvent0\x01\x12B\n" +
 	"\x0eDeleteTemplate\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.Empty\x12`\n" +
-	"\x14StageTemplateArchive\x12*.space.node.v1.StageTemplateArchiveRequest\x1a\x1a.space.node.v1.NameRequest(\x01BDZBgithub.com/space-platform/space/internal/noderpc/gen/nodev1;nodev1b\x06proto3"
+	"\x14StageTemplateArchive\x12*.space.node.v1.StageTemplateArchiveRequest\x1a\x1a.space.node.v1.NameRequest(\x01\x12J\n" +
+	"\x16DiscardTemplateArchive\x12\x1a.space.node.v1.NameRequest\x1a\x14.space.node.v1.EmptyBDZBgithub.com/space-platform/space/internal/noderpc/gen/nodev1;nodev1b\x06proto3"
 
 var (
 	file_space_node_v1_node_proto_rawDescOnce sync.Once
@@ -5441,71 +5442,73 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	71,  // 113: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
 	3,   // 114: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
 	72,  // 115: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
-	7,   // 116: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	21,  // 117: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	24,  // 118: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	26,  // 119: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,   // 120: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,   // 121: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	28,  // 122: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
-	1,   // 123: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
-	4,   // 124: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
-	1,   // 125: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
-	1,   // 126: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
-	5,   // 127: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
-	1,   // 128: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
-	1,   // 129: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
-	1,   // 130: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,   // 131: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,   // 132: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,   // 133: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,   // 134: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,   // 135: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,   // 136: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	35,  // 137: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	38,  // 138: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
-	39,  // 139: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,   // 140: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,   // 141: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,   // 142: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,   // 143: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,   // 144: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	52,  // 145: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	50,  // 146: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	1,   // 147: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
-	16,  // 148: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
-	19,  // 149: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
-	19,  // 150: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
-	4,   // 151: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,   // 152: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,   // 153: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	41,  // 154: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	42,  // 155: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	44,  // 156: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	46,  // 157: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,   // 158: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	48,  // 159: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	50,  // 160: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,   // 161: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	48,  // 162: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	48,  // 163: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	58,  // 164: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	58,  // 165: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	60,  // 166: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	64,  // 167: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,   // 168: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,   // 169: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,   // 170: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,   // 171: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	68,  // 172: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,   // 173: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	68,  // 174: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,   // 175: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	73,  // 176: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
-	1,   // 177: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
-	3,   // 178: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
-	116, // [116:179] is the sub-list for method output_type
-	53,  // [53:116] is the sub-list for method input_type
+	3,   // 116: space.node.v1.NodeService.DiscardTemplateArchive:input_type -> space.node.v1.NameRequest
+	7,   // 117: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	21,  // 118: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	24,  // 119: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	26,  // 120: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 121: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 122: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
+	28,  // 123: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	1,   // 124: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
+	4,   // 125: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
+	1,   // 126: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
+	1,   // 127: space.node.v1.NodeService.Resume:output_type -> space.node.v1.Empty
+	5,   // 128: space.node.v1.NodeService.Paused:output_type -> space.node.v1.BoolResponse
+	1,   // 129: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
+	1,   // 130: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
+	1,   // 131: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
+	5,   // 132: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	1,   // 133: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	5,   // 134: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 135: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 136: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 137: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	35,  // 138: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	38,  // 139: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
+	39,  // 140: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 141: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 142: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 143: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 144: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 145: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	52,  // 146: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	50,  // 147: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	1,   // 148: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
+	16,  // 149: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
+	19,  // 150: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
+	19,  // 151: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
+	4,   // 152: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 153: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 154: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	41,  // 155: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	42,  // 156: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	44,  // 157: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	46,  // 158: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 159: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	48,  // 160: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	50,  // 161: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 162: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	48,  // 163: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	48,  // 164: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	58,  // 165: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	58,  // 166: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	60,  // 167: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	64,  // 168: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 169: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 170: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 171: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 172: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	68,  // 173: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 174: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	68,  // 175: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 176: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	73,  // 177: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 178: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 179: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	1,   // 180: space.node.v1.NodeService.DiscardTemplateArchive:output_type -> space.node.v1.Empty
+	117, // [117:181] is the sub-list for method output_type
+	53,  // [53:117] is the sub-list for method input_type
 	53,  // [53:53] is the sub-list for extension type_name
 	53,  // [53:53] is the sub-list for extension extendee
 	0,   // [0:53] is the sub-list for field type_name

@@ -183,6 +183,9 @@ const (
 	// NodeServiceStageTemplateArchiveProcedure is the fully-qualified name of the NodeService's
 	// StageTemplateArchive RPC.
 	NodeServiceStageTemplateArchiveProcedure = "/space.node.v1.NodeService/StageTemplateArchive"
+	// NodeServiceDiscardTemplateArchiveProcedure is the fully-qualified name of the NodeService's
+	// DiscardTemplateArchive RPC.
+	NodeServiceDiscardTemplateArchiveProcedure = "/space.node.v1.NodeService/DiscardTemplateArchive"
 )
 
 // NodeServiceClient is a client for the space.node.v1.NodeService service.
@@ -276,6 +279,8 @@ type NodeServiceClient interface {
 	// StageTemplateArchive takes the bound first, then the archive's data;
 	// it answers with the handle (name) a build names the archive by.
 	StageTemplateArchive(context.Context) *connect.ClientStreamForClient[nodev1.StageTemplateArchiveRequest, nodev1.NameRequest]
+	// DiscardTemplateArchive drops a staged archive no build will consume.
+	DiscardTemplateArchive(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
 }
 
 // NewNodeServiceClient constructs a client for the space.node.v1.NodeService service. By default,
@@ -667,74 +672,81 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("StageTemplateArchive")),
 			connect.WithClientOptions(opts...),
 		),
+		discardTemplateArchive: connect.NewClient[nodev1.NameRequest, nodev1.Empty](
+			httpClient,
+			baseURL+NodeServiceDiscardTemplateArchiveProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("DiscardTemplateArchive")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	info                 *connect.Client[nodev1.InfoRequest, nodev1.InfoResponse]
-	create               *connect.Client[nodev1.CreateRequest, nodev1.CreateResponse]
-	claim                *connect.Client[nodev1.ClaimRequest, nodev1.ClaimResponse]
-	bootFromDisk         *connect.Client[nodev1.BootFromDiskRequest, nodev1.BootFromDiskResponse]
-	destroy              *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	halt                 *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	adopt                *connect.Client[nodev1.AdoptRequest, nodev1.AdoptResponse]
-	sweep                *connect.Client[nodev1.SweepRequest, nodev1.Empty]
-	sandboxes            *connect.Client[nodev1.Empty, nodev1.NamesResponse]
-	pause                *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	resume               *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	paused               *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
-	suspend              *connect.Client[nodev1.SuspendRequest, nodev1.Empty]
-	capture              *connect.Client[nodev1.CaptureRequest, nodev1.Empty]
-	resumeFrom           *connect.Client[nodev1.RestoreSpec, nodev1.Empty]
-	revertRestore        *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
-	commitRestore        *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	settleCheckpoint     *connect.Client[nodev1.SuspendRequest, nodev1.BoolResponse]
-	quiesce              *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	rekey                *connect.Client[nodev1.RekeyRequest, nodev1.Empty]
-	setNetwork           *connect.Client[nodev1.SetNetworkRequest, nodev1.Empty]
-	stats                *connect.Client[nodev1.SandboxRequest, nodev1.SandboxStats]
-	metrics              *connect.Client[nodev1.MetricsRequest, nodev1.MetricsResponse]
-	image                *connect.Client[nodev1.NameRequest, nodev1.ImageInfo]
-	images               *connect.Client[nodev1.Empty, nodev1.NamesResponse]
-	deleteImage          *connect.Client[nodev1.NameRequest, nodev1.Empty]
-	volumes              *connect.Client[nodev1.NameRequest, nodev1.NamesResponse]
-	volumeExists         *connect.Client[nodev1.NameRequest, nodev1.BoolResponse]
-	deleteVolume         *connect.Client[nodev1.NameRequest, nodev1.Empty]
-	readVolumeFile       *connect.Client[nodev1.VolumeFileRequest, nodev1.VolumeFileChunk]
-	listVolumeDir        *connect.Client[nodev1.ListVolumeDirRequest, nodev1.ListResponse]
-	createVolume         *connect.Client[nodev1.CreateVolumeRequest, nodev1.Empty]
-	volumeUsage          *connect.Client[nodev1.NameRequest, nodev1.VolumeUsageResponse]
-	writeVolumeFile      *connect.Client[nodev1.WriteVolumeFileRequest, nodev1.VolumeEntryResponse]
-	editVolume           *connect.Client[nodev1.VolumeEdit, nodev1.VolumeEntryResponse]
-	templateImages       *connect.Client[nodev1.Empty, nodev1.NamesResponse]
-	dropTemplateImage    *connect.Client[nodev1.NameRequest, nodev1.Empty]
-	setPool              *connect.Client[nodev1.PoolRequest, nodev1.Empty]
-	pool                 *connect.Client[nodev1.NameRequest, nodev1.PoolStatus]
-	events               *connect.Client[nodev1.Empty, nodev1.Event]
-	exec                 *connect.Client[nodev1.ExecRequest, nodev1.ExecResult]
-	readFile             *connect.Client[nodev1.FileRequest, nodev1.FileChunk]
-	writeFile            *connect.Client[nodev1.WriteFileRequest, nodev1.Empty]
-	stat                 *connect.Client[nodev1.FileRequest, nodev1.EntryResponse]
-	list                 *connect.Client[nodev1.ListRequest, nodev1.ListResponse]
-	remove               *connect.Client[nodev1.FileRequest, nodev1.Empty]
-	makeDir              *connect.Client[nodev1.FileRequest, nodev1.EntryResponse]
-	move                 *connect.Client[nodev1.MoveRequest, nodev1.EntryResponse]
-	startSession         *connect.Client[nodev1.StartSessionRequest, nodev1.SessionInfo]
-	session              *connect.Client[nodev1.SessionRequest, nodev1.SessionInfo]
-	sessions             *connect.Client[nodev1.SandboxRequest, nodev1.SessionsResponse]
-	attach               *connect.Client[nodev1.AttachRequest, nodev1.AttachResponse]
-	writeStdin           *connect.Client[nodev1.StdinRequest, nodev1.Empty]
-	closeStdin           *connect.Client[nodev1.SessionRequest, nodev1.Empty]
-	signal               *connect.Client[nodev1.SignalRequest, nodev1.Empty]
-	resize               *connect.Client[nodev1.ResizeRequest, nodev1.Empty]
-	sendVolume           *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
-	receiveVolume        *connect.Client[nodev1.ReceiveVolumeRequest, nodev1.Empty]
-	sendImage            *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
-	receiveImage         *connect.Client[nodev1.ReceiveImageRequest, nodev1.Empty]
-	buildTemplate        *connect.Client[nodev1.TemplateBuildRequest, nodev1.TemplateBuildEvent]
-	deleteTemplate       *connect.Client[nodev1.NameRequest, nodev1.Empty]
-	stageTemplateArchive *connect.Client[nodev1.StageTemplateArchiveRequest, nodev1.NameRequest]
+	info                   *connect.Client[nodev1.InfoRequest, nodev1.InfoResponse]
+	create                 *connect.Client[nodev1.CreateRequest, nodev1.CreateResponse]
+	claim                  *connect.Client[nodev1.ClaimRequest, nodev1.ClaimResponse]
+	bootFromDisk           *connect.Client[nodev1.BootFromDiskRequest, nodev1.BootFromDiskResponse]
+	destroy                *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	halt                   *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	adopt                  *connect.Client[nodev1.AdoptRequest, nodev1.AdoptResponse]
+	sweep                  *connect.Client[nodev1.SweepRequest, nodev1.Empty]
+	sandboxes              *connect.Client[nodev1.Empty, nodev1.NamesResponse]
+	pause                  *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	resume                 *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	paused                 *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
+	suspend                *connect.Client[nodev1.SuspendRequest, nodev1.Empty]
+	capture                *connect.Client[nodev1.CaptureRequest, nodev1.Empty]
+	resumeFrom             *connect.Client[nodev1.RestoreSpec, nodev1.Empty]
+	revertRestore          *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
+	commitRestore          *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	settleCheckpoint       *connect.Client[nodev1.SuspendRequest, nodev1.BoolResponse]
+	quiesce                *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	rekey                  *connect.Client[nodev1.RekeyRequest, nodev1.Empty]
+	setNetwork             *connect.Client[nodev1.SetNetworkRequest, nodev1.Empty]
+	stats                  *connect.Client[nodev1.SandboxRequest, nodev1.SandboxStats]
+	metrics                *connect.Client[nodev1.MetricsRequest, nodev1.MetricsResponse]
+	image                  *connect.Client[nodev1.NameRequest, nodev1.ImageInfo]
+	images                 *connect.Client[nodev1.Empty, nodev1.NamesResponse]
+	deleteImage            *connect.Client[nodev1.NameRequest, nodev1.Empty]
+	volumes                *connect.Client[nodev1.NameRequest, nodev1.NamesResponse]
+	volumeExists           *connect.Client[nodev1.NameRequest, nodev1.BoolResponse]
+	deleteVolume           *connect.Client[nodev1.NameRequest, nodev1.Empty]
+	readVolumeFile         *connect.Client[nodev1.VolumeFileRequest, nodev1.VolumeFileChunk]
+	listVolumeDir          *connect.Client[nodev1.ListVolumeDirRequest, nodev1.ListResponse]
+	createVolume           *connect.Client[nodev1.CreateVolumeRequest, nodev1.Empty]
+	volumeUsage            *connect.Client[nodev1.NameRequest, nodev1.VolumeUsageResponse]
+	writeVolumeFile        *connect.Client[nodev1.WriteVolumeFileRequest, nodev1.VolumeEntryResponse]
+	editVolume             *connect.Client[nodev1.VolumeEdit, nodev1.VolumeEntryResponse]
+	templateImages         *connect.Client[nodev1.Empty, nodev1.NamesResponse]
+	dropTemplateImage      *connect.Client[nodev1.NameRequest, nodev1.Empty]
+	setPool                *connect.Client[nodev1.PoolRequest, nodev1.Empty]
+	pool                   *connect.Client[nodev1.NameRequest, nodev1.PoolStatus]
+	events                 *connect.Client[nodev1.Empty, nodev1.Event]
+	exec                   *connect.Client[nodev1.ExecRequest, nodev1.ExecResult]
+	readFile               *connect.Client[nodev1.FileRequest, nodev1.FileChunk]
+	writeFile              *connect.Client[nodev1.WriteFileRequest, nodev1.Empty]
+	stat                   *connect.Client[nodev1.FileRequest, nodev1.EntryResponse]
+	list                   *connect.Client[nodev1.ListRequest, nodev1.ListResponse]
+	remove                 *connect.Client[nodev1.FileRequest, nodev1.Empty]
+	makeDir                *connect.Client[nodev1.FileRequest, nodev1.EntryResponse]
+	move                   *connect.Client[nodev1.MoveRequest, nodev1.EntryResponse]
+	startSession           *connect.Client[nodev1.StartSessionRequest, nodev1.SessionInfo]
+	session                *connect.Client[nodev1.SessionRequest, nodev1.SessionInfo]
+	sessions               *connect.Client[nodev1.SandboxRequest, nodev1.SessionsResponse]
+	attach                 *connect.Client[nodev1.AttachRequest, nodev1.AttachResponse]
+	writeStdin             *connect.Client[nodev1.StdinRequest, nodev1.Empty]
+	closeStdin             *connect.Client[nodev1.SessionRequest, nodev1.Empty]
+	signal                 *connect.Client[nodev1.SignalRequest, nodev1.Empty]
+	resize                 *connect.Client[nodev1.ResizeRequest, nodev1.Empty]
+	sendVolume             *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
+	receiveVolume          *connect.Client[nodev1.ReceiveVolumeRequest, nodev1.Empty]
+	sendImage              *connect.Client[nodev1.NameRequest, nodev1.DataChunk]
+	receiveImage           *connect.Client[nodev1.ReceiveImageRequest, nodev1.Empty]
+	buildTemplate          *connect.Client[nodev1.TemplateBuildRequest, nodev1.TemplateBuildEvent]
+	deleteTemplate         *connect.Client[nodev1.NameRequest, nodev1.Empty]
+	stageTemplateArchive   *connect.Client[nodev1.StageTemplateArchiveRequest, nodev1.NameRequest]
+	discardTemplateArchive *connect.Client[nodev1.NameRequest, nodev1.Empty]
 }
 
 // Info calls space.node.v1.NodeService.Info.
@@ -1052,6 +1064,11 @@ func (c *nodeServiceClient) StageTemplateArchive(ctx context.Context) *connect.C
 	return c.stageTemplateArchive.CallClientStream(ctx)
 }
 
+// DiscardTemplateArchive calls space.node.v1.NodeService.DiscardTemplateArchive.
+func (c *nodeServiceClient) DiscardTemplateArchive(ctx context.Context, req *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error) {
+	return c.discardTemplateArchive.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the space.node.v1.NodeService service.
 type NodeServiceHandler interface {
 	// Control.
@@ -1143,6 +1160,8 @@ type NodeServiceHandler interface {
 	// StageTemplateArchive takes the bound first, then the archive's data;
 	// it answers with the handle (name) a build names the archive by.
 	StageTemplateArchive(context.Context, *connect.ClientStream[nodev1.StageTemplateArchiveRequest]) (*connect.Response[nodev1.NameRequest], error)
+	// DiscardTemplateArchive drops a staged archive no build will consume.
+	DiscardTemplateArchive(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -1530,6 +1549,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("StageTemplateArchive")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceDiscardTemplateArchiveHandler := connect.NewUnaryHandler(
+		NodeServiceDiscardTemplateArchiveProcedure,
+		svc.DiscardTemplateArchive,
+		connect.WithSchema(nodeServiceMethods.ByName("DiscardTemplateArchive")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/space.node.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceInfoProcedure:
@@ -1658,6 +1683,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceDeleteTemplateHandler.ServeHTTP(w, r)
 		case NodeServiceStageTemplateArchiveProcedure:
 			nodeServiceStageTemplateArchiveHandler.ServeHTTP(w, r)
+		case NodeServiceDiscardTemplateArchiveProcedure:
+			nodeServiceDiscardTemplateArchiveHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1917,4 +1944,8 @@ func (UnimplementedNodeServiceHandler) DeleteTemplate(context.Context, *connect.
 
 func (UnimplementedNodeServiceHandler) StageTemplateArchive(context.Context, *connect.ClientStream[nodev1.StageTemplateArchiveRequest]) (*connect.Response[nodev1.NameRequest], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.StageTemplateArchive is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) DiscardTemplateArchive(context.Context, *connect.Request[nodev1.NameRequest]) (*connect.Response[nodev1.Empty], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.DiscardTemplateArchive is not implemented"))
 }
