@@ -10,6 +10,7 @@ import (
 
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/cpapi/cpapitest"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/nodeapi/nodeapitest"
 	"github.com/space-platform/space/internal/store"
@@ -88,15 +89,7 @@ func TestClusterNodesStatesAndJoins(t *testing.T) {
 // nodes over it.
 func newInProcessNodes(t *testing.T) (*cluster.Registry, *nodeSet) {
 	t.Helper()
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	reg, err := cluster.New(cluster.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := cpapitest.NewRegistry(t)
 	nodes := newNodeSet(reg, "token", "")
 	t.Cleanup(nodes.close)
 	return reg, nodes
