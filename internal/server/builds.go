@@ -15,9 +15,13 @@ import (
 const buildMemoryMB = 1024
 
 // buildShape sizes a build sandbox from the defaults of ordinary
-// sandboxes, with at least buildMemoryMB of memory. Serve's node, a
-// cluster's node and the catalog's placement of a build all size it so.
+// sandboxes (DefaultConfig's when d is zero: a node that was told none),
+// with at least buildMemoryMB of memory. Serve's node, a cluster's node
+// and the catalog's placement of a build all size it so.
 func buildShape(d controlplane.Defaults) (runtime.Limits, int64) {
+	if d == (controlplane.Defaults{}) {
+		d = DefaultConfig().Defaults
+	}
 	return runtime.Limits{VCPUs: d.VCPUs, MemoryMB: max(d.MemoryMB, buildMemoryMB), Pids: d.Pids}, int64(d.DiskMB) << 20
 }
 

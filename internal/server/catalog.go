@@ -51,7 +51,7 @@ type catalog struct {
 }
 
 func newCatalog(st store.Store, reg *cluster.Registry, cp func() *controlplane.ControlPlane) *catalog {
-	return &catalog{st: st, reg: reg, cp: cp, buildDefaults: DefaultConfig().Defaults, written: map[string][]cpapi.Template{}}
+	return &catalog{st: st, reg: reg, cp: cp, written: map[string][]cpapi.Template{}}
 }
 
 // record stores the templates a node reported, when they changed (as

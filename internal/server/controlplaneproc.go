@@ -177,9 +177,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	nodes := newNodeSet(reg, cfg.ClusterToken, cfg.TLSCAFile)
 	s.nodes = nodes
 	cat := newCatalog(s.st, reg, func() *controlplane.ControlPlane { return s.cp })
-	if cfg.Defaults != (controlplane.Defaults{}) {
-		cat.buildDefaults = cfg.Defaults
-	}
+	cat.buildDefaults = cfg.Defaults
 	s.cat = cat
 	// The nodes' side of the contract (cpapi), which the cluster service
 	// serves to the nodes.

@@ -205,9 +205,6 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 		CA: ca, UpstreamRoots: roots, Logger: cfg.Logger,
 		Rules: remote, Secrets: remote,
 	})
-	if cfg.BuildDefaults == (controlplane.Defaults{}) {
-		cfg.BuildDefaults = DefaultConfig().Defaults
-	}
 	side, err := openNodeSide(ctx, nodeSideConfig{
 		RegistryPrivate: cfg.TemplateRegistryPrivate,
 		BuildCache:      cfg.TemplateBuildCache,
