@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compares `space serve` of two revisions back to back on this machine:
 # each revision's space and space-agent are built from the repository's
-# history (kept under .tools/cache/space-<rev>), then for each round, A
+# history (scripts/build-revision.sh), then for each round, A
 # then B, a server of that revision starts on a fresh data dir and the
 # current tree's `space bench` measures it. Rounds alternate so that a
 # machine that drifts during the run weighs on both alike.
@@ -36,28 +36,10 @@ fi
 out=.tools/bench-compare
 mkdir -p "$out" .tools/cache
 
-# build REV: the revision's binaries, once per machine.
-build() {
-  local rev=$1 dir=".tools/cache/space-${1:0:12}"
-  if [ -x "$dir/space-agent" ]; then
-    echo "$dir"
-    return
-  fi
-  local src tmp
-  src=$(mktemp -d) tmp=$(mktemp -d .tools/cache/space-build-XXXXXX)
-  git archive "$rev" | tar -x -C "$src"
-  echo "==> building ${rev:0:12}" >&2
-  (cd "$src" && CGO_ENABLED=0 go build -o "$OLDPWD/$tmp/space" ./cmd/space &&
-    CGO_ENABLED=0 go build -o "$OLDPWD/$tmp/space-agent" ./cmd/space-agent)
-  rm -rf "$src"
-  mv "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
-  echo "$dir"
-}
-
 # measure REV ROUND: one server of REV, one bench.
 measure() {
   local rev=$1 round=$2 bin data port pid
-  bin=$(build "$rev")
+  bin=$(./scripts/build-revision.sh "$rev")
   data=$(mktemp -d /var/tmp/space-bench-XXXXXX)
   port=$((7300 + RANDOM % 500))
   echo "==> round $round: ${rev:0:12} on 127.0.0.1:$port" >&2

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -212,42 +213,16 @@ func TestOneHouseUpgradesServesDataDir(t *testing.T) {
 const beforeOneHouse = "74ed21b400a1c83a1b364590627390c7fc7a2fa4"
 
 // previousRelease builds space and space-agent of beforeOneHouse from the
-// repository's history, once per machine (kept under .tools/cache).
+// repository's history, once per machine (scripts/build-revision.sh).
 func previousRelease(t *testing.T) (space, agent string) {
 	t.Helper()
-	dir := filepath.Join(env.repoRoot, ".tools", "cache", "space-"+beforeOneHouse[:12])
-	space, agent = filepath.Join(dir, "space"), filepath.Join(dir, "space-agent")
-	if _, err := os.Stat(agent); err == nil {
-		return space, agent
-	}
-	src := t.TempDir()
-	extract := exec.Command("sh", "-c", "git archive "+beforeOneHouse+" | tar -x -C "+src)
-	extract.Dir = env.repoRoot
-	if out, err := extract.CombinedOutput(); err != nil {
-		t.Fatalf("commit %s, the release before one house, is not in this clone's history (the upgrade test builds it; a full clone has it): %v\n%s", beforeOneHouse[:12], err, out)
-	}
-	// Built aside and renamed into place: another run may build it too.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), "space-build-")
+	cmd := exec.Command(filepath.Join(env.repoRoot, "scripts", "build-revision.sh"), beforeOneHouse)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("build the release before one house (%s): %v\n%s", beforeOneHouse[:12], err, stderr.String())
 	}
-	defer os.RemoveAll(tmp)
-	t.Logf("building the release before one house (%s)", beforeOneHouse[:12])
-	for _, name := range []string{"space", "space-agent"} {
-		build := exec.Command("go", "build", "-o", filepath.Join(tmp, name), "./cmd/"+name)
-		build.Dir = src
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build %s of %s: %v\n%s", name, beforeOneHouse[:12], err, out)
-		}
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(agent); serr != nil {
-			t.Fatalf("keep the release before one house: %v", err)
-		}
-	}
-	return space, agent
+	dir := strings.TrimSpace(string(out))
+	return filepath.Join(dir, "space"), filepath.Join(dir, "space-agent")
 }
