@@ -23,9 +23,15 @@ import (
 // yet); an escape or an attempt that could not run fails the test by
 // name. The attacker's allowed address and an address outside its policy
 // are a fake internet on this machine.
+//
+// It runs in the parallel group: its attempts mostly wait on sandboxes
+// (about half of the cores idle when it ran alone), and every check it
+// makes is its own (its canaries, listener, fake internet and
+// sandboxes), so the SDK suites beside it change none of its verdicts.
 func TestRedteam(t *testing.T) {
 	requireServer(t)
 	testtier.Full(t, "builds the base template and runs 60+ attempts")
+	t.Parallel()
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,12 @@ import (
 // dialing the host's 127.0.0.1 and addresses. Each verdict comes from the
 // host: the drop file in the canary directory, the host's core_pattern,
 // the host listener that records every connection.
+//
+// In the parallel group: it waits on builds far more than it computes,
+// and its canaries and listener are its own.
 func TestTemplateBuildEscapesAreBlocked(t *testing.T) {
 	requireServer(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var names []string
