@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/pgtest"
 	"github.com/space-platform/space/internal/storage"
 	"github.com/space-platform/space/internal/testtier"
@@ -183,7 +184,7 @@ func startClusterWith(t *testing.T, spec clusterSpec) *testCluster {
 	for {
 		ns, err := c.client.ListNodes(context.Background())
 		tpl, terr := c.client.GetTemplate(context.Background(), "minimal")
-		if err == nil && terr == nil && tpl.State == apiv1.TemplateReady && len(ns) == len(spec.uplinks) && c.allHold(ns, tpl.ID) {
+		if err == nil && terr == nil && tpl.State == apiv1.TemplateReady && len(ns) == len(spec.uplinks) && holdEverywhere(ns, tpl.ID) {
 			return c
 		}
 		if time.Now().After(deadline) {
@@ -211,15 +212,6 @@ func (c *testCluster) waitAdminKey(dir, url string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func (c *testCluster) allHold(ns []apiv1.Node, templateID string) bool {
-	for _, n := range ns {
-		if n.State != "ready" || !slices.Contains(n.Templates, templateID) {
-			return false
-		}
-	}
-	return true
 }
 
 // stop kills every process, shows their logs if the test failed, and
@@ -493,4 +485,75 @@ func otherNode(perNode map[string][]string, not string) string {
 		}
 	}
 	return ""
+}
+
+// dialRPC dials the cluster service of the first control plane as a node
+// would, with the cluster's token; closed when the test ends.
+func (c *testCluster) dialRPC(t *testing.T) *clusterrpc.Client {
+	t.Helper()
+	token, err := os.ReadFile(filepath.Join(c.base, "cluster.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rpc, err := clusterrpc.Dial(c.client.BaseURL(), strings.TrimSpace(string(token)), clusterrpc.DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rpc.Close() })
+	return rpc
+}
+
+// clusterNodesTrustWeb starts each node again with the fake web's CA
+// (--egress-ca-file), as the e2e server was started, so that its gateway
+// verifies the fake web's servers. Each node keeps its templates: the
+// egress CA it fetches from the control plane again is the same, so no
+// template is rebuilt and minimal keeps one id on every node, which is
+// checked.
+func clusterNodesTrustWeb(t *testing.T, c *testCluster) {
+	t.Helper()
+	webCA := filepath.Join(c.base, "web-ca.pem")
+	if err := os.WriteFile(webCA, env.web.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range c.nodes {
+		p.kill()
+		p.args = append(p.args, "--egress-ca-file", webCA)
+		p.start()
+	}
+	tpl, err := c.client.GetTemplate(testContext(t), "minimal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, p := range c.nodes {
+		for {
+			data, _ := os.ReadFile(p.log)
+			if bytes.Count(data, []byte(" listening on ")) >= 2 {
+				if bytes.Contains(data, []byte("rebuilding template")) {
+					t.Fatalf("%s rebuilt a template after its restart: the CA it fetched again differs", p.name)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not come back", p.name)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for {
+		ns, err := c.client.ListNodes(testContext(t))
+		if err == nil && len(ns) == len(c.nodes) && holdEverywhere(ns, tpl.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the nodes do not all hold minimal %s after their restart: %+v (%v)", tpl.ID, ns, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Nodes keep the CA in memory only.
+	for _, dir := range c.dirs {
+		if _, err := os.Stat(filepath.Join(dir, "ca")); !os.IsNotExist(err) {
+			t.Errorf("node data dir %s has a CA directory (%v)", dir, err)
+		}
+	}
 }

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,20 +17,6 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 	"github.com/space-platform/space/pkg/client"
 )
-
-// storeSecret stores a fresh random secret under name and removes it when
-// the test ends (after its sandboxes, which are deleted first).
-func storeSecret(t *testing.T, name string) string {
-	t.Helper()
-	b := make([]byte, 16)
-	rand.Read(b)
-	value := "e2e-secret-" + hex.EncodeToString(b)
-	if _, created, err := env.client.SetSecret(testContext(t), name, value); err != nil || !created {
-		t.Fatalf("set secret %s: created=%v err=%v", name, created, err)
-	}
-	t.Cleanup(func() { _ = env.client.DeleteSecret(context.Background(), name) })
-	return value
-}
 
 // runIn runs a script in the sandbox as user and returns stdout, failing
 // the test unless it exits 0.
@@ -140,72 +128,168 @@ func scanSandbox(t *testing.T, id string, needles ...string) scanResult {
 	return out
 }
 
-// The gateway adds the secret to requests to the bound host, which
-// receives it over TLS; inside the sandbox the secret is nowhere: not in
-// any process's environment or memory, not in any file, not in what the
-// API says about the sandbox.
+// A credential rule, in each house: the gateway of the sandbox's node
+// adds the secret to requests to the bound host, which receives them over
+// TLS verified against the house's egress CA (which every node's
+// templates trust, so a template has one id on every node); a host
+// without a rule gets the placeholder as it is, its TLS not even
+// terminated; the sandbox's environment holds only the placeholder, and
+// nothing the API says shows the secret. In a cluster the node asks the
+// control plane for the rules and the secret when the sandbox connects,
+// and a node that does not run the sandbox is refused its secret.
+// (TestCredentialSecretsNowhereInTheSandbox looks through all of a
+// sandbox's memory and files, in one house.)
 func TestCredentialInjection(t *testing.T) {
+	inEachHouse(t, func(t *testing.T, h *house) {
+		ctx := testContext(t)
+		cl := h.admin()
+		if h.cluster != nil {
+			clusterNodesTrustWeb(t, h.cluster)
+		}
+		tpl, err := cl.GetTemplate(ctx, "minimal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ca := h.egressCA(t)
+		getter := buildHTTPSGet(t)
+		token, apiKey := h.secret(t, "E2E_TOKEN"), h.secret(t, "E2E_API_KEY")
+		host, other := nettest.AllowedName, nettest.OtherName
+		rules := []apiv1.CredentialRule{
+			{Host: host, Header: "Authorization", Value: "Bearer ${E2E_TOKEN}"},
+			{Host: host, Env: "API_KEY", Secret: "E2E_API_KEY"},
+		}
+		var ids []string
+		h.onEachNode(t, func(node string) {
+			sb := h.sandbox(t, apiv1.CreateSandboxRequest{Credentials: rules})
+			ids = append(ids, sb.ID)
+			placeholder := sb.Env["API_KEY"]
+			if !strings.HasPrefix(placeholder, "space-secret-placeholder-") {
+				t.Fatalf("API_KEY in the sandbox's env is %q, want a placeholder", placeholder)
+			}
+			if len(sb.Credentials) != 2 || sb.Credentials[0].Value != "Bearer ${E2E_TOKEN}" || sb.Credentials[1].Secret != "E2E_API_KEY" {
+				t.Errorf("sandbox JSON shows the rules as %+v", sb.Credentials)
+			}
+			if sb.TemplateID != tpl.ID {
+				t.Errorf("sandbox on %s runs template %s, want %s", node, sb.TemplateID, tpl.ID)
+			}
+			// The template trusts the house's CA.
+			if installed := h.run(t, sb.ID, "root", "cat /usr/local/share/ca-certificates/space-egress-ca.crt"); strings.TrimSpace(installed) != strings.TrimSpace(string(ca)) {
+				t.Errorf("sandbox on %s trusts\n%s\nnot the egress CA of %s\n%s", node, installed, h.name, ca)
+			}
+			// Names are pinned in /etc/hosts: the gateway decides by the
+			// TLS server name and resolves it itself, so the sandbox's own
+			// resolver is not what this test is about.
+			h.run(t, sb.ID, "root", fmt.Sprintf("echo '%s %s' >> /etc/hosts; echo '%s %s' >> /etc/hosts",
+				env.web.SharedAddr, host, env.web.OtherAddr, other))
+			// A client that verifies the gateway's leaf with the sandbox's
+			// trust store (minimal's busybox wget verifies nothing).
+			f, err := os.Open(getter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = cl.WriteFile(ctx, sb.ID, "/tmp/httpsget", f)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			target := "/v1/models?sb=" + sb.ID + "&key="
+			body := h.run(t, sb.ID, "", fmt.Sprintf(`chmod +x /tmp/httpsget && /tmp/httpsget "https://%s%s$API_KEY"`, host, target))
+			if want := nettest.WebBody(host, host, env.web.SharedAddr); body != want {
+				t.Fatalf("on %s, through the gateway: got %q, want %q", node, body, want)
+			}
+			up := env.web.LastRequestFor(host, target+apiKey)
+			if up == nil || up.TLS == nil || up.TLS.ServerName != host {
+				t.Fatalf("on %s: the upstream did not get the sandbox's request over TLS for %s with the placeholder replaced: %+v", node, host, up)
+			}
+			if got := up.Header.Get("Authorization"); got != "Bearer "+token {
+				t.Errorf("on %s: upstream saw Authorization %q, want the injected secret", node, got)
+			}
+			if got := up.Header.Get("X-Api-Key"); got != apiKey {
+				t.Errorf("on %s: upstream saw X-Api-Key %q, want the placeholder replaced by the secret", node, got)
+			}
+			// Another host gets the placeholder as it is: it has no rule,
+			// so its TLS is not terminated (the client verifies the fake
+			// web's own CA: Go reads SSL_CERT_FILE).
+			h.run(t, sb.ID, "", "cat > /tmp/web-ca.pem <<'EOF'\n"+string(env.web.CAPEM)+"EOF\n")
+			h.run(t, sb.ID, "", fmt.Sprintf(`SSL_CERT_FILE=/tmp/web-ca.pem /tmp/httpsget "https://%s/?sb=%s&key=$API_KEY"`, other, sb.ID))
+			up = env.web.LastRequestFor(other, "/?sb="+sb.ID+"&key="+placeholder)
+			if up == nil {
+				t.Fatalf("%s got no request with the placeholder as it is", other)
+			}
+			if got := up.Header.Get("X-Api-Key"); got != placeholder || up.Header.Get("Authorization") != "" {
+				t.Errorf("%s, which has no rule, saw X-Api-Key %q, Authorization %q", other, got, up.Header.Get("Authorization"))
+			}
+			// The sandbox holds only the placeholder.
+			if vars := h.run(t, sb.ID, "", "env"); strings.Contains(vars, apiKey) || strings.Contains(vars, token) || !strings.Contains(vars, "API_KEY="+placeholder) {
+				t.Errorf("on %s, the sandbox's environment: %s", node, vars)
+			}
+		})
+
+		// Nor does anything the API says about the sandboxes.
+		var views []any
+		for _, id := range ids {
+			got, err := cl.GetSandbox(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			events, err := cl.Events(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			views = append(views, got, events)
+		}
+		secrets, err := cl.ListSecrets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shown, _ := json.Marshal(append(views, secrets))
+		for _, secret := range []string{token, apiKey} {
+			if strings.Contains(string(shown), secret) {
+				t.Fatalf("the API shows a secret: %s", shown)
+			}
+		}
+		if h.cluster != nil {
+			// A node asking for a sandbox it does not run is refused.
+			rpc := h.cluster.dialRPC(t)
+			if _, err := rpc.Secret(ctx, "e2e", ids[0], "E2E_TOKEN"); err == nil {
+				t.Error("a node that does not run the sandbox read its secret")
+			}
+		}
+	})
+}
+
+// The secrets of a sandbox's credential rules are nowhere inside it: not
+// in any process's environment or memory, not in any file; and Python's
+// own TLS stack trusts the egress CA too (SSL_CERT_FILE). In one house
+// only: the scan needs base's python3, which a cluster's nodes would
+// build from debootstrap (their CA differs from the e2e server's, so the
+// build cache has no copy), and what it checks is the sandbox's, the same
+// whichever house placed it.
+func TestCredentialSecretsNowhereInTheSandbox(t *testing.T) {
 	requireServer(t)
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}
-	token := storeSecret(t, "E2E_TOKEN")
-	apiKey := storeSecret(t, "E2E_API_KEY")
+	h := oneHouse()
+	token, apiKey := h.secret(t, "E2E_TOKEN"), h.secret(t, "E2E_API_KEY")
 	host := nettest.AllowedName
 	sb := newSandbox(t, apiv1.CreateSandboxRequest{Template: "base", Credentials: []apiv1.CredentialRule{
 		{Host: host, Header: "Authorization", Value: "Bearer ${E2E_TOKEN}"},
 		{Host: host, Env: "API_KEY", Secret: "E2E_API_KEY"},
 	}})
 	placeholder := sb.Env["API_KEY"]
-	if !strings.HasPrefix(placeholder, "space-secret-placeholder-") {
-		t.Fatalf("API_KEY in the sandbox's env is %q, want a placeholder", placeholder)
-	}
-	if len(sb.Credentials) != 2 || sb.Credentials[0].Value != "Bearer ${E2E_TOKEN}" || sb.Credentials[1].Secret != "E2E_API_KEY" {
-		t.Errorf("sandbox JSON shows the rules as %+v", sb.Credentials)
-	}
-
-	// Names are pinned in /etc/hosts: the gateway decides by the TLS
-	// server name and resolves it itself, so the sandbox's own resolver is
-	// not what this test is about.
-	runIn(t, sb.ID, "root", fmt.Sprintf("echo '%s %s' >> /etc/hosts; echo '%s %s' >> /etc/hosts",
-		env.web.SharedAddr, nettest.AllowedName, env.web.OtherAddr, nettest.OtherName))
-
-	// curl with the template's trust store: the gateway's leaf for the
-	// host must verify, or curl fails.
-	body := runIn(t, sb.ID, "", fmt.Sprintf(`curl -sS --fail-with-body -H "X-Api-Key: $API_KEY" "https://%s/v1/models?key=$API_KEY"`, host))
+	runIn(t, sb.ID, "root", fmt.Sprintf("echo '%s %s' >> /etc/hosts", env.web.SharedAddr, host))
+	// curl and Python, with the template's trust store.
+	body := runIn(t, sb.ID, "", fmt.Sprintf(`curl -sS --fail-with-body -H "X-Api-Key: $API_KEY" "https://%s/v1/models?scan=%s"`, host, sb.ID))
 	if want := nettest.WebBody(host, host, env.web.SharedAddr); body != want {
-		t.Fatalf("through the gateway: got %q, want %q", body, want)
+		t.Fatalf("curl through the gateway: got %q, want %q", body, want)
 	}
-	up := env.web.LastRequest(host)
-	if up == nil || up.TLS == nil || up.TLS.ServerName != host {
-		t.Fatalf("the upstream did not get the request over TLS for %s: %+v", host, up)
+	if up := env.web.LastRequestFor(host, "/v1/models?scan="+sb.ID); up == nil || up.Header.Get("X-Api-Key") != apiKey || up.Header.Get("Authorization") != "Bearer "+token {
+		t.Fatalf("the upstream did not get the secrets: %+v", up)
 	}
-	if got := up.Header.Get("Authorization"); got != "Bearer "+token {
-		t.Errorf("upstream saw Authorization %q, want the injected secret", got)
-	}
-	if got := up.Header.Get("X-Api-Key"); got != apiKey {
-		t.Errorf("upstream saw X-Api-Key %q, want the placeholder replaced by the secret", got)
-	}
-	if !strings.Contains(up.RequestURI, "key="+apiKey) {
-		t.Errorf("upstream saw target %q, want the placeholder in the query replaced", up.RequestURI)
-	}
-	// Python's own TLS stack trusts the CA too (SSL_CERT_FILE).
 	py := runIn(t, sb.ID, "", fmt.Sprintf(`python3 -c 'import urllib.request; print(urllib.request.urlopen("https://%s/").read().decode())'`, host))
 	if !strings.Contains(py, "sni="+host) {
 		t.Errorf("python through the gateway: %q", py)
-	}
-
-	// Another host gets the placeholder as it is: it has no rule, so its
-	// TLS is not even terminated (curl verifies the fake web's own CA).
-	runIn(t, sb.ID, "", "cat > /tmp/web-ca.pem <<'EOF'\n"+string(env.web.CAPEM)+"EOF\n")
-	other := nettest.OtherName
-	runIn(t, sb.ID, "", fmt.Sprintf(`curl -sS --fail-with-body --cacert /tmp/web-ca.pem -H "X-Api-Key: $API_KEY" "https://%s/?key=$API_KEY"`, other))
-	up = env.web.LastRequest(other)
-	if up == nil {
-		t.Fatalf("%s got no request", other)
-	}
-	if got := up.Header.Get("X-Api-Key"); got != placeholder || up.Header.Get("Authorization") != "" || strings.Contains(up.RequestURI, apiKey) {
-		t.Errorf("%s, which has no rule, saw X-Api-Key %q, Authorization %q, target %q", other, got, up.Header.Get("Authorization"), up.RequestURI)
 	}
 
 	// Nothing in the sandbox holds either secret. The placeholder is the
@@ -226,32 +310,12 @@ func TestCredentialInjection(t *testing.T) {
 	if !inEnv || !inMem || res.Stats["files"] < 1000 {
 		t.Fatalf("the scan is blind: placeholder in environ %v, in memory %v, %d files read (found %v)", inEnv, inMem, res.Stats["files"], res.Found[placeholder])
 	}
-
-	// Nor does anything the API says about the sandbox.
-	got, err := env.client.GetSandbox(testContext(t), sb.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	events, err := env.client.Events(testContext(t), sb.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets, err := env.client.ListSecrets(testContext(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	views, _ := json.Marshal([]any{got, events, secrets})
-	for _, secret := range []string{token, apiKey} {
-		if strings.Contains(string(views), secret) {
-			t.Fatalf("the API shows a secret: %s", views)
-		}
-	}
 }
 
 func TestSecretsAPI(t *testing.T) {
 	requireServer(t)
 	ctx := testContext(t)
-	storeSecret(t, "E2E_API_SECRET")
+	oneHouse().secret(t, "E2E_API_SECRET")
 	if _, created, err := env.client.SetSecret(ctx, "E2E_API_SECRET", "replaced-value"); err != nil || created {
 		t.Fatalf("replace: created=%v err=%v", created, err)
 	}
@@ -313,4 +377,55 @@ func TestSecretsAPI(t *testing.T) {
 	if err := env.client.DeleteSecret(ctx, "E2E_API_SECRET"); err != nil {
 		t.Fatalf("delete after the sandbox went: %v", err)
 	}
+}
+
+// httpsGetSource is a static HTTPS client for sandboxes without one: it
+// GETs its argument with X-Api-Key set to $API_KEY, verifying the server
+// with the system trust store (the template's bundle), and prints the
+// body.
+const httpsGetSource = `package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+)
+
+func main() {
+	req, err := http.NewRequest("GET", os.Args[1], nil)
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("X-Api-Key", os.Getenv("API_KEY"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	os.Stdout.Write(body)
+	if resp.StatusCode != 200 {
+		fmt.Fprintln(os.Stderr, resp.Status)
+		os.Exit(1)
+	}
+}
+`
+
+// buildHTTPSGet builds httpsGetSource, statically, and returns its path.
+func buildHTTPSGet(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(httpsGetSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "httpsget")
+	cmd := exec.Command("go", "build", "-o", out, "main.go")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GO111MODULE=off")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the HTTPS client: %v\n%s", err, msg)
+	}
+	return out
 }

@@ -354,63 +354,55 @@ func TestE2BMCPGateway(t *testing.T) {
 	}
 }
 
-// In cluster mode (a control plane and a node as separate processes) the
-// node keeps the metrics history and the control plane reads it over the
-// node protocol; a suspend without memory stops the remote runtime and
-// the resume boots the disk there afresh.
-func TestClusterMetricsAndSuspendWithoutMemory(t *testing.T) {
-	c := startCluster(t, 1)
-	ctx := testContext(t)
-	cl := c.client
-	sb, err := cl.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "minimal"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sb, err = cl.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	var list *apiv1.MetricsList
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		if list, err = cl.Metrics(ctx, sb.ID, time.Time{}, time.Time{}); err != nil {
-			t.Fatalf("metrics: %v", err)
+// In each house, the node keeps a sandbox's metrics history and the
+// control plane reads it (over the node protocol in a cluster) through
+// the native API, none for a range before the sandbox existed; a suspend
+// without memory stops the runtime on the node and the resume boots the
+// disk there afresh: a new boot id, the file kept. (The E2B routes'
+// ranges and pause are TestE2BMetricsHistoryAndRanges and
+// TestE2BPauseWithoutMemoryBootsFresh, in one house.)
+func TestMetricsHistoryAndSuspendWithoutMemory(t *testing.T) {
+	inEachHouse(t, func(t *testing.T, h *house) {
+		ctx := testContext(t)
+		cl := h.admin()
+		sb := h.sandbox(t, apiv1.CreateSandboxRequest{})
+		var list *apiv1.MetricsList
+		var err error
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			if list, err = cl.Metrics(ctx, sb.ID, time.Time{}, time.Time{}); err != nil {
+				t.Fatalf("metrics: %v", err)
+			}
+			if len(list.Metrics) >= 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("metrics through the API after 20 s: %+v", list)
+			}
 		}
-		if len(list.Metrics) >= 2 {
-			break
+		if m := list.Metrics[0]; m.CPUCount < 1 || m.MemTotal == 0 || m.Time.Before(sb.CreatedAt.Truncate(time.Second)) {
+			t.Fatalf("sample %+v (created %s)", m, sb.CreatedAt)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics through the control plane after 20 s: %+v", list)
+		if old, err := cl.Metrics(ctx, sb.ID, sb.CreatedAt.Add(-2*time.Hour), sb.CreatedAt.Add(-time.Hour)); err != nil || len(old.Metrics) != 0 {
+			t.Fatalf("metrics before the sandbox existed: %+v, %v", old, err)
 		}
-	}
-	if m := list.Metrics[0]; m.CPUCount < 1 || m.MemTotal == 0 || m.Time.Before(sb.CreatedAt) {
-		t.Fatalf("sample %+v (created %s)", m, sb.CreatedAt)
-	}
-	if old, err := cl.Metrics(ctx, sb.ID, sb.CreatedAt.Add(-2*time.Hour), sb.CreatedAt.Add(-time.Hour)); err != nil || len(old.Metrics) != 0 {
-		t.Fatalf("metrics before the sandbox existed: %+v, %v", old, err)
-	}
 
-	boot := func() string {
-		res, err := cl.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", "cat /proc/sys/kernel/random/boot_id; cat /home/user/f.txt"}})
-		if err != nil || res.ExitCode != 0 {
-			t.Fatalf("exec: %+v, %v", res, err)
+		boot := func() string {
+			return h.run(t, sb.ID, "", "cat /proc/sys/kernel/random/boot_id; cat /home/user/f.txt")
 		}
-		return res.Stdout
-	}
-	execOn(t, cl, sb.ID, "echo on-disk > /home/user/f.txt")
-	before := boot()
-	keep := false
-	if s, err := cl.SuspendWith(ctx, sb.ID, apiv1.SuspendRequest{KeepMemory: &keep}); err != nil || !s.DiskOnly {
-		t.Fatalf("suspend without memory: %+v, %v", s, err)
-	}
-	if _, err := cl.Resume(ctx, sb.ID); err != nil {
-		t.Fatalf("resume: %v", err)
-	}
-	after := boot()
-	if before == after || !strings.HasSuffix(after, "on-disk\n") {
-		t.Fatalf("before %q, after %q: want a new boot id and the file", before, after)
-	}
-	if err := cl.DeleteSandbox(ctx, sb.ID); err != nil {
-		t.Fatal(err)
-	}
+		h.run(t, sb.ID, "", "echo on-disk > /home/user/f.txt")
+		before := boot()
+		keep := false
+		if s, err := cl.SuspendWith(ctx, sb.ID, apiv1.SuspendRequest{KeepMemory: &keep}); err != nil || !s.DiskOnly {
+			t.Fatalf("suspend without memory: %+v, %v", s, err)
+		}
+		if _, err := cl.Resume(ctx, sb.ID); err != nil {
+			t.Fatalf("resume: %v", err)
+		}
+		after := boot()
+		if before == after || !strings.HasSuffix(after, "on-disk\n") {
+			t.Fatalf("before %q, after %q: want a new boot id and the file", before, after)
+		}
+	})
 }
 
 // lifecycle.onTimeout {action: pause, keepMemory: false} (autoPause with

@@ -318,29 +318,12 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// newSandbox creates a sandbox, waits until it runs and deletes it when the
-// test ends.
+// newSandbox creates a sandbox in one house (the shared server), waits
+// until it runs and deletes it when the test ends.
 func newSandbox(t *testing.T, req apiv1.CreateSandboxRequest) *apiv1.Sandbox {
 	t.Helper()
 	requireServer(t)
-	ctx := testContext(t)
-	if req.Template == "" {
-		req.Template = "minimal"
-	}
-	sb, err := env.client.CreateSandbox(ctx, req)
-	if err != nil {
-		t.Fatalf("create sandbox: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.client.DeleteSandbox(context.Background(), sb.ID); err != nil && !client.IsNotFound(err) {
-			t.Errorf("delete sandbox %s: %v", sb.ID, err)
-		}
-	})
-	running, err := env.client.WaitSandbox(ctx, sb.ID, apiv1.StateRunning, 2*time.Minute)
-	if err != nil {
-		t.Fatalf("wait for sandbox %s: %v", sb.ID, err)
-	}
-	return running
+	return oneHouse().sandbox(t, req)
 }
 
 // execOK runs a shell command and fails the test unless it exits 0.

@@ -434,7 +434,7 @@ func TestMicroVMVolumes(t *testing.T) {
 	requireVMTemplate(t, vmTemplate, "gvisor", "microvm")
 	requireGuest9p(t)
 	ctx := testContext(t)
-	vol := newVolume(t, env.client, "vm-data", 32)
+	vol := newVolume(t, "vm-data", 32)
 	if _, err := env.client.WriteVolumeFile(ctx, vol.ID, "/seed.txt", strings.NewReader("from the api")); err != nil {
 		t.Fatal(err)
 	}

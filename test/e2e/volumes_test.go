@@ -13,26 +13,12 @@ import (
 	"github.com/space-platform/space/pkg/client"
 )
 
-// newVolume creates a volume of the admin key's project, named name and a
-// suffix of this run (a kept data directory may hold an earlier run's),
-// and deletes it when the test ends (after the test's sandboxes, which are
-// deleted first: cleanups run last-registered first, so register
-// sandboxes after this).
-func newVolume(t *testing.T, c *client.Client, name string, sizeMB int) *apiv1.Volume {
+// newVolume creates a volume of the admin key's project in one house; see
+// house.volume.
+func newVolume(t *testing.T, name string, sizeMB int) *apiv1.Volume {
 	t.Helper()
 	requireServer(t)
-	name = fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e9)
-	v, err := c.CreateVolume(testContext(t), apiv1.CreateVolumeRequest{Name: name, SizeMB: sizeMB})
-	if err != nil {
-		t.Fatalf("create volume %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		// The admin client of now: a test may have restarted the server.
-		if err := env.client.DeleteVolume(context.Background(), v.ID); err != nil && !client.IsNotFound(err) {
-			t.Errorf("delete volume %s: %v", v.ID, err)
-		}
-	})
-	return v
+	return oneHouse().volume(t, name, sizeMB)
 }
 
 func mounting(vol, path string) apiv1.CreateSandboxRequest {
@@ -41,7 +27,13 @@ func mounting(vol, path string) apiv1.CreateSandboxRequest {
 
 func readVolume(t *testing.T, ref, path string) string {
 	t.Helper()
-	body, err := env.client.ReadVolumeFile(testContext(t), ref, path)
+	return readVolumeOf(t, env.client, ref, path)
+}
+
+// readVolumeOf reads a file of a volume through c's volume API.
+func readVolumeOf(t *testing.T, c *client.Client, ref, path string) string {
+	t.Helper()
+	body, err := c.ReadVolumeFile(testContext(t), ref, path)
 	if err != nil {
 		t.Fatalf("read %s of volume %s: %v", path, ref, err)
 	}
@@ -54,91 +46,147 @@ func readVolume(t *testing.T, ref, path string) string {
 }
 
 // Two sandboxes mounting one volume see each other's writes at once, and
-// the files API (native, without a sandbox, and the sandbox's own) sees
-// them too. A file one sandbox has read and another then replaces reads
-// new: gVisor does not serve the bind mount from a stale cache.
+// the files API (the volume's, without a sandbox, and the sandbox's own)
+// sees them too; in a cluster the volume lives on one node, and every
+// sandbox that mounts it is placed there. A file one sandbox has read and
+// another then replaces reads new: gVisor does not serve the bind mount
+// from a stale cache. In a cluster, a drain of the volume's node then
+// moves none of them, and says why.
 func TestVolumesSharedBetweenSandboxes(t *testing.T) {
-	ctx := testContext(t)
-	vol := newVolume(t, env.client, "shared-data", 64)
-	if vol.SizeMB != 64 || !strings.HasPrefix(vol.ID, "vol-") || len(vol.MountedBy) != 0 {
-		t.Fatalf("new volume: %+v", vol)
-	}
-	if _, err := env.client.WriteVolumeFile(ctx, vol.Name, "/seed/hello.txt", strings.NewReader("from the api")); err != nil {
-		t.Fatalf("write through the volume API: %v", err)
-	}
-	a := newSandbox(t, mounting(vol.Name, "/mnt/data"))
-	b := newSandbox(t, mounting(vol.ID, "/home/user/shared"))
-	if len(a.VolumeMounts) != 1 || a.VolumeMounts[0].Volume != vol.ID || a.VolumeMounts[0].Path != "/mnt/data" {
-		t.Fatalf("sandbox view of its mounts: %+v", a.VolumeMounts)
-	}
-	if got := execOK(t, a.ID, "cat /mnt/data/seed/hello.txt"); got != "from the api" {
-		t.Fatalf("sandbox a reads %q", got)
-	}
-	execOK(t, a.ID, "echo one > /mnt/data/note && mkdir -p /mnt/data/dir && echo x > /mnt/data/dir/x")
-	if got := execOK(t, b.ID, "cat /home/user/shared/note"); got != "one\n" {
-		t.Fatalf("sandbox b reads %q after a wrote", got)
-	}
-	// b has read it; a replaces it in place and b must see the new bytes.
-	execOK(t, a.ID, "echo two-longer > /mnt/data/note")
-	if got := execOK(t, b.ID, "cat /home/user/shared/note"); got != "two-longer\n" {
-		t.Fatalf("sandbox b reads %q after a rewrote the file it had read", got)
-	}
-	execOK(t, b.ID, "rm /home/user/shared/dir/x")
-	if out := execOK(t, a.ID, "ls /mnt/data/dir | wc -l"); strings.TrimSpace(out) != "0" {
-		t.Fatalf("a still lists what b removed: %q", out)
-	}
-	// Through the sandbox files API of b, and the volume API.
-	if _, err := env.client.WriteFile(ctx, b.ID, "/home/user/shared/by-files-api", strings.NewReader("b")); err != nil {
-		t.Fatal(err)
-	}
-	if got := readVolume(t, vol.ID, "/by-files-api"); got != "b" {
-		t.Fatalf("volume API reads %q", got)
-	}
-	if got := execOK(t, a.ID, "cat /mnt/data/by-files-api"); got != "b" {
-		t.Fatalf("a reads %q", got)
-	}
-	// Both write at once, each to files of its own, and publish each
-	// with a rename (what docs/api.md advises: appends of two sandboxes
-	// to one file are not atomic across them, each sandbox's kernel
-	// computing the end of the file from its own view). Every file
-	// lands whole and is seen by the other.
-	script := func(who, dir string) string {
-		return fmt.Sprintf("for i in $(seq 1 100); do echo %s-$i >> %s/%s.log; done; for i in $(seq 1 20); do echo %s > %s/.t-%s-$i && mv %s/.t-%s-$i %s/%s-$i.done; done",
-			who, dir, who, who, dir, who, dir, who, dir, who)
-	}
-	done := make(chan error, 2)
-	for _, w := range []struct{ id, who, dir string }{{a.ID, "a", "/mnt/data"}, {b.ID, "b", "/home/user/shared"}} {
-		go func() {
-			res, err := env.client.Exec(ctx, w.id, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", script(w.who, w.dir)}})
-			if err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+	inEachHouse(t, func(t *testing.T, h *house) {
+		ctx := testContext(t)
+		cl := h.admin()
+		vol := h.volume(t, "shared-data", 64)
+		if vol.SizeMB != 64 || !strings.HasPrefix(vol.ID, "vol-") || len(vol.MountedBy) != 0 || vol.Node == "" {
+			t.Fatalf("new volume: %+v", vol)
+		}
+		if _, err := cl.WriteVolumeFile(ctx, vol.Name, "/seed/hello.txt", strings.NewReader("from the api")); err != nil {
+			t.Fatalf("write through the volume API: %v", err)
+		}
+		a := h.sandbox(t, mounting(vol.Name, "/mnt/data"))
+		b := h.sandbox(t, mounting(vol.ID, "/home/user/shared"))
+		for _, sb := range []*apiv1.Sandbox{a, b} {
+			if sb.Node != vol.Node {
+				t.Fatalf("sandbox %s mounting the volume runs on %s, the volume lives on %s", sb.ID, sb.Node, vol.Node)
 			}
-			done <- err
-		}()
-	}
-	for range 2 {
-		if err := <-done; err != nil {
+		}
+		if len(a.VolumeMounts) != 1 || a.VolumeMounts[0].Volume != vol.ID || a.VolumeMounts[0].Path != "/mnt/data" {
+			t.Fatalf("sandbox view of its mounts: %+v", a.VolumeMounts)
+		}
+		if got := h.run(t, a.ID, "", "cat /mnt/data/seed/hello.txt"); got != "from the api" {
+			t.Fatalf("sandbox a reads %q", got)
+		}
+		h.run(t, a.ID, "", "echo one > /mnt/data/note && mkdir -p /mnt/data/dir && echo x > /mnt/data/dir/x")
+		if got := h.run(t, b.ID, "", "cat /home/user/shared/note"); got != "one\n" {
+			t.Fatalf("sandbox b reads %q after a wrote", got)
+		}
+		// b has read it; a replaces it in place and b must see the new bytes.
+		h.run(t, a.ID, "", "echo two-longer > /mnt/data/note")
+		if got := h.run(t, b.ID, "", "cat /home/user/shared/note"); got != "two-longer\n" {
+			t.Fatalf("sandbox b reads %q after a rewrote the file it had read", got)
+		}
+		h.run(t, b.ID, "", "rm /home/user/shared/dir/x")
+		if out := h.run(t, a.ID, "", "ls /mnt/data/dir | wc -l"); strings.TrimSpace(out) != "0" {
+			t.Fatalf("a still lists what b removed: %q", out)
+		}
+		// Through the sandbox files API of b, and the volume API.
+		if _, err := cl.WriteFile(ctx, b.ID, "/home/user/shared/by-files-api", strings.NewReader("b")); err != nil {
 			t.Fatal(err)
 		}
-	}
-	for _, who := range []string{"a", "b"} {
-		if n := len(strings.Split(strings.TrimSpace(readVolume(t, vol.ID, "/"+who+".log")), "\n")); n != 100 {
-			t.Fatalf("%s's own log: %d lines, want 100", who, n)
+		if got := readVolumeOf(t, cl, vol.ID, "/by-files-api"); got != "b" {
+			t.Fatalf("volume API reads %q", got)
 		}
-	}
-	if out := execOK(t, a.ID, "ls /mnt/data | grep -c 'done$'"); strings.TrimSpace(out) != "40" {
-		t.Fatalf("a sees %s renamed files, want 40", out)
-	}
-	got, err := env.client.GetVolume(ctx, vol.ID)
-	if err != nil {
+		if got := h.run(t, a.ID, "", "cat /mnt/data/by-files-api"); got != "b" {
+			t.Fatalf("a reads %q", got)
+		}
+		// Both write at once, each to files of its own, and publish each
+		// with a rename (what docs/api.md advises: appends of two sandboxes
+		// to one file are not atomic across them, each sandbox's kernel
+		// computing the end of the file from its own view). Every file
+		// lands whole and is seen by the other.
+		script := func(who, dir string) string {
+			return fmt.Sprintf("for i in $(seq 1 100); do echo %s-$i >> %s/%s.log; done; for i in $(seq 1 20); do echo %s > %s/.t-%s-$i && mv %s/.t-%s-$i %s/%s-$i.done; done",
+				who, dir, who, who, dir, who, dir, who, dir, who)
+		}
+		done := make(chan error, 2)
+		for _, w := range []struct{ id, who, dir string }{{a.ID, "a", "/mnt/data"}, {b.ID, "b", "/home/user/shared"}} {
+			go func() {
+				res, err := cl.Exec(ctx, w.id, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", script(w.who, w.dir)}})
+				if err == nil && res.ExitCode != 0 {
+					err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+				}
+				done <- err
+			}()
+		}
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, who := range []string{"a", "b"} {
+			if n := len(strings.Split(strings.TrimSpace(readVolumeOf(t, cl, vol.ID, "/"+who+".log")), "\n")); n != 100 {
+				t.Fatalf("%s's own log: %d lines, want 100", who, n)
+			}
+		}
+		if out := h.run(t, a.ID, "", "ls /mnt/data | grep -c 'done$'"); strings.TrimSpace(out) != "40" {
+			t.Fatalf("a sees %s renamed files, want 40", out)
+		}
+		got, err := cl.GetVolume(ctx, vol.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.MountedBy) != 2 || got.UsedBytes == nil || *got.UsedBytes < 1000 {
+			t.Fatalf("volume view: %+v", got)
+		}
+		list, err := cl.ListVolumeDir(ctx, vol.ID, "/", client.ListDirOptions{})
+		if err != nil || len(list.Entries) < 4 {
+			t.Fatalf("listing of the volume: %+v %v", list, err)
+		}
+		if h.cluster != nil {
+			// One house has no other node to drain to.
+			drainKeepsVolumeSandboxes(t, h, vol, []string{a.ID, b.ID})
+		}
+	})
+}
+
+// drainKeepsVolumeSandboxes drains the volume's node: its sandboxes that
+// mount the volume stay where they are, running, each event log saying
+// why, and the node, draining, takes no new sandbox of the volume.
+func drainKeepsVolumeSandboxes(t *testing.T, h *house, vol *apiv1.Volume, ids []string) {
+	t.Helper()
+	ctx := testContext(t)
+	cl := h.admin()
+	if _, err := cl.DrainNode(ctx, vol.Node); err != nil {
 		t.Fatal(err)
 	}
-	if len(got.MountedBy) != 2 || got.UsedBytes == nil || *got.UsedBytes < 1000 {
-		t.Fatalf("volume view: %+v", got)
+	want := fmt.Sprintf("%d could not be moved", len(ids))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		n, err := cl.GetNode(ctx, vol.Node)
+		if err == nil && strings.Contains(n.Reason, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the drain did not report the sandboxes it left (%q): %+v %v", want, n, err)
+		}
 	}
-	list, err := env.client.ListVolumeDir(ctx, vol.ID, "/", client.ListDirOptions{})
-	if err != nil || len(list.Entries) < 4 {
-		t.Fatalf("listing of the volume: %+v %v", list, err)
+	for _, id := range ids {
+		sb, err := cl.GetSandbox(ctx, id)
+		if err != nil || sb.Node != vol.Node || sb.State != apiv1.StateRunning {
+			t.Fatalf("sandbox %s after the drain: %+v %v", id, sb, err)
+		}
+		evs, err := cl.Events(ctx, id)
+		said := false
+		for _, ev := range evs {
+			said = said || ev.Type == "drain" && strings.Contains(ev.Message, "volumes do not move")
+		}
+		if err != nil || !said {
+			t.Fatalf("sandbox %s's events do not say why it stayed: %+v %v", id, evs, err)
+		}
+	}
+	// A draining node takes no new sandbox, and the refusal says where.
+	_, err := cl.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "minimal", VolumeMounts: []apiv1.VolumeMount{{Volume: vol.Name, Path: "/data"}}})
+	if err == nil || !strings.Contains(err.Error(), vol.Node) {
+		t.Fatalf("create on the draining volume node: %v, want a refusal naming it", err)
 	}
 }
 
@@ -146,7 +194,7 @@ func TestVolumesSharedBetweenSandboxes(t *testing.T) {
 // volume API (507); the sandbox's own disk is not charged for it.
 func TestVolumeSizeLimit(t *testing.T) {
 	ctx := testContext(t)
-	vol := newVolume(t, env.client, "small-data", 16)
+	vol := newVolume(t, "small-data", 16)
 	sb := newSandbox(t, mounting(vol.Name, "/data"))
 	res, err := env.client.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", "dd if=/dev/zero of=/data/big bs=1M count=40 conv=fsync"}})
 	if err != nil {
@@ -170,7 +218,7 @@ func TestVolumeSizeLimit(t *testing.T) {
 // cannot be deleted; once the sandbox is gone it can.
 func TestVolumeDeleteRefusedWhileMounted(t *testing.T) {
 	ctx := testContext(t)
-	vol := newVolume(t, env.client, "busy-data", 32)
+	vol := newVolume(t, "busy-data", 32)
 	sb := newSandbox(t, mounting(vol.Name, "/mnt/v"))
 	err := env.client.DeleteVolume(ctx, vol.Name)
 	if !isStatus(err, http.StatusConflict) || !strings.Contains(err.Error(), sb.ID) {
@@ -192,7 +240,7 @@ func TestVolumeDeleteRefusedWhileMounted(t *testing.T) {
 		t.Fatalf("deleted volume: %v, want 404", err)
 	}
 	// The name is free again, and the new volume is empty.
-	again := newVolume(t, env.client, "busy-data", 32)
+	again := newVolume(t, "busy-data", 32)
 	if list, err := env.client.ListVolumeDir(ctx, again.ID, "/", client.ListDirOptions{}); err != nil || len(list.Entries) != 0 {
 		t.Fatalf("a new volume of the same name: %+v %v", list, err)
 	}
@@ -203,7 +251,7 @@ func TestVolumeDeleteRefusedWhileMounted(t *testing.T) {
 // volume, and a branch mounts the same live volume as its source.
 func TestVolumeSuspendResumeSnapshotBranch(t *testing.T) {
 	ctx := testContext(t)
-	vol := newVolume(t, env.client, "life-data", 64)
+	vol := newVolume(t, "life-data", 64)
 	sb := newSandbox(t, mounting(vol.Name, "/work"))
 	execOK(t, sb.ID, "echo before > /work/state")
 	if _, err := env.client.Suspend(ctx, sb.ID); err != nil {
@@ -269,7 +317,7 @@ func TestVolumeSuspendResumeSnapshotBranch(t *testing.T) {
 // A server restart keeps the volumes and the sandboxes that mount them.
 func TestVolumeSurvivesRestart(t *testing.T) {
 	ctx := testContext(t)
-	vol := newVolume(t, env.client, "restart-data", 32)
+	vol := newVolume(t, "restart-data", 32)
 	sb := newSandbox(t, mounting(vol.Name, "/mnt/keep"))
 	execOK(t, sb.ID, "echo kept > /mnt/keep/f")
 	restartServer(t)
@@ -289,7 +337,7 @@ func TestVolumeSurvivesRestart(t *testing.T) {
 // answers, no host path in them, nothing made.
 func TestVolumeBadInput(t *testing.T) {
 	ctx := testContext(t)
-	vol := newVolume(t, env.client, "guarded", 32)
+	vol := newVolume(t, "guarded", 32)
 	for _, c := range []struct {
 		req  apiv1.CreateVolumeRequest
 		want int
@@ -442,7 +490,7 @@ func TestVolumeHostRebootRecovery(t *testing.T) {
 // another sandbox writes to the same volume read-write.
 func TestVolumeReadOnlyMount(t *testing.T) {
 	ctx := testContext(t)
-	vol := newVolume(t, env.client, "ro-data", 32)
+	vol := newVolume(t, "ro-data", 32)
 	if _, err := env.client.WriteVolumeFile(ctx, vol.ID, "/f", strings.NewReader("shared")); err != nil {
 		t.Fatal(err)
 	}
