@@ -379,7 +379,7 @@ func (ns *nodeSide) templateList() []cpapi.Template {
 		if err != nil || t.State != template.StateReady {
 			continue
 		}
-		out = append(out, cpapi.Template{Name: name, Spec: templateSpec(t), SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, ReadyAt: t.ReadyAt})
+		out = append(out, cpapi.Template{Name: name, Spec: t.Spec(), SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, ReadyAt: t.ReadyAt})
 	}
 	return out
 }

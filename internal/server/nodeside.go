@@ -17,7 +17,6 @@ import (
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
-	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/runtime/gvisor"
 	"github.com/space-platform/space/internal/runtime/microvm"
@@ -240,7 +239,7 @@ func (ns *nodeSide) buildTemplates(ctx context.Context, names []string, progress
 		say("template %s ready; booting it once for its snapshot", name)
 		// The node makes the template's pre-booted image now, so that its
 		// first create is a restore rather than a boot.
-		if err := ns.node.PrepareTemplate(ctx, templateSpec(t)); err != nil {
+		if err := ns.node.PrepareTemplate(ctx, t.Spec()); err != nil {
 			say("template %s: no pre-booted image (%v); sandboxes will boot instead", name, err)
 		}
 		if ready != nil {
@@ -294,14 +293,6 @@ func (ns *nodeSide) close() {
 	}
 	if ns.templates != nil {
 		_ = ns.templates.Close()
-	}
-}
-
-// templateSpec is what a node needs to know of a template.
-func templateSpec(t *template.Template) nodeapi.TemplateSpec {
-	return nodeapi.TemplateSpec{
-		ID: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir,
-		Start: t.Start, Ready: t.Ready, MCPGateway: t.MCPGateway, Runtimes: t.Runtimes,
 	}
 }
 

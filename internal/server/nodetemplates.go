@@ -54,7 +54,7 @@ func (h heldNode) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRe
 	if err != nil {
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)
 	}
-	return nodeapi.TemplateBuilt{Spec: templateSpec(t), SizeBytes: t.SizeBytes}, nil
+	return nodeapi.TemplateBuilt{Spec: t.Spec(), SizeBytes: t.SizeBytes}, nil
 }
 
 // StageTemplateArchive stages an uploaded archive with the template

@@ -134,7 +134,7 @@ func importServeTemplates(st store.Store, m *template.Manager, node string) (int
 			return n, fmt.Errorf("import template %s: %w", key, err)
 		}
 		rec := builtTemplate{
-			Project: owner, Name: short, Spec: templateSpec(t), State: template.StateReady, From: t.From,
+			Project: owner, Name: short, Spec: t.Spec(), State: template.StateReady, From: t.From,
 			SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, ReadyAt: t.ReadyAt, Node: node,
 		}
 		if err := st.Put(templatesBucket, key, rec); err != nil {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/storage"
 )
@@ -89,6 +90,15 @@ type Template struct {
 // RootfsPath is where the template's read-only rootfs lives on the host.
 func (t *Template) RootfsPath(pool *storage.Pool) string {
 	return pool.Path(t.RootfsVolume)
+}
+
+// Spec is what a node needs to know of a template (nodeapi.TemplateSpec):
+// the node contract carries it, and the control plane's catalog records it.
+func (t *Template) Spec() nodeapi.TemplateSpec {
+	return nodeapi.TemplateSpec{
+		ID: t.ID, RootfsVolume: t.RootfsVolume, Env: t.Env, User: t.User, Workdir: t.Workdir,
+		Start: t.Start, Ready: t.Ready, MCPGateway: t.MCPGateway, Runtimes: t.Runtimes,
+	}
 }
 
 func (t *Template) clone() *Template {
