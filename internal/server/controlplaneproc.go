@@ -13,6 +13,7 @@ import (
 
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/catalog"
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
@@ -176,8 +177,11 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	}
 	nodes := newNodeSet(reg, cfg.ClusterToken, cfg.TLSCAFile)
 	s.nodes = nodes
-	cat := newCatalog(s.st, reg, func() *controlplane.ControlPlane { return s.cp })
-	cat.buildDefaults = cfg.Defaults
+	buildLimits, buildDisk := buildShape(cfg.Defaults)
+	cat := catalog.New(catalog.Config{
+		Store: s.st, Registry: reg, ControlPlane: func() *controlplane.ControlPlane { return s.cp },
+		BuildLimits: buildLimits, BuildDiskBytes: buildDisk, RegistryReadCache: registryReadCache,
+	})
 	s.cat = cat
 	// The nodes' side of the contract (cpapi), which the cluster service
 	// serves to the nodes.
@@ -188,7 +192,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 		// The templates first: the control plane resolves them when it
 		// reconciles the node that joined.
 		Joined: func(n cluster.Node, ts []cpapi.Template) {
-			if _, err := cat.record(n.ID, ts); err != nil {
+			if _, err := cat.Record(n.ID, ts); err != nil {
 				cfg.Logger.Error("node joined", "node", n.ID, "err", err)
 			}
 			nodes.Join(n)
@@ -197,12 +201,12 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 		// house's node builds its built-ins after it joined) fills their
 		// pools.
 		Heard: func(id string, ts []cpapi.Template) {
-			changed, err := cat.record(id, ts)
+			changed, err := cat.Record(id, ts)
 			if err != nil {
 				cfg.Logger.Error("node heartbeat", "node", id, "err", err)
 			}
 			nodes.Heard(id)
-			cat.shipMissing(id)
+			cat.ShipMissing(id)
 			if changed && s.cp != nil {
 				go s.cp.RefreshPools()
 			}
@@ -241,7 +245,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 			if _, err := reg.Register(local.id, address, info); err != nil {
 				return err
 			}
-			_, err := cat.record(local.id, ts)
+			_, err := cat.Record(local.id, ts)
 			return err
 		}
 		if err := local.start(s, register); err != nil {
@@ -269,8 +273,8 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	cat.startBuilds(runCtx, nodes, cfg.Logger)
-	s.e2bTemplates = newE2BTemplates(cat, s.cfg.MaxTemplateArchiveBytes)
+	cat.StartBuilds(runCtx, nodes, cfg.Logger)
+	s.e2bTemplates = catalog.NewE2BTemplates(cat, s.cfg.MaxTemplateArchiveBytes)
 	if err := s.startCompat(keys, secretStore, cat); err != nil {
 		cancel()
 		return nil, err

@@ -1,4 +1,4 @@
-package server
+package catalog
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/e2b"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/template"
@@ -25,9 +24,9 @@ import (
 // delete takes the template, its tags and its builds.
 func TestClusterE2BBuildAcrossReplicas(t *testing.T) {
 	tc := newTemplateCluster(t, "n1")
-	cat2 := newCatalog(tc.cat.st, tc.reg, func() *controlplane.ControlPlane { return nil })
-	cat2.startBuilds(context.Background(), tc.nodes, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	r1, r2 := newE2BTemplates(tc.cat, 0), newE2BTemplates(cat2, 0)
+	cat2 := New(testConfig(tc.cat.st, tc.reg))
+	cat2.StartBuilds(context.Background(), tc.nodes, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r1, r2 := NewE2BTemplates(tc.cat, 0), NewE2BTemplates(cat2, 0)
 	p1, p2 := project.In("p1"), project.In("p2")
 
 	b, err := r1.NewBuild(p1, "app", []string{"v1"})
@@ -151,7 +150,7 @@ func TestClusterE2BBuildAcrossReplicas(t *testing.T) {
 // another project's.
 func TestE2BFilesEviction(t *testing.T) {
 	tc := newTemplateCluster(t, "n1")
-	tp := newE2BTemplates(tc.cat, 0)
+	tp := NewE2BTemplates(tc.cat, 0)
 	tp.filesBudget = 250
 	p1, p2 := project.In("p1"), project.In("p2")
 	hash := func(name string) string { return strings.Repeat(name[:1], 64) }

@@ -1,4 +1,4 @@
-package server
+package catalog
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/nodeapi/nodeapitest"
 	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/internal/template"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -36,7 +37,7 @@ func (f fakeNodes) Node(id string) (controlplane.Node, error) {
 
 // templateCluster is a catalog over fake nodes registered in a registry.
 type templateCluster struct {
-	cat   *catalog
+	cat   *Catalog
 	reg   *cluster.Registry
 	nodes fakeNodes
 }
@@ -53,12 +54,22 @@ func newTemplateCluster(t *testing.T, ids ...string) *templateCluster {
 		t.Fatal(err)
 	}
 	tc := &templateCluster{reg: reg, nodes: fakeNodes{}}
-	tc.cat = newCatalog(st, reg, func() *controlplane.ControlPlane { return nil })
-	tc.cat.startBuilds(context.Background(), tc.nodes, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tc.cat = New(testConfig(st, reg))
+	tc.cat.StartBuilds(context.Background(), tc.nodes, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, id := range ids {
 		tc.join(t, id)
 	}
 	return tc
+}
+
+// testConfig is a catalog's config over st and reg with no control
+// plane, its build sandboxes sized as serve's defaults size them.
+func testConfig(st store.Store, reg *cluster.Registry) Config {
+	return Config{
+		Store: st, Registry: reg,
+		BuildLimits: runtime.Limits{VCPUs: 1, MemoryMB: 1024, Pids: 4096}, BuildDiskBytes: 4096 << 20,
+		RegistryReadCache: time.Second,
+	}
 }
 
 // join registers a new fake node.
@@ -163,7 +174,7 @@ func TestClusterTemplateBuildShipDelete(t *testing.T) {
 
 	// A node that joins later gets it with its first report.
 	tc.join(t, "n3")
-	tc.cat.shipMissing("n3")
+	tc.cat.ShipMissing("n3")
 	tc.cat.builds.running.Wait()
 	if got := tc.holding(id); !slices.Equal(got, []string{"n1", "n2", "n3"}) {
 		t.Fatalf("after n3 joined, template %s is on nodes %v", id, got)
@@ -391,7 +402,7 @@ func TestClusterBuiltinShowsItsSizeAndTimes(t *testing.T) {
 	tc := newTemplateCluster(t, "n1")
 	began := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	ready := began.Add(time.Minute)
-	if _, err := tc.cat.record("n1", []cpapi.Template{{Name: "minimal", Spec: nodeapi.TemplateSpec{ID: "minimal-1"}, SizeBytes: 5 << 20, CreatedAt: began, ReadyAt: &ready}}); err != nil {
+	if _, err := tc.cat.Record("n1", []cpapi.Template{{Name: "minimal", Spec: nodeapi.TemplateSpec{ID: "minimal-1"}, SizeBytes: 5 << 20, CreatedAt: began, ReadyAt: &ready}}); err != nil {
 		t.Fatal(err)
 	}
 	v, err := tc.cat.Get(project.In("p1"), "minimal")

@@ -1,4 +1,4 @@
-package server
+package catalog
 
 import (
 	"bytes"
@@ -86,14 +86,15 @@ type builtTemplate struct {
 
 func (b builtTemplate) canonical() string { return b.Project + "/" + b.Name }
 
-// templateNodes reaches the cluster's nodes (nodeSet).
-type templateNodes interface {
+// Nodes reaches the cluster's nodes, which build and receive templates
+// (nodeapi.Templates, nodeapi.Transfer).
+type Nodes interface {
 	Node(id string) (controlplane.Node, error)
 }
 
 // buildQueue is the build side of the cluster's catalog.
 type buildQueue struct {
-	nodes templateNodes
+	nodes Nodes
 	log   *slog.Logger
 
 	mu sync.Mutex
@@ -106,9 +107,9 @@ type buildQueue struct {
 	running sync.WaitGroup
 }
 
-// startBuilds gives the catalog its nodes and the context its builds and
+// StartBuilds gives the catalog its nodes and the context its builds and
 // shipments run in (the process's).
-func (c *catalog) startBuilds(ctx context.Context, nodes templateNodes, log *slog.Logger) {
+func (c *Catalog) StartBuilds(ctx context.Context, nodes Nodes, log *slog.Logger) {
 	c.builds.mu.Lock()
 	defer c.builds.mu.Unlock()
 	c.builds.nodes, c.builds.log, c.builds.ctx = nodes, log, ctx
@@ -116,7 +117,7 @@ func (c *catalog) startBuilds(ctx context.Context, nodes templateNodes, log *slo
 }
 
 // built reads the records of the templates built through the cluster.
-func (c *catalog) built() ([]builtTemplate, error) {
+func (c *Catalog) built() ([]builtTemplate, error) {
 	var out []builtTemplate
 	err := c.st.Each(templatesBucket, func(_ string, data []byte) error {
 		var b builtTemplate
@@ -132,7 +133,7 @@ func (c *catalog) built() ([]builtTemplate, error) {
 // lookupBuilt finds nameOrID among the templates built through the
 // cluster as scope sees them: its own by name, another project's as
 // "<project>/<name>" (admin scopes), or by id.
-func (c *catalog) lookupBuilt(scope project.Scope, nameOrID string) (builtTemplate, bool, error) {
+func (c *Catalog) lookupBuilt(scope project.Scope, nameOrID string) (builtTemplate, bool, error) {
 	all, err := c.built()
 	if err != nil {
 		return builtTemplate{}, false, err
@@ -171,7 +172,7 @@ func holders(nodes []cluster.Node, id string) int {
 // builtState is a record's state as the cluster sees it: built but on no
 // schedulable node (not reported yet, or those holding it are cordoned)
 // is not ready.
-func (c *catalog) builtState(b builtTemplate) (state, reason string) {
+func (c *Catalog) builtState(b builtTemplate) (state, reason string) {
 	if b.State != template.StateReady {
 		return b.State, b.Reason
 	}
@@ -182,7 +183,7 @@ func (c *catalog) builtState(b builtTemplate) (state, reason string) {
 	return template.StateReady, ""
 }
 
-func (c *catalog) viewBuilt(scope project.Scope, b builtTemplate) apiv1.Template {
+func (c *Catalog) viewBuilt(scope project.Scope, b builtTemplate) apiv1.Template {
 	v := apiv1.Template{
 		Name: b.Name, Project: b.Project, ID: b.Spec.ID, From: b.From,
 		SizeBytes: b.SizeBytes, CreatedAt: b.CreatedAt, ReadyAt: b.ReadyAt,
@@ -198,7 +199,7 @@ func (c *catalog) viewBuilt(scope project.Scope, b builtTemplate) apiv1.Template
 }
 
 // submitBuilt records a build and starts it on a node.
-func (c *catalog) submitBuilt(scope project.Scope, name string, recipeYAML []byte, build api.TemplateBuild) (apiv1.Template, error) {
+func (c *Catalog) submitBuilt(scope project.Scope, name string, recipeYAML []byte, build api.TemplateBuild) (apiv1.Template, error) {
 	r, name, err := parseSubmitted(name, recipeYAML)
 	if err != nil {
 		return apiv1.Template{}, err
@@ -237,7 +238,7 @@ func inputsDigest(kind string, recipe []byte, archive string) string {
 
 // submitRecipe records a build of a parsed recipe and starts it on a
 // node; it returns the record it stored.
-func (c *catalog) submitRecipe(scope project.Scope, name string, r *template.Recipe, build api.TemplateBuild, in buildInputs) (builtTemplate, apiv1.Template, error) {
+func (c *Catalog) submitRecipe(scope project.Scope, name string, r *template.Recipe, build api.TemplateBuild, in buildInputs) (builtTemplate, apiv1.Template, error) {
 	var err error
 	if _, builtin := template.Builtin(name); builtin {
 		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", api.ErrBadRecipe, name)
@@ -366,7 +367,7 @@ func (c *catalog) submitRecipe(scope project.Scope, name string, r *template.Rec
 // as serve's content-addressed ids share a rootfs), recorded under rec's
 // name without a build. The caller holds rec's template lock and build
 // lease.
-func (c *catalog) reuse(rec builtTemplate) (builtTemplate, bool, error) {
+func (c *Catalog) reuse(rec builtTemplate) (builtTemplate, bool, error) {
 	var prev builtTemplate
 	if err := c.st.Get(templatesBucket, rec.canonical(), &prev); err == nil && prev.Inputs == rec.Inputs {
 		if state, _ := c.builtState(prev); state == template.StateReady {
@@ -401,7 +402,7 @@ func (c *catalog) reuse(rec builtTemplate) (builtTemplate, bool, error) {
 
 // leased runs fn holding the lease name, renewed while it runs, and
 // resigns it after.
-func (c *catalog) leased(ctx context.Context, name, holder string, fn func()) {
+func (c *Catalog) leased(ctx context.Context, name, holder string, fn func()) {
 	done := make(chan struct{})
 	renewed := make(chan struct{})
 	go func() {
@@ -427,7 +428,7 @@ func (c *catalog) leased(ctx context.Context, name, holder string, fn func()) {
 
 // abandoned marks failed a build whose replica died (nobody holds its
 // lease); true when b is not building (any more).
-func (c *catalog) abandoned(ctx context.Context, b *builtTemplate) (bool, error) {
+func (c *Catalog) abandoned(ctx context.Context, b *builtTemplate) (bool, error) {
 	if b.State != template.StateBuilding {
 		return true, nil
 	}
@@ -469,7 +470,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 
 // stageArchive places a build from an uploaded archive and streams the
 // archive to the node chosen; digest is the archive's SHA-256.
-func (c *catalog) stageArchive(ctx context.Context, build api.TemplateBuild) (node, handle, digest string, err error) {
+func (c *Catalog) stageArchive(ctx context.Context, build api.TemplateBuild) (node, handle, digest string, err error) {
 	node, err = c.placeBuild("")
 	if err != nil {
 		return "", "", "", err
@@ -492,7 +493,7 @@ func (c *catalog) stageArchive(ctx context.Context, build api.TemplateBuild) (no
 // stageCopies streams the archives of the recipe's copy steps to the
 // node that builds (placed here when builder is empty) and returns their
 // handles there.
-func (c *catalog) stageCopies(ctx context.Context, r *template.Recipe, in buildInputs, builder, parentID string) (map[string]string, string, error) {
+func (c *Catalog) stageCopies(ctx context.Context, r *template.Recipe, in buildInputs, builder, parentID string) (map[string]string, string, error) {
 	var handles map[string]string
 	for _, st := range r.Steps {
 		if st.Copy == nil || handles[st.Copy.Archive] != "" {
@@ -529,7 +530,7 @@ func (c *catalog) stageCopies(ctx context.Context, r *template.Recipe, in buildI
 
 // discardStaged drops on node the archives req names, which no build will
 // consume.
-func (c *catalog) discardStaged(node string, req nodeapi.TemplateBuildRequest) {
+func (c *Catalog) discardStaged(node string, req nodeapi.TemplateBuildRequest) {
 	handles := slices.Collect(maps.Values(req.CopyArchives))
 	if req.Archive != "" {
 		handles = append(handles, req.Archive)
@@ -560,9 +561,8 @@ const maxStagedCopy = 1 << 40
 
 // placeBuild picks the node to build on: capacity as a build sandbox
 // takes it, holding parentID (when set).
-func (c *catalog) placeBuild(parentID string) (string, error) {
-	limits, disk := buildShape(c.buildDefaults)
-	node, err := c.reg.Place(cluster.PlaceRequest{Template: parentID, VCPUs: limits.VCPUs, MemoryMB: limits.MemoryMB, DiskMB: int(disk >> 20)})
+func (c *Catalog) placeBuild(parentID string) (string, error) {
+	node, err := c.reg.Place(cluster.PlaceRequest{Template: parentID, VCPUs: c.buildLimits.VCPUs, MemoryMB: c.buildLimits.MemoryMB, DiskMB: int(c.buildDisk >> 20)})
 	if err != nil {
 		return "", fmt.Errorf("no node to build on: %w", err)
 	}
@@ -570,7 +570,7 @@ func (c *catalog) placeBuild(parentID string) (string, error) {
 }
 
 // templatesOf is a node's template builder.
-func (c *catalog) templatesOf(id string) (nodeapi.Templates, error) {
+func (c *Catalog) templatesOf(id string) (nodeapi.Templates, error) {
 	nd, err := c.builds.nodes.Node(id)
 	if err != nil {
 		return nil, fmt.Errorf("build on node %s: %w", id, err)
@@ -582,7 +582,7 @@ func (c *catalog) templatesOf(id string) (nodeapi.Templates, error) {
 	return tb, nil
 }
 
-func (c *catalog) buildContext() context.Context {
+func (c *Catalog) buildContext() context.Context {
 	c.builds.mu.Lock()
 	defer c.builds.mu.Unlock()
 	if c.builds.ctx == nil {
@@ -592,7 +592,7 @@ func (c *catalog) buildContext() context.Context {
 }
 
 // runBuild builds rec on a node and ships it to the other nodes.
-func (c *catalog) runBuild(ctx context.Context, rec builtTemplate, req nodeapi.TemplateBuildRequest, builder, parentID string) {
+func (c *Catalog) runBuild(ctx context.Context, rec builtTemplate, req nodeapi.TemplateBuildRequest, builder, parentID string) {
 	key := rec.canonical()
 	logs := &storedLog{st: c.st, key: key}
 	fail := func(err error) {
@@ -662,7 +662,7 @@ func (c *catalog) runBuild(ctx context.Context, rec builtTemplate, req nodeapi.T
 }
 
 // putBuilt stores rec unless it was deleted meanwhile (false then).
-func (c *catalog) putBuilt(rec builtTemplate) bool {
+func (c *Catalog) putBuilt(rec builtTemplate) bool {
 	var cur builtTemplate
 	if err := c.st.Get(templatesBucket, rec.canonical(), &cur); err != nil || !cur.CreatedAt.Equal(rec.CreatedAt) {
 		return false // deleted, or built again
@@ -676,7 +676,7 @@ func (c *catalog) putBuilt(rec builtTemplate) bool {
 
 // ship sends a template's root volume from one node to another, once per
 // replica at a time; a node that has it already is done.
-func (c *catalog) ship(ctx context.Context, rec builtTemplate, from, to string) {
+func (c *Catalog) ship(ctx context.Context, rec builtTemplate, from, to string) {
 	k := to + " " + rec.Spec.ID
 	c.builds.mu.Lock()
 	if c.builds.shipping[k] || time.Since(c.builds.shipped[k]) < shippedMemory {
@@ -700,7 +700,7 @@ func (c *catalog) ship(ctx context.Context, rec builtTemplate, from, to string) 
 }
 
 // transfer streams a read-only volume from one node into another.
-func (c *catalog) transfer(ctx context.Context, volume, from, to string) error {
+func (c *Catalog) transfer(ctx context.Context, volume, from, to string) error {
 	src, err := c.builds.nodes.Node(from)
 	if err != nil {
 		return err
@@ -740,10 +740,10 @@ func (c *catalog) transfer(ctx context.Context, volume, from, to string) error {
 	return nil
 }
 
-// shipMissing ships to a schedulable node the templates built through the
+// ShipMissing ships to a schedulable node the templates built through the
 // cluster that it does not report: it joined after they were built, or a
 // shipment failed. Called with each node's heartbeat.
-func (c *catalog) shipMissing(nodeID string) {
+func (c *Catalog) ShipMissing(nodeID string) {
 	c.builds.mu.Lock()
 	started := c.builds.nodes != nil
 	c.builds.mu.Unlock()
@@ -789,7 +789,7 @@ func (c *catalog) shipMissing(nodeID string) {
 // deleteBuilt deletes a template built through the cluster, on every node
 // unless another record (another project's build of the same recipe) or
 // a built-in template shares its id.
-func (c *catalog) deleteBuilt(b builtTemplate) error {
+func (c *Catalog) deleteBuilt(b builtTemplate) error {
 	key := b.canonical()
 	unlock, err := c.st.Lock(c.buildContext(), "template/"+key)
 	if err != nil {
@@ -862,7 +862,7 @@ func (c *catalog) deleteBuilt(b builtTemplate) error {
 
 // logsBuilt returns a build's stored log from line from, and whether the
 // build has ended.
-func (c *catalog) logsBuilt(b builtTemplate, from int) ([]string, bool, error) {
+func (c *Catalog) logsBuilt(b builtTemplate, from int) ([]string, bool, error) {
 	var lines []string
 	if err := c.st.Get(templateLogsBucket, b.canonical(), &lines); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, false, err
@@ -951,11 +951,4 @@ func parseSubmitted(name string, recipeYAML []byte) (*template.Recipe, string, e
 // errShared refuses a change to a built-in template from a non-admin key.
 func errShared(name string) error {
 	return fmt.Errorf("%w: %s is a built-in template shared by every project; only an admin key may change it", api.ErrTemplateShared, name)
-}
-
-func ownerOf(catalogName string) (owner, name string) {
-	if p, n, ok := strings.Cut(catalogName, "/"); ok {
-		return p, n
-	}
-	return "", catalogName
 }

@@ -1,4 +1,4 @@
-package server
+package catalog
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 	"github.com/space-platform/space/internal/template"
 )
 
-// e2bTemplates builds templates from E2B's build API on a
+// E2BTemplates builds templates from E2B's build API on a
 // cluster's control plane (e2b.Templates over catalog). Every
 // replica shares what it keeps, in the store: the build records, and the
 // uploaded file archives in chunks, so a build requested through one
@@ -29,13 +29,13 @@ import (
 // triggered build is a build of the cluster's catalog (a node builds it,
 // the others receive it): the copy steps' archives stream from the store
 // to the node that builds, and status, logs and tags are the catalog's.
-type e2bTemplates struct {
-	cat *catalog
-	// filesBudget bounds a project's uploaded files (as e2bTemplates).
+type E2BTemplates struct {
+	cat *Catalog
+	// filesBudget bounds a project's uploaded files.
 	filesBudget int64
 }
 
-var _ e2b.Templates = (*e2bTemplates)(nil)
+var _ e2b.Templates = (*E2BTemplates)(nil)
 
 const (
 	// e2bBuildsBucket holds the build records (e2bBuild) by id.
@@ -74,16 +74,20 @@ type e2bFiles struct {
 	Used   time.Time `json:"used"`
 }
 
-func newE2BTemplates(cat *catalog, maxUpload int64) *e2bTemplates {
+// NewE2BTemplates serves E2B's build API over cat; maxUpload bounds one
+// upload of a copy step's files (e2b.DefaultMaxTemplateFiles when not
+// positive); a project's uploads are evicted, least recently used first,
+// past four times that (1 GiB at least).
+func NewE2BTemplates(cat *Catalog, maxUpload int64) *E2BTemplates {
 	if maxUpload <= 0 {
 		maxUpload = e2b.DefaultMaxTemplateFiles
 	}
-	return &e2bTemplates{cat: cat, filesBudget: max(4*maxUpload, 1<<30)}
+	return &E2BTemplates{cat: cat, filesBudget: max(4*maxUpload, 1<<30)}
 }
 
-func (t *e2bTemplates) st() store.Store { return t.cat.st }
+func (t *E2BTemplates) st() store.Store { return t.cat.st }
 
-func (t *e2bTemplates) get(id string) (e2bBuild, error) {
+func (t *E2BTemplates) get(id string) (e2bBuild, error) {
 	var b e2bBuild
 	if err := t.st().Get(e2bBuildsBucket, id, &b); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -95,7 +99,7 @@ func (t *e2bTemplates) get(id string) (e2bBuild, error) {
 }
 
 // each reads every build record.
-func (t *e2bTemplates) each(fn func(e2bBuild)) error {
+func (t *E2BTemplates) each(fn func(e2bBuild)) error {
 	return t.st().Each(e2bBuildsBucket, func(_ string, data []byte) error {
 		var b e2bBuild
 		if err := json.Unmarshal(data, &b); err != nil {
@@ -106,13 +110,13 @@ func (t *e2bTemplates) each(fn func(e2bBuild)) error {
 	})
 }
 
-func (t *e2bTemplates) NewBuild(scope project.Scope, name string, tags []string) (e2b.TemplateBuild, error) {
+func (t *E2BTemplates) NewBuild(scope project.Scope, name string, tags []string) (e2b.TemplateBuild, error) {
 	if _, builtin := template.Builtin(name); builtin {
 		return e2b.TemplateBuild{}, fmt.Errorf("%w: the name %s belongs to a built-in template; choose another", e2b.ErrBadTemplate, name)
 	}
 	b := e2bBuild{TemplateBuild: e2b.TemplateBuild{ID: newUUID(), Name: name, Project: scope.Owner(), Tags: tags, CreatedAt: time.Now().UTC()}}
-	// A project's builds requested and never triggered are bounded, as
-	// in e2bTemplates: past maxWaitingBuilds the oldest goes.
+	// A project's builds requested and never triggered are bounded:
+	// past maxWaitingBuilds the oldest goes.
 	var waiting []e2bBuild
 	if err := t.each(func(o e2bBuild) {
 		if o.Project == b.Project && o.TemplateID == "" {
@@ -131,7 +135,7 @@ func (t *e2bTemplates) NewBuild(scope project.Scope, name string, tags []string)
 	return b.TemplateBuild, nil
 }
 
-func (t *e2bTemplates) Build(scope project.Scope, buildID string) (e2b.TemplateBuild, error) {
+func (t *E2BTemplates) Build(scope project.Scope, buildID string) (e2b.TemplateBuild, error) {
 	b, err := t.get(buildID)
 	if err != nil {
 		return e2b.TemplateBuild{}, err
@@ -152,7 +156,7 @@ func filesKey(proj, hash string) string {
 func chunkKey(key, upload string, n int) string { return fmt.Sprintf("%s/%s/%d", key, upload, n) }
 
 // HasFiles also marks the archive used, keeping it from eviction.
-func (t *e2bTemplates) HasFiles(scope project.Scope, hash string) bool {
+func (t *E2BTemplates) HasFiles(scope project.Scope, hash string) bool {
 	key := filesKey(scope.Owner(), hash)
 	var f e2bFiles
 	if err := t.st().Get(e2bFilesBucket, key, &f); err != nil {
@@ -163,13 +167,13 @@ func (t *e2bTemplates) HasFiles(scope project.Scope, hash string) bool {
 	return true
 }
 
-func (t *e2bTemplates) dropChunks(key string, f e2bFiles) {
+func (t *E2BTemplates) dropChunks(key string, f e2bFiles) {
 	for n := range f.Chunks {
 		_ = t.st().Delete(e2bFileChunksBucket, chunkKey(key, f.Upload, n))
 	}
 }
 
-func (t *e2bTemplates) StageFiles(scope project.Scope, hash string, r io.Reader, limit int64) error {
+func (t *E2BTemplates) StageFiles(scope project.Scope, hash string, r io.Reader, limit int64) error {
 	key := filesKey(scope.Owner(), hash)
 	f := e2bFiles{Upload: sandboxid.New()}
 	buf := make([]byte, e2bFileChunk)
@@ -213,7 +217,7 @@ func (t *e2bTemplates) StageFiles(scope project.Scope, hash string, r io.Reader,
 
 // evict removes the project's least recently used archives (but keep and
 // those used within filesGrace) while it holds more than the budget.
-func (t *e2bTemplates) evict(proj, keep string) {
+func (t *E2BTemplates) evict(proj, keep string) {
 	prefix := filesKey(proj, "")
 	type file struct {
 		key string
@@ -245,7 +249,7 @@ func (t *e2bTemplates) evict(proj, keep string) {
 }
 
 // writeFiles streams a project's archive from the store to w.
-func (t *e2bTemplates) writeFiles(proj string) func(ctx context.Context, hash string, w io.Writer) error {
+func (t *E2BTemplates) writeFiles(proj string) func(ctx context.Context, hash string, w io.Writer) error {
 	return func(ctx context.Context, hash string, w io.Writer) error {
 		key := filesKey(proj, hash)
 		var f e2bFiles
@@ -268,7 +272,7 @@ func (t *e2bTemplates) writeFiles(proj string) func(ctx context.Context, hash st
 	}
 }
 
-func (t *e2bTemplates) StartBuild(scope project.Scope, buildID string, r *template.Recipe, registry *template.RegistryAuth, steps []int) (e2b.TemplateBuild, error) {
+func (t *E2BTemplates) StartBuild(scope project.Scope, buildID string, r *template.Recipe, registry *template.RegistryAuth, steps []int) (e2b.TemplateBuild, error) {
 	b, err := t.get(buildID)
 	if err != nil || b.Project != scope.Owner() {
 		return e2b.TemplateBuild{}, fmt.Errorf("build %q: %w", buildID, e2b.ErrTemplateNotFound)
@@ -319,7 +323,7 @@ func (t *e2bTemplates) StartBuild(scope project.Scope, buildID string, r *templa
 // ended (ready where a create can go, or failed), and points its tags at
 // the template then; true once the build has ended. Any replica may
 // settle a build: the Status of a build whose replica died does.
-func (t *e2bTemplates) settle(id string) (bool, error) {
+func (t *E2BTemplates) settle(id string) (bool, error) {
 	b, err := t.get(id)
 	if err != nil {
 		return true, err
@@ -356,7 +360,7 @@ func (t *e2bTemplates) settle(id string) (bool, error) {
 	return true, nil
 }
 
-func (t *e2bTemplates) Status(scope project.Scope, tb e2b.TemplateBuild, from int) (string, string, []string, error) {
+func (t *E2BTemplates) Status(scope project.Scope, tb e2b.TemplateBuild, from int) (string, string, []string, error) {
 	if _, err := t.settle(tb.ID); err != nil {
 		return "", "", nil, err
 	}
@@ -365,10 +369,10 @@ func (t *e2bTemplates) Status(scope project.Scope, tb e2b.TemplateBuild, from in
 		return "", "", nil, err
 	}
 	state := b.State
-	// Every replica's copy of the nodes (registryReadCache old at most)
-	// holds the template registryReadCache after one replica saw it: a
+	// Every replica's copy of the nodes (Config.RegistryReadCache old at most)
+	// holds the template that long after one replica saw it: a
 	// create through any replica then finds it ready.
-	if state == "" || state == template.StateReady && time.Since(b.Ended) < registryReadCache {
+	if state == "" || state == template.StateReady && time.Since(b.Ended) < t.cat.registryReadCache {
 		state = template.StateBuilding
 	}
 	var lines []string
@@ -385,7 +389,7 @@ func (t *e2bTemplates) Status(scope project.Scope, tb e2b.TemplateBuild, from in
 	return state, b.Reason, lines[max(from, 0):], nil
 }
 
-func (t *e2bTemplates) Owns(scope project.Scope, name string) bool {
+func (t *E2BTemplates) Owns(scope project.Scope, name string) bool {
 	if _, ok, _ := t.cat.lookupBuilt(scope, name); ok && !strings.ContainsAny(name, "/:") {
 		return true
 	}
@@ -395,7 +399,7 @@ func (t *e2bTemplates) Owns(scope project.Scope, name string) bool {
 }
 
 // buildOf is the latest build of the project's name that built id.
-func (t *e2bTemplates) buildOf(proj, name, id string) (e2bBuild, bool) {
+func (t *E2BTemplates) buildOf(proj, name, id string) (e2bBuild, bool) {
 	var found e2bBuild
 	ok := false
 	_ = t.each(func(b e2bBuild) {
@@ -406,7 +410,7 @@ func (t *e2bTemplates) buildOf(proj, name, id string) (e2bBuild, bool) {
 	return found, ok
 }
 
-func (t *e2bTemplates) Tags(scope project.Scope, name string) ([]e2b.TemplateTag, error) {
+func (t *E2BTemplates) Tags(scope project.Scope, name string) ([]e2b.TemplateTag, error) {
 	all, err := t.cat.built()
 	if err != nil {
 		return nil, err
@@ -428,7 +432,7 @@ func (t *e2bTemplates) Tags(scope project.Scope, name string) ([]e2b.TemplateTag
 	return out, nil
 }
 
-func (t *e2bTemplates) AssignTags(scope project.Scope, target string, tags []string) (string, error) {
+func (t *E2BTemplates) AssignTags(scope project.Scope, target string, tags []string) (string, error) {
 	rec, ok, err := t.cat.lookupBuilt(scope, target)
 	switch {
 	case err != nil:
@@ -447,7 +451,7 @@ func (t *e2bTemplates) AssignTags(scope project.Scope, target string, tags []str
 	return b.ID, nil
 }
 
-func (t *e2bTemplates) RemoveTags(scope project.Scope, name string, tags []string) error {
+func (t *E2BTemplates) RemoveTags(scope project.Scope, name string, tags []string) error {
 	for _, tg := range tags {
 		key := scope.Owner() + "/" + name + ":" + tg
 		var rec builtTemplate
@@ -461,7 +465,7 @@ func (t *e2bTemplates) RemoveTags(scope project.Scope, name string, tags []strin
 	return nil
 }
 
-func (t *e2bTemplates) Delete(scope project.Scope, name string) error {
+func (t *E2BTemplates) Delete(scope project.Scope, name string) error {
 	if _, ok, err := t.cat.lookupBuilt(scope, name); err != nil {
 		return err
 	} else if !ok || strings.ContainsAny(name, "/:") {
@@ -487,7 +491,7 @@ func (t *e2bTemplates) Delete(scope project.Scope, name string) error {
 // "<project>/<name>:<tag>" of the same template, which creates and
 // aliases find by that name. List shows none of them; a delete of the
 // name takes them.
-func (c *catalog) pointTag(rec builtTemplate, tag string) error {
+func (c *Catalog) pointTag(rec builtTemplate, tag string) error {
 	base, _, _ := strings.Cut(rec.Name, ":")
 	rec.Name = base + ":" + tag
 	if err := c.st.Put(templatesBucket, rec.canonical(), rec); err != nil {

@@ -1,4 +1,9 @@
-package server
+// Package catalog is the control plane's template catalog: it resolves
+// a template name to what the nodes hold, builds templates through the
+// nodes (one node builds, the others receive the root volume), and keeps
+// E2B's template-build API state, all in the control plane's store so
+// that every replica answers alike.
+package catalog
 
 import (
 	"encoding/json"
@@ -16,6 +21,7 @@ import (
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
+	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/internal/template"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -29,20 +35,22 @@ const nodeTemplatesBucket = "node_templates"
 // cluster's control plane: every node builds them itself at its start.
 var errBuiltinDelete = fmt.Errorf("%w: the built-in templates are built by every node at its start (space node --build-templates); deleting one through a cluster control plane is not supported", api.ErrNotImplemented)
 
-// catalog is the template catalog of a control plane (a cluster's, or
+// Catalog is the template catalog of a control plane (a cluster's, or
 // one house's): the built-in templates the nodes reported, by name, and
-// the templates built through the control plane (templates.go). A template is ready
+// the templates built through the control plane (builds.go). A template is ready
 // when at least one schedulable node holds it; the id is the same on
 // every node (a hash of the recipe and the builder), so placement finds
 // the nodes that hold it by id.
-type catalog struct {
+type Catalog struct {
 	st     store.Store
 	reg    *cluster.Registry
 	cp     func() *controlplane.ControlPlane
 	builds buildQueue
-	// buildDefaults size a build's place on a node (buildShape): the
-	// control plane's defaults of ordinary sandboxes.
-	buildDefaults controlplane.Defaults
+	// buildLimits and buildDisk size a build's place on a node.
+	buildLimits runtime.Limits
+	buildDisk   int64
+	// registryReadCache is how old reg's copy of the nodes may be.
+	registryReadCache time.Duration
 
 	mu sync.Mutex
 	// written is what this replica last stored per node, so that
@@ -50,13 +58,43 @@ type catalog struct {
 	written map[string][]cpapi.Template
 }
 
-func newCatalog(st store.Store, reg *cluster.Registry, cp func() *controlplane.ControlPlane) *catalog {
-	return &catalog{st: st, reg: reg, cp: cp, written: map[string][]cpapi.Template{}}
+// Config is what a catalog is made of.
+type Config struct {
+	// Store holds the catalog's records, shared by every replica.
+	Store    store.Store
+	Registry *cluster.Registry
+	// ControlPlane is the control plane whose sandboxes and pools use
+	// the templates: nil until it is built (the control plane resolves
+	// templates through the catalog, so the catalog comes first), and
+	// in tests.
+	ControlPlane func() *controlplane.ControlPlane
+	// BuildLimits and BuildDiskBytes are the size of a build sandbox,
+	// which a build needs free on the node it is placed on.
+	BuildLimits    runtime.Limits
+	BuildDiskBytes int64
+	// RegistryReadCache is how old Registry's copy of the nodes may be
+	// (cluster.Config.ReadCacheTTL): an E2B build reports ready only once
+	// every replica's copy can hold its template.
+	RegistryReadCache time.Duration
 }
 
-// record stores the templates a node reported, when they changed (as
+// New makes the catalog of cfg; it builds once StartBuilds gave it the
+// nodes.
+func New(cfg Config) *Catalog {
+	cp := cfg.ControlPlane
+	if cp == nil {
+		cp = func() *controlplane.ControlPlane { return nil }
+	}
+	return &Catalog{
+		st: cfg.Store, reg: cfg.Registry, cp: cp,
+		buildLimits: cfg.BuildLimits, buildDisk: cfg.BuildDiskBytes, registryReadCache: cfg.RegistryReadCache,
+		written: map[string][]cpapi.Template{},
+	}
+}
+
+// Record stores the templates a node reported, when they changed (as
 // this replica last wrote them), and says whether they did.
-func (c *catalog) record(nodeID string, ts []cpapi.Template) (changed bool, err error) {
+func (c *Catalog) Record(nodeID string, ts []cpapi.Template) (changed bool, err error) {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -84,7 +122,7 @@ type builtinTemplate struct {
 
 // templates reads what the nodes hold, by name; of two ids under one name
 // (nodes of different builders) the one more schedulable nodes hold wins.
-func (c *catalog) templates() (map[string]builtinTemplate, error) {
+func (c *Catalog) templates() (map[string]builtinTemplate, error) {
 	nodes, err := c.reg.List()
 	if err != nil {
 		return nil, err
@@ -132,7 +170,7 @@ func (c *catalog) templates() (map[string]builtinTemplate, error) {
 }
 
 // lookup finds a template by name or id.
-func (c *catalog) lookup(nameOrID string) (builtinTemplate, bool, error) {
+func (c *Catalog) lookup(nameOrID string) (builtinTemplate, bool, error) {
 	all, err := c.templates()
 	if err != nil {
 		return builtinTemplate{}, false, err
@@ -149,7 +187,7 @@ func (c *catalog) lookup(nameOrID string) (builtinTemplate, bool, error) {
 }
 
 // Resolve implements controlplane.Templates.
-func (c *catalog) Resolve(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, string, error) {
+func (c *Catalog) Resolve(scope project.Scope, nameOrID string) (nodeapi.TemplateSpec, string, error) {
 	if b, ok, err := c.lookupBuilt(scope, nameOrID); err != nil {
 		return nodeapi.TemplateSpec{}, "", err
 	} else if ok {
@@ -176,7 +214,7 @@ func (c *catalog) Resolve(scope project.Scope, nameOrID string) (nodeapi.Templat
 	return t.spec, t.name, nil
 }
 
-func (c *catalog) view(scope project.Scope, t builtinTemplate) apiv1.Template {
+func (c *Catalog) view(scope project.Scope, t builtinTemplate) apiv1.Template {
 	v := apiv1.Template{Name: t.name, Builtin: true, ID: t.spec.ID, State: template.StateReady,
 		SizeBytes: t.sizeBytes, CreatedAt: t.createdAt, ReadyAt: t.readyAt}
 	v.SetRuntimes(t.spec.Runtimes)
@@ -194,7 +232,8 @@ func (c *catalog) view(scope project.Scope, t builtinTemplate) apiv1.Template {
 	return v
 }
 
-func (c *catalog) Get(scope project.Scope, name string) (apiv1.Template, error) {
+// Get implements api.Templates.
+func (c *Catalog) Get(scope project.Scope, name string) (apiv1.Template, error) {
 	if b, ok, err := c.lookupBuilt(scope, name); err != nil {
 		return apiv1.Template{}, err
 	} else if ok {
@@ -210,7 +249,9 @@ func (c *catalog) Get(scope project.Scope, name string) (apiv1.Template, error) 
 	return c.view(scope, t), nil
 }
 
-func (c *catalog) List(scope project.Scope) []apiv1.Template {
+// List implements api.Templates: the built-in templates and those built
+// through the catalog that scope sees, tags left out.
+func (c *Catalog) List(scope project.Scope) []apiv1.Template {
 	all, err := c.templates()
 	out := []apiv1.Template{}
 	if err != nil {
@@ -237,7 +278,7 @@ func (c *catalog) List(scope project.Scope) []apiv1.Template {
 // Logs has the stored log of a template built through the cluster, and no
 // lines for a built-in one: its builds ran on the nodes at their start,
 // whose logs hold them.
-func (c *catalog) Logs(scope project.Scope, name string, from int) ([]string, bool, error) {
+func (c *Catalog) Logs(scope project.Scope, name string, from int) ([]string, bool, error) {
 	if b, ok, err := c.lookupBuilt(scope, name); err != nil {
 		return nil, false, err
 	} else if ok {
@@ -250,13 +291,13 @@ func (c *catalog) Logs(scope project.Scope, name string, from int) ([]string, bo
 }
 
 // Submit builds a template once, on one node, and ships it to the others.
-func (c *catalog) Submit(scope project.Scope, name string, recipe []byte, build api.TemplateBuild) (apiv1.Template, error) {
+func (c *Catalog) Submit(scope project.Scope, name string, recipe []byte, build api.TemplateBuild) (apiv1.Template, error) {
 	return c.submitBuilt(scope, name, recipe, build)
 }
 
 // Delete deletes a template built through the cluster, refused while
 // sandboxes use it.
-func (c *catalog) Delete(scope project.Scope, name string) error {
+func (c *Catalog) Delete(scope project.Scope, name string) error {
 	b, ok, err := c.lookupBuilt(scope, name)
 	if err != nil {
 		return err
@@ -279,7 +320,7 @@ func (c *catalog) Delete(scope project.Scope, name string) error {
 // E2B tags ("<name>:<tag>" records, which would otherwise keep the
 // template's volumes as another name for them); the tags come back if
 // the delete is refused.
-func (c *catalog) deleteTagged(b builtTemplate) error {
+func (c *Catalog) deleteTagged(b builtTemplate) error {
 	if strings.Contains(b.Name, ":") {
 		return c.deleteBuilt(b)
 	}
@@ -305,7 +346,9 @@ func (c *catalog) deleteTagged(b builtTemplate) error {
 	return nil
 }
 
-func (c *catalog) SetPool(scope project.Scope, name string, size int) (apiv1.Template, error) {
+// SetPool sets a template's warm pool size; a built-in template's only
+// with an admin scope, as every project shares it.
+func (c *Catalog) SetPool(scope project.Scope, name string, size int) (apiv1.Template, error) {
 	if b, ok, err := c.lookupBuilt(scope, name); err != nil {
 		return apiv1.Template{}, err
 	} else if ok {
