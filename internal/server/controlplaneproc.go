@@ -18,6 +18,7 @@ import (
 	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
+	"github.com/space-platform/space/internal/credentialcalls"
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
@@ -188,7 +189,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	s.nodeService = &cpapi.Service{
 		Registry: reg, Logger: cfg.Logger,
 		// The API (and so this service) serves once s.cp is built.
-		Credentials: controlPlaneCredentials{ca: boot.egressCA, sandboxes: func() sandboxLookup { return s.cp }, secrets: secretStore},
+		Credentials: credentialcalls.Answerer{CA: boot.egressCA, Sandboxes: func() credentialcalls.Sandboxes { return s.cp }, Secrets: secretStore},
 		// The templates first: the control plane resolves them when it
 		// reconciles the node that joined.
 		Joined: func(n cluster.Node, ts []cpapi.Template) {

@@ -19,6 +19,7 @@ import (
 	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
+	"github.com/space-platform/space/internal/credentialcalls"
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/membership"
 	"github.com/space-platform/space/internal/network"
@@ -186,7 +187,7 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 	// templates trust it (and so hash to one id), every node's gateway
 	// signs leaves with it. It is kept in memory only; a restarted node
 	// fetches it again.
-	ca, err := fetchEgressCA(ctx, link.cp, cfg.ID, say)
+	ca, err := credentialcalls.FetchEgressCA(ctx, link.cp, cfg.ID, say)
 	if err != nil {
 		return nil, err
 	}
@@ -196,11 +197,11 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 	// The rules and secrets stay in the control plane's store; the
 	// gateway asks for them when a sandbox connects (and, in the control
 	// plane's process, every time: no cache to go stale).
-	ttl := credentialTTL
+	ttl := credentialcalls.TTL
 	if link.local != nil {
 		ttl = 0
 	}
-	remote := newNodeCredentials(cfg.ID, link.cp, cfg.Logger, ttl)
+	remote := credentialcalls.NewNodeCache(cfg.ID, link.cp, cfg.Logger, ttl)
 	interceptor := credentials.NewInterceptor(credentials.Config{
 		CA: ca, UpstreamRoots: roots, Logger: cfg.Logger,
 		Rules: remote, Secrets: remote,

@@ -1,4 +1,14 @@
-package server
+// Package credentialcalls is both ends of the credential calls of the
+// node → control-plane contract (cpapi). Credential injection, in a
+// cluster and under serve alike: the control plane keeps the rules (in
+// the sandboxes' records), the secrets and the egress CA; a node's
+// gateway intercepts its sandboxes' TLS and asks the control plane for
+// what it needs at connection time. Answerer answers on the control
+// plane, behind cpapi.Service, and decides what a node may have;
+// NodeCache asks on the node (over the cluster RPC, or in process under
+// serve) and keeps the answers for seconds; FetchEgressCA gets a node
+// the installation's egress CA before it builds or runs anything.
+package credentialcalls
 
 import (
 	"context"
@@ -17,58 +27,54 @@ import (
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
-// Credential injection, in a cluster and under serve alike: the control
-// plane keeps the rules (in the sandboxes' records), the secrets and the
-// egress CA; a node's gateway intercepts its sandboxes' TLS and asks the
-// control plane, through the node → control-plane contract
-// (cpapi.ControlPlane), for what it needs at connection time
-// (controlPlaneCredentials answers behind cpapi.Service, nodeCredentials
-// asks: over the cluster RPC, or in process under serve).
-
-// sandboxLookup finds a sandbox's record (*controlplane.ControlPlane).
-type sandboxLookup interface {
+// Sandboxes finds a sandbox's record (*controlplane.ControlPlane).
+type Sandboxes interface {
 	Get(scope project.Scope, id string) (controlplane.Sandbox, error)
 	// NodeOf is the node a sandbox runs on, records of older versions
 	// (which name none) included.
 	NodeOf(s controlplane.Sandbox) string
 }
 
-// secretReader reads a secret by secrets.Ref (*secrets.Store).
-type secretReader interface {
+// SecretReader reads a secret by secrets.Ref (*secrets.Store).
+type SecretReader interface {
 	Get(ref string) ([]byte, error)
 }
 
-// controlPlaneCredentials answers the nodes' credential calls on the control
+// Answerer answers the nodes' credential calls on the control
 // plane. A node gets the rules and secrets of the sandboxes its records
 // say it runs, and only secrets those rules name, from the sandbox's own
 // project: rules never reach another project's secrets, and one node's
 // calls do not reach another's sandboxes.
-type controlPlaneCredentials struct {
-	ca        *credentials.CA
-	sandboxes func() sandboxLookup
-	secrets   secretReader
+type Answerer struct {
+	CA *credentials.CA
+	// Sandboxes gives the control plane's records at each call: the
+	// control plane is built after the service that answers is.
+	Sandboxes func() Sandboxes
+	Secrets   SecretReader
 }
 
-var _ cpapi.Credentials = controlPlaneCredentials{}
+var _ cpapi.Credentials = Answerer{}
 
-func (c controlPlaneCredentials) EgressCA() ([]byte, []byte, error) {
-	key, err := c.ca.KeyPEM()
+// EgressCA implements cpapi.Credentials: the installation's egress CA,
+// its certificate and key in PEM.
+func (c Answerer) EgressCA() ([]byte, []byte, error) {
+	key, err := c.CA.KeyPEM()
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.ca.CertPEM(), key, nil
+	return c.CA.CertPEM(), key, nil
 }
 
 // sandbox is the live sandbox id as node may see it.
-func (c controlPlaneCredentials) sandbox(node, id string) (controlplane.Sandbox, error) {
-	sb, err := c.sandboxes().Get(project.Everything, id)
+func (c Answerer) sandbox(node, id string) (controlplane.Sandbox, error) {
+	sb, err := c.Sandboxes().Get(project.Everything, id)
 	if errors.Is(err, controlplane.ErrNotFound) {
 		return sb, fmt.Errorf("sandbox %s: %w", id, cpapi.ErrNoSandbox)
 	}
 	if err != nil {
 		return sb, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	if node == "" || c.sandboxes().NodeOf(sb) != node {
+	if node == "" || c.Sandboxes().NodeOf(sb) != node {
 		return sb, fmt.Errorf("sandbox %s does not run on node %q: %w", id, node, cpapi.ErrDenied)
 	}
 	// A stopped or failed sandbox has no traffic to inject into; its
@@ -79,7 +85,9 @@ func (c controlPlaneCredentials) sandbox(node, id string) (controlplane.Sandbox,
 	return sb, nil
 }
 
-func (c controlPlaneCredentials) CredentialRules(node, id string) ([]credentials.Rule, error) {
+// CredentialRules implements cpapi.Credentials: the rules of a live
+// sandbox of node.
+func (c Answerer) CredentialRules(node, id string) ([]credentials.Rule, error) {
 	sb, err := c.sandbox(node, id)
 	if err != nil {
 		return nil, err
@@ -87,7 +95,9 @@ func (c controlPlaneCredentials) CredentialRules(node, id string) ([]credentials
 	return sb.Credentials, nil
 }
 
-func (c controlPlaneCredentials) Secret(node, id, name string) ([]byte, error) {
+// Secret implements cpapi.Credentials: a secret of the sandbox's project
+// that the rules of a live sandbox of node name.
+func (c Answerer) Secret(node, id, name string) ([]byte, error) {
 	sb, err := c.sandbox(node, id)
 	if err != nil {
 		return nil, err
@@ -99,25 +109,25 @@ func (c controlPlaneCredentials) Secret(node, id, name string) ([]byte, error) {
 	if !named {
 		return nil, fmt.Errorf("the credential rules of sandbox %s name no secret %q: %w", id, name, cpapi.ErrDenied)
 	}
-	v, err := c.secrets.Get(secrets.Ref(sb.Project, name))
+	v, err := c.Secrets.Get(secrets.Ref(sb.Project, name))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	return v, nil
 }
 
-// credentialClient is the control plane as a node asks it for
-// credentials (a cpapi.ControlPlane).
-type credentialClient interface {
+// Client is the control plane as a node asks it for credentials (a
+// cpapi.ControlPlane).
+type Client interface {
 	CredentialRules(ctx context.Context, node, sandboxID string) ([]credentials.Rule, error)
 	Secret(ctx context.Context, node, sandboxID, name string) ([]byte, error)
 }
 
 const (
-	// credentialTTL is how long a node reuses an answer: the gateway asks
+	// TTL is how long a node reuses an answer: the gateway asks
 	// for every TLS connection and every request on an intercepted one,
 	// and a changed secret reaches sandboxes within it.
-	credentialTTL = 5 * time.Second
+	TTL = 5 * time.Second
 	// maxCachedCredentials bounds each cache; a full one is emptied.
 	maxCachedCredentials = 4096
 	// credentialCallTimeout bounds one call: a sandbox's connection waits
@@ -125,13 +135,13 @@ const (
 	credentialCallTimeout = 5 * time.Second
 )
 
-// nodeCredentials is a node's credentials.RuleSource and SecretSource:
+// NodeCache is a node's credentials.RuleSource and SecretSource:
 // the control plane, with its answers kept in memory for ttl (never on
 // disk; not at all when ttl is 0, as for a control plane in the same
 // process, whose answers cost no round trip).
-type nodeCredentials struct {
+type NodeCache struct {
 	node   string
-	client credentialClient
+	client Client
 	log    *slog.Logger
 	now    func() time.Time
 	ttl    time.Duration
@@ -151,8 +161,10 @@ type cachedSecret struct {
 	at    time.Time
 }
 
-func newNodeCredentials(node string, client credentialClient, log *slog.Logger, ttl time.Duration) *nodeCredentials {
-	return &nodeCredentials{
+// NewNodeCache asks client, as node, and keeps its answers for ttl (TTL
+// over a network, 0 in the control plane's own process).
+func NewNodeCache(node string, client Client, log *slog.Logger, ttl time.Duration) *NodeCache {
+	return &NodeCache{
 		node: node, client: client, log: log, now: time.Now, ttl: ttl,
 		rules: map[string]cachedRules{}, secrets: map[[2]string]cachedSecret{},
 	}
@@ -161,7 +173,7 @@ func newNodeCredentials(node string, client credentialClient, log *slog.Logger, 
 // CredentialRules asks the control plane for the sandbox's rules. When
 // it cannot answer, the sandbox has none for now: its TLS then goes
 // through untouched, without credentials, rather than being cut.
-func (r *nodeCredentials) CredentialRules(id string) []credentials.Rule {
+func (r *NodeCache) CredentialRules(id string) []credentials.Rule {
 	r.mu.Lock()
 	c, ok := r.rules[id]
 	r.mu.Unlock()
@@ -191,7 +203,7 @@ func (r *nodeCredentials) CredentialRules(id string) []credentials.Rule {
 }
 
 // Secret asks the control plane for a secret of the sandbox's rules.
-func (r *nodeCredentials) Secret(id, name string) ([]byte, error) {
+func (r *NodeCache) Secret(id, name string) ([]byte, error) {
 	key := [2]string{id, name}
 	r.mu.Lock()
 	c, ok := r.secrets[key]
@@ -227,11 +239,11 @@ func (r *nodeCredentials) Secret(id, name string) ([]byte, error) {
 	return v, nil
 }
 
-// fetchEgressCA gets the cluster's egress CA from the control plane,
+// FetchEgressCA gets the cluster's egress CA from the control plane,
 // waiting for it to answer: a node builds no template and starts no
 // sandbox before it holds the CA its templates trust. A wrong cluster
 // token (or a control plane without the call) ends the wait at once.
-func fetchEgressCA(ctx context.Context, c interface {
+func FetchEgressCA(ctx context.Context, c interface {
 	EgressCA(ctx context.Context, node string) (cpapi.EgressCA, error)
 }, node string, say func(string, ...any)) (*credentials.CA, error) {
 	wait, told := 500*time.Millisecond, false

@@ -1,7 +1,6 @@
-package server
+package credentialcalls
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -10,12 +9,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
 	"github.com/space-platform/space/internal/controlplane"
@@ -51,7 +48,7 @@ func (f fakeSandboxes) Get(_ project.Scope, id string) (controlplane.Sandbox, er
 	return sb, nil
 }
 
-// credentialService serves the cluster service with controlPlaneCredentials
+// credentialService serves the cluster service with Answerer
 // over a real secret store, for sandboxes and token given, and returns
 // its URL and CA.
 func credentialService(t *testing.T, sandboxes fakeSandboxes, stored map[string]string) (string, *credentials.CA) {
@@ -82,7 +79,7 @@ func credentialService(t *testing.T, sandboxes fakeSandboxes, stored map[string]
 	path, h := clusterrpc.NewHandler(clusterrpc.ServerConfig{
 		Token: "s3cret",
 		ControlPlane: &cpapi.Service{Registry: reg, Logger: logger,
-			Credentials: controlPlaneCredentials{ca: ca, sandboxes: func() sandboxLookup { return sandboxes }, secrets: sec}},
+			Credentials: Answerer{CA: ca, Sandboxes: func() Sandboxes { return sandboxes }, Secrets: sec}},
 	})
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
@@ -228,7 +225,7 @@ func (c *countingClient) Secret(_ context.Context, node, id, name string) ([]byt
 func TestNodeCredentialsCache(t *testing.T) {
 	rule := credentials.Rule{Host: "api.example.com", Header: "X-Key", Value: "${K}"}
 	cc := &countingClient{rules: map[string][]credentials.Rule{"sb": {rule}}, value: "v1"}
-	rc := newNodeCredentials("n1", cc, slog.New(slog.NewTextHandler(io.Discard, nil)), credentialTTL)
+	rc := NewNodeCache("n1", cc, slog.New(slog.NewTextHandler(io.Discard, nil)), TTL)
 	now := time.Unix(1000, 0)
 	rc.now = func() time.Time { return now }
 
@@ -248,13 +245,13 @@ func TestNodeCredentialsCache(t *testing.T) {
 	}
 	// After the TTL a changed secret is seen.
 	cc.value = "v2"
-	now = now.Add(credentialTTL)
+	now = now.Add(TTL)
 	if v, err := rc.Secret("sb", "K"); err != nil || string(v) != "v2" {
 		t.Fatalf("secret after the TTL: %q, %v", v, err)
 	}
 	// A control plane that cannot answer: no rules, an error for the
 	// secret, and nothing kept.
-	now = now.Add(credentialTTL)
+	now = now.Add(TTL)
 	cc.fail = errors.New("control plane: connection refused")
 	if r := rc.CredentialRules("sb"); r != nil {
 		t.Fatalf("rules while the control plane fails: %+v", r)
@@ -265,137 +262,6 @@ func TestNodeCredentialsCache(t *testing.T) {
 	cc.fail = nil
 	if r := rc.CredentialRules("sb"); len(r) != 1 {
 		t.Fatalf("rules once the control plane answers again: %+v", r)
-	}
-}
-
-// The first replica makes the cluster's egress CA and seals it in the
-// bootstrap record; later loads get the same CA, a record from before the
-// CA gets one (kept from then on), and the record's CA does not open
-// with another token.
-func TestBootstrapKeepsTheEgressCA(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	keys, err := auth.Open(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	adminKey := filepath.Join(t.TempDir(), "admin.key")
-	first, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first.egressCA == nil || again.egressCA.Fingerprint() != first.egressCA.Fingerprint() {
-		t.Fatalf("egress CAs %v and %v, want one, kept", first.egressCA, again.egressCA)
-	}
-	var rec bootstrapRecord
-	if err := st.Get(bootstrapBucket, bootstrapKey, &rec); err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, _ := first.egressCA.KeyPEM()
-	if bytes.Contains(rec.EgressCAKey, keyPEM[30:60]) || bytes.Contains(rec.EgressCACert, first.egressCA.CertPEM()[30:60]) {
-		t.Fatal("the record holds the CA in the clear")
-	}
-	if _, err := loadBootstrap(ctx, st, keys, "token-b", adminKey, "", bootstrapSeed{}); err == nil {
-		t.Fatal("another token opened the record")
-	}
-	rec.EgressCAKey, rec.EgressCACert = nil, nil
-	if err := st.Put(bootstrapBucket, bootstrapKey, rec); err != nil {
-		t.Fatal(err)
-	}
-	upgraded, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
-	if err != nil || upgraded.egressCA == nil || upgraded.adminKey != first.adminKey {
-		t.Fatalf("a record without a CA: %+v, %v", upgraded, err)
-	}
-	later, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
-	if err != nil || later.egressCA.Fingerprint() != upgraded.egressCA.Fingerprint() {
-		t.Fatalf("the CA added to an old record is not kept: %v", err)
-	}
-}
-
-// A seeded egress CA (serve's <data-dir>/ca) becomes a new record's and
-// stays; a record that exists keeps its own.
-func TestBootstrapTakesASeededEgressCA(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	keys, err := auth.Open(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, err := credentials.NewCA("seed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := credentials.NewCA("other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	adminKey := filepath.Join(t.TempDir(), "admin.key")
-	for i, ca := range []*credentials.CA{seed, other} {
-		b, err := loadBootstrap(ctx, st, keys, "token", adminKey, "", bootstrapSeed{egressCA: ca})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b.egressCA.Fingerprint() != seed.Fingerprint() {
-			t.Fatalf("load %d: the egress CA is not the seeded one the record was made with", i)
-		}
-	}
-}
-
-// An admin key the installer chose is the first admin key of an empty
-// store (it works, the record keeps it, it is not reported as minted); a store that has one already ignores a new choice,
-// and a malformed choice is refused.
-func TestBootstrapWithAGivenAdminKey(t *testing.T) {
-	ctx := context.Background()
-	open := func() (store.Store, *auth.Keys) {
-		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		keys, err := auth.Open(st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st, keys
-	}
-	given := "e2b_" + strings.Repeat("ab12", 10)
-	st, keys := open()
-	path := filepath.Join(t.TempDir(), "admin.key")
-	b, err := loadBootstrap(ctx, st, keys, "token", path, given, bootstrapSeed{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.adminKey != given || b.created {
-		t.Fatalf("bootstrap with a given key: admin %q, created %v", b.adminKey, b.created)
-	}
-	if k, err := keys.Check(given); err != nil || !k.Admin {
-		t.Fatalf("the given key does not work as an admin key: %+v, %v", k, err)
-	}
-	other := "e2b_" + strings.Repeat("cd34", 10)
-	again, err := loadBootstrap(ctx, st, keys, "token", path, other, bootstrapSeed{})
-	if err != nil || again.adminKey != given {
-		t.Fatalf("a second bootstrap with another key: %q, %v; want the first kept", again.adminKey, err)
-	}
-	if _, err := keys.Check(other); err == nil {
-		t.Fatal("a later choice of admin key was added to a bootstrapped store")
-	}
-	for _, bad := range []string{"e2b_short", "e2b_" + strings.Repeat("AB12", 10), strings.Repeat("ab12", 11), "e2b_" + strings.Repeat("zz12", 10)} {
-		st, keys := open()
-		if _, err := loadBootstrap(ctx, st, keys, "token", filepath.Join(t.TempDir(), "admin.key"), bad, bootstrapSeed{}); !errors.Is(err, auth.ErrKeyFormat) {
-			t.Errorf("given admin key %q: %v, want ErrKeyFormat", bad, err)
-		}
 	}
 }
 
@@ -420,9 +286,9 @@ func TestLegacyRecordsAndServesOwnNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	creds := func(lookup sandboxLookup) *nodeCredentials {
-		svc := &cpapi.Service{Credentials: controlPlaneCredentials{sandboxes: func() sandboxLookup { return lookup }, secrets: sec}}
-		return newNodeCredentials(houseNode, svc, slog.New(slog.NewTextHandler(io.Discard, nil)), 0)
+	creds := func(lookup Sandboxes) *NodeCache {
+		svc := &cpapi.Service{Credentials: Answerer{Sandboxes: func() Sandboxes { return lookup }, Secrets: sec}}
+		return NewNodeCache(houseNode, svc, slog.New(slog.NewTextHandler(io.Discard, nil)), 0)
 	}
 	serve := creds(servedSandboxes{records})
 	if got := serve.CredentialRules("sb-old"); len(got) != 1 || got[0] != rules[0] {
