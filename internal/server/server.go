@@ -1,10 +1,12 @@
 // Package server assembles the processes of space: `space control-plane`
-// (controlplaneproc.go: the control plane, its catalog and credentials,
-// the API, the cluster service nodes join through), `space node`
-// (nodeproc.go: storage, runtimes, network, templates, the node RPC) and
-// `space serve`, which is both in one process on the embedded store, the
-// node joined by calls (onehouse.go). It is wiring only; each part lives
-// in its own package behind the interface its consumer defines.
+// (controlplaneproc.go: the control plane, its template catalog
+// (internal/catalog) and the answers to the nodes' credential calls
+// (internal/credentialcalls), the API, the cluster service nodes join
+// through), `space node` (nodeproc.go: storage, runtimes, network,
+// templates, the node RPC) and `space serve`, which is both in one
+// process on the embedded store, the node joined by calls (onehouse.go).
+// It is wiring only; each part lives in its own package behind the
+// interface its consumer defines.
 package server
 
 import (
