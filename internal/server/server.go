@@ -5,8 +5,13 @@
 // through), `space node` (nodeproc.go: storage, runtimes, network,
 // templates, the node RPC) and `space serve`, which is both in one
 // process on the embedded store, the node joined by calls (onehouse.go).
-// It is wiring only; each part lives in its own package behind the
-// interface its consumer defines.
+// It is wiring: each part lives in its own package behind the interface
+// its consumer defines. Four pieces of logic are still here, each tied
+// to the processes it joins: the node's templates as the node contract
+// serves them (nodetemplates.go, on heldNode), the set of nodes a
+// control plane calls (nodes.go), the sealed bootstrap record a cluster's
+// replicas share (bootstrap.go) and the one-time import of a data dir
+// the release before one house wrote (upgrade.go).
 package server
 
 import (
@@ -333,7 +338,11 @@ func findTool(configured, env, name string) (string, error) {
 	return "", fmt.Errorf("cannot find %s: build it with scripts/install-deps.sh (or `make`), or set $%s", name, env)
 }
 
-// nodeCapacity reads this machine's size.
+// nodeCapacity reads this machine's size: its CPUs, its memory and the
+// size of the filesystem its volumes live on (the loop image storage
+// made, where the data dir is not on btrfs). Sizes, not what was free at
+// start: free disk, reported beside it, then never exceeds it, and a node
+// started again with sandboxes does not count their disk as gone.
 func nodeCapacity(volumesRoot string) node.Capacity {
 	c := node.Capacity{VCPUs: goruntime.NumCPU()}
 	if kb, _, err := readMeminfo(); err == nil {
@@ -341,7 +350,7 @@ func nodeCapacity(volumesRoot string) node.Capacity {
 	}
 	var fs syscall.Statfs_t
 	if syscall.Statfs(volumesRoot, &fs) == nil {
-		c.DiskMB = int(fs.Bavail * uint64(fs.Bsize) >> 20)
+		c.DiskMB = int(fs.Blocks * uint64(fs.Bsize) >> 20)
 	}
 	return c
 }
