@@ -425,8 +425,6 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusTooManyRequests, quotaErr.Error())
 	case errors.Is(err, ErrTemplateShared):
 		writeError(w, http.StatusForbidden, err.Error())
-	case errors.Is(err, ErrNotImplemented):
-		writeError(w, http.StatusNotImplemented, err.Error())
 	case errors.As(err, &stateErr):
 		writeError(w, http.StatusConflict, stateErr.Error())
 	case errors.As(err, &fileErr):
@@ -440,7 +438,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, controlplane.ErrCapacity):
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
-	case errors.Is(err, controlplane.ErrTemplateNotReady), errors.Is(err, ErrTemplateInUse):
+	case errors.Is(err, controlplane.ErrTemplateNotReady), errors.Is(err, ErrTemplateInUse), errors.Is(err, ErrTemplateBuiltin):
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, nodeapi.ErrNoRuntime), errors.Is(err, nodeapi.ErrNoCheckpoint):
 		// A backend the node or the template does not have, or one that
@@ -466,7 +464,7 @@ var (
 	ErrTemplateInUse    = errors.New("template is in use")
 	ErrTemplateShared   = errors.New("template is shared")
 	ErrBadRecipe        = errors.New("invalid recipe")
-	// ErrNotImplemented: the operation is not supported by this server
-	// (a cluster's control plane does not build templates yet).
-	ErrNotImplemented = errors.New("not implemented")
+	// ErrTemplateBuiltin refuses deleting a built-in template: the nodes
+	// build those at their start, so a delete would not last.
+	ErrTemplateBuiltin = errors.New("template is built in")
 )

@@ -412,4 +412,15 @@ func TestClusterBuiltinShowsItsSizeAndTimes(t *testing.T) {
 	if v.ID != "minimal-1" || v.SizeBytes != 5<<20 || !v.CreatedAt.Equal(began) || v.ReadyAt == nil || !v.ReadyAt.Equal(ready) {
 		t.Fatalf("minimal: %+v", v)
 	}
+	// Nobody deletes a built-in: a project key is told it is shared
+	// (403), the admin that every node builds it (409); it stays.
+	if err := tc.cat.Delete(project.In("p1"), "minimal"); !errors.Is(err, api.ErrTemplateShared) {
+		t.Fatalf("a project deletes minimal: %v", err)
+	}
+	if err := tc.cat.Delete(project.Everything, "minimal"); !errors.Is(err, api.ErrTemplateBuiltin) || !strings.Contains(err.Error(), "--build-templates") {
+		t.Fatalf("the admin deletes minimal: %v", err)
+	}
+	if _, err := tc.cat.Get(project.Everything, "minimal"); err != nil {
+		t.Fatalf("minimal after the refused deletes: %v", err)
+	}
 }

@@ -31,9 +31,9 @@ import (
 // ready (cpapi.Template), so that every replica resolves them.
 const nodeTemplatesBucket = "node_templates"
 
-// errBuiltinDelete refuses deleting a built-in template through a
-// cluster's control plane: every node builds them itself at its start.
-var errBuiltinDelete = fmt.Errorf("%w: the built-in templates are built by every node at its start (space node --build-templates); deleting one through a cluster control plane is not supported", api.ErrNotImplemented)
+// errBuiltinDelete refuses deleting a built-in template (409): every
+// node builds the built-ins at its start, so a delete would not last.
+var errBuiltinDelete = fmt.Errorf("%w: the built-in templates are built by every node at its start (space node and space serve --build-templates choose which); a built-in cannot be deleted", api.ErrTemplateBuiltin)
 
 // Catalog is the template catalog of a control plane (a cluster's, or
 // one house's): the built-in templates the nodes reported, by name, and

@@ -18,7 +18,7 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // followed through the API to its end; the same recipe again is the same
 // template, not a second build; a sandbox of it on every node (the others
 // cordoned) sees what the recipe set (env, workdir, a file its build
-// wrote); an archive uploaded through the API builds and ships as well;
+// wrote); a built-in template is not the admin's to delete (409); an archive uploaded through the API builds and ships as well;
 // a delete is refused while a sandbox uses the template, and after it no
 // node keeps a copy.
 func TestTemplateBuildUseAndDelete(t *testing.T) {
@@ -51,6 +51,11 @@ func TestTemplateBuildUseAndDelete(t *testing.T) {
 		again, err := cl.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Recipe: recipe})
 		if err != nil || again.ID != ready.ID || again.State != apiv1.TemplateReady {
 			t.Fatalf("resubmitting the same recipe = %+v, %v", again, err)
+		}
+		// A built-in template: the admin's delete is refused (409), as
+		// every node builds it at its start; it stays.
+		if err := cl.DeleteTemplate(ctx, "minimal"); !client.IsConflict(err) || !strings.Contains(err.Error(), "built-in") {
+			t.Fatalf("the admin deletes minimal: %v, want 409 saying it is built in", err)
 		}
 		list, err := cl.ListTemplates(ctx)
 		if err != nil || !slices.ContainsFunc(list, func(l apiv1.Template) bool { return l.Name == "greeter" }) {
