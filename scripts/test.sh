@@ -49,11 +49,12 @@ fi
 go build -o .tools/bin/testreport ./tools/testreport
 
 tier=full
-# -parallel 4: the e2e package's parallel group (the SDK suites, the red
-# team, ...) mostly waits on sandboxes; with go test's default of one
-# per core, TestE2BJSSDKs, the longest, waited 100 s for a slot
-# (docs/testing.md). No other package has parallel tests.
-flags=(-race -count=1 -timeout 60m -parallel 4)
+# -parallel 16: every test of the e2e package's parallel group (the SDK
+# suites, the red team, ...) starts at once, and the package bounds
+# them itself (groupSlots in test/e2e/harness_test.go), so that
+# TestE2BJSSDKs, the longest, never waits for a slot (docs/testing.md).
+# No other package has parallel tests.
+flags=(-race -count=1 -timeout 60m -parallel 16)
 if [ $quick = 1 ]; then
   tier=quick
   flags=(-short -race -count=1 -timeout 15m)

@@ -190,7 +190,7 @@ func e2bMetrics(t *testing.T, id, query string) []e2bMetric {
 // sandbox keeps its history without being resumed by the read.
 func TestE2BMetricsHistoryAndRanges(t *testing.T) {
 	// Waits for the node's samples: alongside the other parallel tests.
-	t.Parallel()
+	inParallelGroup(t)
 	created := time.Now()
 	sb := e2bCreate(t, "minimal", nil)
 	var all []e2bMetric

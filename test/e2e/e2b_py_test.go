@@ -50,7 +50,7 @@ func TestE2BPythonSDKs(t *testing.T) {
 	// Mostly waiting on the server and the sandboxes: alongside the
 	// other parallel tests (each SDK suite has its own directory and
 	// sandboxes).
-	t.Parallel()
+	inParallelGroup(t)
 	dir := filepath.Join(env.repoRoot, "compat", "e2b-py")
 	envs := strings.Fields(os.Getenv("SPACE_E2B_PY_ENVS"))
 	if len(envs) == 0 {

@@ -26,7 +26,8 @@ func TestE2BJSSDKs(t *testing.T) {
 	testtier.Full(t, "installs npm packages and builds the base template")
 	// Mostly waiting on the server and the sandboxes: alongside the
 	// other parallel tests (each SDK suite has its own directory and
-	// sandboxes).
+	// sandboxes). The group's longest test, it takes none of groupSlots,
+	// so that it starts with the group.
 	t.Parallel()
 	dir := filepath.Join(env.repoRoot, "compat", "e2b-js")
 	node, err := exec.LookPath("node")

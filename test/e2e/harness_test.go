@@ -404,3 +404,23 @@ func e2eProcessAlive(pid int) bool {
 	}
 	return false
 }
+
+// groupSlots bounds the package's parallel group to three tests at a
+// time beside TestE2BJSSDKs, which takes no slot: the group's longest
+// test starts with it, instead of waiting for a slot behind tests that
+// take the cores it needs (scripts/test.sh's -parallel lets every
+// parallel test of the package start at once; which ones go test then
+// runs first is up to its scheduler). The group is CPU-bound: more at a
+// time only stretches each (docs/testing.md).
+var groupSlots = make(chan struct{}, 3)
+
+// inParallelGroup is t.Parallel for the tests of the parallel group but
+// TestE2BJSSDKs: it waits for one of groupSlots, held until the test and
+// its subtests end.
+func inParallelGroup(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	groupSlots <- struct{}{}
+	t.Cleanup(func() { <-groupSlots })
+}
+

@@ -358,7 +358,7 @@ func TestIdleSuspendAndTimeoutSuspend(t *testing.T) {
 const e2eSnapshotInterval = 5
 
 func TestRollingSnapshots(t *testing.T) {
-	t.Parallel()
+	inParallelGroup(t)
 	// The harness's floor of snapshot_interval_s; the first rolling
 	// snapshot comes one interval after the start.
 	sb := newSandbox(t, apiv1.CreateSandboxRequest{SnapshotIntervalS: e2eSnapshotInterval, SnapshotRetentionS: 3600})

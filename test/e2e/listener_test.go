@@ -14,7 +14,7 @@ import (
 // are tested in internal/server.
 func TestAPICutsOffSlowHeaders(t *testing.T) {
 	requireServer(t)
-	t.Parallel()
+	inParallelGroup(t)
 	u, err := url.Parse(env.srv.URL)
 	if err != nil {
 		t.Fatal(err)

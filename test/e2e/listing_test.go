@@ -34,7 +34,7 @@ func hugeDirName(i int) string { return fmt.Sprintf("an-entry-with-a-longish-nam
 func TestHugeDirectoryListedInBoundedMemory(t *testing.T) {
 	// Its own server, whose memory (not speed) is measured: alongside
 	// the other parallel tests.
-	t.Parallel()
+	inParallelGroup(t)
 	s := newCrashServer(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

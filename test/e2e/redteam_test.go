@@ -31,7 +31,7 @@ import (
 func TestRedteam(t *testing.T) {
 	requireServer(t)
 	testtier.Full(t, "builds the base template and runs 60+ attempts")
-	t.Parallel()
+	inParallelGroup(t)
 	if err := buildBuiltin("base"); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestNativeSDKs(t *testing.T) {
 	// Mostly waiting on the server and the sandboxes: alongside the
 	// other parallel tests (each SDK suite has its own directory and
 	// sandboxes).
-	t.Parallel()
+	inParallelGroup(t)
 	which := os.Getenv("SPACE_SDK_NATIVE")
 	files := strings.Fields(os.Getenv("SPACE_SDK_NATIVE_TESTS"))
 	environ := append(withoutE2BEnv(os.Environ()),

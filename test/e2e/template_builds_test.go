@@ -34,7 +34,7 @@ import (
 // and its canaries and listener are its own.
 func TestTemplateBuildEscapesAreBlocked(t *testing.T) {
 	requireServer(t)
-	t.Parallel()
+	inParallelGroup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var names []string
