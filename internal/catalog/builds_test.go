@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
+	"github.com/space-platform/space/internal/cpapi/cpapitest"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/nodeapi/nodeapitest"
 	"github.com/space-platform/space/internal/project"
@@ -44,15 +44,7 @@ type templateCluster struct {
 
 func newTemplateCluster(t *testing.T, ids ...string) *templateCluster {
 	t.Helper()
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	reg, err := cluster.New(cluster.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, reg := cpapitest.NewStoreAndRegistry(t)
 	tc := &templateCluster{reg: reg, nodes: fakeNodes{}}
 	tc.cat = New(testConfig(st, reg))
 	tc.cat.StartBuilds(context.Background(), tc.nodes, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -53,6 +53,14 @@ type backing struct {
 // temporary directory), closed when t ends.
 func NewRegistry(t *testing.T) *cluster.Registry {
 	t.Helper()
+	_, reg := NewStoreAndRegistry(t)
+	return reg
+}
+
+// NewStoreAndRegistry is NewRegistry with its store, for a test that
+// keeps more in it (a catalog's records).
+func NewStoreAndRegistry(t *testing.T) (store.Store, *cluster.Registry) {
+	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +70,7 @@ func NewRegistry(t *testing.T) *cluster.Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return reg
+	return st, reg
 }
 
 func newBacking(t *testing.T) *backing {
