@@ -423,4 +423,3 @@ func inParallelGroup(t *testing.T) {
 	groupSlots <- struct{}{}
 	t.Cleanup(func() { <-groupSlots })
 }
-
