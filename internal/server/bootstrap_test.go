@@ -18,15 +18,7 @@ import (
 // CA gets one (kept from then on), and the record's CA does not open
 // with another token.
 func TestBootstrapKeepsTheEgressCA(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	keys, err := auth.Open(st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, keys := keyStore(t, t.TempDir())
 	ctx := context.Background()
 	adminKey := filepath.Join(t.TempDir(), "admin.key")
 	first, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
@@ -68,15 +60,7 @@ func TestBootstrapKeepsTheEgressCA(t *testing.T) {
 // A seeded egress CA (serve's <data-dir>/ca) becomes a new record's and
 // stays; a record that exists keeps its own.
 func TestBootstrapTakesASeededEgressCA(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	keys, err := auth.Open(st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, keys := keyStore(t, t.TempDir())
 	seed, err := credentials.NewCA("seed")
 	if err != nil {
 		t.Fatal(err)
@@ -103,18 +87,7 @@ func TestBootstrapTakesASeededEgressCA(t *testing.T) {
 // and a malformed choice is refused.
 func TestBootstrapWithAGivenAdminKey(t *testing.T) {
 	ctx := context.Background()
-	open := func() (store.Store, *auth.Keys) {
-		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		keys, err := auth.Open(st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st, keys
-	}
+	open := func() (store.Store, *auth.Keys) { return keyStore(t, t.TempDir()) }
 	given := "e2b_" + strings.Repeat("ab12", 10)
 	st, keys := open()
 	path := filepath.Join(t.TempDir(), "admin.key")
@@ -142,4 +115,19 @@ func TestBootstrapWithAGivenAdminKey(t *testing.T) {
 			t.Errorf("given admin key %q: %v, want ErrKeyFormat", bad, err)
 		}
 	}
+}
+
+// keyStore is a store in dir (state.db, closed when t ends) and its keys.
+func keyStore(t *testing.T, dir string) (store.Store, *auth.Keys) {
+	t.Helper()
+	st, err := store.Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	keys, err := auth.Open(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, keys
 }

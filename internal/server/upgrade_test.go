@@ -6,10 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/secrets"
-	"github.com/space-platform/space/internal/store"
 )
 
 // serve's files become the bootstrap record's: its secrets key (so that
@@ -17,15 +15,7 @@ import (
 // and its admin key, which every start writes to admin.key again.
 func TestUpgradeSealsServesFiles(t *testing.T) {
 	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	keys, err := auth.Open(st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, keys := keyStore(t, dir)
 	admin, err := mintAdminKey(keys, "admin", filepath.Join(dir, "admin.key"))
 	if err != nil {
 		t.Fatal(err)
