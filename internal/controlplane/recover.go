@@ -178,7 +178,9 @@ type reconcile struct {
 	starts map[*record]nodeapi.TemplateSpec
 }
 
-// recoverOne reconciles one sandbox of node n with r.lock held.
+// recoverOne reconciles one sandbox of node n with r.lock held: the node
+// settles it from what the record says (nodeapi.Reconcile, one call),
+// and the record follows the outcome.
 func (cp *ControlPlane) recoverOne(ctx context.Context, n Node, r *record, rec *reconcile) error {
 	s := cp.snapshot(r)
 	if terminal(s.State) {
@@ -187,113 +189,98 @@ func (cp *ControlPlane) recoverOne(ctx context.Context, n Node, r *record, rec *
 		// sandboxes.
 		return nil
 	}
-	if s.State != apiv1.StateSuspended {
-		if err := n.Quiesce(ctx, s.ID); err != nil {
-			cp.log.Warn("quiesce", "sandbox", s.ID, "err", err)
-		}
+	req := nodeapi.ReconcileRequest{ID: s.ID, AccessToken: s.AccessToken, State: s.State, Restoring: s.Restoring != ""}
+	if s.State == apiv1.StateSuspending {
+		req.Image = s.Image
+	}
+	res, err := n.Reconcile(ctx, req)
+	if err != nil {
+		return err
+	}
+	for _, w := range res.Warnings {
+		cp.log.Warn("reconcile", "sandbox", s.ID, "warning", w)
 	}
 	if s.Restoring != "" {
-		// A restore that was not recorded did not happen: the node puts
+		// A restore that was not recorded did not happen: the node put
 		// the old root volume back, and the old memory is its suspend
 		// image (or its runtime, if the crash came before that was made).
-		if _, err := n.RevertRestore(ctx, s.ID); err != nil {
-			return err
-		}
+		// A crash before this update leaves nothing to undo the next time.
 		if err := cp.update(r, func(s *Sandbox) { s.Restoring = "" }); err != nil {
 			return err
 		}
 		cp.recordEvent(s.ID, Event{Type: "restore", Message: "restore of " + s.Restoring + " interrupted by a server restart; undone"})
-	} else if err := n.CommitRestore(ctx, s.ID); err != nil {
-		// What a recorded restore had not dropped yet.
-		cp.log.Warn("drop the volume a restore replaced", "sandbox", s.ID, "err", err)
 	}
-	switch s.State {
-	case apiv1.StateStarting:
-		return cp.restart(ctx, n, r, rec)
-	case apiv1.StateStopping:
-		if err := cp.stop(ctx, r, s.Reason); err != nil {
-			return err
-		}
-		if s.Reason == "deleted" {
-			return cp.forget(s.ID) // the client asked for it to go away
-		}
-		return nil
-	case apiv1.StateSuspended:
-		return nil
-	case apiv1.StateSuspending:
-		if cp.settled(ctx, n, s) {
-			if err := n.Halt(ctx, s.ID); err != nil {
+	switch res.Outcome {
+	case nodeapi.ReconcileUntouched:
+		switch s.State {
+		case apiv1.StateStarting:
+			return cp.restart(ctx, n, r, rec)
+		case apiv1.StateStopping:
+			if err := cp.stop(ctx, r, s.Reason); err != nil {
 				return err
 			}
-			return cp.setState(r, apiv1.StateSuspended, "suspend finished after a server restart",
-				func(s *Sandbox) { now := time.Now().UTC(); s.SuspendedAt = &now })
-		}
-	}
-	// running, paused, pausing, resuming, snapshotting, or a torn suspend.
-	alive, err := n.Adopt(ctx, s.ID, s.AccessToken)
-	if err != nil {
-		return err
-	}
-	if alive {
-		want := apiv1.StateRunning
-		if s.State == apiv1.StatePaused {
-			want = apiv1.StatePaused
-		} else if paused, err := n.Paused(ctx, s.ID); err != nil {
-			return err
-		} else if paused {
-			// Left frozen by an interrupted pause, suspend or capture.
-			if err := n.Resume(ctx, s.ID); err != nil {
-				return err
+			if s.Reason == "deleted" {
+				return cp.forget(s.ID) // the client asked for it to go away
 			}
 		}
-		// The slot's rules live in the kernel and survived the restart;
-		// applying the stored policy again repairs a change the crash
-		// interrupted between persisting and applying it.
-		if err := n.SetNetwork(ctx, s.ID, s.policy()); err != nil && !errors.Is(err, nodeapi.ErrNoEgress) {
-			cp.log.Warn("re-apply network policy", "sandbox", s.ID, "err", err)
-		}
-		cp.recordEvent(s.ID, Event{Type: "adopted", Message: "re-adopted after server restart"})
-		// The runtime that lives on is newer than any suspend image (a
-		// resume from it, or a suspend that did not finish): restoring
-		// that image later would bring back memory older than the disk.
-		if err := cp.dropSuspendImage(ctx, n, r); err != nil {
-			return err
-		}
-		if s.State != want {
-			return cp.setState(r, want, "recovered after a server restart")
-		}
-		return nil
+		return nil // suspended
+	case nodeapi.ReconcileSuspended:
+		return cp.setState(r, apiv1.StateSuspended, "suspend finished after a server restart",
+			func(s *Sandbox) { now := time.Now().UTC(); s.SuspendedAt = &now })
+	case nodeapi.ReconcileRunning, nodeapi.ReconcilePaused:
+		return cp.adopted(ctx, n, r, s, res.Outcome)
+	case nodeapi.ReconcileGone:
+		return cp.recoverLost(ctx, n, r, s)
 	}
-	// The runtime is gone (host reboot, or it died with the server).
-	if s.State != apiv1.StateSuspended && cp.imageComplete(ctx, n, s.Image) {
-		if err := n.Halt(ctx, s.ID); err != nil {
-			return err
-		}
-		if s.Restoring != "" {
-			// The image is the one the restore made of the sandbox as it
-			// was: nothing is lost, so it is not flagged recovered.
-			return cp.moveTo(r, apiv1.StateSuspended, "restore of "+s.Restoring+" interrupted by a server restart; suspended as it was before")
-		}
-		if err := cp.moveTo(r, apiv1.StateSuspended, "the host lost the sandbox; brought back as suspended from its last image"); err != nil {
-			return err
-		}
-		return cp.update(r, func(s *Sandbox) { s.Recovered = "restored from the last suspend image" })
-	}
-	return cp.reboot(ctx, n, r)
+	return fmt.Errorf("reconcile of %s: the node answered an unknown outcome %q", s.ID, res.Outcome)
 }
 
-// settled reports whether the suspend a crash interrupted left a whole
-// image (the node waits for a checkpoint still running first).
-func (cp *ControlPlane) settled(ctx context.Context, n Node, s Sandbox) bool {
-	if s.Image == "" {
-		return false
+// adopted records a sandbox whose runtime the node adopted (running, or
+// paused as recorded) after a crash; s is its record before the reconcile.
+func (cp *ControlPlane) adopted(ctx context.Context, n Node, r *record, s Sandbox, outcome nodeapi.ReconcileOutcome) error {
+	want := apiv1.StateRunning
+	if outcome == nodeapi.ReconcilePaused {
+		want = apiv1.StatePaused
 	}
-	ok, err := n.SettleCheckpoint(ctx, s.ID, s.Image)
-	if err != nil {
-		cp.log.Warn("settle checkpoint", "sandbox", s.ID, "err", err)
-		return false
+	// The slot's rules live in the kernel and survived the restart;
+	// applying the stored policy again repairs a change the crash
+	// interrupted between persisting and applying it.
+	if err := n.SetNetwork(ctx, s.ID, s.policy()); err != nil && !errors.Is(err, nodeapi.ErrNoEgress) {
+		cp.log.Warn("re-apply network policy", "sandbox", s.ID, "err", err)
 	}
-	return ok
+	cp.recordEvent(s.ID, Event{Type: "adopted", Message: "re-adopted after server restart"})
+	// The runtime that lives on is newer than any suspend image (a
+	// resume from it, or a suspend that did not finish): restoring
+	// that image later would bring back memory older than the disk.
+	if err := cp.dropSuspendImage(ctx, n, r); err != nil {
+		return err
+	}
+	if s.State != want {
+		return cp.setState(r, want, "recovered after a server restart")
+	}
+	return nil
+}
+
+// recoverLost brings back a sandbox whose runtime is gone (host reboot,
+// or it died with the server) from its last durable state: a whole
+// suspend image if it has one, else its root volume, booted again. s is
+// its record before the reconcile (which may have cleared Restoring).
+func (cp *ControlPlane) recoverLost(ctx context.Context, n Node, r *record, s Sandbox) error {
+	if s.State == apiv1.StateSuspended || !cp.imageComplete(ctx, n, s.Image) {
+		return cp.reboot(ctx, n, r)
+	}
+	if err := n.Halt(ctx, s.ID); err != nil {
+		return err
+	}
+	if s.Restoring != "" {
+		// The image is the one the restore made of the sandbox as it
+		// was: nothing is lost, so it is not flagged recovered.
+		return cp.moveTo(r, apiv1.StateSuspended, "restore of "+s.Restoring+" interrupted by a server restart; suspended as it was before")
+	}
+	if err := cp.moveTo(r, apiv1.StateSuspended, "the host lost the sandbox; brought back as suspended from its last image"); err != nil {
+		return err
+	}
+	return cp.update(r, func(s *Sandbox) { s.Recovered = "restored from the last suspend image" })
 }
 
 // dropSuspendImage forgets and removes a sandbox's suspend image once it

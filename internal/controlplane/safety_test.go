@@ -204,6 +204,11 @@ func (f *fakeNode) Destroy(_ context.Context, id string) error {
 	return nil
 }
 
+// Reconcile runs the fake's recovery steps in the contract's one order.
+func (f *fakeNode) Reconcile(ctx context.Context, req nodeapi.ReconcileRequest) (nodeapi.ReconcileResult, error) {
+	return nodeapi.Reconcile(ctx, f, req)
+}
+
 func (f *fakeNode) Adopt(_ context.Context, id, _ string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -38,6 +38,21 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
+// Reconcile settles a sandbox after a crash, from what the control
+// plane's record says of it, with this node's steps in the contract's
+// one order (nodeapi.Reconcile).
+func (n *Node) Reconcile(ctx context.Context, req nodeapi.ReconcileRequest) (nodeapi.ReconcileResult, error) {
+	if err := checkID(req.ID); err != nil {
+		return nodeapi.ReconcileResult{}, err
+	}
+	if req.Image != "" {
+		if _, err := n.imagePath(req.Image); err != nil {
+			return nodeapi.ReconcileResult{}, err
+		}
+	}
+	return nodeapi.Reconcile(ctx, n, req)
+}
+
 // Quiesce waits (a bounded time) for runtime commands on the sandbox that a
 // crashed server left running, so recovery sees their outcome. An error
 // says they still run.

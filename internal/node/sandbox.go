@@ -302,8 +302,10 @@ func (sb *Sandbox) startTemplateCommand(ctx context.Context, t TemplateSpec) err
 	}
 }
 
-// Adopt takes over a sandbox whose runtime survived a restart of the node.
-// It reports false if the sandbox is not running any more.
+// Adopt takes over a sandbox whose runtime survived a restart of the node
+// (a recovery step, nodeapi.RecoverySteps). It reports false if the
+// sandbox is not running any more, and true, changing nothing, for one
+// this process already runs.
 func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
@@ -317,6 +319,12 @@ func (n *Node) Adopt(ctx context.Context, id, accessToken string) (bool, error) 
 	}
 	if st.Status != runtime.StatusRunning && st.Status != runtime.StatusPaused {
 		return false, nil
+	}
+	if _, err := n.lookup(id); err == nil {
+		// This process runs it already: a control plane that restarted
+		// reconciles a node that did not. Adopting it again would drop
+		// the sessions it holds and watch its runtime twice.
+		return true, nil
 	}
 	sb := n.newSandbox(id, accessToken)
 	// A runtime started before the agent store mounts the old single

@@ -68,9 +68,13 @@ type Control interface {
 	Destroy(ctx context.Context, id string) error
 	// Halt stops a sandbox's runtime and keeps its root volume.
 	Halt(ctx context.Context, id string) error
-	// Adopt takes over a sandbox a previous node process left running.
-	// Adopted is false when it is not running any more.
-	Adopt(ctx context.Context, id, accessToken string) (adopted bool, err error)
+	// Reconcile settles a sandbox after a crash of the control plane or
+	// the node, from what the control plane's record says of it (see
+	// ReconcileRequest and Reconcile for the steps): it adopts a runtime
+	// that survived, undoes a restore in place the record did not commit
+	// and finishes a suspend whose image is whole. It is idempotent: a
+	// second call after a crash in between finds the work done.
+	Reconcile(ctx context.Context, req ReconcileRequest) (ReconcileResult, error)
 	// Sweep destroys every sandbox the node runs that keep does not name.
 	Sweep(ctx context.Context, keep []string) error
 	// Sandboxes lists the ids of the sandboxes the runtime runs.
@@ -86,16 +90,8 @@ type Control interface {
 	Capture(ctx context.Context, req CaptureRequest) error
 	// ResumeFrom restores a sandbox from a checkpoint image.
 	ResumeFrom(ctx context.Context, spec RestoreSpec) error
-	// RevertRestore undoes a restore in place that a crash interrupted;
-	// reverted is false when there was nothing to undo.
-	RevertRestore(ctx context.Context, id string) (reverted bool, err error)
 	// CommitRestore drops the volume a finished restore in place set aside.
 	CommitRestore(ctx context.Context, id string) error
-	// SettleCheckpoint waits for a checkpoint into image that a previous
-	// process left running; true when the image is complete.
-	SettleCheckpoint(ctx context.Context, id, image string) (bool, error)
-	// Quiesce waits for runtime commands a previous process left running.
-	Quiesce(ctx context.Context, id string) error
 	// Rekey gives a running sandbox a new identity.
 	Rekey(ctx context.Context, id string, identity Identity) error
 	// SetNetwork replaces a sandbox's egress policy.

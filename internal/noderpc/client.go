@@ -190,9 +190,17 @@ func (c *Client) Halt(ctx context.Context, id string) error {
 	return err
 }
 
-func (c *Client) Adopt(ctx context.Context, id, accessToken string) (bool, error) {
-	res, err := unary(ctx, c, c.rpc.Adopt, &pb.AdoptRequest{Id: id, AccessToken: accessToken})
-	return res.GetAdopted(), err
+// Reconcile settles a sandbox after a crash; a node of the release
+// before, which answers UNIMPLEMENTED, is driven step by step (legacy.go).
+func (c *Client) Reconcile(ctx context.Context, req nodeapi.ReconcileRequest) (nodeapi.ReconcileResult, error) {
+	res, err := unary(ctx, c, c.rpc.Reconcile, &pb.ReconcileRequest{Id: req.ID, AccessToken: req.AccessToken, State: req.State, Restoring: req.Restoring, Image: req.Image})
+	if connect.CodeOf(err) == connect.CodeUnimplemented {
+		return nodeapi.Reconcile(ctx, previousRelease{c}, req)
+	}
+	if err != nil {
+		return nodeapi.ReconcileResult{}, err
+	}
+	return nodeapi.ReconcileResult{Outcome: nodeapi.ReconcileOutcome(res.GetOutcome()), Reverted: res.GetReverted(), Warnings: res.GetWarnings()}, nil
 }
 
 func (c *Client) Sweep(ctx context.Context, keep []string) error {
@@ -235,23 +243,8 @@ func (c *Client) ResumeFrom(ctx context.Context, spec nodeapi.RestoreSpec) error
 	return err
 }
 
-func (c *Client) RevertRestore(ctx context.Context, id string) (bool, error) {
-	res, err := unary(ctx, c, c.rpc.RevertRestore, &pb.SandboxRequest{Id: id})
-	return res.GetValue(), err
-}
-
 func (c *Client) CommitRestore(ctx context.Context, id string) error {
 	_, err := unary(ctx, c, c.rpc.CommitRestore, &pb.SandboxRequest{Id: id})
-	return err
-}
-
-func (c *Client) SettleCheckpoint(ctx context.Context, id, image string) (bool, error) {
-	res, err := unary(ctx, c, c.rpc.SettleCheckpoint, &pb.SuspendRequest{Id: id, Image: image})
-	return res.GetValue(), err
-}
-
-func (c *Client) Quiesce(ctx context.Context, id string) error {
-	_, err := unary(ctx, c, c.rpc.Quiesce, &pb.SandboxRequest{Id: id})
 	return err
 }
 

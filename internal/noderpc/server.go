@@ -139,12 +139,13 @@ func (s *server) Halt(ctx context.Context, req *connect.Request[pb.SandboxReques
 	return ok(s.node.Halt(ctx, req.Msg.GetId()))
 }
 
-func (s *server) Adopt(ctx context.Context, req *connect.Request[pb.AdoptRequest]) (*connect.Response[pb.AdoptResponse], error) {
-	adopted, err := s.node.Adopt(ctx, req.Msg.GetId(), req.Msg.GetAccessToken())
+func (s *server) Reconcile(ctx context.Context, req *connect.Request[pb.ReconcileRequest]) (*connect.Response[pb.ReconcileResponse], error) {
+	m := req.Msg
+	res, err := s.node.Reconcile(ctx, nodeapi.ReconcileRequest{ID: m.GetId(), AccessToken: m.GetAccessToken(), State: m.GetState(), Restoring: m.GetRestoring(), Image: m.GetImage()})
 	if err != nil {
 		return nil, wireError(err)
 	}
-	return connect.NewResponse(&pb.AdoptResponse{Adopted: adopted}), nil
+	return connect.NewResponse(&pb.ReconcileResponse{Outcome: string(res.Outcome), Reverted: res.Reverted, Warnings: res.Warnings}), nil
 }
 
 func (s *server) Sweep(ctx context.Context, req *connect.Request[pb.SweepRequest]) (*connect.Response[pb.Empty], error) {
@@ -183,20 +184,8 @@ func (s *server) ResumeFrom(ctx context.Context, req *connect.Request[pb.Restore
 	return ok(s.node.ResumeFrom(ctx, spec))
 }
 
-func (s *server) RevertRestore(ctx context.Context, req *connect.Request[pb.SandboxRequest]) (*connect.Response[pb.BoolResponse], error) {
-	return boolean(s.node.RevertRestore(ctx, req.Msg.GetId()))
-}
-
 func (s *server) CommitRestore(ctx context.Context, req *connect.Request[pb.SandboxRequest]) (*connect.Response[pb.Empty], error) {
 	return ok(s.node.CommitRestore(ctx, req.Msg.GetId()))
-}
-
-func (s *server) SettleCheckpoint(ctx context.Context, req *connect.Request[pb.SuspendRequest]) (*connect.Response[pb.BoolResponse], error) {
-	return boolean(s.node.SettleCheckpoint(ctx, req.Msg.GetId(), req.Msg.GetImage()))
-}
-
-func (s *server) Quiesce(ctx context.Context, req *connect.Request[pb.SandboxRequest]) (*connect.Response[pb.Empty], error) {
-	return ok(s.node.Quiesce(ctx, req.Msg.GetId()))
 }
 
 func (s *server) Rekey(ctx context.Context, req *connect.Request[pb.RekeyRequest]) (*connect.Response[pb.Empty], error) {

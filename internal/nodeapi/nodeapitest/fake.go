@@ -314,18 +314,25 @@ func (f *Fake) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
+// Halt of a sandbox whose runtime is gone already is not an error, as on
+// the real node: a reconcile halts again after a crash in between.
 func (f *Fake) Halt(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sb, err := f.get("halt", id)
-	if err != nil {
-		return err
+	if sb, ok := f.running[id]; ok {
+		sb.stop()
+		delete(f.running, id)
 	}
-	sb.stop()
-	delete(f.running, id)
 	return nil
 }
 
+// Reconcile runs the fake's steps in the contract's one order.
+func (f *Fake) Reconcile(ctx context.Context, req nodeapi.ReconcileRequest) (nodeapi.ReconcileResult, error) {
+	return nodeapi.Reconcile(ctx, f, req)
+}
+
+// Adopt is a recovery step (nodeapi.RecoverySteps): the fake's runtimes
+// outlive nothing, so a sandbox it runs is adopted as it is.
 func (f *Fake) Adopt(ctx context.Context, id, accessToken string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -463,10 +470,15 @@ func (f *Fake) ResumeFrom(ctx context.Context, spec nodeapi.RestoreSpec) error {
 	return err
 }
 
+func (f *Fake) CommitRestore(ctx context.Context, id string) error { return nil }
+
+// RevertRestore and Quiesce are recovery steps with nothing to do: the
+// fake's restores and runtime commands finish within the call.
 func (f *Fake) RevertRestore(ctx context.Context, id string) (bool, error) { return false, nil }
-func (f *Fake) CommitRestore(ctx context.Context, id string) error         { return nil }
 func (f *Fake) Quiesce(ctx context.Context, id string) error               { return nil }
 
+// SettleCheckpoint is a recovery step: the fake's images are whole once
+// written.
 func (f *Fake) SettleCheckpoint(ctx context.Context, id, image string) (bool, error) {
 	info, err := f.Image(ctx, image)
 	return info.Complete, err

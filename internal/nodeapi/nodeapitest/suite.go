@@ -24,6 +24,7 @@ import (
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/sandboxid"
+	"github.com/space-platform/space/pkg/apiv1"
 )
 
 // Harness is the node under test and what the cases need of it.
@@ -69,6 +70,7 @@ func Run(t *testing.T, setup func(t *testing.T) Harness) {
 		{"Sessions", testSessions},
 		{"SessionSignalAndTTY", testSessionSignal},
 		{"ControlRunning", testControlRunning},
+		{"Reconcile", testReconcile},
 		{"SuspendResume", testSuspendResume},
 		{"CaptureRestoreNewIdentity", testCaptureRestore},
 		{"ImagesVolumes", testImagesVolumes},
@@ -523,6 +525,62 @@ func testControlRunning(t *testing.T, h Harness) {
 	}
 }
 
+// testReconcile checks the outcomes of a reconcile after a crash
+// (nodeapi.Reconcile): a running sandbox is adopted and keeps working,
+// one an interrupted pause left frozen runs again, a paused one stays
+// paused, what the control plane finishes itself is left alone, a
+// sandbox with no runtime is gone; and each answer is the same the
+// second time.
+func testReconcile(t *testing.T, h Harness) {
+	ctx := caseContext(t, h)
+	sb := create(ctx, t, h)
+	writeFile(ctx, t, sb, "/tmp/before.txt", "before")
+	reconcile := func(state string, want nodeapi.ReconcileOutcome) {
+		t.Helper()
+		for range 2 {
+			res, err := h.Node.Reconcile(ctx, nodeapi.ReconcileRequest{ID: sb.id, AccessToken: sb.token, State: state})
+			if err != nil || res.Outcome != want || res.Reverted {
+				t.Fatalf("reconcile of a sandbox recorded %s: %+v, %v; want %s", state, res, err, want)
+			}
+		}
+	}
+	reconcile(apiv1.StateRunning, nodeapi.ReconcileRunning)
+	if got := readFile(ctx, t, handle(ctx, t, h, sb.id), "/tmp/before.txt"); got != "before" {
+		t.Fatalf("a file after the reconcile: %q", got)
+	}
+	if err := h.Node.Pause(ctx, sb.id); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	reconcile(apiv1.StatePaused, nodeapi.ReconcilePaused)
+	if paused, err := h.Node.Paused(ctx, sb.id); err != nil || !paused {
+		t.Fatalf("a sandbox recorded paused after its reconcile: paused %v, %v", paused, err)
+	}
+	reconcile(apiv1.StatePausing, nodeapi.ReconcileRunning)
+	if paused, err := h.Node.Paused(ctx, sb.id); err != nil || paused {
+		t.Fatalf("an interrupted pause after its reconcile: paused %v, %v", paused, err)
+	}
+	if res := run(ctx, t, handle(ctx, t, h, sb.id), "echo", "awake"); string(res.Stdout) != "awake\n" {
+		t.Fatalf("exec after the reconciles: %q", res.Stdout)
+	}
+	reconcile(apiv1.StateStarting, nodeapi.ReconcileUntouched)
+	reconcile(apiv1.StateStopping, nodeapi.ReconcileUntouched)
+	if ids, err := h.Node.Sandboxes(ctx); err != nil || !slices.Contains(ids, sb.id) {
+		t.Fatalf("a reconcile of a start or stop touched the runtime: %v, %v", ids, err)
+	}
+	// A suspend whose image is not there was torn: the sandbox runs on.
+	res, err := h.Node.Reconcile(ctx, nodeapi.ReconcileRequest{ID: sb.id, AccessToken: sb.token, State: apiv1.StateSuspending, Image: unique("image")})
+	if err != nil || res.Outcome != nodeapi.ReconcileRunning {
+		t.Fatalf("reconcile of a torn suspend: %+v, %v", res, err)
+	}
+	if err := h.Node.Halt(ctx, sb.id); err != nil {
+		t.Fatalf("halt: %v", err)
+	}
+	reconcile(apiv1.StateRunning, nodeapi.ReconcileGone)
+	if _, err := h.Node.Reconcile(ctx, nodeapi.ReconcileRequest{ID: "../escape", State: apiv1.StateRunning}); err == nil {
+		t.Fatal("a reconcile of an invalid id was accepted")
+	}
+}
+
 // counter is a session that writes an increasing count to /tmp/counter.
 var counter = []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.tmp; mv /tmp/counter.tmp /tmp/counter; sleep 0.1; done"}
 
@@ -599,8 +657,13 @@ func testSuspendResume(t *testing.T, h Harness) {
 	if info, err := h.Node.Image(ctx, image); err != nil || !info.Complete || info.SizeBytes <= 0 {
 		t.Fatalf("image after suspend: %+v, %v", info, err)
 	}
-	if ok, err := h.Node.SettleCheckpoint(ctx, sb.id, image); err != nil || !ok {
-		t.Fatalf("settle a finished checkpoint: %v, %v", ok, err)
+	// A reconcile that finds the suspend done (a crash before the
+	// control plane recorded it) settles it as suspended, twice.
+	for range 2 {
+		res, err := h.Node.Reconcile(ctx, nodeapi.ReconcileRequest{ID: sb.id, AccessToken: sb.token, State: apiv1.StateSuspending, Image: image})
+		if err != nil || res.Outcome != nodeapi.ReconcileSuspended {
+			t.Fatalf("reconcile a finished suspend: %+v, %v", res, err)
+		}
 	}
 	err := h.Node.ResumeFrom(ctx, nodeapi.RestoreSpec{ID: sb.id, Image: image, Limits: h.Limits, DiskMB: h.DiskMB, AccessToken: sb.token, Network: network.Policy{Offline: true}})
 	if err != nil {

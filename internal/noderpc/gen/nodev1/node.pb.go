@@ -1680,6 +1680,145 @@ func (*BootFromDiskResponse) Descriptor() ([]byte, []int) {
 	return file_space_node_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
+// Reconcile: what the control plane's record says of a sandbox after a
+// crash (nodeapi.ReconcileRequest), and the outcome the node settled it
+// in (nodeapi.ReconcileResult).
+type ReconcileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AccessToken   string                 `protobuf:"bytes,2,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Restoring     bool                   `protobuf:"varint,4,opt,name=restoring,proto3" json:"restoring,omitempty"`
+	Image         string                 `protobuf:"bytes,5,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileRequest) Reset() {
+	*x = ReconcileRequest{}
+	mi := &file_space_node_v1_node_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileRequest) ProtoMessage() {}
+
+func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
+func (*ReconcileRequest) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReconcileRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReconcileRequest) GetAccessToken() string {
+	if x != nil {
+		return x.AccessToken
+	}
+	return ""
+}
+
+func (x *ReconcileRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ReconcileRequest) GetRestoring() bool {
+	if x != nil {
+		return x.Restoring
+	}
+	return false
+}
+
+func (x *ReconcileRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+type ReconcileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Outcome       string                 `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Reverted      bool                   `protobuf:"varint,2,opt,name=reverted,proto3" json:"reverted,omitempty"`
+	Warnings      []string               `protobuf:"bytes,3,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileResponse) Reset() {
+	*x = ReconcileResponse{}
+	mi := &file_space_node_v1_node_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileResponse) ProtoMessage() {}
+
+func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_node_v1_node_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
+func (*ReconcileResponse) Descriptor() ([]byte, []int) {
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReconcileResponse) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *ReconcileResponse) GetReverted() bool {
+	if x != nil {
+		return x.Reverted
+	}
+	return false
+}
+
+func (x *ReconcileResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 type AdoptRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1690,7 +1829,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[27]
+	mi := &file_space_node_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1841,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[27]
+	mi := &file_space_node_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1854,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AdoptRequest) GetId() string {
@@ -1741,7 +1880,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[28]
+	mi := &file_space_node_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1892,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[28]
+	mi := &file_space_node_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1905,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AdoptResponse) GetAdopted() bool {
@@ -1785,7 +1924,7 @@ type SweepRequest struct {
 
 func (x *SweepRequest) Reset() {
 	*x = SweepRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[29]
+	mi := &file_space_node_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1936,7 @@ func (x *SweepRequest) String() string {
 func (*SweepRequest) ProtoMessage() {}
 
 func (x *SweepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[29]
+	mi := &file_space_node_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1949,7 @@ func (x *SweepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SweepRequest.ProtoReflect.Descriptor instead.
 func (*SweepRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SweepRequest) GetKeep() []string {
@@ -1820,7 +1959,7 @@ func (x *SweepRequest) GetKeep() []string {
 	return nil
 }
 
-// Suspend (id into image) and SettleCheckpoint (id, image).
+// Suspend (id into image) and the deprecated SettleCheckpoint.
 type SuspendRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1831,7 +1970,7 @@ type SuspendRequest struct {
 
 func (x *SuspendRequest) Reset() {
 	*x = SuspendRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	mi := &file_space_node_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1982,7 @@ func (x *SuspendRequest) String() string {
 func (*SuspendRequest) ProtoMessage() {}
 
 func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[30]
+	mi := &file_space_node_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1995,7 @@ func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendRequest.ProtoReflect.Descriptor instead.
 func (*SuspendRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SuspendRequest) GetId() string {
@@ -1884,7 +2023,7 @@ type CaptureRequest struct {
 
 func (x *CaptureRequest) Reset() {
 	*x = CaptureRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	mi := &file_space_node_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2035,7 @@ func (x *CaptureRequest) String() string {
 func (*CaptureRequest) ProtoMessage() {}
 
 func (x *CaptureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[31]
+	mi := &file_space_node_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2048,7 @@ func (x *CaptureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaptureRequest.ProtoReflect.Descriptor instead.
 func (*CaptureRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CaptureRequest) GetId() string {
@@ -1954,7 +2093,7 @@ type RestoreSpec struct {
 
 func (x *RestoreSpec) Reset() {
 	*x = RestoreSpec{}
-	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	mi := &file_space_node_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2105,7 @@ func (x *RestoreSpec) String() string {
 func (*RestoreSpec) ProtoMessage() {}
 
 func (x *RestoreSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[32]
+	mi := &file_space_node_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2118,7 @@ func (x *RestoreSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSpec.ProtoReflect.Descriptor instead.
 func (*RestoreSpec) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RestoreSpec) GetId() string {
@@ -2069,7 +2208,7 @@ type RekeyRequest struct {
 
 func (x *RekeyRequest) Reset() {
 	*x = RekeyRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[33]
+	mi := &file_space_node_v1_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2220,7 @@ func (x *RekeyRequest) String() string {
 func (*RekeyRequest) ProtoMessage() {}
 
 func (x *RekeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[33]
+	mi := &file_space_node_v1_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2233,7 @@ func (x *RekeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RekeyRequest.ProtoReflect.Descriptor instead.
 func (*RekeyRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RekeyRequest) GetId() string {
@@ -2121,7 +2260,7 @@ type SetNetworkRequest struct {
 
 func (x *SetNetworkRequest) Reset() {
 	*x = SetNetworkRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[34]
+	mi := &file_space_node_v1_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2272,7 @@ func (x *SetNetworkRequest) String() string {
 func (*SetNetworkRequest) ProtoMessage() {}
 
 func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[34]
+	mi := &file_space_node_v1_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2285,7 @@ func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{34}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetNetworkRequest) GetId() string {
@@ -2175,7 +2314,7 @@ type SandboxStats struct {
 
 func (x *SandboxStats) Reset() {
 	*x = SandboxStats{}
-	mi := &file_space_node_v1_node_proto_msgTypes[35]
+	mi := &file_space_node_v1_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2326,7 @@ func (x *SandboxStats) String() string {
 func (*SandboxStats) ProtoMessage() {}
 
 func (x *SandboxStats) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[35]
+	mi := &file_space_node_v1_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2339,7 @@ func (x *SandboxStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxStats.ProtoReflect.Descriptor instead.
 func (*SandboxStats) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{35}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SandboxStats) GetCpuNanos() uint64 {
@@ -2236,7 +2375,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[36]
+	mi := &file_space_node_v1_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2387,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[36]
+	mi := &file_space_node_v1_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2400,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{36}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MetricsRequest) GetId() string {
@@ -2302,7 +2441,7 @@ type MetricSample struct {
 
 func (x *MetricSample) Reset() {
 	*x = MetricSample{}
-	mi := &file_space_node_v1_node_proto_msgTypes[37]
+	mi := &file_space_node_v1_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2453,7 @@ func (x *MetricSample) String() string {
 func (*MetricSample) ProtoMessage() {}
 
 func (x *MetricSample) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[37]
+	mi := &file_space_node_v1_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2466,7 @@ func (x *MetricSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricSample.ProtoReflect.Descriptor instead.
 func (*MetricSample) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{37}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MetricSample) GetTime() *timestamppb.Timestamp {
@@ -2395,7 +2534,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[38]
+	mi := &file_space_node_v1_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2546,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[38]
+	mi := &file_space_node_v1_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2559,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{38}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MetricsResponse) GetSamples() []*MetricSample {
@@ -2440,7 +2579,7 @@ type ImageInfo struct {
 
 func (x *ImageInfo) Reset() {
 	*x = ImageInfo{}
-	mi := &file_space_node_v1_node_proto_msgTypes[39]
+	mi := &file_space_node_v1_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2591,7 @@ func (x *ImageInfo) String() string {
 func (*ImageInfo) ProtoMessage() {}
 
 func (x *ImageInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[39]
+	mi := &file_space_node_v1_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2604,7 @@ func (x *ImageInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageInfo.ProtoReflect.Descriptor instead.
 func (*ImageInfo) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{39}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ImageInfo) GetComplete() bool {
@@ -2494,7 +2633,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[40]
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2645,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[40]
+	mi := &file_space_node_v1_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2658,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{40}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PoolRequest) GetTemplate() *TemplateSpec {
@@ -2560,7 +2699,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_space_node_v1_node_proto_msgTypes[41]
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2711,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[41]
+	mi := &file_space_node_v1_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2724,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{41}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PoolStatus) GetSize() int64 {
@@ -2617,7 +2756,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2768,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[42]
+	mi := &file_space_node_v1_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2781,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{42}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Event) GetType() string {
@@ -2701,7 +2840,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2852,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[43]
+	mi := &file_space_node_v1_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +2865,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{43}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ExecRequest) GetSandbox() string {
@@ -2783,7 +2922,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +2934,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[44]
+	mi := &file_space_node_v1_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +2947,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{44}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ExecResult) GetStdout() []byte {
@@ -2850,7 +2989,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3001,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[45]
+	mi := &file_space_node_v1_node_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3014,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{45}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FileRequest) GetSandbox() string {
@@ -2910,7 +3049,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3061,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[46]
+	mi := &file_space_node_v1_node_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3074,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{46}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FileChunk) GetSize() int64 {
@@ -2965,7 +3104,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3116,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[47]
+	mi := &file_space_node_v1_node_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3129,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{47}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WriteFileRequest) GetSandbox() string {
@@ -3030,7 +3169,7 @@ type EntryResponse struct {
 
 func (x *EntryResponse) Reset() {
 	*x = EntryResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3181,7 @@ func (x *EntryResponse) String() string {
 func (*EntryResponse) ProtoMessage() {}
 
 func (x *EntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[48]
+	mi := &file_space_node_v1_node_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3194,7 @@ func (x *EntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryResponse.ProtoReflect.Descriptor instead.
 func (*EntryResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{48}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *EntryResponse) GetEntry() *filesystempb.EntryInfo {
@@ -3079,7 +3218,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3230,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[49]
+	mi := &file_space_node_v1_node_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3243,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{49}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListRequest) GetSandbox() string {
@@ -3161,7 +3300,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3312,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[50]
+	mi := &file_space_node_v1_node_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3325,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{50}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListResponse) GetEntry() *filesystempb.EntryInfo {
@@ -3220,7 +3359,7 @@ type VolumeFileRequest struct {
 
 func (x *VolumeFileRequest) Reset() {
 	*x = VolumeFileRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3371,7 @@ func (x *VolumeFileRequest) String() string {
 func (*VolumeFileRequest) ProtoMessage() {}
 
 func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[51]
+	mi := &file_space_node_v1_node_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3384,7 @@ func (x *VolumeFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFileRequest.ProtoReflect.Descriptor instead.
 func (*VolumeFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{51}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *VolumeFileRequest) GetVolume() string {
@@ -3273,7 +3412,7 @@ type VolumeFileChunk struct {
 
 func (x *VolumeFileChunk) Reset() {
 	*x = VolumeFileChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3285,7 +3424,7 @@ func (x *VolumeFileChunk) String() string {
 func (*VolumeFileChunk) ProtoMessage() {}
 
 func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[52]
+	mi := &file_space_node_v1_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3298,7 +3437,7 @@ func (x *VolumeFileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFileChunk.ProtoReflect.Descriptor instead.
 func (*VolumeFileChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{52}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VolumeFileChunk) GetEntry() *filesystempb.EntryInfo {
@@ -3328,7 +3467,7 @@ type ListVolumeDirRequest struct {
 
 func (x *ListVolumeDirRequest) Reset() {
 	*x = ListVolumeDirRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3479,7 @@ func (x *ListVolumeDirRequest) String() string {
 func (*ListVolumeDirRequest) ProtoMessage() {}
 
 func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[53]
+	mi := &file_space_node_v1_node_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3492,7 @@ func (x *ListVolumeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumeDirRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumeDirRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{53}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListVolumeDirRequest) GetVolume() string {
@@ -3403,7 +3542,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3554,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[54]
+	mi := &file_space_node_v1_node_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3567,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{54}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MoveRequest) GetSandbox() string {
@@ -3476,7 +3615,7 @@ type SessionSpec struct {
 
 func (x *SessionSpec) Reset() {
 	*x = SessionSpec{}
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3627,7 @@ func (x *SessionSpec) String() string {
 func (*SessionSpec) ProtoMessage() {}
 
 func (x *SessionSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[55]
+	mi := &file_space_node_v1_node_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3640,7 @@ func (x *SessionSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSpec.ProtoReflect.Descriptor instead.
 func (*SessionSpec) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{55}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SessionSpec) GetCmd() []string {
@@ -3577,7 +3716,7 @@ type StartSessionRequest struct {
 
 func (x *StartSessionRequest) Reset() {
 	*x = StartSessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3589,7 +3728,7 @@ func (x *StartSessionRequest) String() string {
 func (*StartSessionRequest) ProtoMessage() {}
 
 func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[56]
+	mi := &file_space_node_v1_node_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3602,7 +3741,7 @@ func (x *StartSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartSessionRequest.ProtoReflect.Descriptor instead.
 func (*StartSessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{56}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StartSessionRequest) GetSandbox() string {
@@ -3629,7 +3768,7 @@ type End struct {
 
 func (x *End) Reset() {
 	*x = End{}
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3641,7 +3780,7 @@ func (x *End) String() string {
 func (*End) ProtoMessage() {}
 
 func (x *End) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[57]
+	mi := &file_space_node_v1_node_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3654,7 +3793,7 @@ func (x *End) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use End.ProtoReflect.Descriptor instead.
 func (*End) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{57}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *End) GetExitCode() int64 {
@@ -3688,7 +3827,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +3839,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[58]
+	mi := &file_space_node_v1_node_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +3852,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{58}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SessionInfo) GetId() string {
@@ -3782,7 +3921,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[59]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3794,7 +3933,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[59]
+	mi := &file_space_node_v1_node_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3807,7 +3946,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{59}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SessionRequest) GetSandbox() string {
@@ -3833,7 +3972,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[60]
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3845,7 +3984,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[60]
+	mi := &file_space_node_v1_node_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3858,7 +3997,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{60}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SessionsResponse) GetSessions() []*SessionInfo {
@@ -3879,7 +4018,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[61]
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +4030,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[61]
+	mi := &file_space_node_v1_node_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +4043,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{61}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AttachRequest) GetSandbox() string {
@@ -3938,7 +4077,7 @@ type Dropped struct {
 
 func (x *Dropped) Reset() {
 	*x = Dropped{}
-	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3950,7 +4089,7 @@ func (x *Dropped) String() string {
 func (*Dropped) ProtoMessage() {}
 
 func (x *Dropped) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[62]
+	mi := &file_space_node_v1_node_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3963,7 +4102,7 @@ func (x *Dropped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dropped.ProtoReflect.Descriptor instead.
 func (*Dropped) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{62}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Dropped) GetRequested() int64 {
@@ -3992,7 +4131,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4143,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[63]
+	mi := &file_space_node_v1_node_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4156,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{63}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Chunk) GetStream() uint32 {
@@ -4055,7 +4194,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4206,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[64]
+	mi := &file_space_node_v1_node_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4219,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{64}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AttachResponse) GetEvent() isAttachResponse_Event {
@@ -4150,7 +4289,7 @@ type StdinRequest struct {
 
 func (x *StdinRequest) Reset() {
 	*x = StdinRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	mi := &file_space_node_v1_node_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4162,7 +4301,7 @@ func (x *StdinRequest) String() string {
 func (*StdinRequest) ProtoMessage() {}
 
 func (x *StdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[65]
+	mi := &file_space_node_v1_node_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4175,7 +4314,7 @@ func (x *StdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdinRequest.ProtoReflect.Descriptor instead.
 func (*StdinRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{65}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *StdinRequest) GetSandbox() string {
@@ -4210,7 +4349,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[66]
+	mi := &file_space_node_v1_node_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4222,7 +4361,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[66]
+	mi := &file_space_node_v1_node_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4235,7 +4374,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{66}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SignalRequest) GetSandbox() string {
@@ -4271,7 +4410,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[67]
+	mi := &file_space_node_v1_node_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4283,7 +4422,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[67]
+	mi := &file_space_node_v1_node_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4296,7 +4435,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{67}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ResizeRequest) GetSandbox() string {
@@ -4336,7 +4475,7 @@ type DataChunk struct {
 
 func (x *DataChunk) Reset() {
 	*x = DataChunk{}
-	mi := &file_space_node_v1_node_proto_msgTypes[68]
+	mi := &file_space_node_v1_node_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4348,7 +4487,7 @@ func (x *DataChunk) String() string {
 func (*DataChunk) ProtoMessage() {}
 
 func (x *DataChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[68]
+	mi := &file_space_node_v1_node_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4361,7 +4500,7 @@ func (x *DataChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataChunk.ProtoReflect.Descriptor instead.
 func (*DataChunk) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{68}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DataChunk) GetData() []byte {
@@ -4384,7 +4523,7 @@ type ReceiveVolumeRequest struct {
 
 func (x *ReceiveVolumeRequest) Reset() {
 	*x = ReceiveVolumeRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[69]
+	mi := &file_space_node_v1_node_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4535,7 @@ func (x *ReceiveVolumeRequest) String() string {
 func (*ReceiveVolumeRequest) ProtoMessage() {}
 
 func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[69]
+	mi := &file_space_node_v1_node_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4548,7 @@ func (x *ReceiveVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{69}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReceiveVolumeRequest) GetName() string {
@@ -4451,7 +4590,7 @@ type ReceiveImageRequest struct {
 
 func (x *ReceiveImageRequest) Reset() {
 	*x = ReceiveImageRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[70]
+	mi := &file_space_node_v1_node_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4463,7 +4602,7 @@ func (x *ReceiveImageRequest) String() string {
 func (*ReceiveImageRequest) ProtoMessage() {}
 
 func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[70]
+	mi := &file_space_node_v1_node_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4476,7 +4615,7 @@ func (x *ReceiveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveImageRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveImageRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{70}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ReceiveImageRequest) GetImage() string {
@@ -4511,7 +4650,7 @@ type TemplateBuildRequest struct {
 
 func (x *TemplateBuildRequest) Reset() {
 	*x = TemplateBuildRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[71]
+	mi := &file_space_node_v1_node_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +4662,7 @@ func (x *TemplateBuildRequest) String() string {
 func (*TemplateBuildRequest) ProtoMessage() {}
 
 func (x *TemplateBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[71]
+	mi := &file_space_node_v1_node_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +4675,7 @@ func (x *TemplateBuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuildRequest.ProtoReflect.Descriptor instead.
 func (*TemplateBuildRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{71}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TemplateBuildRequest) GetName() string {
@@ -4599,7 +4738,7 @@ type StageTemplateArchiveRequest struct {
 
 func (x *StageTemplateArchiveRequest) Reset() {
 	*x = StageTemplateArchiveRequest{}
-	mi := &file_space_node_v1_node_proto_msgTypes[72]
+	mi := &file_space_node_v1_node_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4611,7 +4750,7 @@ func (x *StageTemplateArchiveRequest) String() string {
 func (*StageTemplateArchiveRequest) ProtoMessage() {}
 
 func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[72]
+	mi := &file_space_node_v1_node_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4624,7 +4763,7 @@ func (x *StageTemplateArchiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTemplateArchiveRequest.ProtoReflect.Descriptor instead.
 func (*StageTemplateArchiveRequest) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{72}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *StageTemplateArchiveRequest) GetLimit() int64 {
@@ -4655,7 +4794,7 @@ type TemplateBuildEvent struct {
 
 func (x *TemplateBuildEvent) Reset() {
 	*x = TemplateBuildEvent{}
-	mi := &file_space_node_v1_node_proto_msgTypes[73]
+	mi := &file_space_node_v1_node_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4667,7 +4806,7 @@ func (x *TemplateBuildEvent) String() string {
 func (*TemplateBuildEvent) ProtoMessage() {}
 
 func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[73]
+	mi := &file_space_node_v1_node_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4680,7 +4819,7 @@ func (x *TemplateBuildEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuildEvent.ProtoReflect.Descriptor instead.
 func (*TemplateBuildEvent) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{73}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TemplateBuildEvent) GetEvent() isTemplateBuildEvent_Event {
@@ -4734,7 +4873,7 @@ type TemplateBuilt struct {
 
 func (x *TemplateBuilt) Reset() {
 	*x = TemplateBuilt{}
-	mi := &file_space_node_v1_node_proto_msgTypes[74]
+	mi := &file_space_node_v1_node_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4746,7 +4885,7 @@ func (x *TemplateBuilt) String() string {
 func (*TemplateBuilt) ProtoMessage() {}
 
 func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
-	mi := &file_space_node_v1_node_proto_msgTypes[74]
+	mi := &file_space_node_v1_node_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4759,7 +4898,7 @@ func (x *TemplateBuilt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateBuilt.ProtoReflect.Descriptor instead.
 func (*TemplateBuilt) Descriptor() ([]byte, []int) {
-	return file_space_node_v1_node_proto_rawDescGZIP(), []int{74}
+	return file_space_node_v1_node_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *TemplateBuilt) GetSpec() *TemplateSpec {
@@ -4919,7 +5058,17 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"D\n" +
 	"\x13BootFromDiskRequest\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.space.node.v1.CreateSpecR\x04spec\"\x16\n" +
-	"\x14BootFromDiskResponse\"A\n" +
+	"\x14BootFromDiskResponse\"\x8f\x01\n" +
+	"\x10ReconcileRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\faccess_token\x18\x02 \x01(\tR\vaccessToken\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1c\n" +
+	"\trestoring\x18\x04 \x01(\bR\trestoring\x12\x14\n" +
+	"\x05image\x18\x05 \x01(\tR\x05image\"e\n" +
+	"\x11ReconcileResponse\x12\x18\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x1a\n" +
+	"\breverted\x18\x02 \x01(\bR\breverted\x12\x1a\n" +
+	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"A\n" +
 	"\fAdoptRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\faccess_token\x18\x02 \x01(\tR\vaccessToken\")\n" +
@@ -5151,15 +5300,14 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\rTemplateBuilt\x12/\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1b.space.node.v1.TemplateSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\x95#\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes2\xf9#\n" +
 	"\vNodeService\x12?\n" +
 	"\x04Info\x12\x1a.space.node.v1.InfoRequest\x1a\x1b.space.node.v1.InfoResponse\x12E\n" +
 	"\x06Create\x12\x1c.space.node.v1.CreateRequest\x1a\x1d.space.node.v1.CreateResponse\x12B\n" +
 	"\x05Claim\x12\x1b.space.node.v1.ClaimRequest\x1a\x1c.space.node.v1.ClaimResponse\x12W\n" +
 	"\fBootFromDisk\x12\".space.node.v1.BootFromDiskRequest\x1a#.space.node.v1.BootFromDiskResponse\x12>\n" +
 	"\aDestroy\x12\x1d.space.node.v1.SandboxRequest\x1a\x14.space.node.v1.Empty\x12;\n" +
-	"\x04Halt\x12\x1d.space.node.v1.SandboxRequest\x1a\x14.space.node.v1.Empty\x12B\n" +
-	"\x05Adopt\x12\x1b.space.node.v1.AdoptRequest\x1a\x1c.space.node.v1.AdoptResponse\x12:\n" +
+	"\x04Halt\x12\x1d.space.node.v1.SandboxRequest\x1a\x14.space.node.v1.Empty\x12:\n" +
 	"\x05Sweep\x12\x1b.space.node.v1.SweepRequest\x1a\x14.space.node.v1.Empty\x12?\n" +
 	"\tSandboxes\x12\x14.space.node.v1.Empty\x1a\x1c.space.node.v1.NamesResponse\x12<\n" +
 	"\x05Pause\x12\x1d.space.node.v1.SandboxRequest\x1a\x14.space.node.v1.Empty\x12=\n" +
@@ -5168,11 +5316,13 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\aSuspend\x12\x1d.space.node.v1.SuspendRequest\x1a\x14.space.node.v1.Empty\x12>\n" +
 	"\aCapture\x12\x1d.space.node.v1.CaptureRequest\x1a\x14.space.node.v1.Empty\x12>\n" +
 	"\n" +
-	"ResumeFrom\x12\x1a.space.node.v1.RestoreSpec\x1a\x14.space.node.v1.Empty\x12K\n" +
-	"\rRevertRestore\x12\x1d.space.node.v1.SandboxRequest\x1a\x1b.space.node.v1.BoolResponse\x12D\n" +
+	"ResumeFrom\x12\x1a.space.node.v1.RestoreSpec\x1a\x14.space.node.v1.Empty\x12D\n" +
 	"\rCommitRestore\x12\x1d.space.node.v1.SandboxRequest\x1a\x14.space.node.v1.Empty\x12N\n" +
-	"\x10SettleCheckpoint\x12\x1d.space.node.v1.SuspendRequest\x1a\x1b.space.node.v1.BoolResponse\x12>\n" +
-	"\aQuiesce\x12\x1d.space.node.v1.SandboxRequest\x1a\x14.space.node.v1.Empty\x12:\n" +
+	"\tReconcile\x12\x1f.space.node.v1.ReconcileRequest\x1a .space.node.v1.ReconcileResponse\x12G\n" +
+	"\x05Adopt\x12\x1b.space.node.v1.AdoptRequest\x1a\x1c.space.node.v1.AdoptResponse\"\x03\x88\x02\x01\x12P\n" +
+	"\rRevertRestore\x12\x1d.space.node.v1.SandboxRequest\x1a\x1b.space.node.v1.BoolResponse\"\x03\x88\x02\x01\x12S\n" +
+	"\x10SettleCheckpoint\x12\x1d.space.node.v1.SuspendRequest\x1a\x1b.space.node.v1.BoolResponse\"\x03\x88\x02\x01\x12C\n" +
+	"\aQuiesce\x12\x1d.space.node.v1.SandboxRequest\x1a\x14.space.node.v1.Empty\"\x03\x88\x02\x01\x12:\n" +
 	"\x05Rekey\x12\x1b.space.node.v1.RekeyRequest\x1a\x14.space.node.v1.Empty\x12D\n" +
 	"\n" +
 	"SetNetwork\x12 .space.node.v1.SetNetworkRequest\x1a\x14.space.node.v1.Empty\x12C\n" +
@@ -5236,7 +5386,7 @@ func file_space_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_space_node_v1_node_proto_rawDescData
 }
 
-var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_space_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_space_node_v1_node_proto_goTypes = []any{
 	(*NodeError)(nil),                   // 0: space.node.v1.NodeError
 	(*Empty)(nil),                       // 1: space.node.v1.Empty
@@ -5265,80 +5415,82 @@ var file_space_node_v1_node_proto_goTypes = []any{
 	(*ClaimResponse)(nil),               // 24: space.node.v1.ClaimResponse
 	(*BootFromDiskRequest)(nil),         // 25: space.node.v1.BootFromDiskRequest
 	(*BootFromDiskResponse)(nil),        // 26: space.node.v1.BootFromDiskResponse
-	(*AdoptRequest)(nil),                // 27: space.node.v1.AdoptRequest
-	(*AdoptResponse)(nil),               // 28: space.node.v1.AdoptResponse
-	(*SweepRequest)(nil),                // 29: space.node.v1.SweepRequest
-	(*SuspendRequest)(nil),              // 30: space.node.v1.SuspendRequest
-	(*CaptureRequest)(nil),              // 31: space.node.v1.CaptureRequest
-	(*RestoreSpec)(nil),                 // 32: space.node.v1.RestoreSpec
-	(*RekeyRequest)(nil),                // 33: space.node.v1.RekeyRequest
-	(*SetNetworkRequest)(nil),           // 34: space.node.v1.SetNetworkRequest
-	(*SandboxStats)(nil),                // 35: space.node.v1.SandboxStats
-	(*MetricsRequest)(nil),              // 36: space.node.v1.MetricsRequest
-	(*MetricSample)(nil),                // 37: space.node.v1.MetricSample
-	(*MetricsResponse)(nil),             // 38: space.node.v1.MetricsResponse
-	(*ImageInfo)(nil),                   // 39: space.node.v1.ImageInfo
-	(*PoolRequest)(nil),                 // 40: space.node.v1.PoolRequest
-	(*PoolStatus)(nil),                  // 41: space.node.v1.PoolStatus
-	(*Event)(nil),                       // 42: space.node.v1.Event
-	(*ExecRequest)(nil),                 // 43: space.node.v1.ExecRequest
-	(*ExecResult)(nil),                  // 44: space.node.v1.ExecResult
-	(*FileRequest)(nil),                 // 45: space.node.v1.FileRequest
-	(*FileChunk)(nil),                   // 46: space.node.v1.FileChunk
-	(*WriteFileRequest)(nil),            // 47: space.node.v1.WriteFileRequest
-	(*EntryResponse)(nil),               // 48: space.node.v1.EntryResponse
-	(*ListRequest)(nil),                 // 49: space.node.v1.ListRequest
-	(*ListResponse)(nil),                // 50: space.node.v1.ListResponse
-	(*VolumeFileRequest)(nil),           // 51: space.node.v1.VolumeFileRequest
-	(*VolumeFileChunk)(nil),             // 52: space.node.v1.VolumeFileChunk
-	(*ListVolumeDirRequest)(nil),        // 53: space.node.v1.ListVolumeDirRequest
-	(*MoveRequest)(nil),                 // 54: space.node.v1.MoveRequest
-	(*SessionSpec)(nil),                 // 55: space.node.v1.SessionSpec
-	(*StartSessionRequest)(nil),         // 56: space.node.v1.StartSessionRequest
-	(*End)(nil),                         // 57: space.node.v1.End
-	(*SessionInfo)(nil),                 // 58: space.node.v1.SessionInfo
-	(*SessionRequest)(nil),              // 59: space.node.v1.SessionRequest
-	(*SessionsResponse)(nil),            // 60: space.node.v1.SessionsResponse
-	(*AttachRequest)(nil),               // 61: space.node.v1.AttachRequest
-	(*Dropped)(nil),                     // 62: space.node.v1.Dropped
-	(*Chunk)(nil),                       // 63: space.node.v1.Chunk
-	(*AttachResponse)(nil),              // 64: space.node.v1.AttachResponse
-	(*StdinRequest)(nil),                // 65: space.node.v1.StdinRequest
-	(*SignalRequest)(nil),               // 66: space.node.v1.SignalRequest
-	(*ResizeRequest)(nil),               // 67: space.node.v1.ResizeRequest
-	(*DataChunk)(nil),                   // 68: space.node.v1.DataChunk
-	(*ReceiveVolumeRequest)(nil),        // 69: space.node.v1.ReceiveVolumeRequest
-	(*ReceiveImageRequest)(nil),         // 70: space.node.v1.ReceiveImageRequest
-	(*TemplateBuildRequest)(nil),        // 71: space.node.v1.TemplateBuildRequest
-	(*StageTemplateArchiveRequest)(nil), // 72: space.node.v1.StageTemplateArchiveRequest
-	(*TemplateBuildEvent)(nil),          // 73: space.node.v1.TemplateBuildEvent
-	(*TemplateBuilt)(nil),               // 74: space.node.v1.TemplateBuilt
-	nil,                                 // 75: space.node.v1.InfoResponse.PoolsEntry
-	nil,                                 // 76: space.node.v1.InfoResponse.RuntimesEntry
-	nil,                                 // 77: space.node.v1.TemplateSpec.EnvEntry
-	nil,                                 // 78: space.node.v1.Identity.EnvEntry
-	nil,                                 // 79: space.node.v1.Identity.InfoEntry
-	nil,                                 // 80: space.node.v1.CreateSpec.EnvEntry
-	nil,                                 // 81: space.node.v1.ExecRequest.EnvEntry
-	nil,                                 // 82: space.node.v1.SessionSpec.EnvEntry
-	nil,                                 // 83: space.node.v1.TemplateBuildRequest.CopyArchivesEntry
-	(*filesystempb.EntryInfo)(nil),      // 84: filesystem.EntryInfo
-	(*timestamppb.Timestamp)(nil),       // 85: google.protobuf.Timestamp
+	(*ReconcileRequest)(nil),            // 27: space.node.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),           // 28: space.node.v1.ReconcileResponse
+	(*AdoptRequest)(nil),                // 29: space.node.v1.AdoptRequest
+	(*AdoptResponse)(nil),               // 30: space.node.v1.AdoptResponse
+	(*SweepRequest)(nil),                // 31: space.node.v1.SweepRequest
+	(*SuspendRequest)(nil),              // 32: space.node.v1.SuspendRequest
+	(*CaptureRequest)(nil),              // 33: space.node.v1.CaptureRequest
+	(*RestoreSpec)(nil),                 // 34: space.node.v1.RestoreSpec
+	(*RekeyRequest)(nil),                // 35: space.node.v1.RekeyRequest
+	(*SetNetworkRequest)(nil),           // 36: space.node.v1.SetNetworkRequest
+	(*SandboxStats)(nil),                // 37: space.node.v1.SandboxStats
+	(*MetricsRequest)(nil),              // 38: space.node.v1.MetricsRequest
+	(*MetricSample)(nil),                // 39: space.node.v1.MetricSample
+	(*MetricsResponse)(nil),             // 40: space.node.v1.MetricsResponse
+	(*ImageInfo)(nil),                   // 41: space.node.v1.ImageInfo
+	(*PoolRequest)(nil),                 // 42: space.node.v1.PoolRequest
+	(*PoolStatus)(nil),                  // 43: space.node.v1.PoolStatus
+	(*Event)(nil),                       // 44: space.node.v1.Event
+	(*ExecRequest)(nil),                 // 45: space.node.v1.ExecRequest
+	(*ExecResult)(nil),                  // 46: space.node.v1.ExecResult
+	(*FileRequest)(nil),                 // 47: space.node.v1.FileRequest
+	(*FileChunk)(nil),                   // 48: space.node.v1.FileChunk
+	(*WriteFileRequest)(nil),            // 49: space.node.v1.WriteFileRequest
+	(*EntryResponse)(nil),               // 50: space.node.v1.EntryResponse
+	(*ListRequest)(nil),                 // 51: space.node.v1.ListRequest
+	(*ListResponse)(nil),                // 52: space.node.v1.ListResponse
+	(*VolumeFileRequest)(nil),           // 53: space.node.v1.VolumeFileRequest
+	(*VolumeFileChunk)(nil),             // 54: space.node.v1.VolumeFileChunk
+	(*ListVolumeDirRequest)(nil),        // 55: space.node.v1.ListVolumeDirRequest
+	(*MoveRequest)(nil),                 // 56: space.node.v1.MoveRequest
+	(*SessionSpec)(nil),                 // 57: space.node.v1.SessionSpec
+	(*StartSessionRequest)(nil),         // 58: space.node.v1.StartSessionRequest
+	(*End)(nil),                         // 59: space.node.v1.End
+	(*SessionInfo)(nil),                 // 60: space.node.v1.SessionInfo
+	(*SessionRequest)(nil),              // 61: space.node.v1.SessionRequest
+	(*SessionsResponse)(nil),            // 62: space.node.v1.SessionsResponse
+	(*AttachRequest)(nil),               // 63: space.node.v1.AttachRequest
+	(*Dropped)(nil),                     // 64: space.node.v1.Dropped
+	(*Chunk)(nil),                       // 65: space.node.v1.Chunk
+	(*AttachResponse)(nil),              // 66: space.node.v1.AttachResponse
+	(*StdinRequest)(nil),                // 67: space.node.v1.StdinRequest
+	(*SignalRequest)(nil),               // 68: space.node.v1.SignalRequest
+	(*ResizeRequest)(nil),               // 69: space.node.v1.ResizeRequest
+	(*DataChunk)(nil),                   // 70: space.node.v1.DataChunk
+	(*ReceiveVolumeRequest)(nil),        // 71: space.node.v1.ReceiveVolumeRequest
+	(*ReceiveImageRequest)(nil),         // 72: space.node.v1.ReceiveImageRequest
+	(*TemplateBuildRequest)(nil),        // 73: space.node.v1.TemplateBuildRequest
+	(*StageTemplateArchiveRequest)(nil), // 74: space.node.v1.StageTemplateArchiveRequest
+	(*TemplateBuildEvent)(nil),          // 75: space.node.v1.TemplateBuildEvent
+	(*TemplateBuilt)(nil),               // 76: space.node.v1.TemplateBuilt
+	nil,                                 // 77: space.node.v1.InfoResponse.PoolsEntry
+	nil,                                 // 78: space.node.v1.InfoResponse.RuntimesEntry
+	nil,                                 // 79: space.node.v1.TemplateSpec.EnvEntry
+	nil,                                 // 80: space.node.v1.Identity.EnvEntry
+	nil,                                 // 81: space.node.v1.Identity.InfoEntry
+	nil,                                 // 82: space.node.v1.CreateSpec.EnvEntry
+	nil,                                 // 83: space.node.v1.ExecRequest.EnvEntry
+	nil,                                 // 84: space.node.v1.SessionSpec.EnvEntry
+	nil,                                 // 85: space.node.v1.TemplateBuildRequest.CopyArchivesEntry
+	(*filesystempb.EntryInfo)(nil),      // 86: filesystem.EntryInfo
+	(*timestamppb.Timestamp)(nil),       // 87: google.protobuf.Timestamp
 }
 var file_space_node_v1_node_proto_depIdxs = []int32{
-	75,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
-	76,  // 1: space.node.v1.InfoResponse.runtimes:type_name -> space.node.v1.InfoResponse.RuntimesEntry
-	77,  // 2: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
+	77,  // 0: space.node.v1.InfoResponse.pools:type_name -> space.node.v1.InfoResponse.PoolsEntry
+	78,  // 1: space.node.v1.InfoResponse.runtimes:type_name -> space.node.v1.InfoResponse.RuntimesEntry
+	79,  // 2: space.node.v1.TemplateSpec.env:type_name -> space.node.v1.TemplateSpec.EnvEntry
 	10,  // 3: space.node.v1.Policy.limits:type_name -> space.node.v1.NetworkLimits
-	78,  // 4: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
-	79,  // 5: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
+	80,  // 4: space.node.v1.Identity.env:type_name -> space.node.v1.Identity.EnvEntry
+	81,  // 5: space.node.v1.Identity.info:type_name -> space.node.v1.Identity.InfoEntry
 	8,   // 6: space.node.v1.CreateSpec.template:type_name -> space.node.v1.TemplateSpec
 	9,   // 7: space.node.v1.CreateSpec.limits:type_name -> space.node.v1.Limits
-	80,  // 8: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
+	82,  // 8: space.node.v1.CreateSpec.env:type_name -> space.node.v1.CreateSpec.EnvEntry
 	11,  // 9: space.node.v1.CreateSpec.network:type_name -> space.node.v1.Policy
 	14,  // 10: space.node.v1.CreateSpec.mounts:type_name -> space.node.v1.VolumeMount
 	17,  // 11: space.node.v1.WriteVolumeFileRequest.edit:type_name -> space.node.v1.VolumeEdit
-	84,  // 12: space.node.v1.VolumeEntryResponse.entry:type_name -> filesystem.EntryInfo
+	86,  // 12: space.node.v1.VolumeEntryResponse.entry:type_name -> filesystem.EntryInfo
 	13,  // 13: space.node.v1.CreateRequest.spec:type_name -> space.node.v1.CreateSpec
 	12,  // 14: space.node.v1.CreateRequest.identity:type_name -> space.node.v1.Identity
 	9,   // 15: space.node.v1.PoolLimits.limits:type_name -> space.node.v1.Limits
@@ -5352,104 +5504,104 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	14,  // 23: space.node.v1.RestoreSpec.mounts:type_name -> space.node.v1.VolumeMount
 	12,  // 24: space.node.v1.RekeyRequest.identity:type_name -> space.node.v1.Identity
 	11,  // 25: space.node.v1.SetNetworkRequest.policy:type_name -> space.node.v1.Policy
-	85,  // 26: space.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
-	85,  // 27: space.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
-	85,  // 28: space.node.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
-	37,  // 29: space.node.v1.MetricsResponse.samples:type_name -> space.node.v1.MetricSample
+	87,  // 26: space.node.v1.MetricsRequest.start:type_name -> google.protobuf.Timestamp
+	87,  // 27: space.node.v1.MetricsRequest.end:type_name -> google.protobuf.Timestamp
+	87,  // 28: space.node.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	39,  // 29: space.node.v1.MetricsResponse.samples:type_name -> space.node.v1.MetricSample
 	8,   // 30: space.node.v1.PoolRequest.template:type_name -> space.node.v1.TemplateSpec
 	22,  // 31: space.node.v1.PoolRequest.limits:type_name -> space.node.v1.PoolLimits
 	11,  // 32: space.node.v1.PoolRequest.waiting:type_name -> space.node.v1.Policy
-	85,  // 33: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
-	41,  // 34: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
-	81,  // 35: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
-	84,  // 36: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
-	84,  // 37: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
-	84,  // 38: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
-	82,  // 39: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
-	55,  // 40: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
-	55,  // 41: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
-	85,  // 42: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
-	85,  // 43: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
-	57,  // 44: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
-	58,  // 45: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
-	62,  // 46: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
-	63,  // 47: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
-	57,  // 48: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
-	83,  // 49: space.node.v1.TemplateBuildRequest.copy_archives:type_name -> space.node.v1.TemplateBuildRequest.CopyArchivesEntry
-	74,  // 50: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
+	87,  // 33: space.node.v1.Event.time:type_name -> google.protobuf.Timestamp
+	43,  // 34: space.node.v1.Event.pool:type_name -> space.node.v1.PoolStatus
+	83,  // 35: space.node.v1.ExecRequest.env:type_name -> space.node.v1.ExecRequest.EnvEntry
+	86,  // 36: space.node.v1.EntryResponse.entry:type_name -> filesystem.EntryInfo
+	86,  // 37: space.node.v1.ListResponse.entry:type_name -> filesystem.EntryInfo
+	86,  // 38: space.node.v1.VolumeFileChunk.entry:type_name -> filesystem.EntryInfo
+	84,  // 39: space.node.v1.SessionSpec.env:type_name -> space.node.v1.SessionSpec.EnvEntry
+	57,  // 40: space.node.v1.StartSessionRequest.spec:type_name -> space.node.v1.SessionSpec
+	57,  // 41: space.node.v1.SessionInfo.spec:type_name -> space.node.v1.SessionSpec
+	87,  // 42: space.node.v1.SessionInfo.started_at:type_name -> google.protobuf.Timestamp
+	87,  // 43: space.node.v1.SessionInfo.ended_at:type_name -> google.protobuf.Timestamp
+	59,  // 44: space.node.v1.SessionInfo.end:type_name -> space.node.v1.End
+	60,  // 45: space.node.v1.SessionsResponse.sessions:type_name -> space.node.v1.SessionInfo
+	64,  // 46: space.node.v1.AttachResponse.dropped:type_name -> space.node.v1.Dropped
+	65,  // 47: space.node.v1.AttachResponse.chunk:type_name -> space.node.v1.Chunk
+	59,  // 48: space.node.v1.AttachResponse.end:type_name -> space.node.v1.End
+	85,  // 49: space.node.v1.TemplateBuildRequest.copy_archives:type_name -> space.node.v1.TemplateBuildRequest.CopyArchivesEntry
+	76,  // 50: space.node.v1.TemplateBuildEvent.built:type_name -> space.node.v1.TemplateBuilt
 	8,   // 51: space.node.v1.TemplateBuilt.spec:type_name -> space.node.v1.TemplateSpec
-	41,  // 52: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
+	43,  // 52: space.node.v1.InfoResponse.PoolsEntry.value:type_name -> space.node.v1.PoolStatus
 	6,   // 53: space.node.v1.NodeService.Info:input_type -> space.node.v1.InfoRequest
 	20,  // 54: space.node.v1.NodeService.Create:input_type -> space.node.v1.CreateRequest
 	23,  // 55: space.node.v1.NodeService.Claim:input_type -> space.node.v1.ClaimRequest
 	25,  // 56: space.node.v1.NodeService.BootFromDisk:input_type -> space.node.v1.BootFromDiskRequest
 	2,   // 57: space.node.v1.NodeService.Destroy:input_type -> space.node.v1.SandboxRequest
 	2,   // 58: space.node.v1.NodeService.Halt:input_type -> space.node.v1.SandboxRequest
-	27,  // 59: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
-	29,  // 60: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
-	1,   // 61: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
-	2,   // 62: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
-	2,   // 63: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
-	2,   // 64: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
-	30,  // 65: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
-	31,  // 66: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
-	32,  // 67: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
-	2,   // 68: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
-	2,   // 69: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
-	30,  // 70: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
-	2,   // 71: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
-	33,  // 72: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
-	34,  // 73: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
-	2,   // 74: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
-	36,  // 75: space.node.v1.NodeService.Metrics:input_type -> space.node.v1.MetricsRequest
-	3,   // 76: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
-	1,   // 77: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
-	3,   // 78: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
-	3,   // 79: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
-	3,   // 80: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
-	3,   // 81: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
-	51,  // 82: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
-	53,  // 83: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
-	15,  // 84: space.node.v1.NodeService.CreateVolume:input_type -> space.node.v1.CreateVolumeRequest
-	3,   // 85: space.node.v1.NodeService.VolumeUsage:input_type -> space.node.v1.NameRequest
-	18,  // 86: space.node.v1.NodeService.WriteVolumeFile:input_type -> space.node.v1.WriteVolumeFileRequest
-	17,  // 87: space.node.v1.NodeService.EditVolume:input_type -> space.node.v1.VolumeEdit
-	1,   // 88: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
-	3,   // 89: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
-	40,  // 90: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
-	3,   // 91: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
-	1,   // 92: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
-	43,  // 93: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
-	45,  // 94: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
-	47,  // 95: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
-	45,  // 96: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
-	49,  // 97: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
-	45,  // 98: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
-	45,  // 99: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
-	54,  // 100: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
-	56,  // 101: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
-	59,  // 102: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
-	2,   // 103: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
-	61,  // 104: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
-	65,  // 105: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
-	59,  // 106: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
-	66,  // 107: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
-	67,  // 108: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
-	3,   // 109: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
-	69,  // 110: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
-	3,   // 111: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
-	70,  // 112: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
-	71,  // 113: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
-	3,   // 114: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
-	72,  // 115: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
-	3,   // 116: space.node.v1.NodeService.DiscardTemplateArchive:input_type -> space.node.v1.NameRequest
-	7,   // 117: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
-	21,  // 118: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
-	24,  // 119: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
-	26,  // 120: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
-	1,   // 121: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
-	1,   // 122: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
-	28,  // 123: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	31,  // 59: space.node.v1.NodeService.Sweep:input_type -> space.node.v1.SweepRequest
+	1,   // 60: space.node.v1.NodeService.Sandboxes:input_type -> space.node.v1.Empty
+	2,   // 61: space.node.v1.NodeService.Pause:input_type -> space.node.v1.SandboxRequest
+	2,   // 62: space.node.v1.NodeService.Resume:input_type -> space.node.v1.SandboxRequest
+	2,   // 63: space.node.v1.NodeService.Paused:input_type -> space.node.v1.SandboxRequest
+	32,  // 64: space.node.v1.NodeService.Suspend:input_type -> space.node.v1.SuspendRequest
+	33,  // 65: space.node.v1.NodeService.Capture:input_type -> space.node.v1.CaptureRequest
+	34,  // 66: space.node.v1.NodeService.ResumeFrom:input_type -> space.node.v1.RestoreSpec
+	2,   // 67: space.node.v1.NodeService.CommitRestore:input_type -> space.node.v1.SandboxRequest
+	27,  // 68: space.node.v1.NodeService.Reconcile:input_type -> space.node.v1.ReconcileRequest
+	29,  // 69: space.node.v1.NodeService.Adopt:input_type -> space.node.v1.AdoptRequest
+	2,   // 70: space.node.v1.NodeService.RevertRestore:input_type -> space.node.v1.SandboxRequest
+	32,  // 71: space.node.v1.NodeService.SettleCheckpoint:input_type -> space.node.v1.SuspendRequest
+	2,   // 72: space.node.v1.NodeService.Quiesce:input_type -> space.node.v1.SandboxRequest
+	35,  // 73: space.node.v1.NodeService.Rekey:input_type -> space.node.v1.RekeyRequest
+	36,  // 74: space.node.v1.NodeService.SetNetwork:input_type -> space.node.v1.SetNetworkRequest
+	2,   // 75: space.node.v1.NodeService.Stats:input_type -> space.node.v1.SandboxRequest
+	38,  // 76: space.node.v1.NodeService.Metrics:input_type -> space.node.v1.MetricsRequest
+	3,   // 77: space.node.v1.NodeService.Image:input_type -> space.node.v1.NameRequest
+	1,   // 78: space.node.v1.NodeService.Images:input_type -> space.node.v1.Empty
+	3,   // 79: space.node.v1.NodeService.DeleteImage:input_type -> space.node.v1.NameRequest
+	3,   // 80: space.node.v1.NodeService.Volumes:input_type -> space.node.v1.NameRequest
+	3,   // 81: space.node.v1.NodeService.VolumeExists:input_type -> space.node.v1.NameRequest
+	3,   // 82: space.node.v1.NodeService.DeleteVolume:input_type -> space.node.v1.NameRequest
+	53,  // 83: space.node.v1.NodeService.ReadVolumeFile:input_type -> space.node.v1.VolumeFileRequest
+	55,  // 84: space.node.v1.NodeService.ListVolumeDir:input_type -> space.node.v1.ListVolumeDirRequest
+	15,  // 85: space.node.v1.NodeService.CreateVolume:input_type -> space.node.v1.CreateVolumeRequest
+	3,   // 86: space.node.v1.NodeService.VolumeUsage:input_type -> space.node.v1.NameRequest
+	18,  // 87: space.node.v1.NodeService.WriteVolumeFile:input_type -> space.node.v1.WriteVolumeFileRequest
+	17,  // 88: space.node.v1.NodeService.EditVolume:input_type -> space.node.v1.VolumeEdit
+	1,   // 89: space.node.v1.NodeService.TemplateImages:input_type -> space.node.v1.Empty
+	3,   // 90: space.node.v1.NodeService.DropTemplateImage:input_type -> space.node.v1.NameRequest
+	42,  // 91: space.node.v1.NodeService.SetPool:input_type -> space.node.v1.PoolRequest
+	3,   // 92: space.node.v1.NodeService.Pool:input_type -> space.node.v1.NameRequest
+	1,   // 93: space.node.v1.NodeService.Events:input_type -> space.node.v1.Empty
+	45,  // 94: space.node.v1.NodeService.Exec:input_type -> space.node.v1.ExecRequest
+	47,  // 95: space.node.v1.NodeService.ReadFile:input_type -> space.node.v1.FileRequest
+	49,  // 96: space.node.v1.NodeService.WriteFile:input_type -> space.node.v1.WriteFileRequest
+	47,  // 97: space.node.v1.NodeService.Stat:input_type -> space.node.v1.FileRequest
+	51,  // 98: space.node.v1.NodeService.List:input_type -> space.node.v1.ListRequest
+	47,  // 99: space.node.v1.NodeService.Remove:input_type -> space.node.v1.FileRequest
+	47,  // 100: space.node.v1.NodeService.MakeDir:input_type -> space.node.v1.FileRequest
+	56,  // 101: space.node.v1.NodeService.Move:input_type -> space.node.v1.MoveRequest
+	58,  // 102: space.node.v1.NodeService.StartSession:input_type -> space.node.v1.StartSessionRequest
+	61,  // 103: space.node.v1.NodeService.Session:input_type -> space.node.v1.SessionRequest
+	2,   // 104: space.node.v1.NodeService.Sessions:input_type -> space.node.v1.SandboxRequest
+	63,  // 105: space.node.v1.NodeService.Attach:input_type -> space.node.v1.AttachRequest
+	67,  // 106: space.node.v1.NodeService.WriteStdin:input_type -> space.node.v1.StdinRequest
+	61,  // 107: space.node.v1.NodeService.CloseStdin:input_type -> space.node.v1.SessionRequest
+	68,  // 108: space.node.v1.NodeService.Signal:input_type -> space.node.v1.SignalRequest
+	69,  // 109: space.node.v1.NodeService.Resize:input_type -> space.node.v1.ResizeRequest
+	3,   // 110: space.node.v1.NodeService.SendVolume:input_type -> space.node.v1.NameRequest
+	71,  // 111: space.node.v1.NodeService.ReceiveVolume:input_type -> space.node.v1.ReceiveVolumeRequest
+	3,   // 112: space.node.v1.NodeService.SendImage:input_type -> space.node.v1.NameRequest
+	72,  // 113: space.node.v1.NodeService.ReceiveImage:input_type -> space.node.v1.ReceiveImageRequest
+	73,  // 114: space.node.v1.NodeService.BuildTemplate:input_type -> space.node.v1.TemplateBuildRequest
+	3,   // 115: space.node.v1.NodeService.DeleteTemplate:input_type -> space.node.v1.NameRequest
+	74,  // 116: space.node.v1.NodeService.StageTemplateArchive:input_type -> space.node.v1.StageTemplateArchiveRequest
+	3,   // 117: space.node.v1.NodeService.DiscardTemplateArchive:input_type -> space.node.v1.NameRequest
+	7,   // 118: space.node.v1.NodeService.Info:output_type -> space.node.v1.InfoResponse
+	21,  // 119: space.node.v1.NodeService.Create:output_type -> space.node.v1.CreateResponse
+	24,  // 120: space.node.v1.NodeService.Claim:output_type -> space.node.v1.ClaimResponse
+	26,  // 121: space.node.v1.NodeService.BootFromDisk:output_type -> space.node.v1.BootFromDiskResponse
+	1,   // 122: space.node.v1.NodeService.Destroy:output_type -> space.node.v1.Empty
+	1,   // 123: space.node.v1.NodeService.Halt:output_type -> space.node.v1.Empty
 	1,   // 124: space.node.v1.NodeService.Sweep:output_type -> space.node.v1.Empty
 	4,   // 125: space.node.v1.NodeService.Sandboxes:output_type -> space.node.v1.NamesResponse
 	1,   // 126: space.node.v1.NodeService.Pause:output_type -> space.node.v1.Empty
@@ -5458,57 +5610,59 @@ var file_space_node_v1_node_proto_depIdxs = []int32{
 	1,   // 129: space.node.v1.NodeService.Suspend:output_type -> space.node.v1.Empty
 	1,   // 130: space.node.v1.NodeService.Capture:output_type -> space.node.v1.Empty
 	1,   // 131: space.node.v1.NodeService.ResumeFrom:output_type -> space.node.v1.Empty
-	5,   // 132: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
-	1,   // 133: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
-	5,   // 134: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
-	1,   // 135: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
-	1,   // 136: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
-	1,   // 137: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
-	35,  // 138: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
-	38,  // 139: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
-	39,  // 140: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
-	4,   // 141: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
-	1,   // 142: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
-	4,   // 143: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
-	5,   // 144: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
-	1,   // 145: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
-	52,  // 146: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
-	50,  // 147: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
-	1,   // 148: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
-	16,  // 149: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
-	19,  // 150: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
-	19,  // 151: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
-	4,   // 152: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
-	1,   // 153: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
-	1,   // 154: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
-	41,  // 155: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
-	42,  // 156: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
-	44,  // 157: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
-	46,  // 158: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
-	1,   // 159: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
-	48,  // 160: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
-	50,  // 161: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
-	1,   // 162: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
-	48,  // 163: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
-	48,  // 164: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
-	58,  // 165: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
-	58,  // 166: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
-	60,  // 167: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
-	64,  // 168: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
-	1,   // 169: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
-	1,   // 170: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
-	1,   // 171: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
-	1,   // 172: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
-	68,  // 173: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
-	1,   // 174: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
-	68,  // 175: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
-	1,   // 176: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
-	73,  // 177: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
-	1,   // 178: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
-	3,   // 179: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
-	1,   // 180: space.node.v1.NodeService.DiscardTemplateArchive:output_type -> space.node.v1.Empty
-	117, // [117:181] is the sub-list for method output_type
-	53,  // [53:117] is the sub-list for method input_type
+	1,   // 132: space.node.v1.NodeService.CommitRestore:output_type -> space.node.v1.Empty
+	28,  // 133: space.node.v1.NodeService.Reconcile:output_type -> space.node.v1.ReconcileResponse
+	30,  // 134: space.node.v1.NodeService.Adopt:output_type -> space.node.v1.AdoptResponse
+	5,   // 135: space.node.v1.NodeService.RevertRestore:output_type -> space.node.v1.BoolResponse
+	5,   // 136: space.node.v1.NodeService.SettleCheckpoint:output_type -> space.node.v1.BoolResponse
+	1,   // 137: space.node.v1.NodeService.Quiesce:output_type -> space.node.v1.Empty
+	1,   // 138: space.node.v1.NodeService.Rekey:output_type -> space.node.v1.Empty
+	1,   // 139: space.node.v1.NodeService.SetNetwork:output_type -> space.node.v1.Empty
+	37,  // 140: space.node.v1.NodeService.Stats:output_type -> space.node.v1.SandboxStats
+	40,  // 141: space.node.v1.NodeService.Metrics:output_type -> space.node.v1.MetricsResponse
+	41,  // 142: space.node.v1.NodeService.Image:output_type -> space.node.v1.ImageInfo
+	4,   // 143: space.node.v1.NodeService.Images:output_type -> space.node.v1.NamesResponse
+	1,   // 144: space.node.v1.NodeService.DeleteImage:output_type -> space.node.v1.Empty
+	4,   // 145: space.node.v1.NodeService.Volumes:output_type -> space.node.v1.NamesResponse
+	5,   // 146: space.node.v1.NodeService.VolumeExists:output_type -> space.node.v1.BoolResponse
+	1,   // 147: space.node.v1.NodeService.DeleteVolume:output_type -> space.node.v1.Empty
+	54,  // 148: space.node.v1.NodeService.ReadVolumeFile:output_type -> space.node.v1.VolumeFileChunk
+	52,  // 149: space.node.v1.NodeService.ListVolumeDir:output_type -> space.node.v1.ListResponse
+	1,   // 150: space.node.v1.NodeService.CreateVolume:output_type -> space.node.v1.Empty
+	16,  // 151: space.node.v1.NodeService.VolumeUsage:output_type -> space.node.v1.VolumeUsageResponse
+	19,  // 152: space.node.v1.NodeService.WriteVolumeFile:output_type -> space.node.v1.VolumeEntryResponse
+	19,  // 153: space.node.v1.NodeService.EditVolume:output_type -> space.node.v1.VolumeEntryResponse
+	4,   // 154: space.node.v1.NodeService.TemplateImages:output_type -> space.node.v1.NamesResponse
+	1,   // 155: space.node.v1.NodeService.DropTemplateImage:output_type -> space.node.v1.Empty
+	1,   // 156: space.node.v1.NodeService.SetPool:output_type -> space.node.v1.Empty
+	43,  // 157: space.node.v1.NodeService.Pool:output_type -> space.node.v1.PoolStatus
+	44,  // 158: space.node.v1.NodeService.Events:output_type -> space.node.v1.Event
+	46,  // 159: space.node.v1.NodeService.Exec:output_type -> space.node.v1.ExecResult
+	48,  // 160: space.node.v1.NodeService.ReadFile:output_type -> space.node.v1.FileChunk
+	1,   // 161: space.node.v1.NodeService.WriteFile:output_type -> space.node.v1.Empty
+	50,  // 162: space.node.v1.NodeService.Stat:output_type -> space.node.v1.EntryResponse
+	52,  // 163: space.node.v1.NodeService.List:output_type -> space.node.v1.ListResponse
+	1,   // 164: space.node.v1.NodeService.Remove:output_type -> space.node.v1.Empty
+	50,  // 165: space.node.v1.NodeService.MakeDir:output_type -> space.node.v1.EntryResponse
+	50,  // 166: space.node.v1.NodeService.Move:output_type -> space.node.v1.EntryResponse
+	60,  // 167: space.node.v1.NodeService.StartSession:output_type -> space.node.v1.SessionInfo
+	60,  // 168: space.node.v1.NodeService.Session:output_type -> space.node.v1.SessionInfo
+	62,  // 169: space.node.v1.NodeService.Sessions:output_type -> space.node.v1.SessionsResponse
+	66,  // 170: space.node.v1.NodeService.Attach:output_type -> space.node.v1.AttachResponse
+	1,   // 171: space.node.v1.NodeService.WriteStdin:output_type -> space.node.v1.Empty
+	1,   // 172: space.node.v1.NodeService.CloseStdin:output_type -> space.node.v1.Empty
+	1,   // 173: space.node.v1.NodeService.Signal:output_type -> space.node.v1.Empty
+	1,   // 174: space.node.v1.NodeService.Resize:output_type -> space.node.v1.Empty
+	70,  // 175: space.node.v1.NodeService.SendVolume:output_type -> space.node.v1.DataChunk
+	1,   // 176: space.node.v1.NodeService.ReceiveVolume:output_type -> space.node.v1.Empty
+	70,  // 177: space.node.v1.NodeService.SendImage:output_type -> space.node.v1.DataChunk
+	1,   // 178: space.node.v1.NodeService.ReceiveImage:output_type -> space.node.v1.Empty
+	75,  // 179: space.node.v1.NodeService.BuildTemplate:output_type -> space.node.v1.TemplateBuildEvent
+	1,   // 180: space.node.v1.NodeService.DeleteTemplate:output_type -> space.node.v1.Empty
+	3,   // 181: space.node.v1.NodeService.StageTemplateArchive:output_type -> space.node.v1.NameRequest
+	1,   // 182: space.node.v1.NodeService.DiscardTemplateArchive:output_type -> space.node.v1.Empty
+	118, // [118:183] is the sub-list for method output_type
+	53,  // [53:118] is the sub-list for method input_type
 	53,  // [53:53] is the sub-list for extension type_name
 	53,  // [53:53] is the sub-list for extension extendee
 	0,   // [0:53] is the sub-list for field type_name
@@ -5520,12 +5674,12 @@ func file_space_node_v1_node_proto_init() {
 		return
 	}
 	file_space_node_v1_node_proto_msgTypes[17].OneofWrappers = []any{}
-	file_space_node_v1_node_proto_msgTypes[64].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[66].OneofWrappers = []any{
 		(*AttachResponse_Dropped)(nil),
 		(*AttachResponse_Chunk)(nil),
 		(*AttachResponse_End)(nil),
 	}
-	file_space_node_v1_node_proto_msgTypes[73].OneofWrappers = []any{
+	file_space_node_v1_node_proto_msgTypes[75].OneofWrappers = []any{
 		(*TemplateBuildEvent_Log)(nil),
 		(*TemplateBuildEvent_Built)(nil),
 	}
@@ -5535,7 +5689,7 @@ func file_space_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_node_v1_node_proto_rawDesc), len(file_space_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   84,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,8 +52,6 @@ const (
 	NodeServiceDestroyProcedure = "/space.node.v1.NodeService/Destroy"
 	// NodeServiceHaltProcedure is the fully-qualified name of the NodeService's Halt RPC.
 	NodeServiceHaltProcedure = "/space.node.v1.NodeService/Halt"
-	// NodeServiceAdoptProcedure is the fully-qualified name of the NodeService's Adopt RPC.
-	NodeServiceAdoptProcedure = "/space.node.v1.NodeService/Adopt"
 	// NodeServiceSweepProcedure is the fully-qualified name of the NodeService's Sweep RPC.
 	NodeServiceSweepProcedure = "/space.node.v1.NodeService/Sweep"
 	// NodeServiceSandboxesProcedure is the fully-qualified name of the NodeService's Sandboxes RPC.
@@ -70,12 +68,16 @@ const (
 	NodeServiceCaptureProcedure = "/space.node.v1.NodeService/Capture"
 	// NodeServiceResumeFromProcedure is the fully-qualified name of the NodeService's ResumeFrom RPC.
 	NodeServiceResumeFromProcedure = "/space.node.v1.NodeService/ResumeFrom"
-	// NodeServiceRevertRestoreProcedure is the fully-qualified name of the NodeService's RevertRestore
-	// RPC.
-	NodeServiceRevertRestoreProcedure = "/space.node.v1.NodeService/RevertRestore"
 	// NodeServiceCommitRestoreProcedure is the fully-qualified name of the NodeService's CommitRestore
 	// RPC.
 	NodeServiceCommitRestoreProcedure = "/space.node.v1.NodeService/CommitRestore"
+	// NodeServiceReconcileProcedure is the fully-qualified name of the NodeService's Reconcile RPC.
+	NodeServiceReconcileProcedure = "/space.node.v1.NodeService/Reconcile"
+	// NodeServiceAdoptProcedure is the fully-qualified name of the NodeService's Adopt RPC.
+	NodeServiceAdoptProcedure = "/space.node.v1.NodeService/Adopt"
+	// NodeServiceRevertRestoreProcedure is the fully-qualified name of the NodeService's RevertRestore
+	// RPC.
+	NodeServiceRevertRestoreProcedure = "/space.node.v1.NodeService/RevertRestore"
 	// NodeServiceSettleCheckpointProcedure is the fully-qualified name of the NodeService's
 	// SettleCheckpoint RPC.
 	NodeServiceSettleCheckpointProcedure = "/space.node.v1.NodeService/SettleCheckpoint"
@@ -197,7 +199,6 @@ type NodeServiceClient interface {
 	BootFromDisk(context.Context, *connect.Request[nodev1.BootFromDiskRequest]) (*connect.Response[nodev1.BootFromDiskResponse], error)
 	Destroy(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
 	Halt(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
-	Adopt(context.Context, *connect.Request[nodev1.AdoptRequest]) (*connect.Response[nodev1.AdoptResponse], error)
 	Sweep(context.Context, *connect.Request[nodev1.SweepRequest]) (*connect.Response[nodev1.Empty], error)
 	Sandboxes(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error)
 	Pause(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
@@ -206,9 +207,20 @@ type NodeServiceClient interface {
 	Suspend(context.Context, *connect.Request[nodev1.SuspendRequest]) (*connect.Response[nodev1.Empty], error)
 	Capture(context.Context, *connect.Request[nodev1.CaptureRequest]) (*connect.Response[nodev1.Empty], error)
 	ResumeFrom(context.Context, *connect.Request[nodev1.RestoreSpec]) (*connect.Response[nodev1.Empty], error)
-	RevertRestore(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.BoolResponse], error)
 	CommitRestore(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
+	Reconcile(context.Context, *connect.Request[nodev1.ReconcileRequest]) (*connect.Response[nodev1.ReconcileResponse], error)
+	// The recovery steps Reconcile replaced, served (and, by a client
+	// whose node answers Reconcile with UNIMPLEMENTED, called) only so
+	// that a control plane and a node one release apart reconcile each
+	// other during a rolling upgrade. Remove them in the release after.
+	//
+	// Deprecated: do not use.
+	Adopt(context.Context, *connect.Request[nodev1.AdoptRequest]) (*connect.Response[nodev1.AdoptResponse], error)
+	// Deprecated: do not use.
+	RevertRestore(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.BoolResponse], error)
+	// Deprecated: do not use.
 	SettleCheckpoint(context.Context, *connect.Request[nodev1.SuspendRequest]) (*connect.Response[nodev1.BoolResponse], error)
+	// Deprecated: do not use.
 	Quiesce(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
 	Rekey(context.Context, *connect.Request[nodev1.RekeyRequest]) (*connect.Response[nodev1.Empty], error)
 	SetNetwork(context.Context, *connect.Request[nodev1.SetNetworkRequest]) (*connect.Response[nodev1.Empty], error)
@@ -330,12 +342,6 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Halt")),
 			connect.WithClientOptions(opts...),
 		),
-		adopt: connect.NewClient[nodev1.AdoptRequest, nodev1.AdoptResponse](
-			httpClient,
-			baseURL+NodeServiceAdoptProcedure,
-			connect.WithSchema(nodeServiceMethods.ByName("Adopt")),
-			connect.WithClientOptions(opts...),
-		),
 		sweep: connect.NewClient[nodev1.SweepRequest, nodev1.Empty](
 			httpClient,
 			baseURL+NodeServiceSweepProcedure,
@@ -384,16 +390,28 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("ResumeFrom")),
 			connect.WithClientOptions(opts...),
 		),
-		revertRestore: connect.NewClient[nodev1.SandboxRequest, nodev1.BoolResponse](
-			httpClient,
-			baseURL+NodeServiceRevertRestoreProcedure,
-			connect.WithSchema(nodeServiceMethods.ByName("RevertRestore")),
-			connect.WithClientOptions(opts...),
-		),
 		commitRestore: connect.NewClient[nodev1.SandboxRequest, nodev1.Empty](
 			httpClient,
 			baseURL+NodeServiceCommitRestoreProcedure,
 			connect.WithSchema(nodeServiceMethods.ByName("CommitRestore")),
+			connect.WithClientOptions(opts...),
+		),
+		reconcile: connect.NewClient[nodev1.ReconcileRequest, nodev1.ReconcileResponse](
+			httpClient,
+			baseURL+NodeServiceReconcileProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Reconcile")),
+			connect.WithClientOptions(opts...),
+		),
+		adopt: connect.NewClient[nodev1.AdoptRequest, nodev1.AdoptResponse](
+			httpClient,
+			baseURL+NodeServiceAdoptProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Adopt")),
+			connect.WithClientOptions(opts...),
+		),
+		revertRestore: connect.NewClient[nodev1.SandboxRequest, nodev1.BoolResponse](
+			httpClient,
+			baseURL+NodeServiceRevertRestoreProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("RevertRestore")),
 			connect.WithClientOptions(opts...),
 		),
 		settleCheckpoint: connect.NewClient[nodev1.SuspendRequest, nodev1.BoolResponse](
@@ -689,7 +707,6 @@ type nodeServiceClient struct {
 	bootFromDisk           *connect.Client[nodev1.BootFromDiskRequest, nodev1.BootFromDiskResponse]
 	destroy                *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
 	halt                   *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
-	adopt                  *connect.Client[nodev1.AdoptRequest, nodev1.AdoptResponse]
 	sweep                  *connect.Client[nodev1.SweepRequest, nodev1.Empty]
 	sandboxes              *connect.Client[nodev1.Empty, nodev1.NamesResponse]
 	pause                  *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
@@ -698,8 +715,10 @@ type nodeServiceClient struct {
 	suspend                *connect.Client[nodev1.SuspendRequest, nodev1.Empty]
 	capture                *connect.Client[nodev1.CaptureRequest, nodev1.Empty]
 	resumeFrom             *connect.Client[nodev1.RestoreSpec, nodev1.Empty]
-	revertRestore          *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
 	commitRestore          *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
+	reconcile              *connect.Client[nodev1.ReconcileRequest, nodev1.ReconcileResponse]
+	adopt                  *connect.Client[nodev1.AdoptRequest, nodev1.AdoptResponse]
+	revertRestore          *connect.Client[nodev1.SandboxRequest, nodev1.BoolResponse]
 	settleCheckpoint       *connect.Client[nodev1.SuspendRequest, nodev1.BoolResponse]
 	quiesce                *connect.Client[nodev1.SandboxRequest, nodev1.Empty]
 	rekey                  *connect.Client[nodev1.RekeyRequest, nodev1.Empty]
@@ -779,11 +798,6 @@ func (c *nodeServiceClient) Halt(ctx context.Context, req *connect.Request[nodev
 	return c.halt.CallUnary(ctx, req)
 }
 
-// Adopt calls space.node.v1.NodeService.Adopt.
-func (c *nodeServiceClient) Adopt(ctx context.Context, req *connect.Request[nodev1.AdoptRequest]) (*connect.Response[nodev1.AdoptResponse], error) {
-	return c.adopt.CallUnary(ctx, req)
-}
-
 // Sweep calls space.node.v1.NodeService.Sweep.
 func (c *nodeServiceClient) Sweep(ctx context.Context, req *connect.Request[nodev1.SweepRequest]) (*connect.Response[nodev1.Empty], error) {
 	return c.sweep.CallUnary(ctx, req)
@@ -824,22 +838,40 @@ func (c *nodeServiceClient) ResumeFrom(ctx context.Context, req *connect.Request
 	return c.resumeFrom.CallUnary(ctx, req)
 }
 
-// RevertRestore calls space.node.v1.NodeService.RevertRestore.
-func (c *nodeServiceClient) RevertRestore(ctx context.Context, req *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.BoolResponse], error) {
-	return c.revertRestore.CallUnary(ctx, req)
-}
-
 // CommitRestore calls space.node.v1.NodeService.CommitRestore.
 func (c *nodeServiceClient) CommitRestore(ctx context.Context, req *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error) {
 	return c.commitRestore.CallUnary(ctx, req)
 }
 
+// Reconcile calls space.node.v1.NodeService.Reconcile.
+func (c *nodeServiceClient) Reconcile(ctx context.Context, req *connect.Request[nodev1.ReconcileRequest]) (*connect.Response[nodev1.ReconcileResponse], error) {
+	return c.reconcile.CallUnary(ctx, req)
+}
+
+// Adopt calls space.node.v1.NodeService.Adopt.
+//
+// Deprecated: do not use.
+func (c *nodeServiceClient) Adopt(ctx context.Context, req *connect.Request[nodev1.AdoptRequest]) (*connect.Response[nodev1.AdoptResponse], error) {
+	return c.adopt.CallUnary(ctx, req)
+}
+
+// RevertRestore calls space.node.v1.NodeService.RevertRestore.
+//
+// Deprecated: do not use.
+func (c *nodeServiceClient) RevertRestore(ctx context.Context, req *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.BoolResponse], error) {
+	return c.revertRestore.CallUnary(ctx, req)
+}
+
 // SettleCheckpoint calls space.node.v1.NodeService.SettleCheckpoint.
+//
+// Deprecated: do not use.
 func (c *nodeServiceClient) SettleCheckpoint(ctx context.Context, req *connect.Request[nodev1.SuspendRequest]) (*connect.Response[nodev1.BoolResponse], error) {
 	return c.settleCheckpoint.CallUnary(ctx, req)
 }
 
 // Quiesce calls space.node.v1.NodeService.Quiesce.
+//
+// Deprecated: do not use.
 func (c *nodeServiceClient) Quiesce(ctx context.Context, req *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error) {
 	return c.quiesce.CallUnary(ctx, req)
 }
@@ -1078,7 +1110,6 @@ type NodeServiceHandler interface {
 	BootFromDisk(context.Context, *connect.Request[nodev1.BootFromDiskRequest]) (*connect.Response[nodev1.BootFromDiskResponse], error)
 	Destroy(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
 	Halt(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
-	Adopt(context.Context, *connect.Request[nodev1.AdoptRequest]) (*connect.Response[nodev1.AdoptResponse], error)
 	Sweep(context.Context, *connect.Request[nodev1.SweepRequest]) (*connect.Response[nodev1.Empty], error)
 	Sandboxes(context.Context, *connect.Request[nodev1.Empty]) (*connect.Response[nodev1.NamesResponse], error)
 	Pause(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
@@ -1087,9 +1118,20 @@ type NodeServiceHandler interface {
 	Suspend(context.Context, *connect.Request[nodev1.SuspendRequest]) (*connect.Response[nodev1.Empty], error)
 	Capture(context.Context, *connect.Request[nodev1.CaptureRequest]) (*connect.Response[nodev1.Empty], error)
 	ResumeFrom(context.Context, *connect.Request[nodev1.RestoreSpec]) (*connect.Response[nodev1.Empty], error)
-	RevertRestore(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.BoolResponse], error)
 	CommitRestore(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
+	Reconcile(context.Context, *connect.Request[nodev1.ReconcileRequest]) (*connect.Response[nodev1.ReconcileResponse], error)
+	// The recovery steps Reconcile replaced, served (and, by a client
+	// whose node answers Reconcile with UNIMPLEMENTED, called) only so
+	// that a control plane and a node one release apart reconcile each
+	// other during a rolling upgrade. Remove them in the release after.
+	//
+	// Deprecated: do not use.
+	Adopt(context.Context, *connect.Request[nodev1.AdoptRequest]) (*connect.Response[nodev1.AdoptResponse], error)
+	// Deprecated: do not use.
+	RevertRestore(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.BoolResponse], error)
+	// Deprecated: do not use.
 	SettleCheckpoint(context.Context, *connect.Request[nodev1.SuspendRequest]) (*connect.Response[nodev1.BoolResponse], error)
+	// Deprecated: do not use.
 	Quiesce(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error)
 	Rekey(context.Context, *connect.Request[nodev1.RekeyRequest]) (*connect.Response[nodev1.Empty], error)
 	SetNetwork(context.Context, *connect.Request[nodev1.SetNetworkRequest]) (*connect.Response[nodev1.Empty], error)
@@ -1207,12 +1249,6 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Halt")),
 		connect.WithHandlerOptions(opts...),
 	)
-	nodeServiceAdoptHandler := connect.NewUnaryHandler(
-		NodeServiceAdoptProcedure,
-		svc.Adopt,
-		connect.WithSchema(nodeServiceMethods.ByName("Adopt")),
-		connect.WithHandlerOptions(opts...),
-	)
 	nodeServiceSweepHandler := connect.NewUnaryHandler(
 		NodeServiceSweepProcedure,
 		svc.Sweep,
@@ -1261,16 +1297,28 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("ResumeFrom")),
 		connect.WithHandlerOptions(opts...),
 	)
-	nodeServiceRevertRestoreHandler := connect.NewUnaryHandler(
-		NodeServiceRevertRestoreProcedure,
-		svc.RevertRestore,
-		connect.WithSchema(nodeServiceMethods.ByName("RevertRestore")),
-		connect.WithHandlerOptions(opts...),
-	)
 	nodeServiceCommitRestoreHandler := connect.NewUnaryHandler(
 		NodeServiceCommitRestoreProcedure,
 		svc.CommitRestore,
 		connect.WithSchema(nodeServiceMethods.ByName("CommitRestore")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceReconcileHandler := connect.NewUnaryHandler(
+		NodeServiceReconcileProcedure,
+		svc.Reconcile,
+		connect.WithSchema(nodeServiceMethods.ByName("Reconcile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceAdoptHandler := connect.NewUnaryHandler(
+		NodeServiceAdoptProcedure,
+		svc.Adopt,
+		connect.WithSchema(nodeServiceMethods.ByName("Adopt")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceRevertRestoreHandler := connect.NewUnaryHandler(
+		NodeServiceRevertRestoreProcedure,
+		svc.RevertRestore,
+		connect.WithSchema(nodeServiceMethods.ByName("RevertRestore")),
 		connect.WithHandlerOptions(opts...),
 	)
 	nodeServiceSettleCheckpointHandler := connect.NewUnaryHandler(
@@ -1569,8 +1617,6 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceDestroyHandler.ServeHTTP(w, r)
 		case NodeServiceHaltProcedure:
 			nodeServiceHaltHandler.ServeHTTP(w, r)
-		case NodeServiceAdoptProcedure:
-			nodeServiceAdoptHandler.ServeHTTP(w, r)
 		case NodeServiceSweepProcedure:
 			nodeServiceSweepHandler.ServeHTTP(w, r)
 		case NodeServiceSandboxesProcedure:
@@ -1587,10 +1633,14 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceCaptureHandler.ServeHTTP(w, r)
 		case NodeServiceResumeFromProcedure:
 			nodeServiceResumeFromHandler.ServeHTTP(w, r)
-		case NodeServiceRevertRestoreProcedure:
-			nodeServiceRevertRestoreHandler.ServeHTTP(w, r)
 		case NodeServiceCommitRestoreProcedure:
 			nodeServiceCommitRestoreHandler.ServeHTTP(w, r)
+		case NodeServiceReconcileProcedure:
+			nodeServiceReconcileHandler.ServeHTTP(w, r)
+		case NodeServiceAdoptProcedure:
+			nodeServiceAdoptHandler.ServeHTTP(w, r)
+		case NodeServiceRevertRestoreProcedure:
+			nodeServiceRevertRestoreHandler.ServeHTTP(w, r)
 		case NodeServiceSettleCheckpointProcedure:
 			nodeServiceSettleCheckpointHandler.ServeHTTP(w, r)
 		case NodeServiceQuiesceProcedure:
@@ -1718,10 +1768,6 @@ func (UnimplementedNodeServiceHandler) Halt(context.Context, *connect.Request[no
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Halt is not implemented"))
 }
 
-func (UnimplementedNodeServiceHandler) Adopt(context.Context, *connect.Request[nodev1.AdoptRequest]) (*connect.Response[nodev1.AdoptResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Adopt is not implemented"))
-}
-
 func (UnimplementedNodeServiceHandler) Sweep(context.Context, *connect.Request[nodev1.SweepRequest]) (*connect.Response[nodev1.Empty], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Sweep is not implemented"))
 }
@@ -1754,12 +1800,20 @@ func (UnimplementedNodeServiceHandler) ResumeFrom(context.Context, *connect.Requ
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.ResumeFrom is not implemented"))
 }
 
-func (UnimplementedNodeServiceHandler) RevertRestore(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.BoolResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.RevertRestore is not implemented"))
-}
-
 func (UnimplementedNodeServiceHandler) CommitRestore(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.Empty], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.CommitRestore is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Reconcile(context.Context, *connect.Request[nodev1.ReconcileRequest]) (*connect.Response[nodev1.ReconcileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Reconcile is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Adopt(context.Context, *connect.Request[nodev1.AdoptRequest]) (*connect.Response[nodev1.AdoptResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.Adopt is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) RevertRestore(context.Context, *connect.Request[nodev1.SandboxRequest]) (*connect.Response[nodev1.BoolResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.node.v1.NodeService.RevertRestore is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) SettleCheckpoint(context.Context, *connect.Request[nodev1.SuspendRequest]) (*connect.Response[nodev1.BoolResponse], error) {
