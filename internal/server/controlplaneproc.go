@@ -13,6 +13,7 @@ import (
 
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/bootstrap"
 	"github.com/space-platform/space/internal/catalog"
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
@@ -91,7 +92,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (*Server, er
 	if err != nil {
 		return nil, err
 	}
-	return startControlPlane(ctx, cfg, st, nil, bootstrapSeed{})
+	return startControlPlane(ctx, cfg, st, nil, bootstrap.Seed{})
 }
 
 // inProcessNode is a node that runs in its control plane's process
@@ -109,7 +110,7 @@ type inProcessNode struct {
 // on failure and on Shutdown: a replica on PostgreSQL, or serve's on its
 // embedded store with its node in process (local). A new bootstrap record
 // takes what seed holds.
-func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Store, local *inProcessNode, seed bootstrapSeed) (_ *Server, err error) {
+func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Store, local *inProcessNode, seed bootstrap.Seed) (_ *Server, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -142,23 +143,23 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 		return nil, err
 	}
 	adminKeyPath := filepath.Join(cfg.DataDir, "admin.key")
-	boot, err := loadBootstrap(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath, cfg.AdminKey, seed)
+	boot, err := bootstrap.Load(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath, cfg.AdminKey, seed)
 	if err != nil {
 		return nil, err
 	}
-	if s.AdminKey = boot.adminKey; s.AdminKey != "" {
-		if err := writeAdminKeyFile(adminKeyPath, s.AdminKey); err != nil {
+	if s.AdminKey = boot.AdminKey; s.AdminKey != "" {
+		if err := bootstrap.WriteAdminKeyFile(adminKeyPath, s.AdminKey); err != nil {
 			return nil, err
 		}
 	}
-	if boot.created {
+	if boot.Created {
 		say("created admin API key (shown once; also saved to %s): %s", adminKeyPath, s.AdminKey)
 	}
 	quotas, err := project.OpenQuotas(s.st, cfg.ProjectQuota)
 	if err != nil {
 		return nil, err
 	}
-	secretStore, err := secrets.Open(s.st, boot.secretsKey)
+	secretStore, err := secrets.Open(s.st, boot.SecretsKey)
 	if err != nil {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}
@@ -189,7 +190,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	s.nodeService = &cpapi.Service{
 		Registry: reg, Logger: cfg.Logger,
 		// The API (and so this service) serves once s.cp is built.
-		Credentials: credentialcalls.Answerer{CA: boot.egressCA, Sandboxes: func() credentialcalls.Sandboxes { return s.cp }, Secrets: secretStore},
+		Credentials: credentialcalls.Answerer{CA: boot.EgressCA, Sandboxes: func() credentialcalls.Sandboxes { return s.cp }, Secrets: secretStore},
 		// The templates first: the control plane resolves them when it
 		// reconciles the node that joined.
 		Joined: func(n cluster.Node, ts []cpapi.Template) {

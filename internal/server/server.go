@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/bootstrap"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/e2b"
@@ -263,19 +264,6 @@ func (s *Server) closeStores() {
 	}
 }
 
-// mintAdminKey creates an admin key of the default project and writes it
-// to path (0600), replacing what the file held.
-func mintAdminKey(keys *auth.Keys, name, path string) (string, error) {
-	_, secret, err := keys.Create(name, project.Default, true)
-	if err != nil {
-		return "", err
-	}
-	if err := writeAdminKeyFile(path, secret); err != nil {
-		return "", err
-	}
-	return secret, nil
-}
-
 // openStore opens the state store: url if given, else the embedded
 // state.db of dataDir.
 func openStore(ctx context.Context, dataDir, url string) (store.Store, error) {
@@ -308,7 +296,7 @@ func ResetAdminKey(ctx context.Context, dataDir, storeURL string) (string, error
 	if err != nil {
 		return "", err
 	}
-	return mintAdminKey(keys, "admin-reset-"+time.Now().UTC().Format("20060102-150405"), filepath.Join(dataDir, "admin.key"))
+	return bootstrap.MintAdminKey(keys, "admin-reset-"+time.Now().UTC().Format("20060102-150405"), filepath.Join(dataDir, "admin.key"))
 }
 
 // findTool locates a helper binary: the configured path, an environment

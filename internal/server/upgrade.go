@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/bootstrap"
 	"github.com/space-platform/space/internal/catalog"
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/secrets"
@@ -43,13 +44,8 @@ const (
 // isServeStore reports whether st was written by serve before one house
 // (74ed21b and older): it has keys but no bootstrap record.
 func isServeStore(st store.Store) (bool, error) {
-	var rec bootstrapRecord
-	err := st.Get(bootstrapBucket, bootstrapKey, &rec)
-	if err == nil {
-		return false, nil
-	}
-	if !errors.Is(err, store.ErrNotFound) {
-		return false, fmt.Errorf("read the bootstrap record: %w", err)
+	if made, err := bootstrap.Exists(st); err != nil || made {
+		return false, err
 	}
 	keys, err := auth.Open(st)
 	if err != nil {
@@ -62,27 +58,27 @@ func isServeStore(st store.Store) (bool, error) {
 // the secrets key (keyFile, or <data-dir>/secrets.key), the egress CA
 // (<data-dir>/ca) and the admin key (<data-dir>/admin.key, if the store
 // knows it). What is missing is made as for a new installation.
-func serveSeed(dataDir, keyFile string, keys *auth.Keys) (bootstrapSeed, error) {
-	var seed bootstrapSeed
+func serveSeed(dataDir, keyFile string, keys *auth.Keys) (bootstrap.Seed, error) {
+	var seed bootstrap.Seed
 	if keyFile == "" {
 		keyFile = filepath.Join(dataDir, "secrets.key")
 	}
 	if _, err := os.Stat(keyFile); err == nil {
-		if seed.secretsKey, err = secrets.LoadOrCreateKey(keyFile); err != nil {
+		if seed.SecretsKey, err = secrets.LoadOrCreateKey(keyFile); err != nil {
 			return seed, err
 		}
 	}
 	ca, err := credentials.LoadCA(filepath.Join(dataDir, "ca"))
 	switch {
 	case err == nil:
-		seed.egressCA = ca
+		seed.EgressCA = ca
 	case !errors.Is(err, fs.ErrNotExist):
 		return seed, err
 	}
 	if data, err := os.ReadFile(filepath.Join(dataDir, "admin.key")); err == nil {
 		key := strings.TrimSpace(string(data))
 		if k, err := keys.Check(key); err == nil && k.Admin {
-			seed.adminKey = key
+			seed.AdminKey = key
 		}
 	}
 	return seed, nil

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/bootstrap"
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/secrets"
 )
@@ -15,8 +17,12 @@ import (
 // and its admin key, which every start writes to admin.key again.
 func TestUpgradeSealsServesFiles(t *testing.T) {
 	dir := t.TempDir()
-	st, keys := keyStore(t, dir)
-	admin, err := mintAdminKey(keys, "admin", filepath.Join(dir, "admin.key"))
+	st := tempStore(t)
+	keys, err := auth.Open(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := bootstrap.MintAdminKey(keys, "admin", filepath.Join(dir, "admin.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,17 +46,17 @@ func TestUpgradeSealsServesFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := loadBootstrap(context.Background(), st, keys, "token", filepath.Join(dir, "admin.key"), "", seed)
+	b, err := bootstrap.Load(context.Background(), st, keys, "token", filepath.Join(dir, "admin.key"), "", seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.adminKey != admin || b.created {
-		t.Fatalf("admin key %q (made: %v), want serve's %q", b.adminKey, b.created, admin)
+	if b.AdminKey != admin || b.Created {
+		t.Fatalf("admin key %q (made: %v), want serve's %q", b.AdminKey, b.Created, admin)
 	}
-	if b.egressCA.Fingerprint() != ca.Fingerprint() {
+	if b.EgressCA.Fingerprint() != ca.Fingerprint() {
 		t.Fatal("the egress CA is not serve's")
 	}
-	opened, err := secrets.Open(st, b.secretsKey)
+	opened, err := secrets.Open(st, b.SecretsKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +68,7 @@ func TestUpgradeSealsServesFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "admin.key"), []byte("e2b_0000000000000000000000000000000000000000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if seed, err := serveSeed(dir, "", keys); err != nil || seed.adminKey != "" {
-		t.Fatalf("a stranger's admin.key was taken: %q, %v", seed.adminKey, err)
+	if seed, err := serveSeed(dir, "", keys); err != nil || seed.AdminKey != "" {
+		t.Fatalf("a stranger's admin.key was taken: %q, %v", seed.AdminKey, err)
 	}
 }
