@@ -1,4 +1,4 @@
-package server
+package upgrade
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/bootstrap"
 	"github.com/space-platform/space/internal/credentials"
+	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
+	"github.com/space-platform/space/internal/store"
 )
 
 // serve's files become the bootstrap record's: its secrets key (so that
@@ -42,7 +44,7 @@ func TestUpgradeSealsServesFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	seed, err := serveSeed(dir, "", keys)
+	seed, err := ServeSeed(dir, "", keys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,51 @@ func TestUpgradeSealsServesFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "admin.key"), []byte("e2b_0000000000000000000000000000000000000000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if seed, err := serveSeed(dir, "", keys); err != nil || seed.AdminKey != "" {
+	if seed, err := ServeSeed(dir, "", keys); err != nil || seed.AdminKey != "" {
 		t.Fatalf("a stranger's admin.key was taken: %q, %v", seed.AdminKey, err)
 	}
+}
+
+// One house tells a new store, serve's before it (which it upgrades) and
+// its own apart.
+func TestOneHouseTellsTheStoresApart(t *testing.T) {
+	fresh := tempStore(t)
+	if serve, err := IsServeStore(fresh); err != nil || serve {
+		t.Fatalf("a new store is serve's: %v, %v", serve, err)
+	}
+
+	served := tempStore(t)
+	keys, err := auth.Open(served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := keys.Create("admin", project.Default, true); err != nil {
+		t.Fatal(err)
+	}
+	if serve, err := IsServeStore(served); err != nil || !serve {
+		t.Fatalf("serve's store is not told as serve's: %v, %v", serve, err)
+	}
+
+	oneHouse := tempStore(t)
+	keys, err = auth.Open(oneHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bootstrap.Load(context.Background(), oneHouse, keys, "token", filepath.Join(t.TempDir(), "admin.key"), "", bootstrap.Seed{}); err != nil {
+		t.Fatal(err)
+	}
+	if serve, err := IsServeStore(oneHouse); err != nil || serve {
+		t.Fatalf("one house's store is told as serve's: %v, %v", serve, err)
+	}
+}
+
+// tempStore is a store in a directory of its own, closed when t ends.
+func tempStore(t *testing.T) store.Store {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -1,4 +1,22 @@
-package server
+// Package upgrade is the one-time upgrade of a data dir that serve wrote
+// before one house (issue #30, item 3). The store is the same one (keys,
+// projects, quotas, sandboxes, snapshots, volumes, pools, secrets,
+// events); what serve kept beside it in files, or read from its node
+// directly, becomes records:
+//
+//   - the bootstrap record takes serve's secrets key, its egress CA (which
+//     its templates trust and their ids cover) and its admin key
+//     (ServeSeed);
+//   - records naming serve's node "local" are on the node of the node-id
+//     file (controlplane.LegacyLocalNode);
+//   - a project's templates, which serve's catalog read from the node's
+//     template manager by name, become the catalog's records, and E2B's
+//     build records, JSON files under <data-dir>/e2b/builds, the store's
+//     (ImportServeCatalog).
+//
+// Every step skips what is there already, and the last writes a marker,
+// so that an import cut short by a crash is finished by the next start.
+package upgrade
 
 import (
 	"errors"
@@ -17,33 +35,15 @@ import (
 	"github.com/space-platform/space/internal/template"
 )
 
-// The upgrade of a data dir that serve wrote before one house (issue #30,
-// item 3). The store is the same one (keys, projects, quotas,
-// sandboxes, snapshots, volumes, pools, secrets, events); what serve kept
-// beside it in files, or read from its node directly, becomes records:
-//
-//   - the bootstrap record takes serve's secrets key, its egress CA (which
-//     its templates trust and their ids cover) and its admin key
-//     (serveSeed);
-//   - records naming serve's node "local" are on the node of the node-id
-//     file (controlplane.LegacyLocalNode);
-//   - a project's templates, which serve's catalog read from the node's
-//     template manager by name, become the catalog's records, and E2B's
-//     build records, JSON files under <data-dir>/e2b/builds, the store's
-//     (importServeCatalog).
-//
-// Every step skips what is there already, and the last writes a marker,
-// so that an import cut short by a crash is finished by the next start.
-
 const (
 	upgradeBucket = "upgrade"
 	// serveImportKey marks the import of serve's catalog as done.
 	serveImportKey = "serve-catalog"
 )
 
-// isServeStore reports whether st was written by serve before one house
+// IsServeStore reports whether st was written by serve before one house
 // (74ed21b and older): it has keys but no bootstrap record.
-func isServeStore(st store.Store) (bool, error) {
+func IsServeStore(st store.Store) (bool, error) {
 	if made, err := bootstrap.Exists(st); err != nil || made {
 		return false, err
 	}
@@ -54,11 +54,11 @@ func isServeStore(st store.Store) (bool, error) {
 	return !keys.Empty(), nil
 }
 
-// serveSeed reads what serve kept in files for the bootstrap record:
+// ServeSeed reads what serve kept in files for the bootstrap record:
 // the secrets key (keyFile, or <data-dir>/secrets.key), the egress CA
 // (<data-dir>/ca) and the admin key (<data-dir>/admin.key, if the store
 // knows it). What is missing is made as for a new installation.
-func serveSeed(dataDir, keyFile string, keys *auth.Keys) (bootstrap.Seed, error) {
+func ServeSeed(dataDir, keyFile string, keys *auth.Keys) (bootstrap.Seed, error) {
 	var seed bootstrap.Seed
 	if keyFile == "" {
 		keyFile = filepath.Join(dataDir, "secrets.key")
@@ -84,10 +84,10 @@ func serveSeed(dataDir, keyFile string, keys *auth.Keys) (bootstrap.Seed, error)
 	return seed, nil
 }
 
-// importServeCatalog makes the catalog's records of what serve's catalog
+// ImportServeCatalog makes the catalog's records of what serve's catalog
 // kept on the node (m) and in <data-dir>/e2b/builds, unless done before.
 // node is the id of the node that holds the templates.
-func importServeCatalog(st store.Store, m *template.Manager, dataDir, node string) (templates, builds int, err error) {
+func ImportServeCatalog(st store.Store, m *template.Manager, dataDir, node string) (templates, builds int, err error) {
 	var done bool
 	if err := st.Get(upgradeBucket, serveImportKey, &done); err == nil && done {
 		return 0, 0, nil
