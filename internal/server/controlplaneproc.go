@@ -23,6 +23,7 @@ import (
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/nodeset"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/internal/store"
@@ -177,7 +178,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	if err != nil {
 		return nil, err
 	}
-	nodes := newNodeSet(reg, cfg.ClusterToken, cfg.TLSCAFile)
+	nodes := nodeset.New(reg, cfg.ClusterToken, cfg.TLSCAFile)
 	s.nodes = nodes
 	buildLimits, buildDisk := buildShape(cfg.Defaults)
 	cat := catalog.New(catalog.Config{
@@ -260,7 +261,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	if local != nil {
 		// Its events are followed and its pools set from now on, while
 		// its missing built-in templates build.
-		if err := nodes.joinLocal(local.id); err != nil {
+		if err := nodes.JoinLocal(local.id); err != nil {
 			return nil, err
 		}
 	}
@@ -270,7 +271,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	mux.Handle(clusterPath, clusterHandler)
 	mux.Handle("/", api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: metricsReg, Logger: cfg.Logger,
-		Nodes: operatorView{reg, nodes}, MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
+		Nodes: nodes.OperatorView(), MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths))
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -309,47 +310,4 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)
 	}
 	return s, nil
-}
-
-// operatorView is the registry as the nodes routes show it: read from the
-// store, never from the registry's read cache, so that an operator sees a
-// change made through another replica at once; and a node that runs in
-// this process (one house's) shows its Info as it is now, not as its last
-// heartbeat said.
-type operatorView struct {
-	*cluster.Registry
-	nodes *nodeSet
-}
-
-func (v operatorView) List() ([]cluster.Node, error) {
-	list, err := v.ListStored()
-	for i := range list {
-		list[i] = v.fresh(list[i])
-	}
-	return list, err
-}
-
-func (v operatorView) Get(id string) (cluster.Node, error) {
-	n, err := v.GetStored(id)
-	if err != nil {
-		return n, err
-	}
-	return v.fresh(n), nil
-}
-
-// freshInfoTimeout bounds the Info call of an in-process node behind a
-// nodes route; past it the route shows the last heartbeat's.
-const freshInfoTimeout = 2 * time.Second
-
-func (v operatorView) fresh(n cluster.Node) cluster.Node {
-	local, ok := v.nodes.inProcess(n.ID, n.Address)
-	if !ok {
-		return n
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), freshInfoTimeout)
-	defer cancel()
-	if info, err := local.Info(ctx); err == nil {
-		n.Info = info
-	}
-	return n
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/noderpc"
+	"github.com/space-platform/space/internal/nodeset"
 	"github.com/space-platform/space/internal/template"
 )
 
@@ -124,7 +125,7 @@ type nodeLink struct {
 	// local, when set, is the node set of a control plane in this
 	// process: the node joins it at its in-process address and serves no
 	// RPC of its own.
-	local *nodeSet
+	local *nodeset.Set
 }
 
 // StartNode brings a node up: the cluster's egress CA from the control
@@ -233,7 +234,7 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 	if link.local != nil {
 		s.URL = cluster.InProcessAddress(cfg.ID)
 		cfg.Advertise = s.URL
-		link.local.addLocal(cfg.ID, held)
+		link.local.AddLocal(cfg.ID, held)
 		close(s.done)
 	} else {
 		if s.http, err = noderpc.NewServer(noderpc.NewHandler(held, cfg.ClusterToken, cfg.Logger), noderpc.ServerOptions{
@@ -277,7 +278,7 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 // sweeps what a node runs for no sandbox of its own when the node joins,
 // a template's first boot included. One house's node was registered and
 // reconciled before the control plane recovered, and joined after
-// (joinLocal): it heartbeats at once, so that sandboxes of its ready
+// (nodeset.Set.JoinLocal): it heartbeats at once, so that sandboxes of its ready
 // templates run while the others build, and each built template is
 // reported when it is ready, not at the next interval.
 func (s *NodeServer) join() {

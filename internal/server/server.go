@@ -41,6 +41,7 @@ import (
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/nodeset"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/storage"
@@ -172,7 +173,7 @@ type Server struct {
 	cat       templateResolver
 	// nodes are a cluster control plane's nodes (StartControlPlane), and
 	// nodeService the nodes' side of the contract it serves them.
-	nodes       *nodeSet
+	nodes       *nodeset.Set
 	nodeService *cpapi.Service
 	// localNode is serve's node on the in-process link (one house).
 	localNode *NodeServer
@@ -252,7 +253,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, s.localNode.Shutdown(ctx))
 	}
 	if s.nodes != nil {
-		s.nodes.close()
+		s.nodes.Close()
 	}
 	s.closeStores()
 	return err
