@@ -23,11 +23,9 @@ import (
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/membership"
 	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/node"
-	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/noderpc"
+	"github.com/space-platform/space/internal/nodeservice"
 	"github.com/space-platform/space/internal/nodeset"
-	"github.com/space-platform/space/internal/template"
 )
 
 // NodeConfig is everything `space node` can be told.
@@ -286,7 +284,7 @@ func (s *NodeServer) join() {
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
 	member := membership.Config{
 		ID: cfg.ID, Address: cfg.Advertise, Node: s.held(), ControlPlane: s.link.cp,
-		Templates: s.side.templateList, Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
+		Templates: s.held().BuiltinTemplates, Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
 	}
 	if s.link.local == nil {
 		go func() {
@@ -307,7 +305,9 @@ func (s *NodeServer) join() {
 }
 
 // held is the node as its control plane drives it.
-func (s *NodeServer) held() heldNode { return heldNode{Node: s.side.node, side: s.side} }
+func (s *NodeServer) held() nodeservice.Node {
+	return nodeservice.New(s.side.node, s.side.templates, s.cfg.Logger)
+}
 
 // ControlPlaneURLs splits a comma-separated list of control-plane URLs
 // (NodeConfig.ControlPlane), dropping empty entries.
@@ -344,46 +344,6 @@ func (s *NodeServer) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, s.side.releaseHost())
 	}
 	return err
-}
-
-// heldNode is the node as its RPC service serves it: its Info lists the
-// templates it holds, so that placement only picks nodes that can run a
-// template.
-type heldNode struct {
-	*node.Node
-	side *nodeSide
-}
-
-func (h heldNode) Info(ctx context.Context) (nodeapi.Info, error) {
-	info, err := h.Node.Info(ctx)
-	if err != nil {
-		return info, err
-	}
-	info.Templates = h.side.heldTemplates()
-	received, err := h.side.receivedTemplates(ctx, info.Templates)
-	if err != nil {
-		return info, fmt.Errorf("node info: %w", err)
-	}
-	info.Templates = append(info.Templates, received...)
-	return info, nil
-}
-
-// templateList names the built-in templates ready on the node, for the
-// control plane's catalog; the templates the cluster built on the node
-// are in the control plane's own records.
-func (ns *nodeSide) templateList() []cpapi.Template {
-	var out []cpapi.Template
-	for name, id := range ns.templates.Names() {
-		if _, builtin := template.Builtin(name); !builtin {
-			continue
-		}
-		t, err := ns.templates.Get(id)
-		if err != nil || t.State != template.StateReady {
-			continue
-		}
-		out = append(out, cpapi.Template{Name: name, Spec: t.Spec(), SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, ReadyAt: t.ReadyAt})
-	}
-	return out
 }
 
 // nodeID reads the node's id from <data-dir>/node-id, making one on first

@@ -96,7 +96,7 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		if err != nil {
 			return err
 		}
-		return register(node.URL, info, side.templateList())
+		return register(node.URL, info, node.held().BuiltinTemplates())
 	}}
 	s, err := startControlPlane(ctx, ControlPlaneConfig{
 		Store: cfg.Store, DataDir: cfg.DataDir,
