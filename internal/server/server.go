@@ -1,17 +1,25 @@
 // Package server assembles the processes of space: `space control-plane`
 // (controlplaneproc.go: the control plane, its template catalog
 // (internal/catalog) and the answers to the nodes' credential calls
-// (internal/credentialcalls), the API, the cluster service nodes join
-// through), `space node` (nodeproc.go: storage, runtimes, network,
-// templates, the node RPC) and `space serve`, which is both in one
-// process on the embedded store, the node joined by calls (onehouse.go).
-// It is wiring: each part lives in its own package behind the interface
-// its consumer defines. Four pieces of logic are still here, each tied
-// to the processes it joins: the node's templates as the node contract
-// serves them (nodetemplates.go, on heldNode), the set of nodes a
-// control plane calls (nodes.go), the sealed bootstrap record a cluster's
-// replicas share (bootstrap.go) and the one-time import of a data dir
-// the release before one house wrote (upgrade.go).
+// (internal/credentialcalls), the nodes it calls (internal/nodeset), the
+// API, the cluster service nodes join through), `space node`
+// (nodeproc.go and nodeside.go: storage, runtimes, network, templates,
+// the node RPC) and `space serve`, which is both in one process on the
+// embedded store, the node joined by calls (onehouse.go).
+//
+// It is wiring: it takes each process's configuration, opens the parts,
+// each in its own package behind the interface its consumer defines, and
+// joins them in the order a start and a shutdown need. The logic that
+// joining them called for lives in packages of its own: the sealed
+// bootstrap record a cluster's replicas share (internal/bootstrap), the
+// set of nodes a control plane calls (internal/nodeset), the node as its
+// RPC service serves it, templates included (internal/nodeservice), and
+// the one-time import of a data dir the release before one house wrote
+// (internal/upgrade). Beside the joining stays what a start asks of the
+// host and its flags: the helper binaries, the machine's size, the
+// node's id and one house's cluster token files, the checks of
+// --runtimes, the built-in templates a node builds when it starts, and
+// the operator's reset of the admin key.
 package server
 
 import (
