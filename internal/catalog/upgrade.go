@@ -16,9 +16,9 @@ import (
 )
 
 // The catalog's part of the upgrade of a data dir that serve wrote before
-// one house (internal/server/upgrade.go runs it once): what serve's
-// catalog read from its node's template manager and from JSON files
-// becomes the catalog's records.
+// one house (internal/upgrade runs it once): what serve's catalog read
+// from its node's template manager and from JSON files becomes the
+// catalog's records.
 
 // ImportServeTemplates records every ready template the manager files
 // under a project's name ("<project>/<name>", tags included), as held by

@@ -13,6 +13,7 @@ import (
 
 	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/bootstrap"
 	"github.com/space-platform/space/internal/catalog"
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/clusterrpc"
@@ -22,6 +23,7 @@ import (
 	"github.com/space-platform/space/internal/hostpath"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/nodeset"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/secrets"
 	"github.com/space-platform/space/internal/store"
@@ -91,7 +93,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (*Server, er
 	if err != nil {
 		return nil, err
 	}
-	return startControlPlane(ctx, cfg, st, nil, bootstrapSeed{})
+	return startControlPlane(ctx, cfg, st, nil, bootstrap.Seed{})
 }
 
 // inProcessNode is a node that runs in its control plane's process
@@ -109,7 +111,7 @@ type inProcessNode struct {
 // on failure and on Shutdown: a replica on PostgreSQL, or serve's on its
 // embedded store with its node in process (local). A new bootstrap record
 // takes what seed holds.
-func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Store, local *inProcessNode, seed bootstrapSeed) (_ *Server, err error) {
+func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Store, local *inProcessNode, seed bootstrap.Seed) (_ *Server, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -142,23 +144,23 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 		return nil, err
 	}
 	adminKeyPath := filepath.Join(cfg.DataDir, "admin.key")
-	boot, err := loadBootstrap(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath, cfg.AdminKey, seed)
+	boot, err := bootstrap.Load(ctx, s.st, keys, cfg.ClusterToken, adminKeyPath, cfg.AdminKey, seed)
 	if err != nil {
 		return nil, err
 	}
-	if s.AdminKey = boot.adminKey; s.AdminKey != "" {
-		if err := writeAdminKeyFile(adminKeyPath, s.AdminKey); err != nil {
+	if s.AdminKey = boot.AdminKey; s.AdminKey != "" {
+		if err := bootstrap.WriteAdminKeyFile(adminKeyPath, s.AdminKey); err != nil {
 			return nil, err
 		}
 	}
-	if boot.created {
+	if boot.Created {
 		say("created admin API key (shown once; also saved to %s): %s", adminKeyPath, s.AdminKey)
 	}
 	quotas, err := project.OpenQuotas(s.st, cfg.ProjectQuota)
 	if err != nil {
 		return nil, err
 	}
-	secretStore, err := secrets.Open(s.st, boot.secretsKey)
+	secretStore, err := secrets.Open(s.st, boot.SecretsKey)
 	if err != nil {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}
@@ -176,7 +178,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	if err != nil {
 		return nil, err
 	}
-	nodes := newNodeSet(reg, cfg.ClusterToken, cfg.TLSCAFile)
+	nodes := nodeset.New(reg, cfg.ClusterToken, cfg.TLSCAFile)
 	s.nodes = nodes
 	buildLimits, buildDisk := buildShape(cfg.Defaults)
 	cat := catalog.New(catalog.Config{
@@ -189,7 +191,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	s.nodeService = &cpapi.Service{
 		Registry: reg, Logger: cfg.Logger,
 		// The API (and so this service) serves once s.cp is built.
-		Credentials: credentialcalls.Answerer{CA: boot.egressCA, Sandboxes: func() credentialcalls.Sandboxes { return s.cp }, Secrets: secretStore},
+		Credentials: credentialcalls.Answerer{CA: boot.EgressCA, Sandboxes: func() credentialcalls.Sandboxes { return s.cp }, Secrets: secretStore},
 		// The templates first: the control plane resolves them when it
 		// reconciles the node that joined.
 		Joined: func(n cluster.Node, ts []cpapi.Template) {
@@ -259,7 +261,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	if local != nil {
 		// Its events are followed and its pools set from now on, while
 		// its missing built-in templates build.
-		if err := nodes.joinLocal(local.id); err != nil {
+		if err := nodes.JoinLocal(local.id); err != nil {
 			return nil, err
 		}
 	}
@@ -269,7 +271,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	mux.Handle(clusterPath, clusterHandler)
 	mux.Handle("/", api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: metricsReg, Logger: cfg.Logger,
-		Nodes: operatorView{reg, nodes}, MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
+		Nodes: nodes.OperatorView(), MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths))
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -308,47 +310,4 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 		say("E2B API on %s, sandbox proxy on %s", s.compat.e2bURL, s.compat.proxyURL)
 	}
 	return s, nil
-}
-
-// operatorView is the registry as the nodes routes show it: read from the
-// store, never from the registry's read cache, so that an operator sees a
-// change made through another replica at once; and a node that runs in
-// this process (one house's) shows its Info as it is now, not as its last
-// heartbeat said.
-type operatorView struct {
-	*cluster.Registry
-	nodes *nodeSet
-}
-
-func (v operatorView) List() ([]cluster.Node, error) {
-	list, err := v.ListStored()
-	for i := range list {
-		list[i] = v.fresh(list[i])
-	}
-	return list, err
-}
-
-func (v operatorView) Get(id string) (cluster.Node, error) {
-	n, err := v.GetStored(id)
-	if err != nil {
-		return n, err
-	}
-	return v.fresh(n), nil
-}
-
-// freshInfoTimeout bounds the Info call of an in-process node behind a
-// nodes route; past it the route shows the last heartbeat's.
-const freshInfoTimeout = 2 * time.Second
-
-func (v operatorView) fresh(n cluster.Node) cluster.Node {
-	local, ok := v.nodes.inProcess(n.ID, n.Address)
-	if !ok {
-		return n
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), freshInfoTimeout)
-	defer cancel()
-	if info, err := local.Info(ctx); err == nil {
-		n.Info = info
-	}
-	return n
 }

@@ -23,10 +23,9 @@ import (
 	"github.com/space-platform/space/internal/credentials"
 	"github.com/space-platform/space/internal/membership"
 	"github.com/space-platform/space/internal/network"
-	"github.com/space-platform/space/internal/node"
-	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/noderpc"
-	"github.com/space-platform/space/internal/template"
+	"github.com/space-platform/space/internal/nodeservice"
+	"github.com/space-platform/space/internal/nodeset"
 )
 
 // NodeConfig is everything `space node` can be told.
@@ -124,7 +123,7 @@ type nodeLink struct {
 	// local, when set, is the node set of a control plane in this
 	// process: the node joins it at its in-process address and serves no
 	// RPC of its own.
-	local *nodeSet
+	local *nodeset.Set
 }
 
 // StartNode brings a node up: the cluster's egress CA from the control
@@ -233,7 +232,7 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 	if link.local != nil {
 		s.URL = cluster.InProcessAddress(cfg.ID)
 		cfg.Advertise = s.URL
-		link.local.addLocal(cfg.ID, held)
+		link.local.AddLocal(cfg.ID, held)
 		close(s.done)
 	} else {
 		if s.http, err = noderpc.NewServer(noderpc.NewHandler(held, cfg.ClusterToken, cfg.Logger), noderpc.ServerOptions{
@@ -277,7 +276,7 @@ func startNode(ctx context.Context, cfg NodeConfig, link nodeLink) (_ *NodeServe
 // sweeps what a node runs for no sandbox of its own when the node joins,
 // a template's first boot included. One house's node was registered and
 // reconciled before the control plane recovered, and joined after
-// (joinLocal): it heartbeats at once, so that sandboxes of its ready
+// (nodeset.Set.JoinLocal): it heartbeats at once, so that sandboxes of its ready
 // templates run while the others build, and each built template is
 // reported when it is ready, not at the next interval.
 func (s *NodeServer) join() {
@@ -285,7 +284,7 @@ func (s *NodeServer) join() {
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
 	member := membership.Config{
 		ID: cfg.ID, Address: cfg.Advertise, Node: s.held(), ControlPlane: s.link.cp,
-		Templates: s.side.templateList, Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
+		Templates: s.held().BuiltinTemplates, Interval: cfg.HeartbeatInterval, Logger: cfg.Logger,
 	}
 	if s.link.local == nil {
 		go func() {
@@ -306,7 +305,9 @@ func (s *NodeServer) join() {
 }
 
 // held is the node as its control plane drives it.
-func (s *NodeServer) held() heldNode { return heldNode{Node: s.side.node, side: s.side} }
+func (s *NodeServer) held() nodeservice.Node {
+	return nodeservice.New(s.side.node, s.side.templates, s.cfg.Logger)
+}
 
 // ControlPlaneURLs splits a comma-separated list of control-plane URLs
 // (NodeConfig.ControlPlane), dropping empty entries.
@@ -343,46 +344,6 @@ func (s *NodeServer) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, s.side.releaseHost())
 	}
 	return err
-}
-
-// heldNode is the node as its RPC service serves it: its Info lists the
-// templates it holds, so that placement only picks nodes that can run a
-// template.
-type heldNode struct {
-	*node.Node
-	side *nodeSide
-}
-
-func (h heldNode) Info(ctx context.Context) (nodeapi.Info, error) {
-	info, err := h.Node.Info(ctx)
-	if err != nil {
-		return info, err
-	}
-	info.Templates = h.side.heldTemplates()
-	received, err := h.side.receivedTemplates(ctx, info.Templates)
-	if err != nil {
-		return info, fmt.Errorf("node info: %w", err)
-	}
-	info.Templates = append(info.Templates, received...)
-	return info, nil
-}
-
-// templateList names the built-in templates ready on the node, for the
-// control plane's catalog; the templates the cluster built on the node
-// are in the control plane's own records.
-func (ns *nodeSide) templateList() []cpapi.Template {
-	var out []cpapi.Template
-	for name, id := range ns.templates.Names() {
-		if _, builtin := template.Builtin(name); !builtin {
-			continue
-		}
-		t, err := ns.templates.Get(id)
-		if err != nil || t.State != template.StateReady {
-			continue
-		}
-		out = append(out, cpapi.Template{Name: name, Spec: t.Spec(), SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, ReadyAt: t.ReadyAt})
-	}
-	return out
 }
 
 // nodeID reads the node's id from <data-dir>/node-id, making one on first

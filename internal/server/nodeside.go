@@ -77,7 +77,6 @@ type nodeSide struct {
 	runscRoot string
 	// microvm is the microVM backend, nil unless --runtimes has it.
 	microvm *microvm.Runtime
-	log     *slog.Logger
 }
 
 // openNodeSide brings up the node side of a process. It starts no
@@ -96,7 +95,7 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 			return nil, err
 		}
 	}
-	ns := &nodeSide{log: cfg.Logger}
+	ns := &nodeSide{}
 	defer func() {
 		if err != nil {
 			ns.close()
@@ -246,17 +245,6 @@ func (ns *nodeSide) buildTemplates(ctx context.Context, names []string, progress
 			ready()
 		}
 	}
-}
-
-// heldTemplates are the ids of the templates ready on this node.
-func (ns *nodeSide) heldTemplates() []string {
-	var ids []string
-	for _, t := range ns.templates.List() {
-		if t.State == template.StateReady && !slices.Contains(ids, t.ID) {
-			ids = append(ids, t.ID)
-		}
-	}
-	return ids
 }
 
 // releaseHost undoes the mounts the node keeps on the host for its

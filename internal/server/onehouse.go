@@ -13,6 +13,7 @@ import (
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/upgrade"
 )
 
 // startOneHouse starts `space serve` as one house: the cluster's control
@@ -21,7 +22,7 @@ import (
 // run the code a cluster runs, so that a feature is written once.
 //
 // A data dir that serve wrote before one house is upgraded on its first
-// start (upgrade.go).
+// start (internal/upgrade).
 func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -31,7 +32,7 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "space: "+format+"\n", args...) }
-	upgrading, err := isServeStore(st)
+	upgrading, err := upgrade.IsServeStore(st)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -43,7 +44,7 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	// Taken by the bootstrap record when it is made (its first start);
 	// a CA placed in a new data dir (an installer's, a test's) too.
-	seed, err := serveSeed(cfg.DataDir, cfg.SecretsKeyFile, keys)
+	seed, err := upgrade.ServeSeed(cfg.DataDir, cfg.SecretsKeyFile, keys)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -84,7 +85,7 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		s.pool, s.slots, s.gateway, s.templates = side.pool, side.slots, side.gateway, side.templates
 		s.node = node.held()
 		// Before Recover, which may boot a sandbox of an imported template.
-		templates, builds, err := importServeCatalog(s.st, side.templates, cfg.DataDir, id)
+		templates, builds, err := upgrade.ImportServeCatalog(s.st, side.templates, cfg.DataDir, id)
 		if err != nil {
 			return err
 		}
@@ -95,7 +96,7 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		if err != nil {
 			return err
 		}
-		return register(node.URL, info, side.templateList())
+		return register(node.URL, info, node.held().BuiltinTemplates())
 	}}
 	s, err := startControlPlane(ctx, ControlPlaneConfig{
 		Store: cfg.Store, DataDir: cfg.DataDir,

@@ -1,56 +1,10 @@
 package server
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/space-platform/space/internal/auth"
-	"github.com/space-platform/space/internal/project"
-	"github.com/space-platform/space/internal/store"
 )
-
-// One house tells a new store, serve's before it (which it upgrades) and
-// its own apart.
-func TestOneHouseTellsTheStoresApart(t *testing.T) {
-	open := func() store.Store {
-		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	fresh := open()
-	if serve, err := isServeStore(fresh); err != nil || serve {
-		t.Fatalf("a new store is serve's: %v, %v", serve, err)
-	}
-
-	served := open()
-	keys, err := auth.Open(served)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := keys.Create("admin", project.Default, true); err != nil {
-		t.Fatal(err)
-	}
-	if serve, err := isServeStore(served); err != nil || !serve {
-		t.Fatalf("serve's store is not told as serve's: %v, %v", serve, err)
-	}
-
-	oneHouse := open()
-	keys, err = auth.Open(oneHouse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := loadBootstrap(context.Background(), oneHouse, keys, "token", filepath.Join(t.TempDir(), "admin.key"), "", bootstrapSeed{}); err != nil {
-		t.Fatal(err)
-	}
-	if serve, err := isServeStore(oneHouse); err != nil || serve {
-		t.Fatalf("one house's store is told as serve's: %v, %v", serve, err)
-	}
-}
 
 // The cluster token of a one-house serve is made once, private, and kept.
 func TestClusterTokenMadeOnceAndKept(t *testing.T) {

@@ -1,17 +1,25 @@
 // Package server assembles the processes of space: `space control-plane`
 // (controlplaneproc.go: the control plane, its template catalog
 // (internal/catalog) and the answers to the nodes' credential calls
-// (internal/credentialcalls), the API, the cluster service nodes join
-// through), `space node` (nodeproc.go: storage, runtimes, network,
-// templates, the node RPC) and `space serve`, which is both in one
-// process on the embedded store, the node joined by calls (onehouse.go).
-// It is wiring: each part lives in its own package behind the interface
-// its consumer defines. Four pieces of logic are still here, each tied
-// to the processes it joins: the node's templates as the node contract
-// serves them (nodetemplates.go, on heldNode), the set of nodes a
-// control plane calls (nodes.go), the sealed bootstrap record a cluster's
-// replicas share (bootstrap.go) and the one-time import of a data dir
-// the release before one house wrote (upgrade.go).
+// (internal/credentialcalls), the nodes it calls (internal/nodeset), the
+// API, the cluster service nodes join through), `space node`
+// (nodeproc.go and nodeside.go: storage, runtimes, network, templates,
+// the node RPC) and `space serve`, which is both in one process on the
+// embedded store, the node joined by calls (onehouse.go).
+//
+// It is wiring: it takes each process's configuration, opens the parts,
+// each in its own package behind the interface its consumer defines, and
+// joins them in the order a start and a shutdown need. The logic that
+// joining them called for lives in packages of its own: the sealed
+// bootstrap record a cluster's replicas share (internal/bootstrap), the
+// set of nodes a control plane calls (internal/nodeset), the node as its
+// RPC service serves it, templates included (internal/nodeservice), and
+// the one-time import of a data dir the release before one house wrote
+// (internal/upgrade). Beside the joining stays what a start asks of the
+// host and its flags: the helper binaries, the machine's size, the
+// node's id and one house's cluster token files, the checks of
+// --runtimes, the built-in templates a node builds when it starts, and
+// the operator's reset of the admin key.
 package server
 
 import (
@@ -32,6 +40,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/auth"
+	"github.com/space-platform/space/internal/bootstrap"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/e2b"
@@ -40,6 +49,7 @@ import (
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/nodeapi"
+	"github.com/space-platform/space/internal/nodeset"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/runtime"
 	"github.com/space-platform/space/internal/storage"
@@ -171,7 +181,7 @@ type Server struct {
 	cat       templateResolver
 	// nodes are a cluster control plane's nodes (StartControlPlane), and
 	// nodeService the nodes' side of the contract it serves them.
-	nodes       *nodeSet
+	nodes       *nodeset.Set
 	nodeService *cpapi.Service
 	// localNode is serve's node on the in-process link (one house).
 	localNode *NodeServer
@@ -251,7 +261,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, s.localNode.Shutdown(ctx))
 	}
 	if s.nodes != nil {
-		s.nodes.close()
+		s.nodes.Close()
 	}
 	s.closeStores()
 	return err
@@ -261,19 +271,6 @@ func (s *Server) closeStores() {
 	if s.st != nil {
 		_ = s.st.Close()
 	}
-}
-
-// mintAdminKey creates an admin key of the default project and writes it
-// to path (0600), replacing what the file held.
-func mintAdminKey(keys *auth.Keys, name, path string) (string, error) {
-	_, secret, err := keys.Create(name, project.Default, true)
-	if err != nil {
-		return "", err
-	}
-	if err := writeAdminKeyFile(path, secret); err != nil {
-		return "", err
-	}
-	return secret, nil
 }
 
 // openStore opens the state store: url if given, else the embedded
@@ -308,7 +305,7 @@ func ResetAdminKey(ctx context.Context, dataDir, storeURL string) (string, error
 	if err != nil {
 		return "", err
 	}
-	return mintAdminKey(keys, "admin-reset-"+time.Now().UTC().Format("20060102-150405"), filepath.Join(dataDir, "admin.key"))
+	return bootstrap.MintAdminKey(keys, "admin-reset-"+time.Now().UTC().Format("20060102-150405"), filepath.Join(dataDir, "admin.key"))
 }
 
 // findTool locates a helper binary: the configured path, an environment

@@ -1,4 +1,11 @@
-package server
+// Package nodeset is the set of nodes a cluster's control plane calls
+// (controlplane.Nodes): the registry (cluster.Registry) says where each
+// node is and whether it answers; each node is driven through a noderpc
+// client dialed at the address it advertised or, when it runs in the
+// control plane's process (one house's node), by calls. It also tells
+// the control plane which nodes joined, and shows the operator's nodes
+// routes an in-process node as it is now (OperatorView).
+package nodeset
 
 import (
 	"context"
@@ -12,12 +19,12 @@ import (
 	"github.com/space-platform/space/internal/noderpc"
 )
 
-// nodeSet is how a cluster's control plane reaches its nodes
+// Set is how a cluster's control plane reaches its nodes
 // (controlplane.Nodes): the registry says where each node is and whether
 // it answers, and each node is driven through a noderpc client dialed at
 // the address it advertised, or, when it runs in this process (serve's
 // node, cluster.InProcessAddress), by calls.
-type nodeSet struct {
+type Set struct {
 	reg           *cluster.Registry
 	token, caFile string
 
@@ -36,7 +43,7 @@ type joinSub struct {
 	sends sync.WaitGroup
 }
 
-// deliver sends id in the background (called under nodeSet.mu), so
+// deliver sends id in the background (called under Set.mu), so
 // that a subscriber busy reconciling holds no registration up.
 func (s *joinSub) deliver(id string) {
 	s.sends.Add(1)
@@ -49,26 +56,28 @@ func (s *joinSub) deliver(id string) {
 	}()
 }
 
-var _ controlplane.Nodes = (*nodeSet)(nil)
+var _ controlplane.Nodes = (*Set)(nil)
 
-func newNodeSet(reg *cluster.Registry, token, caFile string) *nodeSet {
-	return &nodeSet{
+// New is the set of the nodes in reg, dialed with the cluster token and,
+// when caFile is set, verified against its CA.
+func New(reg *cluster.Registry, token, caFile string) *Set {
+	return &Set{
 		reg: reg, token: token, caFile: caFile,
 		clients: map[string]*remoteNode{}, local: map[string]controlplane.Node{}, subs: map[*joinSub]struct{}{},
 	}
 }
 
-// addLocal makes n, which runs in this process, the node that registers
+// AddLocal makes n, which runs in this process, the node that registers
 // as id at cluster.InProcessAddress(id).
-func (c *nodeSet) addLocal(id string, n controlplane.Node) {
+func (c *Set) AddLocal(id string, n controlplane.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.local[id] = n
 }
 
-// inProcess returns the node registered as id at address when it runs in
+// InProcess returns the node registered as id at address when it runs in
 // this process.
-func (c *nodeSet) inProcess(id, address string) (controlplane.Node, bool) {
+func (c *Set) InProcess(id, address string) (controlplane.Node, bool) {
 	if address != cluster.InProcessAddress(id) {
 		return nil, false
 	}
@@ -86,9 +95,9 @@ type remoteNode struct {
 
 // client returns the node's client, dialing it at address when it has
 // none or the node moved.
-func (c *nodeSet) client(id, address string) (controlplane.Node, error) {
+func (c *Set) client(id, address string) (controlplane.Node, error) {
 	if address == cluster.InProcessAddress(id) {
-		if n, ok := c.inProcess(id, address); ok {
+		if n, ok := c.InProcess(id, address); ok {
 			return n, nil
 		}
 		return nil, fmt.Errorf("node %s: registered as in-process, but it runs in no process of this control plane", id)
@@ -114,17 +123,17 @@ func (c *nodeSet) client(id, address string) (controlplane.Node, error) {
 
 // Join is told of a node's registration (through this replica): the node
 // is dialed at its address and every Joins subscriber learns its id.
-func (c *nodeSet) Join(n cluster.Node) { c.join(n, false) }
+func (c *Set) Join(n cluster.Node) { c.join(n, false) }
 
-// joinLocal delivers the join of the node in this process registered as
+// JoinLocal delivers the join of the node in this process registered as
 // id (one house's), which Recover reconciled: it has no registration of
 // its own to deliver it.
-func (c *nodeSet) joinLocal(id string) error {
+func (c *Set) JoinLocal(id string) error {
 	n, err := c.reg.Get(id)
 	if err != nil {
 		return fmt.Errorf("join node %s: %w", id, err)
 	}
-	if _, ok := c.inProcess(n.ID, n.Address); !ok {
+	if _, ok := c.InProcess(n.ID, n.Address); !ok {
 		return fmt.Errorf("join node %s: it does not run in this process", id)
 	}
 	c.join(n, false)
@@ -135,7 +144,7 @@ func (c *nodeSet) joinLocal(id string) error {
 // has not seen join does now: it registered before this replica started
 // (a control plane restarted over its store keeps its nodes, whose
 // heartbeats go on), or through another replica.
-func (c *nodeSet) Heard(id string) {
+func (c *Set) Heard(id string) {
 	c.mu.Lock()
 	known := slices.Contains(c.joined, id)
 	c.mu.Unlock()
@@ -149,7 +158,7 @@ func (c *nodeSet) Heard(id string) {
 
 // join delivers n's id to the subscribers; with onlyNew, only if no
 // registration of it was delivered yet (a heartbeat raced one).
-func (c *nodeSet) join(n cluster.Node, onlyNew bool) {
+func (c *Set) join(n cluster.Node, onlyNew bool) {
 	if _, err := c.client(n.ID, n.Address); err != nil {
 		return // its address was checked by the registry; Node reports the error
 	}
@@ -169,7 +178,7 @@ func (c *nodeSet) join(n cluster.Node, onlyNew bool) {
 
 // Node returns the node's client, unless the node is unknown,
 // unreachable or lost.
-func (c *nodeSet) Node(id string) (controlplane.Node, error) {
+func (c *Set) Node(id string) (controlplane.Node, error) {
 	n, err := c.reg.Get(id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", controlplane.ErrNodeUnavailable, err)
@@ -185,11 +194,11 @@ func (c *nodeSet) Node(id string) (controlplane.Node, error) {
 	return rn, nil
 }
 
-func (c *nodeSet) Place(req cluster.PlaceRequest) (string, error) { return c.reg.Place(req) }
+func (c *Set) Place(req cluster.PlaceRequest) (string, error) { return c.reg.Place(req) }
 
 // Runtimes are those the node reported in its last registration or
 // heartbeat: no call to the node on a create.
-func (c *nodeSet) Runtimes(id string) (map[string]string, error) {
+func (c *Set) Runtimes(id string) (map[string]string, error) {
 	n, err := c.reg.Get(id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", controlplane.ErrNodeUnavailable, err)
@@ -199,7 +208,7 @@ func (c *nodeSet) Runtimes(id string) (map[string]string, error) {
 
 // State is the node's state; a node the registry does not know (any
 // more) is lost to its sandboxes.
-func (c *nodeSet) State(id string) cluster.State {
+func (c *Set) State(id string) cluster.State {
 	n, err := c.reg.Get(id)
 	if errors.Is(err, cluster.ErrUnknownNode) {
 		return cluster.Lost
@@ -212,7 +221,7 @@ func (c *nodeSet) State(id string) cluster.State {
 
 // Joins delivers the ids of the nodes joined through this replica so far,
 // then of each registration as it comes, until ctx ends.
-func (c *nodeSet) Joins(ctx context.Context) <-chan string {
+func (c *Set) Joins(ctx context.Context) <-chan string {
 	sub := &joinSub{ctx: ctx, ch: make(chan string)}
 	c.mu.Lock()
 	for _, id := range c.joined {
@@ -231,8 +240,8 @@ func (c *nodeSet) Joins(ctx context.Context) <-chan string {
 	return sub.ch
 }
 
-// close releases the nodes' connections.
-func (c *nodeSet) close() {
+// Close releases the nodes' connections.
+func (c *Set) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rn := range c.clients {

@@ -1,4 +1,4 @@
-package server
+package nodeservice
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 // built it holds it in its template manager; the others hold only the
 // read-only volume templates/<id>, which is all a create needs.
 
-var _ nodeapi.Templates = heldNode{}
+var _ nodeapi.Templates = Node{}
 
 // BuildTemplate builds the recipe with the node's template manager, in a
 // build sandbox of this node, and waits for it.
-func (h heldNode) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRequest, logs io.Writer) (nodeapi.TemplateBuilt, error) {
+func (h Node) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRequest, logs io.Writer) (nodeapi.TemplateBuilt, error) {
 	r, err := template.ParseRecipe(req.Recipe)
 	if err != nil {
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)
@@ -35,7 +35,7 @@ func (h heldNode) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRe
 	// The copy steps' archives were staged for this build alone (the
 	// control plane keeps them): they go when it ends.
 	for hash, handle := range req.CopyArchives {
-		path, err := h.side.templates.StagedUpload(handle)
+		path, err := h.templates.StagedUpload(handle)
 		if err != nil {
 			return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: files %s: %w", req.Name, hash, err)
 		}
@@ -46,11 +46,11 @@ func (h heldNode) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRe
 		defer os.Remove(path)
 	}
 	if req.Archive != "" {
-		if src.Archive, err = h.side.templates.StagedUpload(req.Archive); err != nil {
+		if src.Archive, err = h.templates.StagedUpload(req.Archive); err != nil {
 			return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)
 		}
 	}
-	t, err := h.side.templates.Build(ctx, req.Name, r, src, logs)
+	t, err := h.templates.Build(ctx, req.Name, r, src, logs)
 	if err != nil {
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)
 	}
@@ -59,30 +59,30 @@ func (h heldNode) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRe
 
 // StageTemplateArchive stages an uploaded archive with the template
 // manager; the handle is its file's name, never its path.
-func (h heldNode) StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (string, error) {
-	path, err := h.side.templates.StageUpload(r, limit)
+func (h Node) StageTemplateArchive(ctx context.Context, r io.Reader, limit int64) (string, error) {
+	path, err := h.templates.StageUpload(r, limit)
 	switch {
 	case errors.Is(err, template.ErrArchiveTooLarge):
 		return "", err
 	case err != nil:
 		// The detail names the node's paths: the log has it, not the caller.
-		h.side.log.Error("stage a template archive", "err", err)
+		h.log.Error("stage a template archive", "err", err)
 		return "", errors.New("the node could not store the uploaded archive")
 	}
 	return filepath.Base(path), nil
 }
 
 // DiscardTemplateArchive removes a staged archive no build will consume.
-func (h heldNode) DiscardTemplateArchive(ctx context.Context, handle string) error {
+func (h Node) DiscardTemplateArchive(ctx context.Context, handle string) error {
 	if !template.ValidUploadHandle(handle) {
 		return fmt.Errorf("discard template archive: %w: %q", nodeapi.ErrInvalidName, handle)
 	}
-	path, err := h.side.templates.StagedUpload(handle)
+	path, err := h.templates.StagedUpload(handle)
 	if err != nil {
 		return nil // consumed or discarded already
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		h.side.log.Error("discard a staged template archive", "err", err)
+		h.log.Error("discard a staged template archive", "err", err)
 		return errors.New("the node could not discard the staged archive")
 	}
 	return nil
@@ -92,11 +92,11 @@ func (h heldNode) DiscardTemplateArchive(ctx context.Context, handle string) err
 // volume) or received (its root volume), and its booted image. A template
 // a built-in name points at stays: equal recipes share an id, and the
 // built-in templates are the node's own.
-func (h heldNode) DeleteTemplate(ctx context.Context, id string) error {
+func (h Node) DeleteTemplate(ctx context.Context, id string) error {
 	if !isTemplateID(id) {
 		return fmt.Errorf("delete template: %w: %q", nodeapi.ErrInvalidName, id)
 	}
-	m := h.side.templates
+	m := h.templates
 	for name, nid := range m.Names() {
 		if _, builtin := template.Builtin(name); builtin && nid == id {
 			return nil
@@ -134,8 +134,8 @@ func isTemplateID(id string) bool {
 // receivedTemplates are the ids of the template root volumes the node
 // holds that its manager did not build: those shipped to it. A volume of
 // a build still running (the manager's record is not ready) is not one.
-func (ns *nodeSide) receivedTemplates(ctx context.Context, held []string) ([]string, error) {
-	vols, err := ns.node.Volumes(ctx, "templates")
+func (h Node) receivedTemplates(ctx context.Context, held []string) ([]string, error) {
+	vols, err := h.Node.Volumes(ctx, "templates")
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func (ns *nodeSide) receivedTemplates(ctx context.Context, held []string) ([]str
 		if !isTemplateID(id) || slices.Contains(held, id) {
 			continue
 		}
-		if _, err := ns.templates.Get(id); err == nil {
+		if _, err := h.templates.Get(id); err == nil {
 			continue // the manager's, not ready
 		}
 		ids = append(ids, id)

@@ -1,4 +1,4 @@
-package server
+package nodeset
 
 import (
 	"context"
@@ -32,8 +32,8 @@ func TestClusterNodesStatesAndJoins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := newNodeSet(reg, "token", "")
-	defer nodes.close()
+	nodes := New(reg, "token", "")
+	defer nodes.Close()
 
 	if _, err := nodes.Node("n1"); !errors.Is(err, controlplane.ErrNodeUnavailable) {
 		t.Fatalf("unknown node: %v", err)
@@ -87,11 +87,11 @@ func TestClusterNodesStatesAndJoins(t *testing.T) {
 
 // newInProcessNodes is a registry on a store of its own and the cluster's
 // nodes over it.
-func newInProcessNodes(t *testing.T) (*cluster.Registry, *nodeSet) {
+func newInProcessNodes(t *testing.T) (*cluster.Registry, *Set) {
 	t.Helper()
 	reg := cpapitest.NewRegistry(t)
-	nodes := newNodeSet(reg, "token", "")
-	t.Cleanup(nodes.close)
+	nodes := New(reg, "token", "")
+	t.Cleanup(nodes.Close)
 	return reg, nodes
 }
 
@@ -102,7 +102,7 @@ func TestClusterNodesInProcess(t *testing.T) {
 	reg, nodes := newInProcessNodes(t)
 	type inProcess struct{ controlplane.Node }
 	here := &inProcess{}
-	nodes.addLocal("here", here)
+	nodes.AddLocal("here", here)
 	for _, id := range []string{"here", "elsewhere"} {
 		if _, err := reg.Register(id, cluster.InProcessAddress(id), nodeapi.Info{}); err != nil {
 			t.Fatal(err)
@@ -121,7 +121,7 @@ func TestClusterNodesInProcess(t *testing.T) {
 func TestOperatorViewShowsTheInProcessNodeNow(t *testing.T) {
 	reg, nodes := newInProcessNodes(t)
 	here := nodeapitest.NewFake("here")
-	nodes.addLocal("here", here)
+	nodes.AddLocal("here", here)
 	stale := nodeapi.Info{VCPUs: 1, Sandboxes: 7}
 	if _, err := reg.Register("here", cluster.InProcessAddress("here"), stale); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestOperatorViewShowsTheInProcessNodeNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	now, _ := here.Info(context.Background())
-	view := operatorView{reg, nodes}
+	view := nodes.OperatorView()
 	list, err := view.List()
 	if err != nil || len(list) != 2 {
 		t.Fatalf("list: %v, %v", list, err)

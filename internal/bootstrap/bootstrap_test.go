@@ -1,4 +1,4 @@
-package server
+package bootstrap
 
 import (
 	"bytes"
@@ -21,38 +21,38 @@ func TestBootstrapKeepsTheEgressCA(t *testing.T) {
 	st, keys := keyStore(t, t.TempDir())
 	ctx := context.Background()
 	adminKey := filepath.Join(t.TempDir(), "admin.key")
-	first, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
+	first, err := Load(ctx, st, keys, "token-a", adminKey, "", Seed{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
+	again, err := Load(ctx, st, keys, "token-a", adminKey, "", Seed{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.egressCA == nil || again.egressCA.Fingerprint() != first.egressCA.Fingerprint() {
-		t.Fatalf("egress CAs %v and %v, want one, kept", first.egressCA, again.egressCA)
+	if first.EgressCA == nil || again.EgressCA.Fingerprint() != first.EgressCA.Fingerprint() {
+		t.Fatalf("egress CAs %v and %v, want one, kept", first.EgressCA, again.EgressCA)
 	}
-	var rec bootstrapRecord
-	if err := st.Get(bootstrapBucket, bootstrapKey, &rec); err != nil {
+	var rec sealedRecord
+	if err := st.Get(recordBucket, recordKey, &rec); err != nil {
 		t.Fatal(err)
 	}
-	keyPEM, _ := first.egressCA.KeyPEM()
-	if bytes.Contains(rec.EgressCAKey, keyPEM[30:60]) || bytes.Contains(rec.EgressCACert, first.egressCA.CertPEM()[30:60]) {
+	keyPEM, _ := first.EgressCA.KeyPEM()
+	if bytes.Contains(rec.EgressCAKey, keyPEM[30:60]) || bytes.Contains(rec.EgressCACert, first.EgressCA.CertPEM()[30:60]) {
 		t.Fatal("the record holds the CA in the clear")
 	}
-	if _, err := loadBootstrap(ctx, st, keys, "token-b", adminKey, "", bootstrapSeed{}); err == nil {
+	if _, err := Load(ctx, st, keys, "token-b", adminKey, "", Seed{}); err == nil {
 		t.Fatal("another token opened the record")
 	}
 	rec.EgressCAKey, rec.EgressCACert = nil, nil
-	if err := st.Put(bootstrapBucket, bootstrapKey, rec); err != nil {
+	if err := st.Put(recordBucket, recordKey, rec); err != nil {
 		t.Fatal(err)
 	}
-	upgraded, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
-	if err != nil || upgraded.egressCA == nil || upgraded.adminKey != first.adminKey {
+	upgraded, err := Load(ctx, st, keys, "token-a", adminKey, "", Seed{})
+	if err != nil || upgraded.EgressCA == nil || upgraded.AdminKey != first.AdminKey {
 		t.Fatalf("a record without a CA: %+v, %v", upgraded, err)
 	}
-	later, err := loadBootstrap(ctx, st, keys, "token-a", adminKey, "", bootstrapSeed{})
-	if err != nil || later.egressCA.Fingerprint() != upgraded.egressCA.Fingerprint() {
+	later, err := Load(ctx, st, keys, "token-a", adminKey, "", Seed{})
+	if err != nil || later.EgressCA.Fingerprint() != upgraded.EgressCA.Fingerprint() {
 		t.Fatalf("the CA added to an old record is not kept: %v", err)
 	}
 }
@@ -72,11 +72,11 @@ func TestBootstrapTakesASeededEgressCA(t *testing.T) {
 	ctx := context.Background()
 	adminKey := filepath.Join(t.TempDir(), "admin.key")
 	for i, ca := range []*credentials.CA{seed, other} {
-		b, err := loadBootstrap(ctx, st, keys, "token", adminKey, "", bootstrapSeed{egressCA: ca})
+		b, err := Load(ctx, st, keys, "token", adminKey, "", Seed{EgressCA: ca})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b.egressCA.Fingerprint() != seed.Fingerprint() {
+		if b.EgressCA.Fingerprint() != seed.Fingerprint() {
 			t.Fatalf("load %d: the egress CA is not the seeded one the record was made with", i)
 		}
 	}
@@ -87,31 +87,31 @@ func TestBootstrapTakesASeededEgressCA(t *testing.T) {
 // and a malformed choice is refused.
 func TestBootstrapWithAGivenAdminKey(t *testing.T) {
 	ctx := context.Background()
-	open := func() (store.Store, *auth.Keys) { return keyStore(t, t.TempDir()) }
+	newStore := func() (store.Store, *auth.Keys) { return keyStore(t, t.TempDir()) }
 	given := "e2b_" + strings.Repeat("ab12", 10)
-	st, keys := open()
+	st, keys := newStore()
 	path := filepath.Join(t.TempDir(), "admin.key")
-	b, err := loadBootstrap(ctx, st, keys, "token", path, given, bootstrapSeed{})
+	b, err := Load(ctx, st, keys, "token", path, given, Seed{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.adminKey != given || b.created {
-		t.Fatalf("bootstrap with a given key: admin %q, created %v", b.adminKey, b.created)
+	if b.AdminKey != given || b.Created {
+		t.Fatalf("bootstrap with a given key: admin %q, created %v", b.AdminKey, b.Created)
 	}
 	if k, err := keys.Check(given); err != nil || !k.Admin {
 		t.Fatalf("the given key does not work as an admin key: %+v, %v", k, err)
 	}
 	other := "e2b_" + strings.Repeat("cd34", 10)
-	again, err := loadBootstrap(ctx, st, keys, "token", path, other, bootstrapSeed{})
-	if err != nil || again.adminKey != given {
-		t.Fatalf("a second bootstrap with another key: %q, %v; want the first kept", again.adminKey, err)
+	again, err := Load(ctx, st, keys, "token", path, other, Seed{})
+	if err != nil || again.AdminKey != given {
+		t.Fatalf("a second bootstrap with another key: %q, %v; want the first kept", again.AdminKey, err)
 	}
 	if _, err := keys.Check(other); err == nil {
 		t.Fatal("a later choice of admin key was added to a bootstrapped store")
 	}
 	for _, bad := range []string{"e2b_short", "e2b_" + strings.Repeat("AB12", 10), strings.Repeat("ab12", 11), "e2b_" + strings.Repeat("zz12", 10)} {
-		st, keys := open()
-		if _, err := loadBootstrap(ctx, st, keys, "token", filepath.Join(t.TempDir(), "admin.key"), bad, bootstrapSeed{}); !errors.Is(err, auth.ErrKeyFormat) {
+		st, keys := newStore()
+		if _, err := Load(ctx, st, keys, "token", filepath.Join(t.TempDir(), "admin.key"), bad, Seed{}); !errors.Is(err, auth.ErrKeyFormat) {
 			t.Errorf("given admin key %q: %v, want ErrKeyFormat", bad, err)
 		}
 	}
