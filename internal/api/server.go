@@ -448,6 +448,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		// The sandbox stopped between finding it running and the call
 		// reaching its node.
 		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, nodeapi.ErrTooManySessions):
+		writeError(w, http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, nodeapi.ErrSessionSpec):
+		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, nodeapi.ErrExecTimeout):
 		writeError(w, http.StatusGatewayTimeout, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -56,16 +57,27 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if !checkCommand(w, req.Cmd, req.Env, req.Cwd, req.User) {
 		return
 	}
+	spec := nodeapi.SessionSpec{
+		Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TTY: req.TTY,
+		Cols: req.Cols, Rows: req.Rows, Stdin: req.Stdin, Tag: req.Tag,
+	}
+	if err := spec.Check(); err != nil {
+		s.fail(w, err)
+		return
+	}
 	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	sess, err := sb.StartSession(r.Context(), nodeapi.SessionSpec{
-		Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TTY: req.TTY,
-		Cols: req.Cols, Rows: req.Rows, Stdin: req.Stdin, Tag: req.Tag,
-	})
+	sess, err := sb.StartSession(r.Context(), spec)
+	if errors.Is(err, nodeapi.ErrTooManySessions) {
+		s.fail(w, err)
+		return
+	}
 	if err != nil {
+		// The command could not start as asked (its program, cwd or
+		// user): the agent's answer says which.
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}

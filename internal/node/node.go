@@ -59,6 +59,11 @@ type Config struct {
 	// SessionSpillLimit bounds each session's spill file (bytes);
 	// defaultSessionSpillLimit when 0, no spill when negative.
 	SessionSpillLimit int64
+	// MaxSessions bounds the sessions each sandbox keeps, running and
+	// finished (defaultMaxSessions when 0): past it the finished ones
+	// that ended first are forgotten, and with all running a new one is
+	// refused (ErrTooManySessions).
+	MaxSessions int
 	// SessionReaderTimeout is how long a session's output waits for an
 	// attached reader that has not read what the journal must let go of
 	// and makes no progress, before the reader is cut off (20 s by
