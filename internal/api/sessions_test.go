@@ -15,7 +15,7 @@ import (
 // across the wire (the same sentinels).
 func TestSessionBoundErrors(t *testing.T) {
 	for err, want := range map[error]int{
-		fmt.Errorf("node: %w: 64 running", nodeapi.ErrTooManySessions): http.StatusTooManyRequests,
+		fmt.Errorf("node: %w: 64 running", nodeapi.ErrTooManySessions):                                      http.StatusTooManyRequests,
 		nodeapi.SessionSpec{Cmd: []string{"x"}, Tag: string(make([]byte, nodeapi.MaxSessionTag+1))}.Check(): http.StatusBadRequest,
 	} {
 		rec := httptest.NewRecorder()
