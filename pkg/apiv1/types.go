@@ -201,6 +201,9 @@ type Session struct {
 // SessionList is the body of GET /v1/sandboxes/{id}/sessions.
 type SessionList struct {
 	Sessions []Session `json:"sessions"`
+	// NextCursor, when set, is the cursor query parameter of the next
+	// page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // Attach stream (GET .../sessions/{sid}/attach) is text/event-stream with
