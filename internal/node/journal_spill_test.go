@@ -782,14 +782,19 @@ func TestSandboxSpillsAreBoundedTogether(t *testing.T) {
 	dir := t.TempDir()
 	n := spillNode(dir, memory, perSession, time.Minute)
 	n.cfg.SessionSpillPerSandbox = perSandbox
+	// printed is a journal of session of sandbox that printed mib MiB
+	// with nobody reading.
+	printed := func(sandbox, session string, mib int) *Journal {
+		j := newJournal(n.journalConfig(sandbox, session))
+		t.Cleanup(j.Close)
+		for range mib * 4 {
+			j.Append(Stdout, make([]byte, 256<<10))
+		}
+		return j
+	}
 	var journals []*Journal
 	for i := range 4 {
-		j := newJournal(n.journalConfig("sb1", fmt.Sprintf("s%d", i)))
-		t.Cleanup(j.Close)
-		journals = append(journals, j)
-		for range 40 {
-			j.Append(Stdout, make([]byte, 256<<10)) // 10 MiB each, nobody reading
-		}
+		journals = append(journals, printed("sb1", fmt.Sprintf("s%d", i), 10))
 	}
 	if got := spillBytes(t, dir); got > perSandbox {
 		t.Fatalf("the sandbox's sessions spilled %d bytes together, bound %d", got, perSandbox)
@@ -801,22 +806,12 @@ func TestSandboxSpillsAreBoundedTogether(t *testing.T) {
 		}
 	}
 	// Another sandbox has a budget of its own.
-	other := newJournal(n.journalConfig("sb2", "s1"))
-	t.Cleanup(other.Close)
-	for range 20 {
-		other.Append(Stdout, make([]byte, 256<<10))
-	}
-	if next, first, _ := other.Status(); next-first < memory+perSession {
+	if next, first, _ := printed("sb2", "s1", 5).Status(); next-first < memory+perSession {
 		t.Fatalf("another sandbox's session holds %d bytes: the budget is not per sandbox", next-first)
 	}
 	// The first session's share comes back when it goes.
 	journals[0].Close()
-	again := newJournal(n.journalConfig("sb1", "s9"))
-	t.Cleanup(again.Close)
-	for range 20 {
-		again.Append(Stdout, make([]byte, 256<<10))
-	}
-	if next, first, _ := again.Status(); next-first < memory+perSession {
+	if next, first, _ := printed("sb1", "s9", 5).Status(); next-first < memory+perSession {
 		t.Fatalf("a session after one went holds %d bytes, want its whole spill", next-first)
 	}
 }
