@@ -81,12 +81,8 @@ itself consumes; it deletes all it made. See docs/security.md.`)
 		}
 	}
 	cfg.Names = names
-	c, err := connect()
-	if err != nil {
-		return err
-	}
-	cfg.URL = c.BaseURL()
-	if cfg.APIKey, err = apiKey(); err != nil {
+	var err error
+	if cfg.URL, cfg.APIKey, err = redteamTarget(); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
@@ -99,8 +95,14 @@ itself consumes; it deletes all it made. See docs/security.md.`)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	report, runErr := redteam.Run(ctx, cfg)
+	return finishRedteam(report, runErr, *asJSON, "attempts escaped")
+}
+
+// finishRedteam prints a run's report and turns its failures into the
+// command's error, naming them as what ("attempts escaped").
+func finishRedteam(report *redteam.Report, runErr error, asJSON bool, what string) error {
 	if report != nil && len(report.Results) > 0 {
-		if *asJSON {
+		if asJSON {
 			if err := printJSON(report); err != nil {
 				return err
 			}
@@ -112,7 +114,7 @@ itself consumes; it deletes all it made. See docs/security.md.`)
 		return runErr
 	}
 	if failures := report.Failures(); len(failures) > 0 {
-		return fmt.Errorf("%d of %d attempts escaped or could not run", len(failures), len(report.Results))
+		return fmt.Errorf("%d of %d %s or could not run", len(failures), len(report.Results), what)
 	}
 	return nil
 }
@@ -198,12 +200,8 @@ func (f secondsFlag) Set(s string) error {
 
 // runServerSection plays the server section and prints its report.
 func runServerSection(ctx context.Context, cfg *redteam.ServerConfig, asJSON bool) error {
-	c, err := connect()
-	if err != nil {
-		return err
-	}
-	cfg.URL = c.BaseURL()
-	if cfg.APIKey, err = apiKey(); err != nil {
+	var err error
+	if cfg.URL, cfg.APIKey, err = redteamTarget(); err != nil {
 		return err
 	}
 	cfg.Log = stderr
@@ -213,22 +211,17 @@ func runServerSection(ctx context.Context, cfg *redteam.ServerConfig, asJSON boo
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	report, runErr := redteam.RunServer(ctx, *cfg)
-	if report != nil && len(report.Results) > 0 {
-		if asJSON {
-			if err := printJSON(report); err != nil {
-				return err
-			}
-		} else if err := printRedteamTable(report); err != nil {
-			return err
-		}
+	return finishRedteam(report, runErr, asJSON, "checks broke")
+}
+
+// redteamTarget is the server's URL and the key a red-team run uses.
+func redteamTarget() (url, key string, err error) {
+	c, err := connect()
+	if err != nil {
+		return "", "", err
 	}
-	if runErr != nil {
-		return runErr
-	}
-	if failures := report.Failures(); len(failures) > 0 {
-		return fmt.Errorf("%d of %d checks broke or could not run", len(failures), len(report.Results))
-	}
-	return nil
+	key, err = apiKey()
+	return c.BaseURL(), key, err
 }
 
 // apiKey is the key the CLI authenticates with, which the red team also
