@@ -399,6 +399,9 @@ type Quota struct {
 	CreatesPerSecond float64 `json:"creates_per_second"`
 	// MaxVolumeMB bounds the sum of size_mb of the project's volumes.
 	MaxVolumeMB int `json:"max_volume_mb"`
+	// MaxTemplateDiskMB bounds the sum of the sizes of the project's
+	// built templates.
+	MaxTemplateDiskMB int `json:"max_template_disk_mb"`
 }
 
 // QuotaSettings is the body of PUT /v1/projects/{name}: a field left out
@@ -409,6 +412,8 @@ type QuotaSettings struct {
 	MaxSnapshots     *int     `json:"max_snapshots,omitempty"`
 	CreatesPerSecond *float64 `json:"creates_per_second,omitempty"`
 	MaxVolumeMB      *int     `json:"max_volume_mb,omitempty"`
+	// MaxTemplateDiskMB: see Quota.
+	MaxTemplateDiskMB *int `json:"max_template_disk_mb,omitempty"`
 }
 
 // ProjectUsage is what a project holds now.
