@@ -39,6 +39,10 @@ func (c *Catalog) templateDiskUsed(p, key string) (int64, error) {
 	return used, nil
 }
 
+// DiskUsed implements api.Templates: what project p's built templates
+// hold.
+func (c *Catalog) DiskUsed(p string) (int64, error) { return c.templateDiskUsed(p, "") }
+
 // templateDiskLeft is what project p may still fill with a build that
 // replaces the record under key: 0 when its quota is unlimited, a
 // QuotaError (429) when nothing is left. Concurrent builds of one project

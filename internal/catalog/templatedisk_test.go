@@ -50,6 +50,9 @@ func TestTemplateDiskQuota(t *testing.T) {
 	if left() != 2<<20 {
 		t.Errorf("the first build was told %d bytes are left, want the whole 2 MiB", left())
 	}
+	if used, err := tc.cat.DiskUsed("p1"); err != nil || used < 1536<<10 || used > 1536<<10+4096 {
+		t.Errorf("p1's templates hold %d bytes (%v), want its template's size, about 1.5 MiB", used, err)
+	}
 	if err := build(p1, "small", 1); err != nil {
 		t.Fatal(err)
 	}

@@ -424,6 +424,9 @@ type ProjectUsage struct {
 	Keys      int `json:"keys"`
 	// VolumeMB is the sum of size_mb of the project's volumes.
 	VolumeMB int `json:"volume_mb"`
+	// TemplateDiskMB is the sum of the sizes of the project's built
+	// templates (MiB, rounded down).
+	TemplateDiskMB int `json:"template_disk_mb"`
 }
 
 // Project describes a project (tenant): its effective quota, its own
