@@ -35,6 +35,9 @@ type Templates interface {
 	Logs(scope project.Scope, name string, from int) (lines []string, done bool, err error)
 	Delete(scope project.Scope, name string) error
 	SetPool(scope project.Scope, name string, size int) (apiv1.Template, error)
+	// DiskUsed is what a project's built templates hold, as its
+	// max_template_disk_mb quota counts it.
+	DiskUsed(project string) (int64, error)
 }
 
 // Config wires the API.

@@ -10,6 +10,11 @@ import (
 	"github.com/space-platform/space/internal/server"
 )
 
+// DefaultProjectTemplateDiskMB is --project-max-template-disk-mb's
+// default: a few dozen templates of a usual size, or five at the build
+// disk limit (4,096 MiB), fit; a fresh install is bounded all the same.
+const DefaultProjectTemplateDiskMB = 20 << 10
+
 // policyFlags are the flags of what a control plane allows and gives by
 // default: `space serve` and `space control-plane` take the same ones, so
 // that an operator moving to a cluster keeps every setting.
@@ -38,6 +43,7 @@ func addPolicyFlags(fs *flagSet, defaults *controlplane.Defaults, http *server.H
 	fs.IntVar(&p.quota.MaxMemoryMB, "project-max-memory-mb", 0, "sum of memory_mb of each project's sandboxes (0: unlimited)")
 	fs.IntVar(&p.quota.MaxSnapshots, "project-max-snapshots", 0, "snapshots each project may keep, rolling ones included (0: unlimited)")
 	fs.IntVar(&p.quota.MaxVolumeMB, "project-max-volume-mb", 0, "sum of size_mb of each project's volumes (0: unlimited)")
+	fs.IntVar(&p.quota.MaxTemplateDiskMB, "project-max-template-disk-mb", DefaultProjectTemplateDiskMB, "sum of the sizes of each project's built templates (0: unlimited)")
 	fs.Float64Var(&p.quota.CreatesPerSecond, "project-creates-per-second", 0, "sandbox creates a second for each project, branches counting one each (0: unlimited)")
 	fs.IntVar(p.maxRequests, "max-requests-per-key", 256, "requests (streams included) one API key may have in flight on the API; past it 429")
 	return p
@@ -45,7 +51,7 @@ func addPolicyFlags(fs *flagSet, defaults *controlplane.Defaults, http *server.H
 
 // check refuses values no control plane can work with.
 func (p policyFlags) check(fs *flagSet) error {
-	if p.quota.MaxSandboxes < 0 || p.quota.MaxMemoryMB < 0 || p.quota.MaxSnapshots < 0 || p.quota.CreatesPerSecond < 0 || p.quota.MaxVolumeMB < 0 {
+	if p.quota.MaxSandboxes < 0 || p.quota.MaxMemoryMB < 0 || p.quota.MaxSnapshots < 0 || p.quota.CreatesPerSecond < 0 || p.quota.MaxVolumeMB < 0 || p.quota.MaxTemplateDiskMB < 0 {
 		return fs.usageErrorf("--project-* quotas must be 0 (unlimited) or positive")
 	}
 	if *p.maxRequests < 1 {

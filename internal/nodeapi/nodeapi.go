@@ -346,6 +346,10 @@ type TemplateBuildRequest struct {
 	// from: image base; the node never stores them.
 	RegistryUsername string `json:"-"`
 	RegistryPassword string `json:"-"`
+	// DiskQuotaBytes is what is left of the template disk quota of the
+	// project the build is for; the build fails when it would write more
+	// (template.Source.DiskQuotaBytes). 0: the node's build limit alone.
+	DiskQuotaBytes int64 `json:"disk_quota_bytes,omitempty"`
 }
 
 // TemplateBuilt is a template a node built.
