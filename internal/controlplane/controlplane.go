@@ -155,6 +155,9 @@ type ControlPlane struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*record
+	// builds are the template builds this replica runs, charged to their
+	// projects' quotas (ChargeBuild).
+	builds map[*buildCharge]bool
 	changed   chan struct{} // closed and replaced on every state change
 	// lastActive is when each sandbox last saw an API call, agent call or
 	// process output; idle suspend reads it.
