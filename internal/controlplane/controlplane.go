@@ -157,8 +157,8 @@ type ControlPlane struct {
 	sandboxes map[string]*record
 	// builds are the template builds this replica runs, charged to their
 	// projects' quotas (ChargeBuild).
-	builds map[*buildCharge]bool
-	changed   chan struct{} // closed and replaced on every state change
+	builds  map[*buildCharge]bool
+	changed chan struct{} // closed and replaced on every state change
 	// lastActive is when each sandbox last saw an API call, agent call or
 	// process output; idle suspend reads it.
 	lastActive map[string]time.Time
