@@ -155,13 +155,13 @@ type ControlPlane struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*record
-	// builds are the template builds this replica runs, charged to their
-	// projects' quotas (ChargeBuild).
-	builds  map[*buildCharge]bool
-	changed chan struct{} // closed and replaced on every state change
+	changed   chan struct{} // closed and replaced on every state change
 	// lastActive is when each sandbox last saw an API call, agent call or
 	// process output; idle suspend reads it.
 	lastActive map[string]time.Time
+	// builds are the template builds this replica runs, charged to their
+	// projects' quotas (ChargeBuild).
+	builds map[*buildCharge]bool
 	// eventsMu serialises appends to the event history in the store.
 	eventsMu sync.Mutex
 	// snapMu guards snapshotUsers and makes "look up and hold a snapshot"
