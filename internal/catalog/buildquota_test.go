@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/space-platform/space/internal/api"
+	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/nodeapi/nodeapitest"
@@ -22,6 +25,8 @@ import (
 type gatedNodes struct {
 	fakeNodes
 	gate chan struct{}
+	// building counts the builds running, by node.
+	building *sync.Map // string → *atomic.Int32
 }
 
 func (g gatedNodes) Node(id string) (controlplane.Node, error) {
@@ -29,15 +34,19 @@ func (g gatedNodes) Node(id string) (controlplane.Node, error) {
 	if !ok {
 		return g.fakeNodes.Node(id)
 	}
-	return gatedFake{n, g.gate}, nil
+	count, _ := g.building.LoadOrStore(id, new(atomic.Int32))
+	return gatedFake{n, g.gate, count.(*atomic.Int32)}, nil
 }
 
 type gatedFake struct {
 	*nodeapitest.Fake
-	gate chan struct{}
+	gate     chan struct{}
+	building *atomic.Int32
 }
 
 func (g gatedFake) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildRequest, logs io.Writer) (nodeapi.TemplateBuilt, error) {
+	g.building.Add(1)
+	defer g.building.Add(-1)
 	select {
 	case <-g.gate:
 	case <-ctx.Done():
@@ -47,10 +56,10 @@ func (g gatedFake) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildR
 }
 
 // gate makes tc's builds wait for the returned open to be called (at the
-// test's end at the latest).
-func (tc *templateCluster) gate(t *testing.T) (open func()) {
+// test's end at the latest); running tells how many builds a node runs.
+func (tc *templateCluster) gate(t *testing.T) (open func(), running func(node string) int) {
 	t.Helper()
-	g := gatedNodes{tc.nodes, make(chan struct{})}
+	g := gatedNodes{tc.nodes, make(chan struct{}), &sync.Map{}}
 	tc.cat.StartBuilds(context.Background(), g, tc.cat.builds.log)
 	opened := false
 	open = func() {
@@ -60,7 +69,13 @@ func (tc *templateCluster) gate(t *testing.T) (open func()) {
 		}
 	}
 	t.Cleanup(func() { open(); tc.cat.builds.running.Wait() })
-	return open
+	running = func(node string) int {
+		if n, ok := g.building.Load(node); ok {
+			return int(n.(*atomic.Int32).Load())
+		}
+		return 0
+	}
+	return open, running
 }
 
 func recipeNumbered(i int) []byte {
@@ -80,7 +95,7 @@ func TestBuildsCountAgainstTheProjectsQuota(t *testing.T) {
 	}
 	cp := controlplane.New(controlplane.Config{Store: tc.cat.st, Quotas: quotas})
 	tc.cat.cp = func() *controlplane.ControlPlane { return cp }
-	open := tc.gate(t)
+	open, _ := tc.gate(t)
 	p1 := project.In("p1")
 
 	if _, err := tc.cat.Submit(p1, "one", recipeNumbered(1), api.TemplateBuild{}); err != nil {
@@ -129,7 +144,7 @@ func ptr[T any](v T) *T { return &v }
 func TestBuildsPerProjectAreBounded(t *testing.T) {
 	tc := newTemplateCluster(t, "n1", "n2")
 	tc.cat.maxProjectBuilds = 2
-	open := tc.gate(t)
+	open, _ := tc.gate(t)
 	p1 := project.In("p1")
 	for i := 1; i <= 2; i++ {
 		if _, err := tc.cat.Submit(p1, fmt.Sprintf("b%d", i), recipeNumbered(i), api.TemplateBuild{}); err != nil {
@@ -156,33 +171,42 @@ func TestBuildWaitsForANodeWithRoom(t *testing.T) {
 	tc := newTemplateCluster(t, "n1")
 	tc.cat.buildLimits.MemoryMB = 5000 // the fake node has 8192 MiB: one at a time
 	tc.cat.queuePoll = 20 * time.Millisecond
-	open := tc.gate(t)
+	open, running := tc.gate(t)
+	// The node's heartbeats count its build sandboxes' memory, as a real
+	// node's do (it commits their limits).
+	heartbeat := func() {
+		info, _ := tc.nodes["n1"].Info(context.Background())
+		info.MemoryFreeMB -= running("n1") * tc.cat.buildLimits.MemoryMB
+		if err := tc.reg.Heartbeat("n1", info); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p1 := project.In("p1")
 	if _, err := tc.cat.Submit(p1, "first", recipeNumbered(1), api.TemplateBuild{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first build placed", func() bool {
-		tc.heartbeat(t)
-		v, _ := tc.cat.Get(p1, "first")
-		b, _, _ := tc.cat.lookupBuilt(p1, "first")
-		return v.State == template.StateBuilding && b.Node == "n1"
+	waitFor(t, "the first build running", func() bool {
+		heartbeat()
+		return running("n1") == 1
 	})
 	if _, err := tc.cat.Submit(p1, "second", recipeNumbered(2), api.TemplateBuild{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the second build queued", func() bool {
-		tc.heartbeat(t)
+		heartbeat()
 		lines, _, _ := tc.cat.Logs(p1, "second", 0)
 		return len(lines) > 0 && strings.HasPrefix(lines[0], "queued: no node can fit")
 	})
-	if b, _, _ := tc.cat.lookupBuilt(p1, "second"); b.State != template.StateBuilding {
-		t.Fatalf("the queued build: %+v", b)
+	// Past the placement's settling: the heartbeats alone hold it back.
+	time.Sleep(cluster.DefaultSettle + 100*time.Millisecond)
+	heartbeat()
+	time.Sleep(10 * tc.cat.queuePoll)
+	if b, _, _ := tc.cat.lookupBuilt(p1, "second"); b.State != template.StateBuilding || b.Node != "" || running("n1") != 1 {
+		t.Fatalf("the queued build while the first runs: %+v", b)
 	}
 	open()
-	// The first build's reservation goes with a heartbeat after it
-	// settles; the second is placed then.
 	waitFor(t, "the second build built", func() bool {
-		tc.heartbeat(t)
+		heartbeat()
 		b, _, _ := tc.cat.lookupBuilt(p1, "second")
 		if b.State == template.StateFailed {
 			t.Fatalf("the queued build failed: %s", b.Reason)

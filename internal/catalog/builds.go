@@ -648,7 +648,7 @@ const (
 // buildQueueWait, still charged to its project's quotas and counted in
 // its project's builds, which bound the queue. No node that could take
 // it at all fails at once.
-func (c *Catalog) awaitPlacement(ctx context.Context, parentID, node string, logs io.Writer) (string, error) {
+func (c *Catalog) awaitPlacement(ctx context.Context, parentID, node string, logs *storedLog) (string, error) {
 	deadline := time.Now().Add(c.queueWait)
 	waiting := false
 	for {
@@ -659,6 +659,7 @@ func (c *Catalog) awaitPlacement(ctx context.Context, parentID, node string, log
 		}
 		if !waiting {
 			fmt.Fprintf(logs, "queued: %v; waiting up to %s for room\n", full, c.queueWait)
+			logs.flush() // the build's log is flushed on a timer only once it runs
 			waiting = true
 		}
 		select {
