@@ -286,8 +286,8 @@ func (c *Catalog) submitRecipe(scope project.Scope, name string, r *template.Rec
 		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
 	}
 	// A build goes where its parent is, or where its archives are
-	// staged below (placed there), or anywhere: only the last two are
-	// placed before the build runs.
+	// staged below (placed there then), or anywhere; all but the staged
+	// ones are placed when the build runs, and wait there for room.
 	parentNode := builder
 
 	rec := builtTemplate{Project: scope.Owner(), Name: name, State: template.StateBuilding, From: from, CreatedAt: time.Now().UTC()}
