@@ -387,11 +387,13 @@ func TestTemplateBuildsChargedAndTokenHidden(t *testing.T) {
 	t.Cleanup(func() { env.client.RevokeKey(context.Background(), key.ID) })
 	user := client.New(env.srv.URL, key.Key)
 
+	// The project's name makes the recipe new: a build cached from an
+	// earlier run would run no step.
 	recipe := `name: environ
 from: template:minimal
 run:
   - echo "environ readable=$(tr '\0' '\n' < /proc/1/environ | grep -c '^PATH=') token=$(tr '\0' '\n' < /proc/1/environ | grep -c '^SPACE_AGENT_TOKEN=')"
-  - sleep 3
+  - sleep 3; echo ` + proj + `
 `
 	if _, err := user.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Recipe: recipe}); err != nil {
 		t.Fatal(err)
