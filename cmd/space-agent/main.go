@@ -22,6 +22,11 @@ func main() {
 		}
 		guestinit.PowerOff()
 	}
+	// First of all, so that nothing started yet is lost in the exec; the
+	// agent works on with the token where it is if it fails.
+	if err := agent.HideInitialToken(); err != nil {
+		fmt.Fprintln(os.Stderr, "space-agent:", err)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "space-agent:", err)
 		os.Exit(1)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -623,5 +625,39 @@ func TestBackgroundChildDoesNotHoldTheEnd(t *testing.T) {
 	}
 	if took := time.Since(start); took > outputDrainGrace+10*time.Second {
 		t.Fatalf("the stream ended %s after the start: the background child held it", took)
+	}
+}
+
+// The agent started with its token in the environment re-executes itself
+// with the token on a pipe: its own /proc/self/environ (what other
+// processes of its user read as /proc/1/environ) no longer holds the
+// token, and the token is still the one it answers to.
+func TestInitialTokenLeavesTheEnvironment(t *testing.T) {
+	const marker = "hide-me-"
+	if os.Getenv("SPACE_TEST_HIDE_TOKEN") == "1" {
+		// The helper: the test binary run again, then re-executed. It
+		// says what it found, never the environment itself.
+		if err := HideInitialToken(); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(2)
+		}
+		tok, ok, err := initialToken()
+		environ, rerr := os.ReadFile("/proc/self/environ")
+		fmt.Printf("token=%s ok=%v err=%v\nenviron read=%v shows token=%v shows descriptor=%v\n", tok, ok, err,
+			rerr == nil, strings.Contains(string(environ), marker), strings.Contains(string(environ), tokenFDEnvVar+"="))
+		os.Exit(0)
+	}
+	secret := marker + strings.Repeat("7", 40)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestInitialTokenLeavesTheEnvironment$")
+	cmd.Env = append(os.Environ(), "SPACE_TEST_HIDE_TOKEN=1", tokenEnvVar+"="+secret)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "token="+secret+" ok=true err=<nil>") {
+		t.Fatalf("the re-executed agent lost its token:\n%s", out)
+	}
+	if !strings.Contains(string(out), "environ read=true shows token=false shows descriptor=true") {
+		t.Fatalf("the token is still in the environment the kernel shows, or the agent was not re-executed:\n%s", out)
 	}
 }

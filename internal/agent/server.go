@@ -43,17 +43,17 @@ type Agent struct {
 }
 
 // New builds an Agent and starts its background loops (child reaper,
-// retention janitor). It reads SPACE_AGENT_TOKEN as the initial access token
-// when cfg.AccessToken is empty and unsets it from the process environment.
+// retention janitor). It reads SPACE_AGENT_TOKEN (or the descriptor
+// HideInitialToken passed it on) as the initial access token when
+// cfg.AccessToken is empty and unsets it from the process environment.
 func New(cfg Config) (*Agent, error) {
 	cfg = cfg.withDefaults()
-	if tok, ok := os.LookupEnv(tokenEnvVar); ok {
-		if cfg.AccessToken == "" {
-			cfg.AccessToken = tok
-		}
-		if err := os.Unsetenv(tokenEnvVar); err != nil {
-			return nil, fmt.Errorf("unset %s: %w", tokenEnvVar, err)
-		}
+	tok, ok, err := initialToken()
+	if err != nil {
+		return nil, err
+	}
+	if ok && cfg.AccessToken == "" {
+		cfg.AccessToken = tok
 	}
 
 	ctx, stop := context.WithCancel(context.Background())

@@ -285,6 +285,10 @@ func (c *Catalog) submitRecipe(scope project.Scope, name string, r *template.Rec
 	if err != nil {
 		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("encode the recipe of %s: %w", name, err)
 	}
+	// A build goes where its parent is, or where its archives are
+	// staged below (placed there then), or anywhere; all but the staged
+	// ones are placed when the build runs, and wait there for room.
+	parentNode := builder
 
 	rec := builtTemplate{Project: scope.Owner(), Name: name, State: template.StateBuilding, From: from, CreatedAt: time.Now().UTC()}
 	key := rec.canonical()
@@ -349,21 +353,83 @@ func (c *Catalog) submitRecipe(scope project.Scope, name string, r *template.Rec
 			return reused, c.viewBuilt(scope, reused), nil
 		}
 	}
-	if err := c.st.Put(templatesBucket, key, rec); err != nil {
-		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
-	}
-	if err := c.st.Put(templateLogsBucket, key, []string{}); err != nil {
-		return builtTemplate{}, apiv1.Template{}, fmt.Errorf("record template %s: %w", name, err)
+	release, err := c.admitBuild(ctx, rec)
+	if err != nil {
+		_ = c.st.Resign(ctx, buildLease(key), holder)
+		return builtTemplate{}, apiv1.Template{}, err
 	}
 	building = true
 	c.builds.running.Add(1)
 	go func() {
 		defer c.builds.running.Done()
+		defer release()
 		c.leased(ctx, buildLease(key), holder, func() {
-			c.runBuild(ctx, rec, req, builder, parentID)
+			c.runBuild(ctx, rec, req, builder, parentID, builder != parentNode)
 		})
 	}()
 	return rec, c.viewBuilt(scope, rec), nil
+}
+
+// admitBuild records rec as building if its project may run one more
+// build: fewer than maxProjectBuilds of them building (in the store,
+// every replica's), and room in the project's sandbox and memory quotas
+// for the build sandbox, which stays charged to them until release. A
+// refusal is a *controlplane.QuotaError (429). The caller holds rec's
+// template lock and build lease.
+func (c *Catalog) admitBuild(ctx context.Context, rec builtTemplate) (release func(), err error) {
+	// One project's admissions, on any replica, one at a time: two
+	// cannot both take the last place.
+	unlock, err := c.st.Lock(ctx, "template-builds/"+rec.Project)
+	if err != nil {
+		return nil, fmt.Errorf("lock the builds of project %s: %w", rec.Project, err)
+	}
+	defer unlock()
+	n, err := c.buildsOf(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
+	if limit := c.maxProjectBuilds; limit > 0 && n >= limit {
+		return nil, &controlplane.QuotaError{Project: rec.Project,
+			Message: fmt.Sprintf("the project has %d template builds running, at most %d at once; wait for one to end", n, limit)}
+	}
+	release = func() {}
+	if q := c.buildCharger(); q != nil {
+		if release, err = q.ChargeBuild(rec.Project, c.buildLimits.MemoryMB); err != nil {
+			return nil, err
+		}
+	}
+	key := rec.canonical()
+	if err := c.st.Put(templatesBucket, key, rec); err != nil {
+		release()
+		return nil, fmt.Errorf("record template %s: %w", rec.Name, err)
+	}
+	if err := c.st.Put(templateLogsBucket, key, []string{}); err != nil {
+		release()
+		return nil, fmt.Errorf("record template %s: %w", rec.Name, err)
+	}
+	return release, nil
+}
+
+// buildsOf counts the builds of rec's project still building, rec's own
+// name's left out (its lease is rec's now). A build whose replica died
+// is marked failed on the way and not counted: it builds no more.
+func (c *Catalog) buildsOf(ctx context.Context, rec builtTemplate) (int, error) {
+	all, err := c.built()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, b := range all {
+		if b.Project != rec.Project || b.State != template.StateBuilding || b.canonical() == rec.canonical() {
+			continue
+		}
+		if ended, err := c.abandoned(ctx, &b); err != nil {
+			return 0, fmt.Errorf("count the builds of project %s: %w", rec.Project, err)
+		} else if !ended {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // reuse answers a build of rec's inputs with a ready build of the same
@@ -475,7 +541,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 // stageArchive places a build from an uploaded archive and streams the
 // archive to the node chosen; digest is the archive's SHA-256.
 func (c *Catalog) stageArchive(ctx context.Context, build api.TemplateBuild) (node, handle, digest string, err error) {
-	node, err = c.placeBuild("")
+	node, err = c.placeBuild("", "")
 	if err != nil {
 		return "", "", "", err
 	}
@@ -508,7 +574,7 @@ func (c *Catalog) stageCopies(ctx context.Context, r *template.Recipe, in buildI
 		}
 		if builder == "" {
 			var err error
-			if builder, err = c.placeBuild(parentID); err != nil {
+			if builder, err = c.placeBuild(parentID, ""); err != nil {
 				return nil, "", err
 			}
 		}
@@ -564,13 +630,48 @@ const discardTimeout = 30 * time.Second
 const maxStagedCopy = 1 << 40
 
 // placeBuild picks the node to build on: capacity as a build sandbox
-// takes it, holding parentID (when set).
-func (c *Catalog) placeBuild(parentID string) (string, error) {
-	node, err := c.reg.Place(cluster.PlaceRequest{Template: parentID, VCPUs: c.buildLimits.VCPUs, MemoryMB: c.buildLimits.MemoryMB, DiskMB: int(c.buildDisk >> 20)})
+// takes it, holding parentID (when set), node itself when set.
+func (c *Catalog) placeBuild(parentID, node string) (string, error) {
+	node, err := c.reg.Place(cluster.PlaceRequest{Template: parentID, Node: node, VCPUs: c.buildLimits.VCPUs, MemoryMB: c.buildLimits.MemoryMB, DiskMB: int(c.buildDisk >> 20)})
 	if err != nil {
 		return "", fmt.Errorf("no node to build on: %w", err)
 	}
 	return node, nil
+}
+
+// Builds wait in their queue for a node with room this long at most,
+// looking again every buildQueuePoll.
+const (
+	buildQueueWait = 10 * time.Minute
+	buildQueuePoll = 2 * time.Second
+)
+
+// awaitPlacement places a build as placeBuild does, but while the nodes
+// that could take it are only full, the build waits for one to have room
+// (a build is asynchronous: its client follows its state) for up to
+// buildQueueWait, still charged to its project's quotas and counted in
+// its project's builds, which bound the queue. No node that could take
+// it at all fails at once.
+func (c *Catalog) awaitPlacement(ctx context.Context, parentID, node string, logs *storedLog) (string, error) {
+	deadline := time.Now().Add(c.queueWait)
+	waiting := false
+	for {
+		id, err := c.placeBuild(parentID, node)
+		var full *cluster.CapacityError
+		if err == nil || !errors.As(err, &full) || full.Holding == 0 || time.Now().After(deadline) {
+			return id, err
+		}
+		if !waiting {
+			fmt.Fprintf(logs, "queued: %v; waiting up to %s for room\n", full, c.queueWait)
+			logs.flush() // the build's log is flushed on a timer only once it runs
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("queued for a node: %w", ctx.Err())
+		case <-time.After(c.queuePoll):
+		}
+	}
 }
 
 // templatesOf is a node's template builder.
@@ -595,8 +696,9 @@ func (c *Catalog) buildContext() context.Context {
 	return c.builds.ctx
 }
 
-// runBuild builds rec on a node and ships it to the other nodes.
-func (c *Catalog) runBuild(ctx context.Context, rec builtTemplate, req nodeapi.TemplateBuildRequest, builder, parentID string) {
+// runBuild builds rec on a node (builder, placed there already unless
+// !placed) and ships it to the other nodes.
+func (c *Catalog) runBuild(ctx context.Context, rec builtTemplate, req nodeapi.TemplateBuildRequest, builder, parentID string, placed bool) {
 	key := rec.canonical()
 	logs := &storedLog{st: c.st, key: key}
 	fail := func(err error) {
@@ -604,9 +706,9 @@ func (c *Catalog) runBuild(ctx context.Context, rec builtTemplate, req nodeapi.T
 		rec.State, rec.Reason = template.StateFailed, err.Error()
 		c.putBuilt(rec)
 	}
-	if builder == "" {
+	if !placed {
 		var err error
-		if builder, err = c.placeBuild(parentID); err != nil {
+		if builder, err = c.awaitPlacement(ctx, parentID, builder, logs); err != nil {
 			fail(err)
 			return
 		}

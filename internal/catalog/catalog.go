@@ -54,6 +54,14 @@ type Catalog struct {
 	quotas ProjectQuotas
 	// registryReadCache is how old reg's copy of the nodes may be.
 	registryReadCache time.Duration
+	// maxProjectBuilds bounds the builds one project runs at once.
+	maxProjectBuilds int
+	// buildQuota charges builds to their projects' quotas; nil: the
+	// control plane does.
+	buildQuota BuildQuota
+	// queueWait and queuePoll pace a build waiting for a node with room
+	// (buildQueueWait, buildQueuePoll; tests shorten them).
+	queueWait, queuePoll time.Duration
 
 	mu sync.Mutex
 	// written is what this replica last stored per node, so that
@@ -82,6 +90,26 @@ type Config struct {
 	// (cluster.Config.ReadCacheTTL): an E2B build reports ready only once
 	// every replica's copy can hold its template.
 	RegistryReadCache time.Duration
+	// MaxBuildsPerProject bounds the template builds one project runs
+	// at once, queued for a node or building (DefaultMaxBuildsPerProject
+	// when zero; negative: unbounded). A build past it is refused.
+	MaxBuildsPerProject int
+	// BuildQuota charges each build to its project's quotas; nil: the
+	// control plane (ControlPlane) does, and nothing does without one.
+	BuildQuota BuildQuota
+}
+
+// DefaultMaxBuildsPerProject is how many template builds one project
+// runs at once unless the operator says otherwise: each holds a build
+// sandbox (1 GiB and a vCPU by default) for up to the build's timeout.
+const DefaultMaxBuildsPerProject = 4
+
+// BuildQuota charges a template build's sandbox to its project's quotas
+// for as long as the build runs; *controlplane.ControlPlane satisfies it.
+type BuildQuota interface {
+	// ChargeBuild refuses with a *controlplane.QuotaError a build the
+	// project's quotas cannot hold; release ends the charge.
+	ChargeBuild(project string, memoryMB int) (release func(), err error)
 }
 
 // New makes the catalog of cfg; it builds once StartBuilds gave it the
@@ -91,11 +119,29 @@ func New(cfg Config) *Catalog {
 	if cp == nil {
 		cp = func() *controlplane.ControlPlane { return nil }
 	}
+	maxBuilds := cfg.MaxBuildsPerProject
+	if maxBuilds == 0 {
+		maxBuilds = DefaultMaxBuildsPerProject
+	}
 	return &Catalog{
 		st: cfg.Store, reg: cfg.Registry, cp: cp,
 		buildLimits: cfg.BuildLimits, buildDisk: cfg.BuildDiskBytes, quotas: cfg.Quotas, registryReadCache: cfg.RegistryReadCache,
+		maxProjectBuilds: maxBuilds, buildQuota: cfg.BuildQuota,
+		queueWait: buildQueueWait, queuePoll: buildQueuePoll,
 		written: map[string][]cpapi.Template{},
 	}
+}
+
+// buildCharger is what builds are charged to: the configured
+// BuildQuota, or the control plane once there is one.
+func (c *Catalog) buildCharger() BuildQuota {
+	if c.buildQuota != nil {
+		return c.buildQuota
+	}
+	if cp := c.cp(); cp != nil {
+		return cp
+	}
+	return nil
 }
 
 // Record stores the templates a node reported, when they changed (as

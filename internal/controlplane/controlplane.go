@@ -159,6 +159,9 @@ type ControlPlane struct {
 	// lastActive is when each sandbox last saw an API call, agent call or
 	// process output; idle suspend reads it.
 	lastActive map[string]time.Time
+	// builds are the template builds this replica runs, charged to their
+	// projects' quotas (ChargeBuild).
+	builds map[*buildCharge]bool
 	// eventsMu serialises appends to the event history in the store.
 	eventsMu sync.Mutex
 	// snapMu guards snapshotUsers and makes "look up and hold a snapshot"

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/space-platform/space/internal/project"
@@ -28,7 +29,8 @@ func (cp *ControlPlane) Usage(p string) Usage {
 	return u
 }
 
-// usage counts p's live sandboxes and their memory. cp.mu is held.
+// usage counts p's live sandboxes and their memory, the build sandboxes
+// of its template builds included. cp.mu is held.
 func (cp *ControlPlane) usage(p string) Usage {
 	var u Usage
 	for _, r := range cp.sandboxes {
@@ -37,7 +39,53 @@ func (cp *ControlPlane) usage(p string) Usage {
 			u.MemoryMB += r.MemoryMB
 		}
 	}
+	for b := range cp.builds {
+		if b.project == project.Of(p) {
+			u.Sandboxes++
+			u.MemoryMB += b.memoryMB
+		}
+	}
 	return u
+}
+
+// buildCharge is a template build's sandbox as its project's quota
+// counts it: it holds a place and its memory like any sandbox, but has
+// no sandbox record.
+type buildCharge struct {
+	project  string
+	memoryMB int
+}
+
+// ChargeBuild counts a template build of project p, whose build sandbox
+// has memoryMB, as one of p's sandboxes until release is called: a build
+// holds as much as a sandbox does (for up to its timeout), so a project
+// at its quota cannot build, and a build's place is not free for a
+// create. It takes one create from p's create rate too. A refusal is a
+// *QuotaError. The charge is this replica's: builds run by the replica
+// that admitted them.
+func (cp *ControlPlane) ChargeBuild(p string, memoryMB int) (release func(), err error) {
+	p = project.Of(p)
+	if err := cp.allowCreates(p, 1); err != nil {
+		return nil, err
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if err := cp.checkQuota(p, memoryMB); err != nil {
+		return nil, fmt.Errorf("build a template: %w", err)
+	}
+	if cp.builds == nil {
+		cp.builds = map[*buildCharge]bool{}
+	}
+	charge := &buildCharge{project: p, memoryMB: memoryMB}
+	cp.builds[charge] = true
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cp.mu.Lock()
+			delete(cp.builds, charge)
+			cp.mu.Unlock()
+		})
+	}, nil
 }
 
 // checkQuota refuses one more sandbox of memoryMB in project p when it

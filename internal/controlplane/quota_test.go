@@ -56,3 +56,35 @@ func TestQuotaCountsOnlyTheProjectsLiveSandboxes(t *testing.T) {
 		t.Fatalf("no quotas configured: %v", err)
 	}
 }
+
+// A template build holds a place and memory of its project's quota until
+// it ends, against other builds and creates alike.
+func TestBuildsAreChargedToTheProjectsQuota(t *testing.T) {
+	cp := &ControlPlane{cfg: Config{Quotas: fixedQuotas{q: project.Quota{MaxSandboxes: 2, MaxMemoryMB: 2048}}}, sandboxes: map[string]*record{}}
+	release, err := cp.ChargeBuild("a", 1024)
+	if err != nil {
+		t.Fatalf("a's first build: %v", err)
+	}
+	var qe *QuotaError
+	if _, err := cp.ChargeBuild("a", 1536); !errors.As(err, &qe) || qe.Project != "a" {
+		t.Fatalf("a second build past a's memory: %v", err)
+	}
+	if u := cp.usage("a"); u.Sandboxes != 1 || u.MemoryMB != 1024 {
+		t.Fatalf("a's usage with a build running = %+v", u)
+	}
+	cp.sandboxes["s"] = &record{Sandbox: Sandbox{ID: "s", Project: "a", State: apiv1.StateRunning, MemoryMB: 512}}
+	if err := cp.checkQuota("a", 32); !errors.As(err, &qe) {
+		t.Fatalf("a create with a build and a sandbox holding both places: %v", err)
+	}
+	if _, err := cp.ChargeBuild("b", 1024); err != nil {
+		t.Fatalf("another project's build: %v", err)
+	}
+	release()
+	release() // twice: still one place back
+	if u := cp.usage("a"); u.Sandboxes != 1 || u.MemoryMB != 512 {
+		t.Fatalf("a's usage after its build ended = %+v", u)
+	}
+	if _, err := cp.ChargeBuild("a", 1024); err != nil {
+		t.Fatalf("a build once the first ended: %v", err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/template"
 )
@@ -225,7 +226,11 @@ func templateNotFound(w http.ResponseWriter, name string) {
 
 // templateFail answers an error of Templates.
 func (h *Handler) templateFail(w http.ResponseWriter, err error) {
+	var quotaErr *controlplane.QuotaError
 	switch {
+	case errors.As(err, &quotaErr):
+		// A build past its project's quota or its bound of builds.
+		h.fail(w, err)
 	case errors.Is(err, ErrTemplateNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, ErrBadTemplate):

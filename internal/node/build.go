@@ -37,6 +37,10 @@ func (n *Node) StartBuild(ctx context.Context, volume string, limits runtime.Lim
 	}
 	id := buildIDPrefix + sandboxid.New()[len(buildIDPrefix):]
 	n.buildStarted(id)
+	// Its limits are the node's as any sandbox's are, so that Info (and
+	// the placements that read it) counts the build; stopBuild releases
+	// them.
+	n.commit(id, limits)
 	defer func() {
 		if err != nil {
 			n.stopBuild(context.WithoutCancel(ctx), id)
@@ -104,6 +108,7 @@ func (b *BuildSandbox) Stop(ctx context.Context) error {
 
 func (n *Node) stopBuild(ctx context.Context, id string) error {
 	defer n.buildStopped(id)
+	defer n.uncommit(id)
 	var errs []error
 	if err := n.rt(id).Destroy(ctx, id); err != nil {
 		errs = append(errs, err)

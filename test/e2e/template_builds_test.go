@@ -366,3 +366,55 @@ func followTemplateLog(ctx context.Context, t *testing.T, c *client.Client, name
 		lines = append(lines, ev.Line)
 	}
 }
+
+// A project's builds count against its quota (issue 31): with room for
+// one sandbox, a second build while the first runs answers 429 naming
+// the quota. And a build step, which runs as root like the agent, finds
+// no token in the agent's /proc/1/environ, which it can read.
+func TestTemplateBuildsChargedAndTokenHidden(t *testing.T) {
+	requireServer(t)
+	ctx := testContext(t)
+	proj := fmt.Sprintf("builds-%d", time.Now().UnixNano()%1e9)
+	one, mem := 1, 2048
+	if _, err := env.client.SetProjectQuota(ctx, proj, apiv1.QuotaSettings{MaxSandboxes: &one, MaxMemoryMB: &mem}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.client.SetProjectQuota(context.Background(), proj, apiv1.QuotaSettings{}) })
+	key, err := env.client.CreateKey(ctx, apiv1.CreateKeyRequest{Name: proj, Project: proj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.client.RevokeKey(context.Background(), key.ID) })
+	user := client.New(env.srv.URL, key.Key)
+
+	// The project's name makes the recipe new: a build cached from an
+	// earlier run would run no step.
+	recipe := `name: environ
+from: template:minimal
+run:
+  - echo "environ readable=$(tr '\0' '\n' < /proc/1/environ | grep -c '^PATH=') token=$(tr '\0' '\n' < /proc/1/environ | grep -c '^SPACE_AGENT_TOKEN=')"
+  - sleep 3; echo ` + proj + `
+`
+	if _, err := user.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Recipe: recipe}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { user.DeleteTemplate(context.Background(), "environ") })
+	_, err = user.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Recipe: "name: second\nfrom: template:minimal\nrun:\n  - true\n"})
+	var apiErr *client.APIError
+	if !errorsAs(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || !strings.Contains(apiErr.Message, "sandboxes") {
+		t.Errorf("a second build while the first runs, in a project of 1 sandbox: %v, want 429 naming the quota", err)
+	}
+
+	tpl := waitTemplateBuilt(t, proj+"/environ") // an admin key names another project's template so
+	log := strings.Join(tpl.Logs, "\n")
+	if tpl.State != apiv1.TemplateReady || !strings.Contains(log, "environ readable=1 token=0") {
+		t.Errorf("the build (%s, %s) logged:\n%s", tpl.State, tpl.Reason, log)
+	}
+	// Its build sandbox went with it: the project's place is free again.
+	if _, err := user.CreateTemplate(ctx, apiv1.CreateTemplateRequest{Recipe: "name: second\nfrom: template:minimal\nrun:\n  - true\n"}); err != nil {
+		t.Errorf("a build once the first ended: %v", err)
+	} else {
+		waitTemplateBuilt(t, proj+"/second")
+		t.Cleanup(func() { user.DeleteTemplate(context.Background(), "second") })
+	}
+}
