@@ -4,6 +4,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/cluster"
@@ -377,14 +379,26 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 // readJSON decodes a bounded JSON body into v, rejecting unknown fields and
 // trailing data so that typos are reported rather than ignored.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBody)
-	dec := json.NewDecoder(body)
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
+		} else {
+			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		}
+		return false
+	}
+	// encoding/json would turn invalid UTF-8 into U+FFFD and carry on, so
+	// a name or tag would be stored as something other than what was sent.
+	if !utf8.Valid(data) {
+		writeError(w, http.StatusBadRequest, "malformed JSON body: it is not valid UTF-8")
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
 		switch {
-		case errors.As(err, &tooBig):
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
 		case errors.Is(err, io.EOF):
 			writeError(w, http.StatusBadRequest, "request body is empty; expected a JSON object")
 		default:

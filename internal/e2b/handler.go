@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/agent/envdversion"
 	"github.com/space-platform/space/internal/auth"
@@ -360,6 +361,12 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) (present, ok bool) 
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return false, true
+	}
+	// encoding/json would turn invalid UTF-8 into U+FFFD and carry on, so
+	// a name or tag would be stored as something other than what was sent.
+	if !utf8.Valid(data) {
+		writeError(w, http.StatusBadRequest, "malformed JSON body: it is not valid UTF-8")
+		return true, false
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
