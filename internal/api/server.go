@@ -14,12 +14,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/inflight"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
@@ -58,13 +58,22 @@ type Config struct {
 	// MaxTemplateArchive bounds an OCI archive uploaded with a recipe
 	// (DefaultMaxTemplateArchive when zero).
 	MaxTemplateArchive int64
-	// MaxRequestsPerKey bounds one key's requests in flight (streams
-	// included); past it the API answers 429. 0: DefaultMaxRequestsPerKey.
-	MaxRequestsPerKey int
+	// Requests bounds one key's requests in flight (streams included);
+	// past it the API answers 429. The server shares it with the E2B API,
+	// so a key's bound holds across both. nil: DefaultMaxRequestsPerKey.
+	Requests *inflight.Limiter
+	// Uploads bounds one key's uploads in flight (file writes, template
+	// archives, volume files), each of which holds a stream and disk
+	// until it ends; past it 429. Shared like Requests. nil:
+	// DefaultMaxUploadsPerKey.
+	Uploads *inflight.Limiter
 }
 
 // DefaultMaxRequestsPerKey is the per-key bound on requests in flight.
 const DefaultMaxRequestsPerKey = 256
+
+// DefaultMaxUploadsPerKey is the per-key bound on uploads in flight.
+const DefaultMaxUploadsPerKey = 16
 
 // Server is the HTTP handler of the API.
 type Server struct {
@@ -73,9 +82,6 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	sessions *metrics.Counter
-
-	inFlightMu sync.Mutex
-	inFlight   map[string]int // requests in flight by key id
 }
 
 // Routes lists every route the API serves as "METHOD /path"; the OpenAPI
@@ -96,10 +102,13 @@ func New(cfg Config) *Server {
 	if cfg.MaxTemplateArchive <= 0 {
 		cfg.MaxTemplateArchive = DefaultMaxTemplateArchive
 	}
-	if cfg.MaxRequestsPerKey == 0 {
-		cfg.MaxRequestsPerKey = DefaultMaxRequestsPerKey
+	if cfg.Requests == nil {
+		cfg.Requests = inflight.New(DefaultMaxRequestsPerKey, "requests")
 	}
-	s := &Server{cfg: cfg, cp: cfg.ControlPlane, log: cfg.Logger, mux: http.NewServeMux(), inFlight: map[string]int{}}
+	if cfg.Uploads == nil {
+		cfg.Uploads = inflight.New(DefaultMaxUploadsPerKey, "uploads")
+	}
+	s := &Server{cfg: cfg, cp: cfg.ControlPlane, log: cfg.Logger, mux: http.NewServeMux()}
 	s.sessions = cfg.Metrics.Counter("space_sessions_started_total", "Command sessions started.")
 	s.routes()
 	return s
@@ -317,12 +326,10 @@ func (s *Server) requireKey(admin bool, next http.HandlerFunc) http.HandlerFunc 
 			writeError(w, http.StatusForbidden, "this operation needs an admin key")
 			return
 		}
-		if !s.enter(key.ID) {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("this API key has %d requests in flight, the most allowed; wait for some to finish", s.cfg.MaxRequestsPerKey))
+		if !s.cfg.Requests.Admit(w, key.ID) {
 			return
 		}
-		defer s.leave(key.ID)
+		defer s.cfg.Requests.Leave(key.ID)
 		revoked, unwatch := s.cfg.Keys.Watch(key.ID)
 		defer unwatch()
 		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), keyContext{}, key))
@@ -335,25 +342,6 @@ func (s *Server) requireKey(admin bool, next http.HandlerFunc) http.HandlerFunc 
 			}
 		}()
 		next(w, r.WithContext(ctx))
-	}
-}
-
-// enter counts a request of key id in, unless the key is at its bound.
-func (s *Server) enter(id string) bool {
-	s.inFlightMu.Lock()
-	defer s.inFlightMu.Unlock()
-	if s.inFlight[id] >= s.cfg.MaxRequestsPerKey {
-		return false
-	}
-	s.inFlight[id]++
-	return true
-}
-
-func (s *Server) leave(id string) {
-	s.inFlightMu.Lock()
-	defer s.inFlightMu.Unlock()
-	if s.inFlight[id]--; s.inFlight[id] <= 0 {
-		delete(s.inFlight, id)
 	}
 }
 

@@ -24,8 +24,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/agent/envdversion"
+	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/inflight"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -89,6 +91,10 @@ type Config struct {
 	// build (DefaultMaxTemplateFiles when zero).
 	MaxTemplateFiles int64
 	Logger           *slog.Logger
+	// Requests and Uploads bound each key's requests and uploads in
+	// flight (429 past them); the server passes the native API's, so a
+	// key's bounds hold across both APIs. nil: api's default bounds.
+	Requests, Uploads *inflight.Limiter
 }
 
 // Handler is the E2B control-plane API as an http.Handler.
@@ -118,6 +124,12 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 3 * time.Minute
+	}
+	if cfg.Requests == nil {
+		cfg.Requests = inflight.New(api.DefaultMaxRequestsPerKey, "requests")
+	}
+	if cfg.Uploads == nil {
+		cfg.Uploads = inflight.New(api.DefaultMaxUploadsPerKey, "uploads")
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), uploadKey: newUploadKey()}
 	h.routes()
@@ -282,6 +294,10 @@ func (h *Handler) authed(next http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusUnauthorized, "invalid API key")
 			return
 		}
+		if !h.cfg.Requests.Admit(w, k.ID) {
+			return
+		}
+		defer h.cfg.Requests.Leave(k.ID)
 		next(w, r.WithContext(context.WithValue(r.Context(), keyContext{}, k)))
 	}
 }
