@@ -4,29 +4,18 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/inflight"
 	"github.com/space-platform/space/internal/metrics"
-	"github.com/space-platform/space/internal/store"
 	"github.com/space-platform/space/pkg/apiv1"
 )
 
 // A key at its bound of requests, or of uploads, in flight gets 429 with
 // a JSON error; another key does not pay for it.
 func TestKeyBoundsInFlight(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	keys, err := auth.Open(st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys, _ := openKeys(t)
 	busy, busySecret, err := keys.Create("busy", "team", false)
 	if err != nil {
 		t.Fatal(err)

@@ -364,10 +364,12 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, apiv1.Error{Code: status, Message: msg})
 }
 
-// readJSON decodes a bounded JSON body into v, rejecting unknown fields and
-// trailing data so that typos are reported rather than ignored.
-func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBody))
+// ReadJSONBody reads a JSON request body of at most limit bytes, or
+// answers 413 past it, or 400 when the body cannot be read or is not
+// valid UTF-8, and reports false. The E2B API reads its bodies with it
+// too.
+func ReadJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -375,12 +377,22 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		} else {
 			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
 		}
-		return false
+		return nil, false
 	}
 	// encoding/json would turn invalid UTF-8 into U+FFFD and carry on, so
 	// a name or tag would be stored as something other than what was sent.
 	if !utf8.Valid(data) {
 		writeError(w, http.StatusBadRequest, "malformed JSON body: it is not valid UTF-8")
+		return nil, false
+	}
+	return data, true
+}
+
+// readJSON decodes a bounded JSON body into v, rejecting unknown fields and
+// trailing data so that typos are reported rather than ignored.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	data, ok := ReadJSONBody(w, r, s.cfg.MaxJSONBody)
+	if !ok {
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -15,13 +15,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/agent/envdversion"
 	"github.com/space-platform/space/internal/api"
@@ -365,24 +363,12 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 // as it is; whether that is allowed is the caller's business (required
 // reports it).
 func readJSON(w http.ResponseWriter, r *http.Request, v any) (present, ok bool) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
-		} else {
-			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
-		}
+	data, ok := api.ReadJSONBody(w, r, maxJSONBody)
+	if !ok {
 		return false, false
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return false, true
-	}
-	// encoding/json would turn invalid UTF-8 into U+FFFD and carry on, so
-	// a name or tag would be stored as something other than what was sent.
-	if !utf8.Valid(data) {
-		writeError(w, http.StatusBadRequest, "malformed JSON body: it is not valid UTF-8")
-		return true, false
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
