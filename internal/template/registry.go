@@ -30,10 +30,11 @@ type RegistryAuth struct {
 
 // RegistryConfig configures pulls of from: image:<reference> bases.
 type RegistryConfig struct {
-	// AllowPrivate lets references name registries on loopback, private
-	// or link-local addresses (an operator's internal registry; the
-	// tests' registry on the loopback). Off, they are refused, so that a
-	// recipe cannot make the server reach what sandboxes cannot.
+	// AllowPrivate lets references name registries on addresses that are
+	// not public (an operator's internal registry; the tests' registry on
+	// the loopback). Off, every connection goes through a
+	// publicnet.Dialer, so that a recipe cannot make the server reach what
+	// sandboxes cannot.
 	AllowPrivate bool
 	// Transport overrides the HTTP transport of registry requests
 	// (tests); nil: a transport that applies AllowPrivate.
