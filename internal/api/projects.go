@@ -23,10 +23,17 @@ func (s *Server) keysByProject() map[string]int {
 func (s *Server) projectView(name string, keys int) apiv1.Project {
 	q, o := s.cfg.Quotas.Of(name), s.cfg.Quotas.Override(name)
 	u := s.cp.Usage(name)
-	return apiv1.Project{
+	v := apiv1.Project{
 		Name: name, Quota: q, Settings: o,
 		Usage: apiv1.ProjectUsage{Sandboxes: u.Sandboxes, MemoryMB: u.MemoryMB, Snapshots: u.Snapshots, Keys: keys, VolumeMB: u.VolumeMB},
 	}
+	if s.cfg.Templates != nil {
+		// A store that cannot be read shows none: the quota is
+		// enforced at each build, which reports the error.
+		used, _ := s.cfg.Templates.DiskUsed(name)
+		v.Usage.TemplateDiskMB = int(used >> 20)
+	}
+	return v
 }
 
 // listProjects lists every project something belongs to: keys, sandboxes

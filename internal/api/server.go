@@ -37,6 +37,9 @@ type Templates interface {
 	Logs(scope project.Scope, name string, from int) (lines []string, done bool, err error)
 	Delete(scope project.Scope, name string) error
 	SetPool(scope project.Scope, name string, size int) (apiv1.Template, error)
+	// DiskUsed is what a project's built templates hold, as its
+	// max_template_disk_mb quota counts it.
+	DiskUsed(project string) (int64, error)
 }
 
 // Config wires the API.
@@ -462,6 +465,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		// The sandbox stopped between finding it running and the call
 		// reaching its node.
 		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, nodeapi.ErrTooManySessions):
+		writeError(w, http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, nodeapi.ErrSessionSpec):
+		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, nodeapi.ErrExecTimeout):
 		writeError(w, http.StatusGatewayTimeout, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -3,10 +3,12 @@ package api
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,16 +58,27 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if !checkCommand(w, req.Cmd, req.Env, req.Cwd, req.User) {
 		return
 	}
+	spec := nodeapi.SessionSpec{
+		Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TTY: req.TTY,
+		Cols: req.Cols, Rows: req.Rows, Stdin: req.Stdin, Tag: req.Tag,
+	}
+	if err := spec.Check(); err != nil {
+		s.fail(w, err)
+		return
+	}
 	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	sess, err := sb.StartSession(r.Context(), nodeapi.SessionSpec{
-		Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TTY: req.TTY,
-		Cols: req.Cols, Rows: req.Rows, Stdin: req.Stdin, Tag: req.Tag,
-	})
+	sess, err := sb.StartSession(r.Context(), spec)
+	if errors.Is(err, nodeapi.ErrTooManySessions) {
+		s.fail(w, err)
+		return
+	}
 	if err != nil {
+		// The command could not start as asked (its program, cwd or
+		// user): the agent's answer says which.
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -74,6 +87,21 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := defaultSessionPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxSessionPage {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be between 1 and %d", maxSessionPage))
+			return
+		}
+		limit = n
+	}
+	after, err := parseSessionCursor(q.Get("cursor"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	sb, err := s.cp.Running(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
@@ -84,11 +112,79 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	out := apiv1.SessionList{Sessions: []apiv1.Session{}}
-	for _, sess := range all {
-		out.Sessions = append(out.Sessions, sessionView(sess))
+	writeJSON(w, http.StatusOK, sessionPage(all, after, limit))
+}
+
+// A session listing is paged: a sandbox keeps a bounded number of
+// sessions, each with a bounded command and tag, but an operator may
+// raise the number, and no answer should be tens of MB.
+const (
+	defaultSessionPage = 100
+	maxSessionPage     = 1000
+	// sessionPageBytes ends a page early once its sessions' commands and
+	// tags add up to this much (a page holds at least one session).
+	sessionPageBytes = 1 << 20
+)
+
+// sessionCursor is where a page of sessions ends: sessions are listed
+// oldest first, by start time then id, so a cursor stays valid when
+// sessions before or after it are forgotten.
+type sessionCursor struct {
+	started int64 // UnixNano
+	id      string
+}
+
+func (c sessionCursor) before(sess nodeapi.SessionInfo) bool {
+	started := sess.StartedAt.UnixNano()
+	return c.started < started || c.started == started && c.id < sess.ID
+}
+
+func (c sessionCursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.started, 10) + "." + c.id))
+}
+
+// parseSessionCursor parses a next_cursor; "" is the first page (nil).
+func parseSessionCursor(v string) (*sessionCursor, error) {
+	if v == "" {
+		return nil, nil
 	}
-	writeJSON(w, http.StatusOK, out)
+	bad := errors.New("cursor is not a next_cursor of this listing")
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil {
+		return nil, bad
+	}
+	started, id, ok := strings.Cut(string(b), ".")
+	n, err := strconv.ParseInt(started, 10, 64)
+	if !ok || err != nil || id == "" {
+		return nil, bad
+	}
+	return &sessionCursor{started: n, id: id}, nil
+}
+
+// sessionPage is the page of all after the cursor (nil: from the start):
+// at most limit sessions and about sessionPageBytes of commands and tags.
+func sessionPage(all []nodeapi.SessionInfo, after *sessionCursor, limit int) apiv1.SessionList {
+	sort.Slice(all, func(i, j int) bool {
+		return sessionCursor{all[i].StartedAt.UnixNano(), all[i].ID}.before(all[j])
+	})
+	out := apiv1.SessionList{Sessions: []apiv1.Session{}}
+	size := 0
+	for i, sess := range all {
+		if after != nil && !after.before(sess) {
+			continue
+		}
+		if len(out.Sessions) == limit || len(out.Sessions) > 0 && size >= sessionPageBytes {
+			last := all[i-1]
+			out.NextCursor = sessionCursor{last.StartedAt.UnixNano(), last.ID}.String()
+			break
+		}
+		out.Sessions = append(out.Sessions, sessionView(sess))
+		size += len(sess.Spec.Tag)
+		for _, a := range sess.Spec.Cmd {
+			size += len(a)
+		}
+	}
+	return out
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {

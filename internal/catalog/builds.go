@@ -288,8 +288,12 @@ func (c *Catalog) submitRecipe(scope project.Scope, name string, r *template.Rec
 
 	rec := builtTemplate{Project: scope.Owner(), Name: name, State: template.StateBuilding, From: from, CreatedAt: time.Now().UTC()}
 	key := rec.canonical()
+	diskLeft, err := c.templateDiskLeft(rec.Project, key)
+	if err != nil {
+		return builtTemplate{}, apiv1.Template{}, err
+	}
 	ctx := c.buildContext()
-	req := nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin}
+	req := nodeapi.TemplateBuildRequest{Name: name, Recipe: recipe, HostPaths: build.Admin, DiskQuotaBytes: diskLeft}
 	// What is staged on the builder below goes again unless a build
 	// consumes it: a request answered by a build of the same inputs, or
 	// refused after staging, leaves nothing on the node's disk.

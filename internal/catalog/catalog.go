@@ -49,6 +49,9 @@ type Catalog struct {
 	// buildLimits and buildDisk size a build's place on a node.
 	buildLimits runtime.Limits
 	buildDisk   int64
+	// quotas bound each project's templates (templatedisk.go); nil:
+	// unbounded.
+	quotas ProjectQuotas
 	// registryReadCache is how old reg's copy of the nodes may be.
 	registryReadCache time.Duration
 
@@ -72,6 +75,9 @@ type Config struct {
 	// which a build needs free on the node it is placed on.
 	BuildLimits    runtime.Limits
 	BuildDiskBytes int64
+	// Quotas are the projects' quotas, of which the catalog enforces
+	// max_template_disk_mb; nil: no project quota.
+	Quotas ProjectQuotas
 	// RegistryReadCache is how old Registry's copy of the nodes may be
 	// (cluster.Config.ReadCacheTTL): an E2B build reports ready only once
 	// every replica's copy can hold its template.
@@ -87,7 +93,7 @@ func New(cfg Config) *Catalog {
 	}
 	return &Catalog{
 		st: cfg.Store, reg: cfg.Registry, cp: cp,
-		buildLimits: cfg.BuildLimits, buildDisk: cfg.BuildDiskBytes, registryReadCache: cfg.RegistryReadCache,
+		buildLimits: cfg.BuildLimits, buildDisk: cfg.BuildDiskBytes, quotas: cfg.Quotas, registryReadCache: cfg.RegistryReadCache,
 		written: map[string][]cpapi.Template{},
 	}
 }

@@ -11,6 +11,30 @@ import (
 	"github.com/space-platform/space/internal/server"
 )
 
+// The defaults of the --project-* quotas: generous, so that no ordinary
+// use meets them, and finite, so that a fresh install bounds what one
+// project's keys can make the shared server hold (issue #31). An admin
+// raises them for every project with these flags or for one with
+// `space projects set`.
+const (
+	// DefaultProjectMaxSandboxes is above the density `space bench`
+	// measures (--density-max 300).
+	DefaultProjectMaxSandboxes = 500
+	// DefaultProjectMaxMemoryMB is memory_mb summed over a project's
+	// sandboxes, which a node overcommits: 256 GiB.
+	DefaultProjectMaxMemoryMB  = 256 << 10
+	DefaultProjectMaxSnapshots = 1000
+	// DefaultProjectMaxVolumeMB is size_mb summed over a project's
+	// volumes: 200 GiB.
+	DefaultProjectMaxVolumeMB = 200 << 10
+	// DefaultProjectTemplateDiskMB: a few dozen templates of a usual
+	// size, or five at the build disk limit (4,096 MiB), fit.
+	DefaultProjectTemplateDiskMB = 20 << 10
+	// DefaultProjectCreatesPerSecond is twice what one client creating
+	// pooled sandboxes back to back reaches (about 100 a second).
+	DefaultProjectCreatesPerSecond = 200
+)
+
 // policyFlags are the flags of what a control plane allows and gives by
 // default: `space serve` and `space control-plane` take the same ones, so
 // that an operator moving to a cluster keeps every setting.
@@ -36,11 +60,12 @@ func addPolicyFlags(fs *flagSet, defaults *controlplane.Defaults, http *server.H
 	fs.DurationVar(&p.defaults.MinSnapshotInterval, "min-snapshot-interval", p.defaults.MinSnapshotInterval, "the shortest snapshot_interval_s a sandbox may ask for (each rolling snapshot captures memory and disk)")
 	fs.IntVar(&p.defaults.BandwidthMbit, "sandbox-bandwidth-mbit", p.defaults.BandwidthMbit, "bandwidth of each sandbox's network in Mbit/s, each way (0: unlimited); create requests may ask for less")
 	fs.IntVar(&p.defaults.MaxConnections, "sandbox-max-connections", p.defaults.MaxConnections, "connections each sandbox may have open at once (0: unlimited); create requests may ask for fewer")
-	fs.IntVar(&p.quota.MaxSandboxes, "project-max-sandboxes", 0, "sandboxes each project may have at once, suspended ones included (0: unlimited; PUT /v1/projects/{name} sets one project's)")
-	fs.IntVar(&p.quota.MaxMemoryMB, "project-max-memory-mb", 0, "sum of memory_mb of each project's sandboxes (0: unlimited)")
-	fs.IntVar(&p.quota.MaxSnapshots, "project-max-snapshots", 0, "snapshots each project may keep, rolling ones included (0: unlimited)")
-	fs.IntVar(&p.quota.MaxVolumeMB, "project-max-volume-mb", 0, "sum of size_mb of each project's volumes (0: unlimited)")
-	fs.Float64Var(&p.quota.CreatesPerSecond, "project-creates-per-second", 0, "sandbox creates a second for each project, branches counting one each (0: unlimited)")
+	fs.IntVar(&p.quota.MaxSandboxes, "project-max-sandboxes", DefaultProjectMaxSandboxes, "sandboxes each project may have at once, suspended ones included (0: unlimited; PUT /v1/projects/{name} sets one project's)")
+	fs.IntVar(&p.quota.MaxMemoryMB, "project-max-memory-mb", DefaultProjectMaxMemoryMB, "sum of memory_mb of each project's sandboxes (0: unlimited)")
+	fs.IntVar(&p.quota.MaxSnapshots, "project-max-snapshots", DefaultProjectMaxSnapshots, "snapshots each project may keep, rolling ones included (0: unlimited)")
+	fs.IntVar(&p.quota.MaxVolumeMB, "project-max-volume-mb", DefaultProjectMaxVolumeMB, "sum of size_mb of each project's volumes (0: unlimited)")
+	fs.IntVar(&p.quota.MaxTemplateDiskMB, "project-max-template-disk-mb", DefaultProjectTemplateDiskMB, "sum of the sizes of each project's built templates (0: unlimited)")
+	fs.Float64Var(&p.quota.CreatesPerSecond, "project-creates-per-second", DefaultProjectCreatesPerSecond, "sandbox creates a second for each project, branches counting one each (0: unlimited)")
 	fs.IntVar(p.maxRequests, "max-requests-per-key", api.DefaultMaxRequestsPerKey, "requests (streams included) one API key may have in flight on the API and the E2B API together; past it 429")
 	fs.IntVar(p.maxUploads, "max-uploads-per-key", api.DefaultMaxUploadsPerKey, "uploads (file and volume writes, template archives) one API key may have in flight on both APIs; past it 429")
 	return p
@@ -48,7 +73,7 @@ func addPolicyFlags(fs *flagSet, defaults *controlplane.Defaults, http *server.H
 
 // check refuses values no control plane can work with.
 func (p policyFlags) check(fs *flagSet) error {
-	if p.quota.MaxSandboxes < 0 || p.quota.MaxMemoryMB < 0 || p.quota.MaxSnapshots < 0 || p.quota.CreatesPerSecond < 0 || p.quota.MaxVolumeMB < 0 {
+	if p.quota.MaxSandboxes < 0 || p.quota.MaxMemoryMB < 0 || p.quota.MaxSnapshots < 0 || p.quota.CreatesPerSecond < 0 || p.quota.MaxVolumeMB < 0 || p.quota.MaxTemplateDiskMB < 0 {
 		return fs.usageErrorf("--project-* quotas must be 0 (unlimited) or positive")
 	}
 	if *p.maxRequests < 1 || *p.maxUploads < 1 {

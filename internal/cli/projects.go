@@ -40,14 +40,15 @@ List projects (tenants) with what they hold and their quotas
 	if err != nil {
 		return err
 	}
-	t := newTable(stdout, "PROJECT", "KEYS", "SANDBOXES", "MEMORY MB", "SNAPSHOTS", "CREATES/S")
+	t := newTable(stdout, "PROJECT", "KEYS", "SANDBOXES", "MEMORY MB", "SNAPSHOTS", "CREATES/S", "TEMPLATE DISK MB")
 	for _, p := range list {
 		q, u := p.Quota, p.Usage
 		t.row(p.Name, strconv.Itoa(u.Keys),
 			fmt.Sprintf("%d/%s", u.Sandboxes, limit(float64(q.MaxSandboxes))),
 			fmt.Sprintf("%d/%s", u.MemoryMB, limit(float64(q.MaxMemoryMB))),
 			fmt.Sprintf("%d/%s", u.Snapshots, limit(float64(q.MaxSnapshots))),
-			limit(q.CreatesPerSecond))
+			limit(q.CreatesPerSecond),
+			fmt.Sprintf("%d/%s", u.TemplateDiskMB, limit(float64(q.MaxTemplateDiskMB))))
 	}
 	return t.flush()
 }
@@ -81,7 +82,7 @@ func (o *optionalFloat) Set(s string) error {
 }
 
 func runProjectsSet(ctx context.Context, args []string) error {
-	fs := newFlagSet("space projects set NAME [--max-sandboxes N] [--max-memory-mb N] [--max-snapshots N] [--creates-per-second R]", `
+	fs := newFlagSet("space projects set NAME [--max-sandboxes N] [--max-memory-mb N] [--max-snapshots N] [--creates-per-second R] [--max-volume-mb N] [--max-template-disk-mb N]", `
 Set the quotas of project NAME. The settings replace the project's earlier
 ones: a flag left out takes the server's default (--project-* flags of
 space serve); 0 is unlimited. Needs the admin key.`)
@@ -93,11 +94,13 @@ space serve); 0 is unlimited. Needs the admin key.`)
 	fs.Var(&rate, "creates-per-second", "sandbox creates a second (branches count one each)")
 	var volumeMB optionalInt
 	fs.Var(&volumeMB, "max-volume-mb", "sum of size_mb of the project's volumes")
+	var templateDiskMB optionalInt
+	fs.Var(&templateDiskMB, "max-template-disk-mb", "sum of the sizes of the project's built templates; a build past it fails")
 	rest, err := fs.parse(args, true)
 	if err != nil {
 		return err
 	}
-	for name, o := range map[string]*optionalInt{"max-sandboxes": &sandboxes, "max-memory-mb": &memory, "max-snapshots": &snapshots, "max-volume-mb": &volumeMB} {
+	for name, o := range map[string]*optionalInt{"max-sandboxes": &sandboxes, "max-memory-mb": &memory, "max-snapshots": &snapshots, "max-volume-mb": &volumeMB, "max-template-disk-mb": &templateDiskMB} {
 		if o.set && o.value < 0 {
 			return fs.usageErrorf("--%s must be 0 (unlimited) or positive", name)
 		}
@@ -111,12 +114,13 @@ space serve); 0 is unlimited. Needs the admin key.`)
 	}
 	p, err := c.SetProjectQuota(ctx, rest[0], apiv1.QuotaSettings{
 		MaxSandboxes: sandboxes.ptr(), MaxMemoryMB: memory.ptr(), MaxSnapshots: snapshots.ptr(), CreatesPerSecond: rate.v, MaxVolumeMB: volumeMB.ptr(),
+		MaxTemplateDiskMB: templateDiskMB.ptr(),
 	})
 	if err != nil {
 		return err
 	}
 	q := p.Quota
-	fmt.Fprintf(stdout, "project %s: max sandboxes %s, max memory MB %s, max snapshots %s, creates/s %s\n", p.Name,
-		limit(float64(q.MaxSandboxes)), limit(float64(q.MaxMemoryMB)), limit(float64(q.MaxSnapshots)), limit(q.CreatesPerSecond))
+	fmt.Fprintf(stdout, "project %s: max sandboxes %s, max memory MB %s, max snapshots %s, creates/s %s, max template disk MB %s\n", p.Name,
+		limit(float64(q.MaxSandboxes)), limit(float64(q.MaxMemoryMB)), limit(float64(q.MaxSnapshots)), limit(q.CreatesPerSecond), limit(float64(q.MaxTemplateDiskMB)))
 	return nil
 }

@@ -64,8 +64,11 @@ type JournalConfig struct {
 	// SpillLimit bounds the output held on disk behind the memory tail
 	// (bytes); with OpenSpill nil or SpillLimit ≤ 0 nothing spills.
 	SpillLimit int64
-	// OpenSpill creates the journal's spill file, at the first spill.
-	OpenSpill func() (spillFile, error)
+	// OpenSpill creates the journal's spill file, at the first spill,
+	// for up to want bytes, and returns how many it may hold: less when
+	// what its sandbox's sessions may spill together is mostly taken
+	// (the journal holds that much on disk, no more).
+	OpenSpill func(want int64) (f spillFile, size int64, err error)
 	// ReaderTimeout is how long an append waits for an attached reader
 	// that makes no progress before cutting it off.
 	ReaderTimeout time.Duration
@@ -284,12 +287,13 @@ func (j *Journal) canSpill() bool {
 		return false
 	}
 	if j.spill == nil {
-		f, err := j.cfg.OpenSpill()
+		f, size, err := j.cfg.OpenSpill(j.cfg.SpillLimit)
 		if err != nil {
 			j.discardSpill("create the spill file", err)
 			return false
 		}
-		j.spill = f
+		// Nothing is on disk yet: the ring takes its size now.
+		j.spill, j.cfg.SpillLimit = f, min(size, j.cfg.SpillLimit)
 	}
 	return true
 }

@@ -7,40 +7,112 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Session output spills (Journal) to one file per session journal:
 // SessionSpillDir/<sandbox>/<session>-<random>.spill, created 0600 in a
 // 0700 directory at the journal's first spill (most sessions never print
 // past the memory tail and have none). A file is removed when its journal
-// is closed: the session replaced or dropped (a rollback), the sandbox
-// released. The node holds no durable state, journals included (a
+// is closed: the session replaced, forgotten or dropped (a rollback), the
+// sandbox released. The node holds no durable state, journals included (a
 // restarted node follows the processes it adopts from what their agents
 // still hold), so every spill file a node finds when it starts is a
 // previous process's leftover and goes.
+//
+// The spill directory is by default spillArea in the volumes' pool: on
+// the disk that holds the sandboxes' data (the loop-backed btrfs image
+// where the data directory is not btrfs), not on the one that holds the
+// node's and control plane's state, and never inside a volume a sandbox
+// mounts. What one sandbox's sessions spill together is bounded by
+// SessionSpillPerSandbox (spillBudget), so a node's spills are at most
+// that times the sandboxes it runs.
 
 // defaultSessionSpillLimit bounds each session's spill: 32 times the
 // memory tail. It is how much a client that went away finds again when it
 // comes back (at 1 MB/s of output, four minutes of it), and how far an
 // attached client may lag before the process is held: half a minute of
 // what an SSE attach delivers (~9 MB/s, docs/performance.md), so that a
-// client reading at that speed is rarely the process's brake. A few dozen
-// sessions that print that much fit a node's disk. The bound is per
-// session, a node's sum is not bounded: a full disk makes journals give up
-// their spill (Journal) rather than fail.
+// client reading at that speed is rarely the process's brake.
 const defaultSessionSpillLimit = 256 << 20
+
+// defaultSessionSpillPerSandbox bounds what one sandbox's sessions spill
+// together: one session may have the whole of defaultSessionSpillLimit,
+// several that print at once share it.
+const defaultSessionSpillPerSandbox = 256 << 20
+
+// minSessionSpill is the smallest spill a journal takes from its
+// sandbox's budget: less is not worth a file.
+const minSessionSpill = 1 << 20
+
+// spillArea is the spill directory's name in the volumes' pool. No
+// volume is named so: sandboxes, templates and volumes live under
+// "sandboxes/", "templates/", "volumes/" and the like.
+const spillArea = ".session-spills"
 
 // spillSuffix ends every spill file's name: the sweep removes nothing
 // else.
 const spillSuffix = ".spill"
 
-// fileSpill is a spill file on disk.
-type fileSpill struct{ *os.File }
+// spillBudget is what one sandbox's session journals may hold on disk
+// together: a journal takes its ring's size at its first spill and gives
+// it back when its spill file goes.
+type spillBudget struct {
+	limit int64
+	mu    sync.Mutex
+	left  int64
+}
 
-// Close closes and removes the file. It may be gone already: a node
-// started again in the same process swept it, while this journal went on
-// with the file open.
+// take takes up to want bytes, none when less than that and than
+// minSessionSpill is left.
+func (b *spillBudget) take(want int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	got := min(want, b.left)
+	if got < min(want, minSessionSpill) {
+		return 0
+	}
+	b.left -= got
+	return got
+}
+
+func (b *spillBudget) give(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.left += n
+}
+
+// spillBudget is the budget of sandbox's journals.
+func (n *Node) spillBudget(sandbox string) *spillBudget {
+	n.spillMu.Lock()
+	defer n.spillMu.Unlock()
+	if n.spillBudgets == nil {
+		n.spillBudgets = map[string]*spillBudget{}
+	}
+	b, ok := n.spillBudgets[sandbox]
+	if !ok {
+		limit := n.cfg.SessionSpillPerSandbox
+		if limit <= 0 {
+			limit = defaultSessionSpillPerSandbox
+		}
+		b = &spillBudget{limit: limit, left: limit}
+		n.spillBudgets[sandbox] = b
+	}
+	return b
+}
+
+// fileSpill is a spill file on disk, holding size bytes of its budget.
+type fileSpill struct {
+	*os.File
+	budget *spillBudget
+	size   int64
+}
+
+// Close closes and removes the file and gives its size back. It may be
+// gone already: a node started again in the same process swept it, while
+// this journal went on with the file open.
 func (f fileSpill) Close() error {
+	f.budget.give(f.size)
 	err := f.File.Close()
 	if rerr := os.Remove(f.Name()); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
 		err = rerr
@@ -48,8 +120,9 @@ func (f fileSpill) Close() error {
 	return err
 }
 
-// checkSpillDir refuses a spill directory among the volumes: a sandbox
-// must never see another's output, nor its own journal's files.
+// checkSpillDir refuses a spill directory among the volumes, but for
+// spillArea: a sandbox must never see another's output, nor its own
+// journal's files.
 func checkSpillDir(dir string, volumes Volumes) error {
 	if dir == "" || volumes == nil {
 		return nil
@@ -62,7 +135,11 @@ func checkSpillDir(dir string, volumes Volumes) error {
 	if err != nil {
 		return fmt.Errorf("node: volumes: %w", err)
 	}
-	if rel, err := filepath.Rel(root, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	rel, err := filepath.Rel(root, abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return nil // outside the pool
+	}
+	if rel != spillArea && !strings.HasPrefix(rel, spillArea+string(filepath.Separator)) {
 		return errors.New("node: the session spill directory lies among the volumes")
 	}
 	return nil
@@ -91,18 +168,29 @@ func (n *Node) journalConfig(sandbox, session string) JournalConfig {
 	}
 	if dir := n.spillDir(sandbox); dir != "" {
 		cfg.SpillLimit = n.cfg.SessionSpillLimit
-		cfg.OpenSpill = func() (spillFile, error) {
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return nil, err
+		budget := n.spillBudget(sandbox)
+		cfg.OpenSpill = func(want int64) (spillFile, int64, error) {
+			size := budget.take(want)
+			if size == 0 {
+				return nil, 0, fmt.Errorf("the sandbox's sessions spill as much as they may together (%d MiB)", budget.limit>>20)
 			}
-			f, err := os.CreateTemp(dir, session+"-*"+spillSuffix) // 0600
+			f, err := createSpill(dir, session)
 			if err != nil {
-				return nil, err
+				budget.give(size)
+				return nil, 0, err
 			}
-			return fileSpill{f}, nil
+			return fileSpill{File: f, budget: budget, size: size}, size, nil
 		}
 	}
 	return cfg
+}
+
+// createSpill creates a session's spill file in dir.
+func createSpill(dir, session string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return os.CreateTemp(dir, session+"-*"+spillSuffix) // 0600
 }
 
 // newJournal is the journal of a new session of sb.
@@ -116,6 +204,9 @@ func (n *Node) removeSpills(sandbox string) {
 	if dir := n.spillDir(sandbox); dir != "" {
 		n.removeSpillDir(dir)
 	}
+	n.spillMu.Lock()
+	delete(n.spillBudgets, sandbox)
+	n.spillMu.Unlock()
 }
 
 // sweepSpills removes the spill files a previous node process left, and

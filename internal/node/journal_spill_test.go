@@ -427,7 +427,7 @@ func TestJournalSpillFailureKeepsMemoryTail(t *testing.T) {
 	spill := &fakeSpill{failAt: 32 << 10}
 	j := newJournal(JournalConfig{
 		Memory: 16 << 10, SpillLimit: 1 << 20, ReaderTimeout: time.Minute, Logger: logger,
-		OpenSpill: func() (spillFile, error) { return spill, nil },
+		OpenSpill: func(want int64) (spillFile, int64, error) { return spill, want, nil },
 	})
 	// The 49th chunk of 1 KiB has the 33rd spill, which fails: the
 	// spill's 32 KiB go, the 16 KiB memory tail stays.
@@ -484,7 +484,7 @@ func TestJournalSpillFailureWithReaderDoesNotWedge(t *testing.T) {
 	spill := &fakeSpill{failAt: 32 << 10}
 	j := newJournal(JournalConfig{
 		Memory: 16 << 10, SpillLimit: 1 << 20, ReaderTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OpenSpill: func() (spillFile, error) { return spill, nil },
+		OpenSpill: func(want int64) (spillFile, int64, error) { return spill, want, nil },
 	})
 	gate := make(chan struct{})
 	var drops [][2]int64
@@ -698,6 +698,8 @@ func TestSpillDirOutsideVolumes(t *testing.T) {
 		filepath.Join(root, "volumes"):                   false,
 		filepath.Join(root, "volumes", "sandboxes", "x"): false,
 		filepath.Join(root, "volumes", "..", "volumes"):  false,
+		filepath.Join(root, "volumes", spillArea):        true,
+		filepath.Join(root, "volumes", spillArea+"x"):    false,
 	} {
 		if err := checkSpillDir(dir, vols); (err == nil) != ok {
 			t.Errorf("spill directory %s: %v", dir, err)
@@ -708,10 +710,11 @@ func TestSpillDirOutsideVolumes(t *testing.T) {
 }
 
 // A started node sweeps the spill files of its predecessor, and a sandbox
-// destroyed takes its spill files along.
+// destroyed takes its spill files along. They are in the volumes' pool,
+// not with the node's state.
 func TestNodeSweepsSpillsAtStartAndDestroy(t *testing.T) {
 	tb := newTwoBackendNode(t)
-	stale := filepath.Join(tb.state, "sessions", "dddddddddddddddddddd", "s9-1"+spillSuffix)
+	stale := filepath.Join(tb.volumes, spillArea, "dddddddddddddddddddd", "s9-1"+spillSuffix)
 	if err := os.MkdirAll(filepath.Dir(stale), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -722,7 +725,7 @@ func TestNodeSweepsSpillsAtStartAndDestroy(t *testing.T) {
 	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a spill file of the previous process after start: %v", err)
 	}
-	if n.cfg.SessionSpillDir != filepath.Join(tb.state, "sessions") || n.cfg.SessionSpillLimit != defaultSessionSpillLimit ||
+	if n.cfg.SessionSpillDir != filepath.Join(tb.volumes, spillArea) || n.cfg.SessionSpillLimit != defaultSessionSpillLimit ||
 		n.cfg.SessionReaderTimeout != defaultReaderTimeout {
 		t.Fatalf("spill defaults: %q, %d, %v", n.cfg.SessionSpillDir, n.cfg.SessionSpillLimit, n.cfg.SessionReaderTimeout)
 	}
@@ -754,5 +757,61 @@ func TestNodeSweepsSpillsAtStartAndDestroy(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(n.cfg.SessionSpillDir, id)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the destroyed sandbox's spill directory: %v", err)
+	}
+}
+
+// spillBytes is what the spill files under dir take on disk.
+func spillBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var total int64
+	_ = filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			total += max(info.Size(), info.Sys().(*syscall.Stat_t).Blocks*512)
+		}
+		return nil
+	})
+	return total
+}
+
+// The sessions of one sandbox spill at most SessionSpillPerSandbox
+// together, however much they print: the first takes its whole spill and
+// loses nothing of it, the next share what is left, the rest hold their
+// memory tail alone; a closed journal gives its share back.
+func TestSandboxSpillsAreBoundedTogether(t *testing.T) {
+	const memory, perSession, perSandbox = 64 << 10, 2 << 20, 3 << 20
+	dir := t.TempDir()
+	n := spillNode(dir, memory, perSession, time.Minute)
+	n.cfg.SessionSpillPerSandbox = perSandbox
+	// printed is a journal of session of sandbox that printed mib MiB
+	// with nobody reading.
+	printed := func(sandbox, session string, mib int) *Journal {
+		j := newJournal(n.journalConfig(sandbox, session))
+		t.Cleanup(j.Close)
+		for range mib * 4 {
+			j.Append(Stdout, make([]byte, 256<<10))
+		}
+		return j
+	}
+	var journals []*Journal
+	for i := range 4 {
+		journals = append(journals, printed("sb1", fmt.Sprintf("s%d", i), 10))
+	}
+	if got := spillBytes(t, dir); got > perSandbox {
+		t.Fatalf("the sandbox's sessions spilled %d bytes together, bound %d", got, perSandbox)
+	}
+	for i, wantHeld := range []int64{memory + perSession, memory + perSandbox - perSession, memory, memory} {
+		next, first, _ := journals[i].Status()
+		if held := next - first; held < wantHeld || held > wantHeld+256<<10 {
+			t.Errorf("session %d holds %d bytes, want about %d", i, held, wantHeld)
+		}
+	}
+	// Another sandbox has a budget of its own.
+	if next, first, _ := printed("sb2", "s1", 5).Status(); next-first < memory+perSession {
+		t.Fatalf("another sandbox's session holds %d bytes: the budget is not per sandbox", next-first)
+	}
+	// The first session's share comes back when it goes.
+	journals[0].Close()
+	if next, first, _ := printed("sb1", "s9", 5).Status(); next-first < memory+perSession {
+		t.Fatalf("a session after one went holds %d bytes, want its whole spill", next-first)
 	}
 }

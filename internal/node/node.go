@@ -52,13 +52,22 @@ type Config struct {
 	// in memory (bytes, 8 MiB by default).
 	SessionOutputLimit int64
 	// SessionSpillDir holds the files session output spills to past
-	// SessionOutputLimit (journal_spill.go); StateDir/sessions by
-	// default. It must not lie in any sandbox's volume. Its contents are
-	// the node process's own: they go when it starts.
+	// SessionOutputLimit (journal_spill.go): by default spillArea in the
+	// volumes' pool, StateDir/sessions without volumes. It must not lie
+	// in any sandbox's volume. Its contents are the node process's own:
+	// they go when it starts.
 	SessionSpillDir string
 	// SessionSpillLimit bounds each session's spill file (bytes);
 	// defaultSessionSpillLimit when 0, no spill when negative.
 	SessionSpillLimit int64
+	// MaxSessions bounds the sessions each sandbox keeps, running and
+	// finished (defaultMaxSessions when 0): past it the finished ones
+	// that ended first are forgotten, and with all running a new one is
+	// refused (ErrTooManySessions).
+	MaxSessions int
+	// SessionSpillPerSandbox bounds what one sandbox's sessions spill
+	// together (bytes; defaultSessionSpillPerSandbox when 0).
+	SessionSpillPerSandbox int64
 	// SessionReaderTimeout is how long a session's output waits for an
 	// attached reader that has not read what the journal must let go of
 	// and makes no progress, before the reader is cut off (20 s by
@@ -110,6 +119,9 @@ type Node struct {
 	// runtimeOf caches the backend names of sandboxes' runtime records
 	// (backends.go), which every call on a sandbox reads.
 	runtimeOf sync.Map // sandbox id → backend name
+
+	spillMu      sync.Mutex
+	spillBudgets map[string]*spillBudget // by sandbox (journal_spill.go)
 }
 
 // Capacity is what a node offers in total.
@@ -130,7 +142,11 @@ func New(cfg Config) (*Node, error) {
 	if cfg.SessionOutputLimit <= 0 {
 		cfg.SessionOutputLimit = 8 << 20
 	}
-	if cfg.SessionSpillDir == "" && cfg.StateDir != "" {
+	switch {
+	case cfg.SessionSpillDir != "":
+	case cfg.Volumes != nil:
+		cfg.SessionSpillDir = cfg.Volumes.Path(spillArea)
+	case cfg.StateDir != "":
 		cfg.SessionSpillDir = filepath.Join(cfg.StateDir, "sessions")
 	}
 	if cfg.SessionSpillLimit == 0 {

@@ -35,6 +35,9 @@ type Sandbox struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
+	// startingSessions are the places reserveSession holds for sessions
+	// that are starting.
+	startingSessions int
 	// suspendImage is the image the sandbox was last suspended into while
 	// it stays suspended; a send of it carries the sessions (journal_export.go).
 	suspendImage string

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/space-platform/space/internal/agent/gen/processpb"
+	"github.com/space-platform/space/internal/nodeapi"
 )
 
 // Session is one command whose lifetime is independent of any client: the
@@ -41,6 +42,13 @@ func (sb *Sandbox) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	if len(spec.Cmd) == 0 {
 		return nil, errors.New("empty command")
 	}
+	if err := spec.Check(); err != nil {
+		return nil, err
+	}
+	if err := sb.reserveSession(); err != nil {
+		return nil, err
+	}
+	defer sb.unreserveSession()
 	req := &processpb.StartRequest{
 		Process: &processpb.ProcessConfig{Cmd: spec.Cmd[0], Args: spec.Cmd[1:], Envs: spec.Env},
 		Stdin:   &spec.Stdin,
@@ -82,7 +90,72 @@ func (sb *Sandbox) StartSession(ctx context.Context, spec SessionSpec) (*Session
 // sessions again through the agent's process list.
 func sessionID(pid uint32) string { return "s" + strconv.FormatUint(uint64(pid), 10) }
 
+// defaultMaxSessions bounds the sessions a sandbox keeps (Config.MaxSessions).
+// Each holds its command and tag and up to SessionOutputLimit of output in
+// the node's memory: 64 of 8 MiB is 512 MiB at most for one sandbox, and a
+// listing of all of them is at most 64 times MaxSessionCmdBytes.
+const defaultMaxSessions = 64
+
+// reserveSession holds a place for a session about to start, making room
+// by forgetting the finished sessions that ended first: a client that
+// starts short commands and never looks back is not refused for them, and
+// one that wants a finished session's output reads it before starting
+// the next few dozen. With every place held by a running session it
+// refuses (ErrTooManySessions).
+func (sb *Sandbox) reserveSession() error {
+	limit := sb.node.cfg.MaxSessions
+	if limit <= 0 {
+		limit = defaultMaxSessions
+	}
+	sb.mu.Lock()
+	var forgotten []*Session
+	for len(sb.sessions)+sb.startingSessions >= limit {
+		oldest := sb.oldestFinished()
+		if oldest == nil {
+			break
+		}
+		delete(sb.sessions, oldest.ID)
+		forgotten = append(forgotten, oldest)
+	}
+	full := len(sb.sessions)+sb.startingSessions >= limit
+	if !full {
+		sb.startingSessions++
+	}
+	sb.mu.Unlock()
+	for _, s := range forgotten {
+		s.Journal.Close()
+	}
+	if full {
+		return fmt.Errorf("%w: the sandbox runs %d sessions, as many as it may keep; wait for one to end or signal one", ErrTooManySessions, limit)
+	}
+	return nil
+}
+
+// unreserveSession gives back reserveSession's place once the session is
+// added, or failed to start.
+func (sb *Sandbox) unreserveSession() {
+	sb.mu.Lock()
+	sb.startingSessions--
+	sb.mu.Unlock()
+}
+
+// oldestFinished is the session that ended first, nil if none has; sb.mu
+// is held.
+func (sb *Sandbox) oldestFinished() *Session {
+	var oldest *Session
+	var oldestEnd time.Time
+	for _, s := range sb.sessions {
+		if ended := s.EndedAt(); !ended.IsZero() && (oldest == nil || ended.Before(oldestEnd)) {
+			oldest, oldestEnd = s, ended
+		}
+	}
+	return oldest
+}
+
 func (sb *Sandbox) addSession(pid uint32, spec SessionSpec, cancel context.CancelFunc) *Session {
+	// The environment went to the process; kept, it would only be memory
+	// the client made the node hold.
+	spec.Env = nil
 	s := &Session{
 		ID:        sessionID(pid),
 		PID:       pid,
@@ -119,10 +192,28 @@ func (sb *Sandbox) adoptProcesses(ctx context.Context) {
 			continue
 		}
 		spec := SessionSpec{Cmd: append([]string{p.GetConfig().GetCmd()}, p.GetConfig().GetArgs()...), Tag: p.GetTag()}
+		if err := spec.Check(); err != nil {
+			// Started through the agent's own API, which the session
+			// bounds do not cover: followed, under its program's name.
+			spec = SessionSpec{Cmd: []string{truncate(spec.Cmd[0], nodeapi.MaxSessionCmdBytes)}, Tag: truncate(spec.Tag, nodeapi.MaxSessionTag)}
+		}
+		if err := sb.reserveSession(); err != nil {
+			sb.node.log.Warn("not adopting a process", "sandbox", sb.ID, "pid", p.GetPid(), "err", err)
+			continue
+		}
 		streamCtx, cancel := context.WithCancel(context.Background())
 		s := sb.addSession(p.GetPid(), spec, cancel)
+		sb.unreserveSession()
 		go sb.follow(streamCtx, s, nil)
 	}
+}
+
+// truncate cuts s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }
 
 // dropSessions ends every session and forgets it; their processes are

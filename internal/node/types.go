@@ -32,4 +32,6 @@ var (
 	ErrNoSession   = nodeapi.ErrNoSession
 	ErrExecTimeout = nodeapi.ErrExecTimeout
 	ErrNoEgress    = nodeapi.ErrNoEgress
+	// ErrTooManySessions: see Config.MaxSessions.
+	ErrTooManySessions = nodeapi.ErrTooManySessions
 )

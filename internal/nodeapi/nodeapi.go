@@ -346,6 +346,10 @@ type TemplateBuildRequest struct {
 	// from: image base; the node never stores them.
 	RegistryUsername string `json:"-"`
 	RegistryPassword string `json:"-"`
+	// DiskQuotaBytes is what is left of the template disk quota of the
+	// project the build is for; the build fails when it would write more
+	// (template.Source.DiskQuotaBytes). 0: the node's build limit alone.
+	DiskQuotaBytes int64 `json:"disk_quota_bytes,omitempty"`
 }
 
 // TemplateBuilt is a template a node built.
@@ -437,6 +441,9 @@ var (
 	// it runs now (a microVM with persistent volumes mounted); a suspend
 	// that drops memory still can stop it.
 	ErrNoCheckpoint = errors.New("its runtime cannot save its memory")
+	// ErrTooManySessions refuses a session to a sandbox that keeps as
+	// many as its node allows, all of them running.
+	ErrTooManySessions = errors.New("too many sessions")
 )
 
 // AgentError is a failed call to a sandbox's agent, with the HTTP status
@@ -728,6 +735,48 @@ const MaxExecOutput = 1 << 20
 type ListOptions struct {
 	Depth, Limit int
 	Cursor       string // next_cursor of the previous page
+}
+
+// Bounds of what a session's spec may hold. The node keeps a session's
+// command and tag for as long as it keeps the session, and every listing
+// carries them, so they are bounded like any other memory a client makes
+// the server hold (docs/api.md, Sessions). Env goes to the process and
+// is not kept; CheckEnv bounds it.
+const (
+	// MaxSessionTag bounds a tag: a name to find the session by.
+	MaxSessionTag = 1 << 10
+	// MaxSessionArgs bounds the number of cmd's arguments.
+	MaxSessionArgs = 4096
+	// MaxSessionCmdBytes bounds the sum of cmd's arguments' lengths: twice
+	// the longest single argument Linux's execve takes (128 KiB).
+	MaxSessionCmdBytes = 256 << 10
+	// MaxSessionPath bounds cwd and user.
+	MaxSessionPath = 4096
+)
+
+// ErrSessionSpec is wrapped by SessionSpec.Check's refusals.
+var ErrSessionSpec = errors.New("invalid session")
+
+// Check refuses a spec past the session bounds, naming the field and the
+// bound.
+func (s SessionSpec) Check() error {
+	if len(s.Tag) > MaxSessionTag {
+		return fmt.Errorf("%w: tag is %d bytes, at most %d", ErrSessionSpec, len(s.Tag), MaxSessionTag)
+	}
+	if len(s.Cmd) > MaxSessionArgs {
+		return fmt.Errorf("%w: cmd has %d arguments, at most %d", ErrSessionSpec, len(s.Cmd), MaxSessionArgs)
+	}
+	size := 0
+	for _, a := range s.Cmd {
+		size += len(a)
+	}
+	if size > MaxSessionCmdBytes {
+		return fmt.Errorf("%w: cmd is %d bytes, at most %d", ErrSessionSpec, size, MaxSessionCmdBytes)
+	}
+	if len(s.Cwd) > MaxSessionPath || len(s.User) > MaxSessionPath {
+		return fmt.Errorf("%w: cwd and user are at most %d bytes each", ErrSessionSpec, MaxSessionPath)
+	}
+	return nil
 }
 
 // SessionSpec is a command to start as a session.

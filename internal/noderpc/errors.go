@@ -32,6 +32,8 @@ const (
 	kindExists      = "exists"
 	kindNoRuntime   = "no_runtime"
 	kindNoCkpt      = "no_checkpoint"
+	kindSessions    = "too_many_sessions"
+	kindSessionSpec = "session_spec"
 	kindAgent       = "agent"
 )
 
@@ -48,6 +50,8 @@ var sentinels = []struct {
 	{kindExists, nodeapi.ErrExists, connect.CodeAlreadyExists},
 	{kindNoRuntime, nodeapi.ErrNoRuntime, connect.CodeFailedPrecondition},
 	{kindNoCkpt, nodeapi.ErrNoCheckpoint, connect.CodeFailedPrecondition},
+	{kindSessions, nodeapi.ErrTooManySessions, connect.CodeResourceExhausted},
+	{kindSessionSpec, nodeapi.ErrSessionSpec, connect.CodeInvalidArgument},
 }
 
 // describe classifies err for the wire: its NodeError detail and the

@@ -38,6 +38,7 @@ func (s *server) BuildTemplate(ctx context.Context, req *connect.Request[pb.Temp
 	built, err := t.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{
 		Name: req.Msg.GetName(), Recipe: req.Msg.GetRecipe(), HostPaths: req.Msg.GetHostPaths(), Archive: req.Msg.GetArchive(),
 		CopyArchives: req.Msg.GetCopyArchives(), RegistryUsername: req.Msg.GetRegistryUsername(), RegistryPassword: req.Msg.GetRegistryPassword(),
+		DiskQuotaBytes: req.Msg.GetDiskQuotaBytes(),
 	}, logs)
 	if err != nil {
 		return wireError(err)
@@ -100,6 +101,7 @@ func (c *Client) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildReq
 	stream, err := c.rpc.BuildTemplate(ctx, connect.NewRequest(&pb.TemplateBuildRequest{
 		Name: req.Name, Recipe: req.Recipe, HostPaths: req.HostPaths, Archive: req.Archive,
 		CopyArchives: req.CopyArchives, RegistryUsername: req.RegistryUsername, RegistryPassword: req.RegistryPassword,
+		DiskQuotaBytes: req.DiskQuotaBytes,
 	}))
 	if err != nil {
 		return nodeapi.TemplateBuilt{}, c.fail(err)

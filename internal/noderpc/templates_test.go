@@ -79,7 +79,7 @@ func TestBuildTemplateOverRPC(t *testing.T) {
 	}
 	hash := strings.Repeat("ab", 32)
 	cp, err := c.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{Name: "cp", Recipe: []byte("from: base"),
-		CopyArchives: map[string]string{hash: files}, RegistryUsername: "u", RegistryPassword: "p"}, nil)
+		CopyArchives: map[string]string{hash: files}, RegistryUsername: "u", RegistryPassword: "p", DiskQuotaBytes: 12345}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +93,9 @@ func TestBuildTemplateOverRPC(t *testing.T) {
 	body.Close()
 	if got := f.LastTemplateBuild(); got.RegistryUsername != "u" || got.RegistryPassword != "p" {
 		t.Fatalf("registry credentials reached the node as %q/%q", got.RegistryUsername, got.RegistryPassword)
+	}
+	if got := f.LastTemplateBuild().DiskQuotaBytes; got != 12345 {
+		t.Fatalf("the project's template disk left reached the node as %d, want 12345", got)
 	}
 	if _, err := c.BuildTemplate(ctx, nodeapi.TemplateBuildRequest{Name: "cp2", Recipe: []byte("from: base"),
 		CopyArchives: map[string]string{hash: files}}, nil); err == nil {

@@ -109,7 +109,7 @@ func TestErrorsCross(t *testing.T) {
 	n := &errNode{Node: nodeapitest.NewFake("fake")}
 	c := dial(t, n)
 	ctx := context.Background()
-	for _, sentinel := range []error{nodeapi.ErrNoSandbox, nodeapi.ErrNoSession, nodeapi.ErrExecTimeout, nodeapi.ErrNoEgress, nodeapi.ErrInvalidName, nodeapi.ErrNoRuntime, nodeapi.ErrNoCheckpoint} {
+	for _, sentinel := range []error{nodeapi.ErrNoSandbox, nodeapi.ErrNoSession, nodeapi.ErrExecTimeout, nodeapi.ErrNoEgress, nodeapi.ErrInvalidName, nodeapi.ErrNoRuntime, nodeapi.ErrNoCheckpoint, nodeapi.ErrTooManySessions, nodeapi.ErrSessionSpec} {
 		n.err = fmt.Errorf("halt abc: %w", sentinel)
 		err := c.Halt(ctx, "abc")
 		if !errors.Is(err, sentinel) || err.Error() != n.err.Error() {

@@ -28,7 +28,7 @@ func (h Node) BuildTemplate(ctx context.Context, req nodeapi.TemplateBuildReques
 	if err != nil {
 		return nodeapi.TemplateBuilt{}, fmt.Errorf("build template %s: %w", req.Name, err)
 	}
-	src := template.Source{HostPaths: req.HostPaths}
+	src := template.Source{HostPaths: req.HostPaths, DiskQuotaBytes: req.DiskQuotaBytes}
 	if req.RegistryUsername != "" || req.RegistryPassword != "" {
 		src.Registry = &template.RegistryAuth{Username: req.RegistryUsername, Password: req.RegistryPassword}
 	}

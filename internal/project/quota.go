@@ -29,7 +29,7 @@ type Override = apiv1.QuotaSettings
 
 // ValidateOverride rejects negative limits.
 func ValidateOverride(o Override) error {
-	for name, v := range map[string]*int{"max_sandboxes": o.MaxSandboxes, "max_memory_mb": o.MaxMemoryMB, "max_snapshots": o.MaxSnapshots, "max_volume_mb": o.MaxVolumeMB} {
+	for name, v := range map[string]*int{"max_sandboxes": o.MaxSandboxes, "max_memory_mb": o.MaxMemoryMB, "max_snapshots": o.MaxSnapshots, "max_volume_mb": o.MaxVolumeMB, "max_template_disk_mb": o.MaxTemplateDiskMB} {
 		if v != nil && *v < 0 {
 			return fmt.Errorf("%s must be 0 (unlimited) or positive, got %d", name, *v)
 		}
@@ -56,6 +56,9 @@ func over(o Override, d Quota) Quota {
 	}
 	if o.MaxVolumeMB != nil {
 		d.MaxVolumeMB = *o.MaxVolumeMB
+	}
+	if o.MaxTemplateDiskMB != nil {
+		d.MaxTemplateDiskMB = *o.MaxTemplateDiskMB
 	}
 	return d
 }

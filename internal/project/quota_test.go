@@ -30,16 +30,19 @@ func TestOverridesLayerOnDefaultsAndPersist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defaults := Quota{MaxSandboxes: 10, MaxMemoryMB: 4096, MaxSnapshots: 20, CreatesPerSecond: 5}
+	defaults := Quota{MaxSandboxes: 10, MaxMemoryMB: 4096, MaxSnapshots: 20, CreatesPerSecond: 5, MaxTemplateDiskMB: 20480}
 	q, _ := OpenQuotas(st, defaults)
 	if got := q.Of("a"); got != defaults {
 		t.Fatalf("quota without settings = %+v", got)
 	}
-	if _, err := q.Set("a", Override{MaxSandboxes: intp(2), MaxSnapshots: intp(0)}); err != nil {
+	if _, err := q.Set("a", Override{MaxSandboxes: intp(2), MaxSnapshots: intp(0), MaxTemplateDiskMB: intp(512)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Set("a", Override{MaxSandboxes: intp(-1)}); err == nil {
 		t.Fatal("negative quota accepted")
+	}
+	if _, err := q.Set("a", Override{MaxTemplateDiskMB: intp(-1)}); err == nil {
+		t.Fatal("negative template disk quota accepted")
 	}
 	if _, err := q.Set("A/b", Override{}); err == nil {
 		t.Fatal("invalid project name accepted")
@@ -48,7 +51,7 @@ func TestOverridesLayerOnDefaultsAndPersist(t *testing.T) {
 	st, _ = store.Open(path)
 	defer st.Close()
 	q, _ = OpenQuotas(st, defaults)
-	want := Quota{MaxSandboxes: 2, MaxMemoryMB: 4096, MaxSnapshots: 0, CreatesPerSecond: 5}
+	want := Quota{MaxSandboxes: 2, MaxMemoryMB: 4096, MaxSnapshots: 0, CreatesPerSecond: 5, MaxTemplateDiskMB: 512}
 	if got := q.Of("a"); got != want {
 		t.Fatalf("quota after reopen = %+v, want %+v", got, want)
 	}

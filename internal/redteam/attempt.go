@@ -153,5 +153,8 @@ type Result struct {
 	Seconds  float64  `json:"seconds"`
 }
 
-// Failed reports whether the result fails the suite.
-func (r Result) Failed() bool { return r.Outcome == Escaped || r.Outcome == Errored }
+// Failed reports whether the result fails the suite: an escape, a bound
+// that broke, or an attempt that could not run.
+func (r Result) Failed() bool {
+	return r.Outcome == Escaped || r.Outcome == Broke || r.Outcome == Errored
+}

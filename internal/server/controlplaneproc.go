@@ -190,7 +190,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	buildLimits, buildDisk := buildShape(cfg.Defaults)
 	cat := catalog.New(catalog.Config{
 		Store: s.st, Registry: reg, ControlPlane: func() *controlplane.ControlPlane { return s.cp },
-		BuildLimits: buildLimits, BuildDiskBytes: buildDisk, RegistryReadCache: registryReadCache,
+		BuildLimits: buildLimits, BuildDiskBytes: buildDisk, Quotas: quotas, RegistryReadCache: registryReadCache,
 	})
 	s.cat = cat
 	// The nodes' side of the contract (cpapi), which the cluster service

@@ -175,9 +175,9 @@ func openNodeSide(ctx context.Context, cfg nodeSideConfig) (_ *nodeSide, err err
 		Runtimes: backends, Volumes: ns.pool, AgentBinary: agentPath, StateDir: filepath.Join(cfg.DataDir, "node"),
 		SessionOutputLimit: cfg.SessionOutputLimit, Logger: cfg.Logger,
 		ImagesDir: filepath.Join(cfg.DataDir, "images"),
-		// Sessions' output past their memory tail: the node's own,
-		// apart from every sandbox's volume.
-		SessionSpillDir:   filepath.Join(cfg.DataDir, "node", "sessions"),
+		// Sessions' output past their memory tail spills into the
+		// volumes' pool (node.Config.SessionSpillDir's default), off
+		// the disk that holds the state.
 		SessionSpillLimit: cfg.SessionSpillLimit,
 		ID:                cfg.ID,
 		Capacity:          nodeCapacity(ns.pool.Root()),

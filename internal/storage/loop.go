@@ -71,6 +71,13 @@ func (p *Pool) createImage(ctx context.Context, size int64) error {
 	return nil
 }
 
+// volumeMountOptions are the pool mount's: a setuid program or a device
+// node that an image, a build or a sandbox leaves in a volume stays inert
+// on the host. Not noexec: the Debian bootstrap runs the rootfs's
+// programs in a chroot on the host (it allows devices again in its own
+// mount namespace, template/debian.go).
+const volumeMountOptions = "nosuid,nodev"
+
 // mountImage mounts the image at p.root, reusing a loop device already
 // attached to it (after a crash the device may outlive the mount) so
 // restarts never pile up loop devices.
@@ -80,16 +87,37 @@ func (p *Pool) mountImage(ctx context.Context) error {
 		return err
 	}
 	if len(devs) > 0 {
-		if _, err := run(ctx, "mount", "-t", "btrfs", devs[0], p.root); err != nil {
+		if _, err := run(ctx, "mount", "-t", "btrfs", "-o", volumeMountOptions, devs[0], p.root); err != nil {
 			return err
 		}
 		p.logf("storage: mounted btrfs image %s (existing loop device %s) at %s", p.imagePath, devs[0], p.root)
 		return nil
 	}
-	if _, err := run(ctx, "mount", "-t", "btrfs", "-o", "loop", p.imagePath, p.root); err != nil {
+	if _, err := run(ctx, "mount", "-t", "btrfs", "-o", "loop,"+volumeMountOptions, p.imagePath, p.root); err != nil {
 		return err
 	}
 	p.logf("storage: mounted btrfs image %s at %s", p.imagePath, p.root)
+	return nil
+}
+
+// hardenImageMount makes an image mount at p.root that an earlier version
+// made without volumeMountOptions nosuid,nodev, in place: mounts outlive
+// the process, and an upgrade must not wait for a reboot. A root on a
+// btrfs of the operator's own is left as the operator mounted it.
+func (p *Pool) hardenImageMount(ctx context.Context) error {
+	src, ok := mountSource(p.root)
+	if !ok {
+		return nil
+	}
+	devs, err := loopDevicesFor(ctx, p.imagePath)
+	if err != nil || !slices.Contains(devs, src) {
+		return err
+	}
+	// A bind remount changes only the mount's own flags (atime ones are
+	// kept), never the filesystem's options.
+	if err := unix.Mount("", p.root, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount %s %s: %w", p.root, volumeMountOptions, err)
+	}
 	return nil
 }
 

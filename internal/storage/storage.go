@@ -120,6 +120,9 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 // creating) the loop image when Root is on something else.
 func (p *Pool) ensureBtrfs(ctx context.Context, sizeBytes int64) error {
 	if onBtrfs(p.root) {
+		if err := p.hardenImageMount(ctx); err != nil {
+			p.logf("storage: WARNING: %v: setuid programs and device nodes in volumes stay live on the host", err)
+		}
 		return nil
 	}
 	if _, err := os.Stat(p.imagePath); errors.Is(err, fs.ErrNotExist) {

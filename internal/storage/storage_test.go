@@ -8,10 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func requireRoot(t *testing.T) {
@@ -490,4 +493,52 @@ func TestUnmountUnderDetachesNestedMountsDeepestFirst(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mountOptions returns the per-mount options of the mount at dir, as
+// /proc/self/mountinfo lists them.
+func mountOptions(t *testing.T, dir string) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts []string
+	for _, line := range strings.Split(string(data), "\n") {
+		// id parent major:minor root mountpoint options ...
+		if f := strings.Fields(line); len(f) > 5 && unescapeMountinfo(f[4]) == dir {
+			opts = strings.Split(f[5], ",") // the topmost mount's, when stacked
+		}
+	}
+	if opts == nil {
+		t.Fatalf("%s is not a mount point", dir)
+	}
+	return opts
+}
+
+// The volumes hold what images, builds and sandboxes wrote: their setuid
+// programs and device nodes must not work on the host. A mount an earlier
+// version made without the options gets them when the pool opens again.
+func TestVolumeMountIsNosuidNodev(t *testing.T) {
+	p, opts := openTestPool(t)
+	check := func(when string) {
+		t.Helper()
+		got := mountOptions(t, opts.Root)
+		if !slices.Contains(got, "nosuid") || !slices.Contains(got, "nodev") {
+			t.Errorf("%s: the volumes are mounted %v, want nosuid and nodev", when, got)
+		}
+	}
+	check("mounted")
+
+	if err := unix.Mount("", opts.Root, "", unix.MS_REMOUNT|unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := mountOptions(t, opts.Root); slices.Contains(got, "nosuid") {
+		t.Fatalf("the remount as an earlier version mounted it kept nosuid: %v", got)
+	}
+	p.Close()
+	if _, err := Open(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	check("reopened over an earlier version's mount")
 }

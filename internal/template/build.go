@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/hostpath"
+	"github.com/space-platform/space/internal/storage"
 )
 
 // spaceDir is created empty in every template: the sandbox runtime mounts
@@ -45,6 +46,11 @@ type buildPlan struct {
 	archives  map[string]string
 	imageName string // how the log names the image
 	busybox   string // host busybox binary (FromMinimal)
+	// diskLimit bounds the disk the build may fill, while its image
+	// unpacks and while its steps run (0: no bound); diskLimitName names
+	// the limit in errors.
+	diskLimit     int64
+	diskLimitName string
 
 	env                         map[string]string
 	user, workdir, start, ready string
@@ -102,6 +108,7 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 		return nil, errors.New("recipe: files: copying host files needs the recipe's directory; not available for recipes submitted without one (e.g. over the API); only builtin: sources are")
 	}
 	p := &buildPlan{name: name, recipe: r, baseDir: baseDir, base: base, env: map[string]string{}}
+	p.diskLimit, p.diskLimitName = m.diskLimit(src)
 	res := resolvedRecipe{
 		Builder: BuilderVersion, Packages: r.Packages, Run: r.Run, Env: r.Env,
 		User: r.User, Workdir: r.Workdir, Start: r.Start, Ready: r.Ready,
@@ -148,6 +155,10 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 		img, err := m.cfg.Registry.resolveRemote(m.ctx, base.Arg, src.Registry)
 		if err != nil {
 			return nil, fmt.Errorf("recipe: from: %w", err)
+		}
+		if p.diskLimit > 0 && img.size > p.diskLimit {
+			return nil, fmt.Errorf("recipe: from: %w: image %s: its compressed layers alone are %s, more than %s (%s)",
+				ErrImageTooLarge, img.ref, humanBytes(img.size), p.diskLimitName, humanBytes(p.diskLimit))
 		}
 		p.remote, p.imageName = img, img.ref.String()
 		res.From = "image:" + img.digest
@@ -219,6 +230,21 @@ func (m *Manager) plan(name string, r *Recipe, src Source) (*buildPlan, error) {
 		}
 	}
 	return p, nil
+}
+
+// diskLimit is the disk a build from src may fill: the build limit, or
+// what is left of its project's template disk quota when that is less.
+func (m *Manager) diskLimit(src Source) (int64, string) {
+	limit, name := m.cfg.BuildDiskBytes, "the disk limit of a build"
+	if src.DiskQuotaBytes > 0 && (limit <= 0 || src.DiskQuotaBytes < limit) {
+		limit, name = src.DiskQuotaBytes, "what is left of the project's template disk quota"
+	}
+	return limit, name
+}
+
+// unpackBudget is the bound of unpacking the plan's image.
+func (p *buildPlan) unpackBudget() *unpackBudget {
+	return &unpackBudget{limit: p.diskLimit, what: p.diskLimitName, maxEntries: maxImageEntries}
 }
 
 // inheritImage takes the process defaults of the base image.
@@ -456,11 +482,11 @@ func (m *Manager) createBase(ctx context.Context, p *buildPlan, work string, ste
 		return vols.Snapshot(stage, work, false)
 	case FromOCIArchive, FromOCILayout, FromUpload:
 		step(fmt.Sprintf("import image %s (%d layers)", p.imageName, len(p.image.layers)))
-		rootfs, err := vols.Create(work)
+		rootfs, err := m.createLimited(p, work)
 		if err != nil {
 			return "", err
 		}
-		return rootfs, unpackImage(p.image, rootfs, logLine)
+		return rootfs, unpackImage(p.image, rootfs, p.unpackBudget(), logLine)
 	case FromImage:
 		step(fmt.Sprintf("pull image %s (%s, %s)", p.imageName, p.remote.digest, humanBytes(p.remote.size)))
 		dir := filepath.Join(m.cfg.DataDir, "cache", "pulls", p.id)
@@ -470,13 +496,28 @@ func (m *Manager) createBase(ctx context.Context, p *buildPlan, work string, ste
 			return "", err
 		}
 		logLine(fmt.Sprintf("unpack %d layers", len(img.layers)))
-		rootfs, err := vols.Create(work)
+		rootfs, err := m.createLimited(p, work)
 		if err != nil {
 			return "", err
 		}
-		return rootfs, unpackImage(img, rootfs, logLine)
+		return rootfs, unpackImage(img, rootfs, p.unpackBudget(), logLine)
 	}
 	return "", fmt.Errorf("unknown base kind %q", p.base.Kind)
+}
+
+// createLimited creates the work volume with the build's disk limit set
+// before anything is written to it: where the volumes enforce limits, the
+// filesystem backs up the unpack budget. (Plain-directory volumes enforce
+// none; the budget alone bounds the unpack there.)
+func (m *Manager) createLimited(p *buildPlan, work string) (string, error) {
+	rootfs, err := m.cfg.Volumes.Create(work)
+	if err != nil || p.diskLimit <= 0 {
+		return rootfs, err
+	}
+	if err := m.cfg.Volumes.SetLimit(work, p.diskLimit); err != nil && !errors.Is(err, storage.ErrNoLimits) {
+		return "", fmt.Errorf("disk limit of the build: %w", err)
+	}
+	return rootfs, nil
 }
 
 // customize boots the build sandbox on the work volume and installs apt
@@ -495,8 +536,8 @@ func (m *Manager) customize(ctx context.Context, p *buildPlan, work, rootfs stri
 	if err := finalizeRootfs(rootfs); err != nil {
 		return err
 	}
-	if m.cfg.BuildDiskBytes > 0 {
-		if err := m.cfg.Volumes.SetLimit(work, m.cfg.BuildDiskBytes); err != nil {
+	if p.diskLimit > 0 {
+		if err := m.cfg.Volumes.SetLimit(work, p.diskLimit); err != nil {
 			return fmt.Errorf("disk limit of the build: %w", err)
 		}
 	}

@@ -163,6 +163,16 @@ func (m *Manager) debootstrap(ctx context.Context, rootfs, suite string, logLine
 	return nil
 }
 
+// allowDevices is shell that lets a chroot at rootfs open the device
+// nodes debootstrap makes there (/dev/null above all), although the
+// volumes are mounted nodev (storage): rootfs bound on itself with
+// devices allowed, in the command's private mount namespace, which
+// nothing else sees.
+func allowDevices(rootfs string) string {
+	q := shellQuote(rootfs)
+	return "mount --bind " + q + " " + q + " && mount -o remount,bind,dev,nosuid " + q
+}
+
 // debootstrapArgs is the whole command line of the host-side debootstrap
 // (after unshare). Its inputs are an allow-listed suite, paths of ours
 // and the operator's mirror; it has no parameter a recipe could fill.
@@ -171,6 +181,7 @@ func debootstrapArgs(suite, rootfs, debCache, mirror string) []string {
 		// debootstrap mounts /proc and /sys in the target itself and may
 		// leave them behind on failure; a private mount namespace cannot.
 		"--mount", "--pid", "--fork", "--kill-child", "--propagation", "private",
+		"/bin/sh", "-c", allowDevices(rootfs) + ` && exec "$@"`, "sh",
 		"debootstrap", "--variant=minbase", "--cache-dir=" + debCache,
 		"--include=" + strings.Join(bootstrapInclude, ","),
 		suite, rootfs, mirror,
@@ -184,6 +195,7 @@ func debootstrapArgs(suite, rootfs, debCache, mirror string) []string {
 func stageAptArgs(rootfs string) []string {
 	q := shellQuote
 	script := "set -e\n" +
+		allowDevices(rootfs) + "\n" +
 		"mount -t proc proc " + q(rootfs+"/proc") + "\n" +
 		"printf '#!/bin/sh\\nexit 101\\n' > " + q(rootfs+"/usr/sbin/policy-rc.d") + "\n" +
 		"chmod 0755 " + q(rootfs+"/usr/sbin/policy-rc.d") + "\n" +

@@ -59,6 +59,10 @@ type Source struct {
 	Archives map[string]string
 	// Registry are the credentials of a from: image:<reference> base.
 	Registry *RegistryAuth
+	// DiskQuotaBytes is what is left of the template disk quota of the
+	// project the build is for: when less than Config.BuildDiskBytes, it
+	// bounds the build's disk instead (0: BuildDiskBytes alone).
+	DiskQuotaBytes int64
 }
 
 // Template is the catalog record of one built (or building) template
@@ -128,8 +132,9 @@ type Config struct {
 	// Sandboxes boots the build sandboxes that packages, run steps and
 	// file copies run in; nil refuses recipes that have any.
 	Sandboxes BuildSandboxes
-	// BuildDiskBytes bounds a build's work volume while its steps run,
-	// as a sandbox's disk_mb does (0: no bound).
+	// BuildDiskBytes bounds a build's work volume, while its image
+	// unpacks (what unpacking writes is counted as it goes) and while its
+	// steps run, as a sandbox's disk_mb does (0: no bound).
 	BuildDiskBytes int64
 	// BuildTimeout bounds the time a build's sandbox runs its packages,
 	// steps and files (DefaultBuildTimeout when zero): a step that never

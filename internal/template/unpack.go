@@ -31,11 +31,84 @@ func UnpackArchive(archive, rootfs string) error {
 	if err != nil {
 		return fmt.Errorf("image %s: %w", archive, err)
 	}
-	return unpackImage(img, rootfs, func(string) {})
+	return unpackImage(img, rootfs, &unpackBudget{maxEntries: maxImageEntries}, func(string) {})
 }
 
-// unpackImage applies the image's layers, bottom first, onto rootfs.
-func unpackImage(img *ociImage, rootfs string, logLine func(string)) error {
+// ErrImageTooLarge fails a build whose image unpacks to more than the
+// build may write (its disk limit, or what is left of its project's
+// template disk quota), or holds more entries than maxImageEntries.
+var ErrImageTooLarge = errors.New("the image is too large")
+
+// maxImageEntries bounds the entries (files, directories, links,
+// whiteouts) of all an image's layers together: an empty file costs a
+// tar header of 512 bytes, so a million of them fit in any byte limit
+// yet cost the host's filesystem an inode each. Large real images hold a
+// few hundred thousand.
+const maxImageEntries = 500_000
+
+// unpackBudget bounds what unpacking one image writes. Bytes are those of
+// the layers' tar streams as they leave decompression, headers, skipped
+// entries and files a later layer removes included: nothing unpacking
+// writes can exceed them, and a gzip bomb is stopped after limit bytes of
+// its output rather than when the disk is full.
+type unpackBudget struct {
+	// limit is the bytes the layers may unpack to (0: no bound); what
+	// names it in the error ("the disk limit of a build").
+	limit int64
+	what  string
+	// maxEntries bounds the entries of all layers (maxImageEntries).
+	maxEntries int
+
+	read    int64
+	entries int
+}
+
+// tooLarge is the error of an image past the budget.
+func (b *unpackBudget) tooLarge() error {
+	return fmt.Errorf("%w: it unpacks to more than %s, %s; unpacking stopped and the partial template was removed",
+		ErrImageTooLarge, humanBytes(b.limit), b.what)
+}
+
+// reader charges what r yields to the budget; past the limit it yields
+// nothing more.
+func (b *unpackBudget) reader(r io.Reader) io.Reader { return budgetReader{r, b} }
+
+// addEntry charges one tar entry.
+func (b *unpackBudget) addEntry() error {
+	if b.entries++; b.entries > b.maxEntries {
+		return fmt.Errorf("%w: its layers hold more than %d entries (files, directories, links)", ErrImageTooLarge, b.maxEntries)
+	}
+	return nil
+}
+
+type budgetReader struct {
+	r io.Reader
+	b *unpackBudget
+}
+
+func (br budgetReader) Read(p []byte) (int, error) {
+	if br.b.limit > 0 {
+		left := br.b.limit - br.b.read
+		if left <= 0 {
+			// One byte more than the limit tells a layer that ends
+			// exactly at the limit from one that goes on.
+			left = 1
+		}
+		if int64(len(p)) > left {
+			p = p[:left]
+		}
+	}
+	n, err := br.r.Read(p)
+	br.b.read += int64(n)
+	if br.b.limit > 0 && br.b.read > br.b.limit {
+		return 0, br.b.tooLarge()
+	}
+	return n, err
+}
+
+// unpackImage applies the image's layers, bottom first, onto rootfs,
+// within budget.
+func unpackImage(img *ociImage, rootfs string, budget *unpackBudget, logLine func(string)) error {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return err
@@ -47,8 +120,14 @@ func unpackImage(img *ociImage, rootfs string, logLine func(string)) error {
 		if err != nil {
 			return fmt.Errorf("layer %s: %w", layer, err)
 		}
-		err = applyLayer(root, rc, logLine)
+		err = applyLayer(root, rc, budget, logLine)
 		rc.Close()
+		if errors.Is(err, unix.EDQUOT) && budget.limit > 0 {
+			// The volume's own limit (createLimited) tripped first: it
+			// charges the filesystem's overhead too. Same cause, and
+			// the message names the limit, not a path.
+			return budget.tooLarge()
+		}
 		if err != nil {
 			return fmt.Errorf("layer %s: %w", layer, err)
 		}
@@ -60,7 +139,7 @@ func unpackImage(img *ociImage, rootfs string, logLine func(string)) error {
 // through os.Root, so neither ".." nor a symlink (planted by this or an
 // earlier layer) can make it write outside the rootfs: such entries fail
 // the build.
-func applyLayer(root *os.Root, r io.Reader, logLine func(string)) error {
+func applyLayer(root *os.Root, r io.Reader, budget *unpackBudget, logLine func(string)) error {
 	br := bufio.NewReader(r)
 	magic, _ := br.Peek(4)
 	var tr *tar.Reader
@@ -71,11 +150,11 @@ func applyLayer(root *os.Root, r io.Reader, logLine func(string)) error {
 			return fmt.Errorf("gunzip: %w", err)
 		}
 		defer gz.Close()
-		tr = tar.NewReader(gz)
+		tr = tar.NewReader(budget.reader(gz))
 	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
 		return errors.New("zstd-compressed layers are not supported; re-export the image with gzip or uncompressed layers")
 	default:
-		tr = tar.NewReader(br)
+		tr = tar.NewReader(budget.reader(br))
 	}
 
 	// Paths this layer itself provides: an opaque marker hides only what
@@ -90,6 +169,9 @@ func applyLayer(root *os.Root, r io.Reader, logLine func(string)) error {
 		}
 		if err != nil {
 			return fmt.Errorf("read tar: %w", err)
+		}
+		if err := budget.addEntry(); err != nil {
+			return err
 		}
 		name, err := cleanEntryName(hdr.Name)
 		if err != nil {

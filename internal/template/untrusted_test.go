@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // No field of a user's recipe reaches a command the builder runs on the
@@ -215,4 +217,35 @@ func TestBuildTimeout(t *testing.T) {
 	if e.boxes.stopped != len(e.boxes.started) {
 		t.Fatalf("sandboxes started %d, stopped %d", len(e.boxes.started), e.boxes.stopped)
 	}
+}
+
+// The volumes are mounted nodev, yet debootstrap's chroot needs the
+// device nodes it makes in the rootfs (apt and dpkg write to /dev/null):
+// its command line allows them in its own mount namespace.
+func TestBootstrapOpensDevicesOnANodevVolume(t *testing.T) {
+	e := newTestEnv(t)
+	rootfs, err := e.pool.Create("templates/devices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.pool.Delete("templates/devices") })
+	if err := unix.Mknod(filepath.Join(rootfs, "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "null"), []byte("x"), 0); err == nil {
+		t.Fatal("a device node in a volume opened on the host: the volumes are not mounted nodev")
+	}
+	// A debootstrap that writes to the target's /dev/null, as the real
+	// one's second stage does.
+	bin := t.TempDir()
+	fake := "#!/bin/sh\nfor a; do prev=$target; target=$a; done\necho x > \"$prev/null\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "debootstrap"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", debootstrapArgs("bookworm", rootfs, t.TempDir(), "http://mirror.invalid/debian")...)
+	cmd.Env = []string{"PATH=" + bin + ":" + defaultPath}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the bootstrap could not open its /dev/null: %v: %s", err, out)
+	}
+	assertNoMountsUnder(t, rootfs)
 }

@@ -201,6 +201,9 @@ type Session struct {
 // SessionList is the body of GET /v1/sandboxes/{id}/sessions.
 type SessionList struct {
 	Sessions []Session `json:"sessions"`
+	// NextCursor, when set, is the cursor query parameter of the next
+	// page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // Attach stream (GET .../sessions/{sid}/attach) is text/event-stream with
@@ -399,6 +402,9 @@ type Quota struct {
 	CreatesPerSecond float64 `json:"creates_per_second"`
 	// MaxVolumeMB bounds the sum of size_mb of the project's volumes.
 	MaxVolumeMB int `json:"max_volume_mb"`
+	// MaxTemplateDiskMB bounds the sum of the sizes of the project's
+	// built templates.
+	MaxTemplateDiskMB int `json:"max_template_disk_mb"`
 }
 
 // QuotaSettings is the body of PUT /v1/projects/{name}: a field left out
@@ -409,6 +415,8 @@ type QuotaSettings struct {
 	MaxSnapshots     *int     `json:"max_snapshots,omitempty"`
 	CreatesPerSecond *float64 `json:"creates_per_second,omitempty"`
 	MaxVolumeMB      *int     `json:"max_volume_mb,omitempty"`
+	// MaxTemplateDiskMB: see Quota.
+	MaxTemplateDiskMB *int `json:"max_template_disk_mb,omitempty"`
 }
 
 // ProjectUsage is what a project holds now.
@@ -419,6 +427,9 @@ type ProjectUsage struct {
 	Keys      int `json:"keys"`
 	// VolumeMB is the sum of size_mb of the project's volumes.
 	VolumeMB int `json:"volume_mb"`
+	// TemplateDiskMB is the sum of the sizes of the project's built
+	// templates (MiB, rounded down).
+	TemplateDiskMB int `json:"template_disk_mb"`
 }
 
 // Project describes a project (tenant): its effective quota, its own

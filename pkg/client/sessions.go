@@ -19,13 +19,36 @@ func (c *Client) CreateSession(ctx context.Context, id string, req apiv1.CreateS
 	return &s, nil
 }
 
-// ListSessions returns the sandbox's sessions, running and exited.
+// ListSessions returns the sandbox's sessions, running and exited, oldest
+// first, reading every page.
 func (c *Client) ListSessions(ctx context.Context, id string) ([]apiv1.Session, error) {
+	var all []apiv1.Session
+	cursor := ""
+	for {
+		page, err := c.ListSessionsPage(ctx, id, cursor)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Sessions...)
+		if page.NextCursor == "" {
+			return all, nil
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// ListSessionsPage returns one page of the sandbox's sessions: the first
+// with cursor "", the next with the page's NextCursor.
+func (c *Client) ListSessionsPage(ctx context.Context, id, cursor string) (*apiv1.SessionList, error) {
+	var q url.Values
+	if cursor != "" {
+		q = url.Values{"cursor": {cursor}}
+	}
 	var list apiv1.SessionList
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "sessions"), nil, nil, &list); err != nil {
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "sessions"), q, nil, &list); err != nil {
 		return nil, err
 	}
-	return list.Sessions, nil
+	return &list, nil
 }
 
 // GetSession returns one session.

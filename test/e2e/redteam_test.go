@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -152,4 +153,41 @@ func runRedteam(t *testing.T, cfg redteam.Config, least int, timeout time.Durati
 		t.Errorf("%d attempts failed:\n%s", len(failures), strings.Join(failures, "\n"))
 	}
 	return report
+}
+
+// The server section (space redteam --only server) against the shared
+// server, with the key of a fresh project held to one sandbox and
+// 512 MiB, as in issue #31: every check must hold. It is off until the
+// bounds it checks are merged (SPACE_REDTEAM_SERVER=1 turns it on): the
+// server of today breaks them, which is what the section reports. The
+// registry probes report skipped here: the harness lets recipes pull
+// from its loopback registry (--template-registry-private).
+func TestRedteamServerSection(t *testing.T) {
+	requireServer(t)
+	testtier.Full(t, "uploads a gzip bomb, floods sessions and output, storms builds")
+	if os.Getenv("SPACE_REDTEAM_SERVER") == "" {
+		t.Skip("SPACE_REDTEAM_SERVER=1 runs it (on once the bounds of issue #31 are merged)")
+	}
+	ctx := testContext(t)
+	project := fmt.Sprintf("redteam-%d", time.Now().UnixNano()%1e9)
+	key, err := env.client.CreateKey(ctx, apiv1.CreateKeyRequest{Name: project, Project: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.client.RevokeKey(context.Background(), key.ID) })
+	one, memory := 1, 512
+	if _, err := env.client.SetProjectQuota(ctx, project, apiv1.QuotaSettings{MaxSandboxes: &one, MaxMemoryMB: &memory}); err != nil {
+		t.Fatal(err)
+	}
+	report, err := redteam.RunServer(ctx, redteam.ServerConfig{URL: env.srv.URL, APIKey: key.Key,
+		Progress: func(r redteam.Result) { t.Logf("%-6s %-40s %5.1fs %s", r.Outcome, r.Name, r.Seconds, r.Evidence) }})
+	if err != nil {
+		t.Fatalf("server section: %v", err)
+	}
+	for _, n := range report.Notes {
+		t.Errorf("note: %s", n) // something it made could not be deleted
+	}
+	for _, r := range report.Failures() {
+		t.Errorf("%s %s: %s", r.Outcome, r.Name, r.Evidence)
+	}
 }

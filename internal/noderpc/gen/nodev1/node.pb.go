@@ -4644,8 +4644,10 @@ type TemplateBuildRequest struct {
 	// Registry credentials for a from: image base; never stored.
 	RegistryUsername string `protobuf:"bytes,6,opt,name=registry_username,json=registryUsername,proto3" json:"registry_username,omitempty"`
 	RegistryPassword string `protobuf:"bytes,7,opt,name=registry_password,json=registryPassword,proto3" json:"registry_password,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What is left of the project's template disk quota (0: none).
+	DiskQuotaBytes int64 `protobuf:"varint,8,opt,name=disk_quota_bytes,json=diskQuotaBytes,proto3" json:"disk_quota_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TemplateBuildRequest) Reset() {
@@ -4725,6 +4727,13 @@ func (x *TemplateBuildRequest) GetRegistryPassword() string {
 		return x.RegistryPassword
 	}
 	return ""
+}
+
+func (x *TemplateBuildRequest) GetDiskQuotaBytes() int64 {
+	if x != nil {
+		return x.DiskQuotaBytes
+	}
+	return 0
 }
 
 type StageTemplateArchiveRequest struct {
@@ -5277,7 +5286,7 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"?\n" +
 	"\x13ReceiveImageRequest\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xf2\x02\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x9c\x03\n" +
 	"\x14TemplateBuildRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06recipe\x18\x02 \x01(\fR\x06recipe\x12\x1d\n" +
@@ -5286,7 +5295,8 @@ const file_space_node_v1_node_proto_rawDesc = "" +
 	"\aarchive\x18\x04 \x01(\tR\aarchive\x12Z\n" +
 	"\rcopy_archives\x18\x05 \x03(\v25.space.node.v1.TemplateBuildRequest.CopyArchivesEntryR\fcopyArchives\x12+\n" +
 	"\x11registry_username\x18\x06 \x01(\tR\x10registryUsername\x12+\n" +
-	"\x11registry_password\x18\a \x01(\tR\x10registryPassword\x1a?\n" +
+	"\x11registry_password\x18\a \x01(\tR\x10registryPassword\x12(\n" +
+	"\x10disk_quota_bytes\x18\b \x01(\x03R\x0ediskQuotaBytes\x1a?\n" +
 	"\x11CopyArchivesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
