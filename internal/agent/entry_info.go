@@ -79,6 +79,9 @@ func fsError(op string, err error) error {
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.EINVAL),
 		errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EXDEV):
 		return connect.NewError(connect.CodeInvalidArgument, wrapped)
+	case errors.Is(err, syscall.EBUSY):
+		// A mount point (/proc, /dev, a volume): in use, not broken.
+		return connect.NewError(connect.CodeFailedPrecondition, wrapped)
 	case errors.Is(err, syscall.ENOSPC):
 		return connect.NewError(connect.CodeResourceExhausted, wrapped)
 	default:

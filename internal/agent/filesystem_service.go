@@ -78,6 +78,12 @@ func (s *filesystemService) Move(_ context.Context, req *connect.Request[filesys
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	if err := refuseRoot("move", src); err != nil {
+		return nil, err
+	}
+	if err := refuseRoot("move onto", dst); err != nil {
+		return nil, err
+	}
 	err = asUser(u, func() error {
 		if _, err := os.Lstat(src); err != nil {
 			return err
@@ -102,11 +108,25 @@ func (s *filesystemService) Remove(_ context.Context, req *connect.Request[files
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseRoot("remove", path); err != nil {
+		return nil, err
+	}
 	// Like envd: recursive, and removing a missing path is not an error.
 	if err := asUser(u, func() error { return os.RemoveAll(path) }); err != nil {
 		return nil, fsError("remove", err)
 	}
 	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil
+}
+
+// refuseRoot refuses to op the sandbox's root directory (a path that
+// resolves to "/"): removing it would empty the whole filesystem as far as
+// the user may, and renaming it cannot succeed; either is the client's
+// mistake (400), not the agent's failure.
+func refuseRoot(op, path string) error {
+	if path == "/" {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cannot %s / (the sandbox's root directory)", op))
+	}
+	return nil
 }
 
 // maxListDirEntries bounds an E2B ListDir answer, which envd returns in

@@ -240,3 +240,40 @@ func TestPolledWatcher(t *testing.T) {
 		t.Errorf("watch missing dir: %v", err)
 	}
 }
+
+// Moving the root directory, or onto it, is the client's mistake: 400
+// (invalid_argument), not an internal error the proxy answers 502 for.
+func TestMoveRootRefused(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	fsc := env.fsClient(clientOptions{user: "tester", h2c: true})
+	writeFile(t, filepath.Join(env.userHome, "f"), "x")
+	for _, m := range []*filesystempb.MoveRequest{
+		{Source: "/", Destination: "elsewhere"},
+		{Source: "/tmp/..", Destination: "elsewhere"},
+		{Source: "f", Destination: "/"},
+	} {
+		_, err := fsc.Move(ctx, connect.NewRequest(m))
+		if connectCode(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "root directory") {
+			t.Errorf("move %s to %s: %v, want invalid_argument naming the root directory", m.Source, m.Destination, err)
+		}
+	}
+}
+
+// Removing the root directory is refused before anything is removed. (It
+// is tested on refuseRoot, not through Remove: without the check, the
+// test would empty whatever the test user may write.)
+func TestRemoveRootRefused(t *testing.T) {
+	for _, p := range []string{"/", "/tmp/..", "~/.."} {
+		resolved, err := resolvePath(p, &userAccount{Home: "/home"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := refuseRoot("remove", resolved); connectCode(err) != connect.CodeInvalidArgument {
+			t.Errorf("remove %s: %v, want invalid_argument", p, err)
+		}
+	}
+	if err := refuseRoot("remove", "/tmp"); err != nil {
+		t.Errorf("remove /tmp: %v", err)
+	}
+}

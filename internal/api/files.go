@@ -113,6 +113,10 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !s.cfg.Uploads.Admit(w, keyOf(r).ID) {
+		return
+	}
+	defer s.cfg.Uploads.Leave(keyOf(r).ID)
 	if r.ContentLength > s.cfg.MaxFileBody {
 		writeError(w, http.StatusRequestEntityTooLarge, "file larger than "+strconv.FormatInt(s.cfg.MaxFileBody, 10)+" bytes")
 		return

@@ -1,12 +1,16 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"path"
 	"strings"
 	"testing"
 
 	"github.com/space-platform/space/internal/hostpath"
+	"github.com/space-platform/space/pkg/apiv1"
 )
 
 // Error answers lose host directories; success answers are the sandbox's
@@ -57,5 +61,43 @@ func TestHidePathsKeepsStreamsFlushing(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/sandboxes/x/sessions/s/attach", nil))
 	if !rec.Flushed {
 		t.Error("Flush did not reach the server's writer")
+	}
+}
+
+// A path the client sent comes back exactly as sent, even under the data
+// dir, so that probing with paths cannot find the data dir; the host's own
+// paths in the same answer are still hidden.
+func TestHidePathsKeepsClientPaths(t *testing.T) {
+	dir := t.TempDir()
+	h := HidePaths(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Path string }
+		if r.Body != nil {
+			_ = json.NewDecoder(r.Body).Decode(&req)
+		}
+		if q := r.URL.Query().Get("path"); q != "" {
+			req.Path = q
+		}
+		writeError(w, http.StatusNotFound, "open "+path.Clean(req.Path)+": no such file (volume "+dir+"/volumes/abc)")
+	}), hostpath.New(dir))
+	for _, c := range []struct {
+		name, query, body, want string
+	}{
+		{"body", "", `{"path":"` + dir + `/x"}`, dir + "/x"},
+		{"escaped body", "", `{"path":"` + strings.ReplaceAll(dir, "/", `\/`) + `\/x"}`, dir + "/x"},
+		{"query", "?path=" + url.QueryEscape(dir+"/q"), "", dir + "/q"},
+		{"cleaned", "", `{"path":"` + dir + `//a/../b"}`, dir + "/b"},
+		{"data dir itself", "", `{"path":"` + dir + `"}`, dir},
+	} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/sandboxes/x/files"+c.query, strings.NewReader(c.body))
+		h.ServeHTTP(rec, r)
+		var got apiv1.Error
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatalf("%s: %v: %s", c.name, err, rec.Body)
+		}
+		want := "open " + c.want + ": no such file (volume <host>/volumes/abc)"
+		if got.Message != want {
+			t.Errorf("%s: %q, want %q", c.name, got.Message, want)
+		}
 	}
 }

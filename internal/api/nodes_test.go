@@ -24,7 +24,8 @@ type nodesServer struct {
 	reg                 *cluster.Registry
 }
 
-func newNodesServer(t *testing.T, withRegistry bool) *nodesServer {
+// openKeys opens a key registry in a fresh store.
+func openKeys(t *testing.T) (*auth.Keys, store.Store) {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
@@ -35,6 +36,12 @@ func newNodesServer(t *testing.T, withRegistry bool) *nodesServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return keys, st
+}
+
+func newNodesServer(t *testing.T, withRegistry bool) *nodesServer {
+	t.Helper()
+	keys, st := openKeys(t)
 	_, admin, err := keys.Create("admin", "default", true)
 	if err != nil {
 		t.Fatal(err)

@@ -29,26 +29,3 @@ func TestScopedRefusesUnknownPathParameters(t *testing.T) {
 		}()
 	}
 }
-
-func TestKeyRequestBound(t *testing.T) {
-	s := &Server{cfg: Config{MaxRequestsPerKey: 2}, inFlight: map[string]int{}}
-	if !s.enter("a") || !s.enter("a") {
-		t.Fatal("requests within the bound refused")
-	}
-	if s.enter("a") {
-		t.Fatal("third request of a key with a bound of 2 admitted")
-	}
-	if !s.enter("b") {
-		t.Fatal("another key pays for key a's requests")
-	}
-	s.leave("a")
-	if !s.enter("a") {
-		t.Fatal("a request after one ended refused")
-	}
-	s.leave("a")
-	s.leave("a")
-	s.leave("b")
-	if len(s.inFlight) != 0 {
-		t.Fatalf("counts left behind: %v", s.inFlight)
-	}
-}

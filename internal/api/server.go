@@ -4,6 +4,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,11 +14,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
+	"unicode/utf8"
 
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/cluster"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/inflight"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
@@ -59,13 +61,22 @@ type Config struct {
 	// MaxTemplateArchive bounds an OCI archive uploaded with a recipe
 	// (DefaultMaxTemplateArchive when zero).
 	MaxTemplateArchive int64
-	// MaxRequestsPerKey bounds one key's requests in flight (streams
-	// included); past it the API answers 429. 0: DefaultMaxRequestsPerKey.
-	MaxRequestsPerKey int
+	// Requests bounds one key's requests in flight (streams included);
+	// past it the API answers 429. The server shares it with the E2B API,
+	// so a key's bound holds across both. nil: DefaultMaxRequestsPerKey.
+	Requests *inflight.Limiter
+	// Uploads bounds one key's uploads in flight (file writes, template
+	// archives, volume files), each of which holds a stream and disk
+	// until it ends; past it 429. Shared like Requests. nil:
+	// DefaultMaxUploadsPerKey.
+	Uploads *inflight.Limiter
 }
 
 // DefaultMaxRequestsPerKey is the per-key bound on requests in flight.
 const DefaultMaxRequestsPerKey = 256
+
+// DefaultMaxUploadsPerKey is the per-key bound on uploads in flight.
+const DefaultMaxUploadsPerKey = 16
 
 // Server is the HTTP handler of the API.
 type Server struct {
@@ -74,9 +85,6 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	sessions *metrics.Counter
-
-	inFlightMu sync.Mutex
-	inFlight   map[string]int // requests in flight by key id
 }
 
 // Routes lists every route the API serves as "METHOD /path"; the OpenAPI
@@ -97,10 +105,13 @@ func New(cfg Config) *Server {
 	if cfg.MaxTemplateArchive <= 0 {
 		cfg.MaxTemplateArchive = DefaultMaxTemplateArchive
 	}
-	if cfg.MaxRequestsPerKey == 0 {
-		cfg.MaxRequestsPerKey = DefaultMaxRequestsPerKey
+	if cfg.Requests == nil {
+		cfg.Requests = inflight.New(DefaultMaxRequestsPerKey, "requests")
 	}
-	s := &Server{cfg: cfg, cp: cfg.ControlPlane, log: cfg.Logger, mux: http.NewServeMux(), inFlight: map[string]int{}}
+	if cfg.Uploads == nil {
+		cfg.Uploads = inflight.New(DefaultMaxUploadsPerKey, "uploads")
+	}
+	s := &Server{cfg: cfg, cp: cfg.ControlPlane, log: cfg.Logger, mux: http.NewServeMux()}
 	s.sessions = cfg.Metrics.Counter("space_sessions_started_total", "Command sessions started.")
 	s.routes()
 	return s
@@ -318,12 +329,10 @@ func (s *Server) requireKey(admin bool, next http.HandlerFunc) http.HandlerFunc 
 			writeError(w, http.StatusForbidden, "this operation needs an admin key")
 			return
 		}
-		if !s.enter(key.ID) {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("this API key has %d requests in flight, the most allowed; wait for some to finish", s.cfg.MaxRequestsPerKey))
+		if !s.cfg.Requests.Admit(w, key.ID) {
 			return
 		}
-		defer s.leave(key.ID)
+		defer s.cfg.Requests.Leave(key.ID)
 		revoked, unwatch := s.cfg.Keys.Watch(key.ID)
 		defer unwatch()
 		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), keyContext{}, key))
@@ -336,25 +345,6 @@ func (s *Server) requireKey(admin bool, next http.HandlerFunc) http.HandlerFunc 
 			}
 		}()
 		next(w, r.WithContext(ctx))
-	}
-}
-
-// enter counts a request of key id in, unless the key is at its bound.
-func (s *Server) enter(id string) bool {
-	s.inFlightMu.Lock()
-	defer s.inFlightMu.Unlock()
-	if s.inFlight[id] >= s.cfg.MaxRequestsPerKey {
-		return false
-	}
-	s.inFlight[id]++
-	return true
-}
-
-func (s *Server) leave(id string) {
-	s.inFlightMu.Lock()
-	defer s.inFlightMu.Unlock()
-	if s.inFlight[id]--; s.inFlight[id] <= 0 {
-		delete(s.inFlight, id)
 	}
 }
 
@@ -377,17 +367,41 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, apiv1.Error{Code: status, Message: msg})
 }
 
+// ReadJSONBody reads a JSON request body of at most limit bytes, or
+// answers 413 past it, or 400 when the body cannot be read or is not
+// valid UTF-8, and reports false. The E2B API reads its bodies with it
+// too.
+func ReadJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
+		} else {
+			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		}
+		return nil, false
+	}
+	// encoding/json would turn invalid UTF-8 into U+FFFD and carry on, so
+	// a name or tag would be stored as something other than what was sent.
+	if !utf8.Valid(data) {
+		writeError(w, http.StatusBadRequest, "malformed JSON body: it is not valid UTF-8")
+		return nil, false
+	}
+	return data, true
+}
+
 // readJSON decodes a bounded JSON body into v, rejecting unknown fields and
 // trailing data so that typos are reported rather than ignored.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBody)
-	dec := json.NewDecoder(body)
+	data, ok := ReadJSONBody(w, r, s.cfg.MaxJSONBody)
+	if !ok {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
 		switch {
-		case errors.As(err, &tooBig):
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
 		case errors.Is(err, io.EOF):
 			writeError(w, http.StatusBadRequest, "request body is empty; expected a JSON object")
 		default:

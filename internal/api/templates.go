@@ -80,6 +80,10 @@ func (s *Server) createTemplateUpload(w http.ResponseWriter, r *http.Request, bu
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v: the limit is %d bytes, the request has %d", ErrArchiveTooLarge, s.cfg.MaxTemplateArchive, r.ContentLength))
 		return
 	}
+	if !s.cfg.Uploads.Admit(w, keyOf(r).ID) {
+		return
+	}
+	defer s.cfg.Uploads.Leave(keyOf(r).ID)
 	mr, err := r.MultipartReader()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "multipart body: "+err.Error())

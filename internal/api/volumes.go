@@ -130,6 +130,10 @@ func (s *Server) writeVolumeFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "file larger than "+strconv.FormatInt(s.cfg.MaxFileBody, 10)+" bytes")
 		return
 	}
+	if !s.cfg.Uploads.Admit(w, keyOf(r).ID) {
+		return
+	}
+	defer s.cfg.Uploads.Leave(keyOf(r).ID)
 	p, name, st, ok := s.volumeFile(w, r)
 	if !ok {
 		return

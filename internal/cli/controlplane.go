@@ -38,7 +38,7 @@ The control plane and the nodes share a cluster token, read from
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "a node that sends no heartbeat for this long is unreachable")
 	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", cfg.MemoryOvercommit, "sum of sandbox memory limits placed on a node, as a multiple of its memory (0: unlimited)")
 	cfg.MaxRequestsPerKey = 256
-	policy := addPolicyFlags(fs, &cfg.Defaults, &cfg.HTTP, &cfg.ProjectQuota, &cfg.MaxRequestsPerKey)
+	policy := addPolicyFlags(fs, &cfg.Defaults, &cfg.HTTP, &cfg.ProjectQuota, &cfg.MaxRequestsPerKey, &cfg.MaxUploadsPerKey)
 	pools := fs.String("pool", "", "cluster-wide warm pool sizes by template, e.g. base=4,minimal=2, split over the nodes holding the template (sizes set through the API win)")
 	if err := parseNoArgs(fs, args, "control-plane"); err != nil {
 		return err

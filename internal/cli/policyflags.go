@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/internal/server"
@@ -42,10 +43,11 @@ type policyFlags struct {
 	http        *server.HTTPLimits
 	quota       *project.Quota
 	maxRequests *int
+	maxUploads  *int
 }
 
-func addPolicyFlags(fs *flagSet, defaults *controlplane.Defaults, http *server.HTTPLimits, quota *project.Quota, maxRequests *int) policyFlags {
-	p := policyFlags{defaults: defaults, http: http, quota: quota, maxRequests: maxRequests}
+func addPolicyFlags(fs *flagSet, defaults *controlplane.Defaults, http *server.HTTPLimits, quota *project.Quota, maxRequests, maxUploads *int) policyFlags {
+	p := policyFlags{defaults: defaults, http: http, quota: quota, maxRequests: maxRequests, maxUploads: maxUploads}
 	fs.DurationVar(&p.http.ReadHeaderTimeout, "http-read-header-timeout", p.http.ReadHeaderTimeout, "how long a client of any listener (API, E2B API, proxy) may take to send a request's headers")
 	fs.DurationVar(&p.http.IdleTimeout, "http-idle-timeout", p.http.IdleTimeout, "close keep-alive connections of any listener after this long without a request")
 	fs.IntVar(&p.http.MaxConnections, "http-max-connections", p.http.MaxConnections, "connections open at once on each listener (0: unlimited); further ones wait until one closes")
@@ -64,7 +66,8 @@ func addPolicyFlags(fs *flagSet, defaults *controlplane.Defaults, http *server.H
 	fs.IntVar(&p.quota.MaxVolumeMB, "project-max-volume-mb", DefaultProjectMaxVolumeMB, "sum of size_mb of each project's volumes (0: unlimited)")
 	fs.IntVar(&p.quota.MaxTemplateDiskMB, "project-max-template-disk-mb", DefaultProjectTemplateDiskMB, "sum of the sizes of each project's built templates (0: unlimited)")
 	fs.Float64Var(&p.quota.CreatesPerSecond, "project-creates-per-second", DefaultProjectCreatesPerSecond, "sandbox creates a second for each project, branches counting one each (0: unlimited)")
-	fs.IntVar(p.maxRequests, "max-requests-per-key", 256, "requests (streams included) one API key may have in flight on the API; past it 429")
+	fs.IntVar(p.maxRequests, "max-requests-per-key", api.DefaultMaxRequestsPerKey, "requests (streams included) one API key may have in flight on the API and the E2B API together; past it 429")
+	fs.IntVar(p.maxUploads, "max-uploads-per-key", api.DefaultMaxUploadsPerKey, "uploads (file and volume writes, template archives) one API key may have in flight on both APIs; past it 429")
 	return p
 }
 
@@ -73,8 +76,8 @@ func (p policyFlags) check(fs *flagSet) error {
 	if p.quota.MaxSandboxes < 0 || p.quota.MaxMemoryMB < 0 || p.quota.MaxSnapshots < 0 || p.quota.CreatesPerSecond < 0 || p.quota.MaxVolumeMB < 0 || p.quota.MaxTemplateDiskMB < 0 {
 		return fs.usageErrorf("--project-* quotas must be 0 (unlimited) or positive")
 	}
-	if *p.maxRequests < 1 {
-		return fs.usageErrorf("--max-requests-per-key must be positive")
+	if *p.maxRequests < 1 || *p.maxUploads < 1 {
+		return fs.usageErrorf("--max-requests-per-key and --max-uploads-per-key must be positive")
 	}
 	if p.defaults.BandwidthMbit < 0 || p.defaults.MaxConnections < 0 {
 		return fs.usageErrorf("--sandbox-bandwidth-mbit and --sandbox-max-connections must be 0 (unlimited) or positive")

@@ -18,9 +18,10 @@ func TestProjectQuotasAreFiniteByDefault(t *testing.T) {
 			limits   server.HTTPLimits
 			quota    project.Quota
 			requests int
+			uploads  int
 		)
 		fs := newFlagSet("space serve", "")
-		addPolicyFlags(fs, &defaults, &limits, &quota, &requests)
+		addPolicyFlags(fs, &defaults, &limits, &quota, &requests, &uploads)
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}

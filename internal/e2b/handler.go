@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -23,8 +22,10 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/agent/envdversion"
+	"github.com/space-platform/space/internal/api"
 	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
+	"github.com/space-platform/space/internal/inflight"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
 	"github.com/space-platform/space/pkg/apiv1"
@@ -88,6 +89,10 @@ type Config struct {
 	// build (DefaultMaxTemplateFiles when zero).
 	MaxTemplateFiles int64
 	Logger           *slog.Logger
+	// Requests and Uploads bound each key's requests and uploads in
+	// flight (429 past them); the server passes the native API's, so a
+	// key's bounds hold across both APIs. nil: api's default bounds.
+	Requests, Uploads *inflight.Limiter
 }
 
 // Handler is the E2B control-plane API as an http.Handler.
@@ -117,6 +122,12 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 3 * time.Minute
+	}
+	if cfg.Requests == nil {
+		cfg.Requests = inflight.New(api.DefaultMaxRequestsPerKey, "requests")
+	}
+	if cfg.Uploads == nil {
+		cfg.Uploads = inflight.New(api.DefaultMaxUploadsPerKey, "uploads")
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), uploadKey: newUploadKey()}
 	h.routes()
@@ -281,6 +292,10 @@ func (h *Handler) authed(next http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusUnauthorized, "invalid API key")
 			return
 		}
+		if !h.cfg.Requests.Admit(w, k.ID) {
+			return
+		}
+		defer h.cfg.Requests.Leave(k.ID)
 		next(w, r.WithContext(context.WithValue(r.Context(), keyContext{}, k)))
 	}
 }
@@ -348,14 +363,8 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 // as it is; whether that is allowed is the caller's business (required
 // reports it).
 func readJSON(w http.ResponseWriter, r *http.Request, v any) (present, ok bool) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
-		} else {
-			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
-		}
+	data, ok := api.ReadJSONBody(w, r, maxJSONBody)
+	if !ok {
 		return false, false
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {

@@ -365,6 +365,13 @@ func (h *Handler) uploadFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the files are %d bytes; this server takes at most %d per copy", r.ContentLength, limit))
 		return
 	}
+	// The signed link names no key: its uploads are charged to the
+	// project that asked for it (a name no key ID can take).
+	charged := "project " + proj
+	if !h.cfg.Uploads.Admit(w, charged) {
+		return
+	}
+	defer h.cfg.Uploads.Leave(charged)
 	if err := h.cfg.Templates.StageFiles(project.In(proj), hash, r.Body, limit); err != nil {
 		h.templateFail(w, err)
 		return

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/space-platform/space/internal/agent/gen/filesystempb"
+	"github.com/space-platform/space/internal/auth"
 	"github.com/space-platform/space/internal/controlplane"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/project"
@@ -409,6 +410,11 @@ func (h *Handler) writeVolumeFile(w http.ResponseWriter, r *http.Request, v cont
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("file larger than %d bytes", maxVolumeFile))
 		return
 	}
+	key, _ := r.Context().Value(keyContext{}).(auth.Key)
+	if !h.cfg.Uploads.Admit(w, key.ID) {
+		return
+	}
+	defer h.cfg.Uploads.Leave(key.ID)
 	e, err := st.WriteVolumeFile(r.Context(), edit, http.MaxBytesReader(w, r.Body, maxVolumeFile))
 	if err != nil {
 		var tooBig *http.MaxBytesError

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+
+	"github.com/space-platform/space/internal/publicnet"
 )
 
 // Policy is what a sandbox may reach beyond its own slot. The zero value
@@ -85,30 +87,15 @@ const (
 	TableName   = tableName
 )
 
-// alwaysBlocked are destinations no policy can open: this network, loopback,
-// link-local (cloud metadata lives at 169.254.169.254), multicast and the
-// reserved block with the limited broadcast address. The uplink pool is
-// added per node, so sandboxes cannot reach each other or the host's end of
-// their uplinks.
-var alwaysBlocked = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-}
+// alwaysBlocked are destinations no policy can open (see
+// publicnet.ReservedIPv4). The uplink pool is added per node, so sandboxes
+// cannot reach each other or the host's end of their uplinks.
+var alwaysBlocked = publicnet.ReservedIPv4
 
-// privateRanges are blocked unless the operator allows a part of them:
-// RFC 1918, shared address space (carrier-grade NAT) and the IPv4
-// benchmarking and IETF protocol blocks, where internal services often live.
-var privateRanges = []netip.Prefix{
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-}
+// privateRanges are blocked unless the operator allows a part of them (see
+// publicnet.InternalIPv4): the same list the server's own fetches refuse,
+// so a recipe cannot make the server reach what sandboxes cannot.
+var privateRanges = publicnet.InternalIPv4
 
 // ParsePrefixes parses CIDRs and bare addresses (a host route). Sandboxes
 // have no IPv6 egress, so an IPv6 entry is an error rather than a rule that
@@ -353,25 +340,16 @@ func (e *Egress) Permits(p Policy, addr netip.Addr, byName bool) bool {
 	if p.Offline || !addr.Is4() {
 		return false
 	}
-	if prefixesContain(alwaysBlocked, addr) || e.cfg.UplinkPool.Contains(addr) {
+	if publicnet.Contains(alwaysBlocked, addr) || e.cfg.UplinkPool.Contains(addr) {
 		return false
 	}
-	if prefixesContain(privateRanges, addr) && !prefixesContain(e.cfg.AllowPrivate, addr) {
+	if publicnet.Contains(privateRanges, addr) && !publicnet.Contains(e.cfg.AllowPrivate, addr) {
 		return false
 	}
-	if prefixesContain(p.Deny, addr) {
+	if publicnet.Contains(p.Deny, addr) {
 		return false
 	}
-	return byName || p.AllowInternet || prefixesContain(p.Allow, addr)
-}
-
-func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return byName || p.AllowInternet || publicnet.Contains(p.Allow, addr)
 }
 
 // maxDomainLen is the longest name DNS can carry (RFC 1035).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/space-platform/space/internal/controlplane"
@@ -95,6 +96,45 @@ func TestResumeNeedsToken(t *testing.T) {
 		p.ServeHTTP(httptest.NewRecorder(), r)
 		if cp.running != 1 {
 			t.Errorf("%s, right token: %d resume attempts, want 1", state, cp.running)
+		}
+	}
+}
+
+// A public sandbox's ports take requests without credentials while it
+// runs, but only a request with its access token wakes it from suspend; a
+// private one's traffic token wakes it as before.
+func TestPortResumeNeedsCredential(t *testing.T) {
+	public := controlplane.Sandbox{ID: "public1", State: apiv1.StateSuspended, AccessToken: "tok", Lifecycle: controlplane.Lifecycle{AutoResume: true}}
+	private := controlplane.Sandbox{ID: "private1", State: apiv1.StateSuspended, AccessToken: "tok2", Lifecycle: controlplane.Lifecycle{AutoResume: true},
+		Traffic: &controlplane.Traffic{Token: "traffic"}}
+	running := controlplane.Sandbox{ID: "running1", State: apiv1.StateRunning, AccessToken: "tok3"}
+	for _, c := range []struct {
+		sandbox      controlplane.Sandbox
+		header, val  string
+		code, resume int
+	}{
+		{public, "", "", http.StatusUnauthorized, 0},
+		{public, headerAccessToken, "wrong", http.StatusUnauthorized, 0},
+		{public, headerTrafficToken, "anything", http.StatusUnauthorized, 0},
+		{public, headerAccessToken, "tok", http.StatusBadGateway, 1},
+		{private, headerTrafficToken, "traffic", http.StatusBadGateway, 1},
+		{private, headerAccessToken, "tok2", http.StatusForbidden, 0},
+		{running, "", "", http.StatusBadGateway, 1}, // no credential needed: reaches Running
+	} {
+		cp := &fakeControlPlane{sandboxes: map[string]controlplane.Sandbox{c.sandbox.ID: c.sandbox}}
+		p := New(Config{ControlPlane: cp})
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Host = "8080-" + c.sandbox.ID + ".example.com"
+		if c.header != "" {
+			r.Header.Set(c.header, c.val)
+		}
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, r)
+		if w.Code != c.code || cp.running != c.resume {
+			t.Errorf("%s with %s %q: %d %s (resume attempts %d), want %d and %d", c.sandbox.ID, c.header, c.val, w.Code, w.Body, cp.running, c.code, c.resume)
+		}
+		if c.code == http.StatusUnauthorized && !strings.Contains(w.Body.String(), `"code":401`) {
+			t.Errorf("%s: body %s, want a JSON error", c.sandbox.ID, w.Body)
 		}
 	}
 }

@@ -12,9 +12,11 @@
 // created with private traffic take only requests carrying its traffic
 // access token (E2b-Traffic-Access-Token), checked here before the sandbox
 // is touched. Sandboxes suspended with auto-resume on are resumed by the
-// first request that reaches them (one arriving during the suspend waits
-// for it to end); any other sandbox that does not run answers E2B's
-// not-found (see unreachable).
+// first request that reaches them with a credential (the access token or a
+// signature for envd and for a public sandbox's ports, the traffic token
+// for a private one's); one arriving during the suspend waits for it to
+// end. Any other sandbox that does not run answers E2B's not-found (see
+// unreachable).
 package proxy
 
 import (
@@ -163,6 +165,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if t.port != EnvdPort {
 			if msg := trafficRefusal(s.TrafficToken(), r.Header.Get(headerTrafficToken), t.id); msg != "" {
 				writeError(w, http.StatusForbidden, msg)
+				return
+			}
+			// A public sandbox's ports need no credential while it runs,
+			// but waking it does: otherwise anyone who knows its id keeps
+			// it running (and its project paying) for free.
+			if wouldResume(s) && s.TrafficToken() == "" && !carriesAccessToken(r, s.AccessToken) {
+				writeError(w, http.StatusUnauthorized, fmt.Sprintf("sandbox %q is suspended; a request to its ports resumes it only with its access token (%s), or resume it through the API", t.id, headerAccessToken))
 				return
 			}
 		} else if wouldResume(s) && !carriesAccessToken(r, s.AccessToken) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/space-platform/space/internal/cpapi"
 	"github.com/space-platform/space/internal/credentialcalls"
 	"github.com/space-platform/space/internal/hostpath"
+	"github.com/space-platform/space/internal/inflight"
 	"github.com/space-platform/space/internal/metrics"
 	"github.com/space-platform/space/internal/nodeapi"
 	"github.com/space-platform/space/internal/nodeset"
@@ -55,6 +57,7 @@ type ControlPlaneConfig struct {
 	MemoryOvercommit  float64
 	ProjectQuota      project.Quota
 	MaxRequestsPerKey int
+	MaxUploadsPerKey  int
 	// PoolSizes are the cluster-wide warm pool sizes by template name (a
 	// size set through the API wins), split over the nodes holding it.
 	PoolSizes map[string]int
@@ -127,6 +130,10 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 		},
 		st:   st,
 		done: make(chan struct{}), hostPaths: hostpath.New(cfg.DataDir),
+		// One count per key for both APIs, so a key's bounds hold
+		// across them.
+		requests: inflight.New(cmp.Or(cfg.MaxRequestsPerKey, api.DefaultMaxRequestsPerKey), "requests"),
+		uploads:  inflight.New(cmp.Or(cfg.MaxUploadsPerKey, api.DefaultMaxUploadsPerKey), "uploads"),
 	}
 	defer func() {
 		if err != nil {
@@ -271,7 +278,7 @@ func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, st store.Sto
 	mux.Handle(clusterPath, clusterHandler)
 	mux.Handle("/", api.HidePaths(api.New(api.Config{
 		ControlPlane: s.cp, Templates: cat, Keys: keys, Secrets: secretStore, Quotas: quotas, Metrics: metricsReg, Logger: cfg.Logger,
-		Nodes: nodes.OperatorView(), MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
+		Nodes: nodes.OperatorView(), Requests: s.requests, Uploads: s.uploads, MaxTemplateArchive: cfg.MaxTemplateArchiveBytes,
 	}), s.hostPaths))
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

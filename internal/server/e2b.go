@@ -44,7 +44,8 @@ func (s *Server) startCompat(keys *auth.Keys, secretStore *secrets.Store, templa
 			sec = secretStore
 		}
 		h := e2b.New(e2b.Config{ControlPlane: s.cp, Keys: keys, Secrets: sec, Domain: s.cfg.Domain, Logger: s.cfg.Logger,
-			Aliases: templates, Templates: s.e2bTemplates, MaxTemplateFiles: s.cfg.MaxTemplateArchiveBytes})
+			Aliases: templates, Templates: s.e2bTemplates, MaxTemplateFiles: s.cfg.MaxTemplateArchiveBytes,
+			Requests: s.requests, Uploads: s.uploads})
 		if s.compat.e2bURL, err = s.serveCompat("E2B API", s.cfg.E2BListen, api.HidePaths(h, s.hostPaths), nil); err != nil {
 			return err
 		}

@@ -102,7 +102,7 @@ func startOneHouse(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Store: cfg.Store, DataDir: cfg.DataDir,
 		Listen: cfg.Listen, E2BListen: cfg.E2BListen, ProxyListen: cfg.ProxyListen, Domain: cfg.Domain,
 		ClusterToken: token, HTTP: cfg.HTTP, Defaults: cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit,
-		ProjectQuota: cfg.ProjectQuota, MaxRequestsPerKey: cfg.MaxRequestsPerKey, PoolSizes: cfg.PoolSizes,
+		ProjectQuota: cfg.ProjectQuota, MaxRequestsPerKey: cfg.MaxRequestsPerKey, MaxUploadsPerKey: cfg.MaxUploadsPerKey, PoolSizes: cfg.PoolSizes,
 		ProxyTLSCert: cfg.ProxyTLSCert, ProxyTLSKey: cfg.ProxyTLSKey, MaxTemplateArchiveBytes: cfg.MaxTemplateArchiveBytes,
 		Progress: cfg.Progress, Logger: cfg.Logger,
 	}, st, local, seed)

@@ -46,6 +46,7 @@ import (
 	"github.com/space-platform/space/internal/e2b"
 	"github.com/space-platform/space/internal/gateway"
 	"github.com/space-platform/space/internal/hostpath"
+	"github.com/space-platform/space/internal/inflight"
 	"github.com/space-platform/space/internal/network"
 	"github.com/space-platform/space/internal/node"
 	"github.com/space-platform/space/internal/nodeapi"
@@ -129,8 +130,12 @@ type Config struct {
 	// API (PUT /v1/projects/{name}); zero fields are unlimited.
 	ProjectQuota project.Quota
 	// MaxRequestsPerKey bounds one API key's requests in flight on the
-	// main API (0: api.DefaultMaxRequestsPerKey).
+	// API and the E2B API together (0: api.DefaultMaxRequestsPerKey).
 	MaxRequestsPerKey int
+	// MaxUploadsPerKey bounds one API key's uploads in flight (file and
+	// volume writes, template archives) on both APIs (0:
+	// api.DefaultMaxUploadsPerKey).
+	MaxUploadsPerKey int
 	// Progress receives human-readable start-up and build progress.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -188,11 +193,14 @@ type Server struct {
 	gateway   *gateway.Gateway
 	// hostPaths keeps the data dir out of what clients read.
 	hostPaths *hostpath.Hider
-	http      *http.Server
-	listener  net.Listener
-	cancel    context.CancelFunc
-	done      chan struct{}
-	compat    compatServers // E2B API and sandbox proxy (e2b.go)
+	// requests and uploads are each API key's bounds in flight, shared
+	// by the API and the E2B API.
+	requests, uploads *inflight.Limiter
+	http              *http.Server
+	listener          net.Listener
+	cancel            context.CancelFunc
+	done              chan struct{}
+	compat            compatServers // E2B API and sandbox proxy (e2b.go)
 	// e2bTemplates serves E2B's template build API.
 	e2bTemplates e2b.Templates
 }

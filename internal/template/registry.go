@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -18,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/space-platform/space/internal/publicnet"
 )
 
 // RegistryAuth are the credentials of a from: image:<reference> base. They
@@ -29,10 +30,11 @@ type RegistryAuth struct {
 
 // RegistryConfig configures pulls of from: image:<reference> bases.
 type RegistryConfig struct {
-	// AllowPrivate lets references name registries on loopback, private
-	// or link-local addresses (an operator's internal registry; the
-	// tests' registry on the loopback). Off, they are refused, so that a
-	// recipe cannot make the server reach what sandboxes cannot.
+	// AllowPrivate lets references name registries on addresses that are
+	// not public (an operator's internal registry; the tests' registry on
+	// the loopback). Off, every connection goes through a
+	// publicnet.Dialer, so that a recipe cannot make the server reach what
+	// sandboxes cannot.
 	AllowPrivate bool
 	// Transport overrides the HTTP transport of registry requests
 	// (tests); nil: a transport that applies AllowPrivate.
@@ -40,6 +42,9 @@ type RegistryConfig struct {
 	// MaxImageBytes bounds an image's compressed layers
 	// (DefaultMaxImageBytes when zero).
 	MaxImageBytes int64
+	// dial connects to an address the public-only guard let through
+	// (tests record them instead of connecting); nil: a net.Dialer.
+	dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // DefaultMaxImageBytes is RegistryConfig.MaxImageBytes's default.
@@ -49,8 +54,10 @@ const DefaultMaxImageBytes = 8 << 30
 // for; the layers are fetched by the build in the background.
 const resolveTimeout = 2 * time.Minute
 
-// errPrivateRegistry refuses dials to non-public addresses.
-var errPrivateRegistry = errors.New("the registry's address is loopback, private or link-local; the server's operator may allow such registries (--template-registry-private)")
+// errUnreachableRegistry is the one answer for a registry the server did
+// not connect to, refused as not public or not answering alike, so that
+// a recipe cannot map what the server can reach by the differences.
+var errUnreachableRegistry = errors.New("the registry could not be reached: its address is not public or it did not answer (the server's operator may allow registries on private addresses with --template-registry-private)")
 
 // parseImageRef parses an image reference as docker pull takes it
 // (docker.io and :latest implied).
@@ -72,23 +79,17 @@ func (c RegistryConfig) transport() http.RoundTripper {
 	}
 	t := remote.DefaultTransport.(*http.Transport).Clone()
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	if !c.AllowPrivate {
-		// Checked on the resolved address of every connection, so a
-		// name that resolves to a private address is refused too.
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			host, _, err := net.SplitHostPort(address)
-			if err != nil {
-				return err
-			}
-			ip := net.ParseIP(host)
-			if ip == nil || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
-				ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
-				return errPrivateRegistry
-			}
-			return nil
-		}
-	}
 	t.DialContext = d.DialContext
+	if !c.AllowPrivate {
+		// Every connection (the registry, its token realm, the blob
+		// store it redirects to) goes to a public address only, and any
+		// refusal or failure to connect reads the same.
+		dial := c.dial
+		if dial == nil {
+			dial = d.DialContext
+		}
+		t.DialContext = publicnet.Dialer{Dial: dial}.DialContext
+	}
 	t.Proxy = nil // registries are reached directly, never through the environment's proxy
 	return t
 }
@@ -155,8 +156,8 @@ func (c RegistryConfig) resolveRemote(ctx context.Context, s string, auth *Regis
 // whole response bodies) to their first line.
 func registryError(err error) string {
 	msg := err.Error()
-	if errors.Is(err, errPrivateRegistry) {
-		return errPrivateRegistry.Error()
+	if errors.Is(err, publicnet.ErrUnreachable) {
+		return errUnreachableRegistry.Error()
 	}
 	msg, _, _ = strings.Cut(msg, "\n")
 	if len(msg) > 300 {

@@ -930,7 +930,8 @@ func copyFile(from, to string) error {
 }
 
 // Through the proxy, knowing a suspended sandbox's id is not enough to wake
-// it: only a request carrying its access token resumes it.
+// it: only a request carrying its access token resumes it, on envd's port
+// and on a public sandbox's other ports alike.
 func TestProxyDoesNotResumeForStrangers(t *testing.T) {
 	requireServer(t)
 	ctx := testContext(t)
@@ -953,6 +954,17 @@ func TestProxyDoesNotResumeForStrangers(t *testing.T) {
 	if resp := proxyRequest(t, http.MethodGet, "/files?path=/etc/hostname&signature=v1_forged", "", nil, h); resp.status != http.StatusUnauthorized {
 		t.Fatalf("envd of a suspended sandbox with a forged signature: %d %s, want 401", resp.status, resp.body)
 	}
+	// The sandbox is public: its ports take requests without credentials
+	// while it runs, but none of them wakes it without its access token.
+	h.Set("E2b-Sandbox-Port", "8080")
+	for _, token := range []string{"", b.secretKeys[0]} {
+		h.Set("X-Access-Token", token)
+		if resp := proxyRequest(t, http.MethodGet, "/", "", nil, h); resp.status != http.StatusUnauthorized {
+			t.Fatalf("port 8080 of a suspended public sandbox with token %q: %d %s, want 401", token, resp.status, resp.body)
+		}
+	}
+	h.Del("X-Access-Token")
+	h.Set("E2b-Sandbox-Port", "49983")
 	if got, err := a.clients[0].GetSandbox(ctx, sb.ID); err != nil || got.State != apiv1.StateSuspended {
 		t.Fatalf("after requests without its token: %+v, %v; want still suspended", got, err)
 	}
