@@ -117,19 +117,27 @@ func (t *tenant) newSession(ctx context.Context, f *flood, size int) error {
 	return nil
 }
 
-// bigTag sends a session with a 1 MiB tag: held if refused with 400.
+// bigTag sends a session with a 1 MiB tag: held if refused with 400 (the
+// tag's bound) or 413 (the request's: a 1 MiB tag fills a JSON body).
 func (t *tenant) bigTag(ctx context.Context, f *flood) Verdict {
 	switch err := t.newSession(ctx, f, tagBomb); {
 	case err == nil:
 		f.tagSize = tagBomb
 		return broke("a session with a tag of %s was created", mib(tagBomb))
-	case statusOf(err) == http.StatusBadRequest:
-		return held("400: %s", err)
+	case refusedAsTooLarge(err):
+		return held("%d: %s", statusOf(err), err)
 	case errors.Is(err, errBudget):
 		return skipped("the run's upload budget (--max-upload-mib) is less than the 1 MiB tag")
 	default:
 		return failed("create a session with a 1 MiB tag: %v", err)
 	}
+}
+
+// refusedAsTooLarge reports whether the server refused a request for its
+// size: 400 for a field past its bound, 413 for a body past the server's.
+func refusedAsTooLarge(err error) bool {
+	status := statusOf(err)
+	return status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge
 }
 
 // largestTag finds the largest tag size the server takes; false with
@@ -142,7 +150,7 @@ func (t *tenant) largestTag(ctx context.Context, f *flood) (Verdict, bool) {
 			f.tagSize = size
 			return Verdict{}, true
 		}
-		if statusOf(err) != http.StatusBadRequest {
+		if !refusedAsTooLarge(err) {
 			return failed("create a session with a %d-byte tag: %v", size, err), false
 		}
 		last = err

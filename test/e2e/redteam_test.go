@@ -156,18 +156,14 @@ func runRedteam(t *testing.T, cfg redteam.Config, least int, timeout time.Durati
 }
 
 // The server section (space redteam --only server) against the shared
-// server, with the key of a fresh project held to one sandbox and
-// 512 MiB, as in issue #31: every check must hold. It is off until the
-// bounds it checks are merged (SPACE_REDTEAM_SERVER=1 turns it on): the
-// server of today breaks them, which is what the section reports. The
-// registry probes report skipped here: the harness lets recipes pull
-// from its loopback registry (--template-registry-private).
+// server, with the key of a fresh project held to two sandboxes and
+// 1,536 MiB (issue #31 used one and 512 MiB, which no build fits): every
+// check must hold. The registry probes
+// report skipped here: the harness lets recipes pull from its loopback
+// registry (--template-registry-private).
 func TestRedteamServerSection(t *testing.T) {
 	requireServer(t)
 	testtier.Full(t, "uploads a gzip bomb, floods sessions and output, storms builds")
-	if os.Getenv("SPACE_REDTEAM_SERVER") == "" {
-		t.Skip("SPACE_REDTEAM_SERVER=1 runs it (on once the bounds of issue #31 are merged)")
-	}
 	ctx := testContext(t)
 	project := fmt.Sprintf("redteam-%d", time.Now().UnixNano()%1e9)
 	key, err := env.client.CreateKey(ctx, apiv1.CreateKeyRequest{Name: project, Project: project})
@@ -175,8 +171,11 @@ func TestRedteamServerSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.client.RevokeKey(context.Background(), key.ID) })
-	one, memory := 1, 512
-	if _, err := env.client.SetProjectQuota(ctx, project, apiv1.QuotaSettings{MaxSandboxes: &one, MaxMemoryMB: &memory}); err != nil {
+	// Room for one sandbox of 512 MiB and one build (1,024 MiB), so that
+	// the bomb is built and meets the template disk bound (256 MiB here,
+	// not the 4 GiB of a build), and the storm meets the sandbox count.
+	two, memory, templateDisk := 2, 1536, 256
+	if _, err := env.client.SetProjectQuota(ctx, project, apiv1.QuotaSettings{MaxSandboxes: &two, MaxMemoryMB: &memory, MaxTemplateDiskMB: &templateDisk}); err != nil {
 		t.Fatal(err)
 	}
 	report, err := redteam.RunServer(ctx, redteam.ServerConfig{URL: env.srv.URL, APIKey: key.Key,
