@@ -131,8 +131,22 @@ func TestMicroVMLifecycle(t *testing.T) {
 	// the guest (an init's exit panics the guest's kernel); the shell
 	// that sends them may die of the forwarded SIGTERM.
 	_, _ = env.client.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", "kill -SEGV 1; kill -TERM 1; kill -QUIT 1; kill -9 1"}, User: "root"})
-	if out := execOK(t, sb.ID, "echo alive"); out != "alive\n" {
-		t.Fatalf("after signals to the guest's init: %q", out)
+	// The agent relays SIGTERM and SIGQUIT to the process groups running
+	// when it handles them; under TCG on a busy host that can be after the
+	// next command started, which then dies of them (exit -1). The agent
+	// and the guest living on is what counts: a command runs within a few
+	// tries.
+	alive := ""
+	for try := 0; try < 5 && alive != "alive\n"; try++ {
+		time.Sleep(time.Duration(try) * 500 * time.Millisecond)
+		res, err := env.client.Exec(ctx, sb.ID, apiv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo alive"}})
+		if err != nil {
+			t.Fatalf("after signals to the guest's init: %v", err)
+		}
+		alive = res.Stdout
+	}
+	if alive != "alive\n" {
+		t.Fatalf("after signals to the guest's init: %q", alive)
 	}
 	if _, err := env.client.WriteFile(ctx, sb.ID, "/home/user/note.txt", strings.NewReader("kept on the guest's disk")); err != nil {
 		t.Fatal(err)
