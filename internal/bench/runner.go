@@ -48,6 +48,10 @@ type Config struct {
 	// ChurnCycles is how many create → delete cycles the churn
 	// measurement makes.
 	ChurnCycles int
+	// ChurnQuietWait bounds each of the churn measurement's waits for the
+	// kernel's threads to go quiet, before its first create and after its
+	// last delete.
+	ChurnQuietWait time.Duration
 	// AttachMiB is how much output the attach_stream session writes.
 	AttachMiB int
 	// Progress receives one line per measurement as it starts and ends, and
@@ -127,6 +131,9 @@ func (c Config) withDefaults() Config {
 	if c.ChurnCycles <= 0 {
 		c.ChurnCycles = DefaultChurnCycles
 	}
+	if c.ChurnQuietWait <= 0 {
+		c.ChurnQuietWait = DefaultChurnQuietWait
+	}
 	if c.AttachMiB <= 0 {
 		c.AttachMiB = DefaultAttachMiB
 	}
@@ -167,6 +174,8 @@ type runner struct {
 	isolation string
 	// clock is how the run's sandboxes time the floors, once found.
 	clock *insideClock
+	// kernel reads the kernel's threads for churn.
+	kernel kernelWatch
 }
 
 // step is one part of a run: the keys it fills and how.
@@ -193,6 +202,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		tracked:  newTracker(),
 		runID:    randomHex(6),
 		pool:     poolControl{api: cfg.Client, template: cfg.Template},
+		kernel:   procKernelWatch(),
 	}
 	if cfg.Runtime != runtimeGVisor {
 		r.res.Runtime = cfg.Runtime

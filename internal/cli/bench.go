@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -62,6 +63,7 @@ run runsc: run as root on the server's machine for those.`)
 	fs.StringVar(&cfg.RunscPath, "runsc", "", "runsc binary for the baselines (default: as space serve finds it)")
 	fs.DurationVar(&cfg.ThroughputWindow, "throughput-window", bench.DefaultThroughputWindow, "how long each throughput level runs")
 	fs.IntVar(&cfg.ChurnCycles, "churn-cycles", bench.DefaultChurnCycles, "create → delete cycles of the churn measurement (the kernel's CPU per cycle)")
+	fs.DurationVar(&cfg.ChurnQuietWait, "churn-quiet-wait", bench.DefaultChurnQuietWait, "longest wait for the kernel's threads to go quiet before the churn cycles and after them; past it the churn figure is marked not trustworthy")
 	fs.IntVar(&cfg.AttachMiB, "attach-mib", bench.DefaultAttachMiB, "`MiB` of output the attach_stream session writes (each of its runs, and its floor's)")
 	concurrency := fs.String("concurrency", joinLevels(bench.DefaultConcurrency), "comma-separated throughput concurrency levels")
 	if err := parseNoArgs(fs, args, "bench"); err != nil {
@@ -86,8 +88,8 @@ run runsc: run as root on the server's machine for those.`)
 			cfg.MemoryMB = bench.DefaultMicroVMMemoryMB
 		}
 	}
-	if cfg.Samples < 1 || cfg.DensityMax < 1 || cfg.MemoryMB < 32 || cfg.ThroughputWindow <= 0 || cfg.ChurnCycles < 1 || cfg.AttachMiB < 1 {
-		return fs.usageErrorf("--n, --density-max, --churn-cycles and --attach-mib must be at least 1, --memory-mb at least 32, --throughput-window positive")
+	if cfg.Samples < 1 || cfg.DensityMax < 1 || cfg.MemoryMB < 32 || cfg.ThroughputWindow <= 0 || cfg.ChurnCycles < 1 || cfg.AttachMiB < 1 || cfg.ChurnQuietWait <= 0 {
+		return fs.usageErrorf("--n, --density-max, --churn-cycles and --attach-mib must be at least 1, --memory-mb at least 32, --throughput-window and --churn-quiet-wait positive")
 	}
 	if fill.set && (fill.value < 0 || fill.value >= cfg.MemoryMB) {
 		return fs.usageErrorf("--fill-mib %d must be at least 0 and well below --memory-mb %d: a sandbox at its limit stalls", fill.value, cfg.MemoryMB)
@@ -196,12 +198,7 @@ func printBenchTable(res *bench.Result) error {
 			d.Sandboxes, d.StoppedBy, optionalCell(d.MiBPerSandbox), optionalCell(d.RSSMiBPerSandbox), optionalCell(d.PSSMiBPerSandbox))
 	}
 	if c := res.Churn; c != nil {
-		settled := fmt.Sprintf("quiet %.1f s after the last delete", c.SettleS)
-		if !c.Settled {
-			settled = fmt.Sprintf("still busy %.0f s after the last delete", c.SettleS)
-		}
-		fmt.Fprintf(stdout, "\nchurn: %d create → delete cycles cost the kernel %.1f ms of CPU each (btrfs-cleaner %.1f); %s\n",
-			c.Cycles, c.KernelCPUMSPerCycle, c.CleanerCPUMSPerCycle, settled)
+		printChurn(stdout, c)
 	}
 	if l := res.Lifecycle; l != nil {
 		fmt.Fprintf(stdout, "\nlifecycle sandbox: memory_mb %d holding %d MiB of data (%.0f MiB accounted)\n", l.MemoryMB, l.FillMiB, l.UsedMiB)
@@ -219,6 +216,22 @@ func printBenchTable(res *bench.Result) error {
 		}
 	}
 	return nil
+}
+
+// printChurn prints the churn figures or, when they are not to be trusted,
+// why, and what was read only as a reading.
+func printChurn(w io.Writer, c *bench.Churn) {
+	if !c.Trustworthy {
+		fmt.Fprintf(w, "\nchurn: NOT TRUSTWORTHY: %s.", c.Doubt)
+		if c.KernelCPUMSPerCycle != nil {
+			fmt.Fprintf(w, " Over %d create → delete cycles the kernel's threads read %.1f ms of CPU a cycle (btrfs-cleaner %.1f), which is not the cycles' cost alone.",
+				c.Cycles, *c.KernelCPUMSPerCycle, *c.CleanerCPUMSPerCycle)
+		}
+		fmt.Fprintln(w)
+		return
+	}
+	fmt.Fprintf(w, "\nchurn: %d create → delete cycles cost the kernel %.1f ms of CPU each (btrfs-cleaner %.1f); quiet %.1f s after the last delete\n",
+		c.Cycles, *c.KernelCPUMSPerCycle, *c.CleanerCPUMSPerCycle, c.SettleS)
 }
 
 // optionalInt is an int flag that knows whether it was given, for a

@@ -41,3 +41,46 @@ func TestBenchRefusesNoAttachBytes(t *testing.T) {
 		t.Errorf("bench --attach-mib 0: code %d, stderr %q", code, errOut)
 	}
 }
+
+// A churn figure that is not to be trusted is printed as such, with why,
+// never as the cycles' cost; one left out as impossible is not printed.
+func TestBenchTableMarksUntrustworthyChurn(t *testing.T) {
+	read := 12.5
+	for _, c := range []struct {
+		churn     bench.Churn
+		want, not []string
+	}{
+		{bench.Churn{Cycles: 100, KernelCPUMSPerCycle: &read, CleanerCPUMSPerCycle: &read, Settled: true, QuietBefore: true, Trustworthy: true, SettleS: 4},
+			[]string{"100 create → delete cycles cost the kernel 12.5 ms of CPU each", "quiet 4.0 s after"}, []string{"NOT TRUSTWORTHY"}},
+		{bench.Churn{Cycles: 100, KernelCPUMSPerCycle: &read, CleanerCPUMSPerCycle: &read, QuietBefore: true, Doubt: "still busy 1m0s after the last delete"},
+			[]string{"NOT TRUSTWORTHY: still busy 1m0s after the last delete", "read 12.5 ms"}, []string{"cost the kernel"}},
+		{bench.Churn{Cycles: 100, Settled: true, QuietBefore: true, Doubt: "which is impossible"},
+			[]string{"NOT TRUSTWORTHY: which is impossible"}, []string{"cost the kernel", "ms of CPU"}},
+	} {
+		var out bytes.Buffer
+		saved := stdout
+		stdout = &out
+		err := printBenchTable(&bench.Result{Churn: &c.churn})
+		stdout = saved
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range c.want {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("table lacks %q:\n%s", want, out.String())
+			}
+		}
+		for _, not := range c.not {
+			if strings.Contains(out.String(), not) {
+				t.Errorf("table has %q:\n%s", not, out.String())
+			}
+		}
+	}
+}
+
+func TestBenchRefusesNoChurnQuietWait(t *testing.T) {
+	code, _, errOut := runMain(t, "", "bench", "--churn-quiet-wait", "0s")
+	if code != 2 || !strings.Contains(errOut, "--churn-quiet-wait positive") {
+		t.Errorf("bench --churn-quiet-wait 0s: code %d, stderr %q", code, errOut)
+	}
+}
