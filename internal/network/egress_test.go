@@ -155,11 +155,12 @@ func (f *egressFixture) fetch(url string) (string, error) {
 	return string(b), err
 }
 
-// refused asserts a connection from the sandbox to addr fails fast with a
-// refusal, as a reject rule (not a silent drop) makes it.
+// refused asserts a connection from the sandbox to addr fails with a
+// refusal, as a reject rule makes it: a silent drop would end in the
+// dial's timeout instead, which is not one of the errors taken here (so
+// no wall-clock bound is needed, and none flakes on a busy host).
 func (f *egressFixture) refused(addr string) {
 	f.t.Helper()
-	began := time.Now()
 	conn, err := nettest.DialFrom(f.slot.Sandbox.Path, "", addr, 3*time.Second)
 	if err == nil {
 		conn.Close()
@@ -168,9 +169,6 @@ func (f *egressFixture) refused(addr string) {
 	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.EHOSTUNREACH) &&
 		!errors.Is(err, syscall.ENETUNREACH) && !errors.Is(err, syscall.EACCES) {
 		f.t.Fatalf("connect to %s: want a refusal, got %v", addr, err)
-	}
-	if d := time.Since(began); d > time.Second {
-		f.t.Fatalf("refusal of %s took %s", addr, d)
 	}
 }
 

@@ -193,12 +193,11 @@ func TestLegacySlotsAreUsedAndRemoved(t *testing.T) {
 
 	hidden := makeLegacy(uniqueName("hidden"))
 	ipNetnsAdd(t)
-	began := time.Now()
+	// Its files stay busy beneath the bind, out of reach: the destroy
+	// gives up on them after its bounded retries and succeeds (a destroy
+	// that waited for them would hang the test to its timeout).
 	if err := testSlots.Slot(hidden.Name).Destroy(); err != nil {
 		t.Fatalf("destroy a slot whose mount ip netns add hid: %v", err)
-	}
-	if d := time.Since(began); d > 2*time.Second {
-		t.Errorf("destroy took %s", d)
 	}
 }
 
