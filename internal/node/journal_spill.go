@@ -209,24 +209,35 @@ func (n *Node) removeSpills(sandbox string) {
 	n.spillMu.Unlock()
 }
 
+// legacySpillDir is where spills went before they moved off the state's
+// disk (issue #31): <state-dir>/sessions. A node swept there too, so an
+// upgrade leaves no spill of the release before behind.
+const legacySpillDir = "sessions"
+
 // sweepSpills removes the spill files a previous node process left, and
-// the sandbox directories they leave empty.
+// the sandbox directories they leave empty, where spills go now and
+// where they went before.
 func (n *Node) sweepSpills() {
-	root := n.cfg.SessionSpillDir
-	if root == "" {
-		return
+	roots := []string{n.cfg.SessionSpillDir}
+	if n.cfg.StateDir != "" {
+		roots = append(roots, filepath.Join(n.cfg.StateDir, legacySpillDir))
 	}
-	sandboxes, err := os.ReadDir(root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return
-	}
-	if err != nil {
-		n.log.Warn("sweep the session output spills", "err", err)
-		return
-	}
-	for _, d := range sandboxes {
-		if d.IsDir() && checkID(d.Name()) == nil {
-			n.removeSpillDir(filepath.Join(root, d.Name()))
+	for _, root := range roots {
+		if root == "" {
+			continue
+		}
+		sandboxes, err := os.ReadDir(root)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			n.log.Warn("sweep the session output spills", "err", err)
+			continue
+		}
+		for _, d := range sandboxes {
+			if d.IsDir() && checkID(d.Name()) == nil {
+				n.removeSpillDir(filepath.Join(root, d.Name()))
+			}
 		}
 	}
 }

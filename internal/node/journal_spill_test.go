@@ -714,16 +714,23 @@ func TestSpillDirOutsideVolumes(t *testing.T) {
 // not with the node's state.
 func TestNodeSweepsSpillsAtStartAndDestroy(t *testing.T) {
 	tb := newTwoBackendNode(t)
+	// A spill the previous process left, and one of the release before,
+	// which spilled into <state-dir>/sessions.
 	stale := filepath.Join(tb.volumes, spillArea, "dddddddddddddddddddd", "s9-1"+spillSuffix)
-	if err := os.MkdirAll(filepath.Dir(stale), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(stale, nil, 0o600); err != nil {
-		t.Fatal(err)
+	legacy := filepath.Join(tb.state, legacySpillDir, "eeeeeeeeeeeeeeeeeeee", "s3-1"+spillSuffix)
+	for _, f := range []string{stale, legacy} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n := tb.start(t)
-	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a spill file of the previous process after start: %v", err)
+	for _, f := range []string{stale, legacy} {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("a spill file of a previous process after start (%s): %v", f, err)
+		}
 	}
 	if n.cfg.SessionSpillDir != filepath.Join(tb.volumes, spillArea) || n.cfg.SessionSpillLimit != defaultSessionSpillLimit ||
 		n.cfg.SessionReaderTimeout != defaultReaderTimeout {
