@@ -39,6 +39,9 @@ const (
 	chanDir      = "/run/chan"
 	// chanStreamBytes is what a throughput op moves from the sandbox out.
 	chanStreamBytes = 64 << 20
+	// chanIdle is how long the -idle cases leave the sandbox alone before
+	// each round trip.
+	chanIdle = time.Second
 )
 
 // BenchmarkAgentChannel measures the agent channel's transports inside real
@@ -51,10 +54,9 @@ const (
 // in-sandbox program run on the host instead, over unix sockets: what is
 // left without gVisor. Run as root:
 //
-//	go test -run XXX -bench AgentChannel -benchtime 2000x ./internal/runtime/gvisor/
-//
-// (the 64 MiB cases then move 2000 × 64 MiB; give them their own
-// -benchtime, e.g. -bench 'AgentChannel/.*/64MiB' -benchtime 20x).
+//	go test -run XXX -bench 'AgentChannel/.*/.*/(echo|list)$' -benchtime 2000x ./internal/runtime/gvisor/
+//	go test -run XXX -bench 'AgentChannel/.*/.*/.*-idle$' -benchtime 20x ./internal/runtime/gvisor/
+//	go test -run XXX -bench 'AgentChannel/.*/.*/64MiB' -benchtime 10x ./internal/runtime/gvisor/
 func BenchmarkAgentChannel(b *testing.B) {
 	root, runsc := requireRunsc(b)
 	// --host-uds=open lets a process in the sandbox connect to a socket
@@ -111,13 +113,22 @@ func BenchmarkAgentChannel(b *testing.B) {
 		{"host-uds", connectWithin(b, accept(hostRawLn)), newH2Client(b, connectWithin(b, accept(hostH2Ln)))},
 	}
 	agentConn := newH2Client(b, connectWithin(b, dialTCP(agentID, AgentPort)))
+	// The -idle cases wait, untimed, before each round trip, as a pooled
+	// sandbox idles before its claim: a sandbox that slept wakes slower.
+	for _, idle := range []struct {
+		suffix string
+		wait   time.Duration
+	}{{"", 0}, {"-idle", chanIdle}} {
+		for _, p := range paths {
+			b.Run(p.name+"/raw/echo"+idle.suffix, func(b *testing.B) { benchRawEcho(b, p.raw, idle.wait) })
+			b.Run(p.name+"/h2/echo"+idle.suffix, func(b *testing.B) { benchH2Echo(b, p.h2, idle.wait) })
+		}
+		b.Run("tcp/connect/list"+idle.suffix, func(b *testing.B) { benchConnectList(b, agentConn, idle.wait) })
+	}
 	for _, p := range paths {
-		b.Run(p.name+"/raw/echo", func(b *testing.B) { benchRawEcho(b, p.raw) })
 		b.Run(p.name+"/raw/64MiB", func(b *testing.B) { benchRawStream(b, p.raw) })
-		b.Run(p.name+"/h2/echo", func(b *testing.B) { benchH2Echo(b, p.h2) })
 		b.Run(p.name+"/h2/64MiB", func(b *testing.B) { benchH2Stream(b, p.h2) })
 	}
-	b.Run("tcp/connect/list", func(b *testing.B) { benchConnectList(b, agentConn) })
 }
 
 const benchToken = "bench-token"
@@ -230,12 +241,12 @@ func newH2Client(b *testing.B, conn net.Conn) *http.Client {
 	return &http.Client{Transport: cc}
 }
 
-func benchRawEcho(b *testing.B, conn net.Conn) {
+func benchRawEcho(b *testing.B, conn net.Conn, idle time.Duration) {
 	msg := make([]byte, 1+chanEchoSize)
 	msg[0] = 'e'
 	_, _ = rand.Read(msg[1:])
 	got := make([]byte, chanEchoSize)
-	benchRoundTrips(b, func() error {
+	benchRoundTrips(b, idle, func() error {
 		if _, err := conn.Write(msg); err != nil {
 			return err
 		}
@@ -249,12 +260,17 @@ func benchRawEcho(b *testing.B, conn net.Conn) {
 	})
 }
 
-// benchRoundTrips times each call of roundTrip and reports the median and
-// the 99th percentile besides the mean: on a loaded machine the mean is
-// pulled by a few slow samples.
-func benchRoundTrips(b *testing.B, roundTrip func() error) {
+// benchRoundTrips times each call of roundTrip, each after idle (untimed),
+// and reports the median and the 99th percentile besides the mean: on a
+// loaded machine the mean is pulled by a few slow samples.
+func benchRoundTrips(b *testing.B, idle time.Duration, roundTrip func() error) {
 	var took []time.Duration
 	for b.Loop() {
+		if idle > 0 {
+			b.StopTimer()
+			time.Sleep(idle)
+			b.StartTimer()
+		}
 		start := time.Now()
 		if err := roundTrip(); err != nil {
 			b.Fatal(err)
@@ -283,10 +299,10 @@ func benchRawStream(b *testing.B, conn net.Conn) {
 	}
 }
 
-func benchH2Echo(b *testing.B, c *http.Client) {
+func benchH2Echo(b *testing.B, c *http.Client, idle time.Duration) {
 	msg := make([]byte, chanEchoSize)
 	_, _ = rand.Read(msg)
-	benchRoundTrips(b, func() error {
+	benchRoundTrips(b, idle, func() error {
 		resp, err := c.Post("http://agent/echo", "application/octet-stream", bytes.NewReader(msg))
 		if err != nil {
 			return err
@@ -316,7 +332,7 @@ func benchH2Stream(b *testing.B, c *http.Client) {
 	}
 }
 
-func benchConnectList(b *testing.B, c *http.Client) {
+func benchConnectList(b *testing.B, c *http.Client, idle time.Duration) {
 	// As the node's AgentConn: binary protobuf, no gzip, the token header.
 	process := processpbconnect.NewProcessClient(c, "http://agent", connect.WithAcceptCompression("gzip", nil, nil))
 	list := func() error {
@@ -328,7 +344,7 @@ func benchConnectList(b *testing.B, c *http.Client) {
 	if err := list(); err != nil {
 		b.Fatalf("the agent's Process.List: %v", err)
 	}
-	benchRoundTrips(b, list)
+	benchRoundTrips(b, idle, list)
 }
 
 // drain reads exactly n bytes from r in reads of up to len(buf).
