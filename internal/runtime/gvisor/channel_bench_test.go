@@ -60,21 +60,18 @@ const (
 func BenchmarkAgentChannel(b *testing.B) {
 	root, runsc := requireRunsc(b)
 	// --host-uds=open lets a process in the sandbox connect to a socket
-	// file on any gofer mount (the root filesystem too): the server never
-	// sets it, and a runtime with it must expose no socket file but its own
-	// (docs/security.md). A later flag wins, so ExtraFlags overrides the
-	// runtime's own --host-uds=none.
+	// file on any gofer mount (the root filesystem and every volume too):
+	// the server never sets it, and a runtime with it must let no socket
+	// file but its own channel's be reachable through any mount (issue 35).
+	// A later flag wins, so ExtraFlags overrides the runtime's own
+	// --host-uds=none.
 	rt, slots := newBenchRuntime(b, runsc, "--host-uds=open")
 	echo := buildStatic(b, root, "./internal/runtime/gvisor/testdata/chanecho", "chanecho")
 	agent := buildStatic(b, root, "./cmd/space-agent", "space-agent")
 
 	// The unix socket directory is mounted like the planned channel's: a
 	// host directory holding only the sockets, at a fixed path.
-	sockets, err := os.MkdirTemp("", "chan")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(sockets) })
+	sockets := b.TempDir()
 	rawLn := listenUnix(b, filepath.Join(sockets, "raw.sock"))
 	h2Ln := listenUnix(b, filepath.Join(sockets, "h2.sock"))
 	// The same program on the host, over unix sockets: the floor without
