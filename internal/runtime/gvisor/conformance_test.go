@@ -16,18 +16,8 @@ import (
 // The gVisor backend passes the runtime conformance suite on real runsc,
 // with minimal-template root filesystems in plain host directories.
 func TestConformance(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("runsc sandboxes need root (namespaces, cgroups, mounts)")
-	}
-	root := repoRoot(t)
-	runsc := os.Getenv("SPACE_RUNSC")
-	if runsc == "" {
-		runsc = filepath.Join(root, ".tools", "bin", "runsc")
-	}
-	if _, err := os.Stat(runsc); err != nil {
-		t.Skipf("no runsc (scripts/install-deps.sh installs it): %v", err)
-	}
-	agent := buildAgent(t, root)
+	root, runsc := requireRunsc(t)
+	agent := buildStatic(t, root, "./cmd/space-agent", "space-agent")
 	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {
 		state := t.TempDir()
 		// runsc keeps a mount (null-netns) under its root.
@@ -63,19 +53,21 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// buildAgent builds the static agent, as the e2e harness does.
-func buildAgent(t *testing.T, root string) string {
-	out := filepath.Join(t.TempDir(), "space-agent")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/space-agent")
+// buildStatic builds the static (CGO_ENABLED=0) program of the package
+// pkg, as the e2e harness builds the agent, so it runs in any sandbox.
+func buildStatic(tb testing.TB, root, pkg, name string) string {
+	tb.Helper()
+	out := filepath.Join(tb.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the agent: %v\n%s", err, msg)
+		tb.Fatalf("build %s: %v\n%s", pkg, err, msg)
 	}
 	return out
 }
 
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)

@@ -20,18 +20,8 @@ import (
 // it died) is still destroyed whole: TestClusterReplicas found such a
 // sandbox running after its delete had been answered.
 func TestDestroyKillsProcessesRunscLostTrackOf(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("runsc sandboxes need root (namespaces, cgroups, mounts)")
-	}
-	root := repoRoot(t)
-	runsc := os.Getenv("SPACE_RUNSC")
-	if runsc == "" {
-		runsc = filepath.Join(root, ".tools", "bin", "runsc")
-	}
-	if _, err := os.Stat(runsc); err != nil {
-		t.Skipf("no runsc (scripts/install-deps.sh installs it): %v", err)
-	}
-	agent := buildAgent(t, root)
+	root, runsc := requireRunsc(t)
+	agent := buildStatic(t, root, "./cmd/space-agent", "space-agent")
 	state := t.TempDir()
 	t.Cleanup(func() { storage.UnmountUnder(state) })
 	slots, slot := runtimetest.Slots(t, filepath.Join(state, "netns"))
